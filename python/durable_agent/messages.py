@@ -1,0 +1,76 @@
+"""The shapes of messages and their parts, documented once.
+
+Messages are plain JSON-compatible dicts so a checkpoint is plain data. These TypedDicts
+describe them for type checkers and readers; nothing checks them at run time.
+
+History is immutable by contract: the loop never mutates a message or a message list it
+has handed out; every step builds a new list. Callers must not mutate them either.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+
+class TextPart(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ToolCallPart(TypedDict):
+    type: Literal["tool-call"]
+    tool_call_id: str
+    tool_name: str
+    input: Any
+
+
+class ToolResultPart(TypedDict):
+    type: Literal["tool-result"]
+    tool_call_id: str
+    tool_name: str
+    output: Any
+    is_error: bool
+
+
+class ToolApprovalRequestPart(TypedDict):
+    """Marks, inside the assistant message, a tool call that waits for a client-mode verdict."""
+
+    type: Literal["tool-approval-request"]
+    approval_id: str
+    tool_call_id: str
+
+
+class ImagePart(TypedDict):
+    type: Literal["image"]
+    data: bytes
+    media_type: NotRequired[str]
+
+
+class FilePart(TypedDict):
+    type: Literal["file"]
+    data: bytes
+    media_type: str
+    filename: NotRequired[str]
+
+
+ContentPart = TextPart | ToolCallPart | ToolResultPart | ToolApprovalRequestPart | ImagePart | FilePart
+
+
+class Message(TypedDict):
+    """One message. `content` is a str (shorthand for one text part) or a list of parts."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | list[ContentPart]
+
+
+def content_parts(message: Message) -> list[ContentPart]:
+    """The message's content as a list of parts (a str content is one text part)."""
+    content = message["content"]
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content)
+
+
+def message_text(message: Message) -> str:
+    """The concatenated text parts of a message."""
+    return "".join(p["text"] for p in content_parts(message) if p["type"] == "text")
