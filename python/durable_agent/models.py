@@ -1,0 +1,177 @@
+"""The language-model seam: a small `LanguageModel` Protocol, and the deterministic `ScriptedModel`.
+
+A model streams events for one request. The loop consumes them (the buffered face simply
+consumes the stream), so a provider adapter implements one method.
+
+Events are plain dicts:
+
+* ``{"type": "text-delta", "text": str}``
+* ``{"type": "tool-call", "tool_call_id": str, "tool_name": str, "input": Any}``
+* ``{"type": "finish", "finish_reason": "stop" | "tool-calls" | "length", "usage": Usage}``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+
+from ._util import maybe_await
+from .checkpoint import Usage
+from .errors import ConfigurationError
+from .messages import Message, content_parts
+
+ModelFinishReason = Literal["stop", "tool-calls", "length"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the model is told about a tool: its name, description and JSON-Schema parameters."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One model call: the history so far and the tools the model may call."""
+
+    messages: Sequence[Message]
+    tools: tuple[ToolSpec, ...] = ()
+
+
+class TextDeltaEvent(TypedDict):
+    type: Literal["text-delta"]
+    text: str
+
+
+class ToolCallEvent(TypedDict):
+    type: Literal["tool-call"]
+    tool_call_id: str
+    tool_name: str
+    input: Any
+
+
+class FinishEvent(TypedDict):
+    type: Literal["finish"]
+    finish_reason: ModelFinishReason
+    usage: Usage
+
+
+ModelEvent = TextDeltaEvent | ToolCallEvent | FinishEvent
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """A model: `stream(request)` yields text deltas and tool calls, then one finish event."""
+
+    model_id: str
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedToolCall:
+    """A tool call in a scripted response. Without an id, the model derives a stable one."""
+
+    tool_name: str
+    input: Any = field(default_factory=dict)
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedResponse:
+    """One scripted model turn: text (streamed in word-sized deltas) and/or tool calls."""
+
+    text: str = ""
+    tool_calls: Sequence[ScriptedToolCall] = ()
+    usage: Usage | None = None
+    finish_reason: ModelFinishReason | None = None
+
+
+ScriptEntry = ScriptedResponse | str
+ScriptFunction = Callable[[ModelRequest], ScriptEntry | Awaitable[ScriptEntry]]
+
+_WORDS = re.compile(r"\S+\s*|\s+")
+
+
+def call(tool_name: str, input: Any = None, tool_call_id: str | None = None) -> ScriptedToolCall:
+    """Shorthand for a `ScriptedToolCall`."""
+    return ScriptedToolCall(tool_name, {} if input is None else input, tool_call_id)
+
+
+def reply(text: str = "", *tool_calls: ScriptedToolCall, usage: Usage | None = None) -> ScriptedResponse:
+    """Shorthand for a `ScriptedResponse`."""
+    return ScriptedResponse(text=text, tool_calls=tool_calls, usage=usage)
+
+
+def _history_chars(messages: Sequence[Message]) -> int:
+    total = 0
+    for message in messages:
+        for part in content_parts(message):
+            total += len(str(part.get("text", part.get("output", part.get("input", "")))))
+    return total
+
+
+class ScriptedModel:
+    """A deterministic model for tests and demos.
+
+    Given a list, it answers the n-th assistant turn of a conversation with the n-th entry,
+    where n counts the assistant messages already in the request. Because the choice depends
+    only on the history, a run resumed in another process gets the same answers. Given a
+    function, it calls it with each request. Usage is derived from the sizes of the history
+    and of the answer (about four characters a token) unless the response sets it.
+    """
+
+    def __init__(
+        self,
+        script: Sequence[ScriptEntry] | ScriptFunction,
+        *,
+        model_id: str = "scripted",
+        delay: float = 0.0,
+    ) -> None:
+        if not callable(script) and not isinstance(script, Sequence):
+            raise ConfigurationError("ScriptedModel takes a list of responses or a function of the request")
+        self.model_id = model_id
+        self.delay = delay
+        self._script = script
+        self.requests: list[ModelRequest] = []
+
+    async def _respond(self, request: ModelRequest) -> tuple[int, ScriptedResponse]:
+        turn = sum(1 for m in request.messages if m["role"] == "assistant")
+        if callable(self._script):
+            entry = await maybe_await(self._script(request))
+        else:
+            if turn >= len(self._script):
+                raise ConfigurationError(
+                    f"ScriptedModel {self.model_id!r} has {len(self._script)} responses; turn {turn} asked for more"
+                )
+            entry = self._script[turn]
+        return turn, ScriptedResponse(text=entry) if isinstance(entry, str) else entry
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        self.requests.append(request)
+        turn, response = await self._respond(request)
+        for delta in _WORDS.findall(response.text):
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            yield {"type": "text-delta", "text": delta}
+        for j, scripted in enumerate(response.tool_calls):
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            yield {
+                "type": "tool-call",
+                "tool_call_id": scripted.tool_call_id or f"call_{turn}_{j}",
+                "tool_name": scripted.tool_name,
+                "input": scripted.input,
+            }
+        usage = response.usage
+        if usage is None:
+            prompt = max(1, _history_chars(request.messages) // 4)
+            completion = len(response.text) // 4 + 8 * len(response.tool_calls) + 1
+            usage = Usage(prompt, completion, prompt + completion)
+        reason: ModelFinishReason = response.finish_reason or ("tool-calls" if response.tool_calls else "stop")
+        yield {"type": "finish", "finish_reason": reason, "usage": usage}

@@ -1,0 +1,141 @@
+"""The options every call takes (`generate_text`, `stream_chat` and both resume entry points), in one place."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+
+from .checkpoint import ToolApprovalRequest, ToolApprovalResponse, Usage
+from .errors import ConfigurationError
+from .messages import Message
+from .models import LanguageModel
+from .session import Session
+from .stop import StopCondition
+from .tools import Tool
+
+if TYPE_CHECKING:
+    from .signing import ApprovalSigner
+
+logger = logging.getLogger("durable_agent")
+
+ApproveToolCall = Callable[[ToolApprovalRequest], "bool | ToolApprovalResponse | Awaitable[bool | ToolApprovalResponse]"]
+
+
+class AbortSignal(Protocol):
+    """Anything with `is_set()`, such as `asyncio.Event` or `threading.Event`."""
+
+    def is_set(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareStepContext:
+    """What `prepare_step` sees before each model call. `usage` is the whole run's."""
+
+    step_index: int
+    step_count: int
+    messages: Sequence[Message]
+    usage: Usage
+    leg_usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class StepOverrides:
+    """What `prepare_step` may change for one step: the model, which tools are offered, the messages sent."""
+
+    model: LanguageModel | None = None
+    active_tools: Sequence[str] | None = None
+    messages: Sequence[Message] | None = None
+
+
+PrepareStep = Callable[[PrepareStepContext], "StepOverrides | None | Awaitable[StepOverrides | None]"]
+
+
+class CallOptions(TypedDict, total=False):
+    """Keyword options shared by every entry point (see the README for each one's meaning)."""
+
+    tools: Mapping[str, Tool]
+    max_steps: int
+    stop_when: Sequence[StopCondition]
+    prepare_step: PrepareStep
+    max_tool_concurrency: int | None
+    signal: AbortSignal
+    approve_tool_call: ApproveToolCall
+    approval_responses: Sequence[ToolApprovalResponse]
+    approval_signer: ApprovalSigner
+    approval_max_age_ms: int | None
+    clock: Callable[[], int]
+    generate_id: Callable[[], str]
+    runaway_limit: int
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def random_id() -> str:
+    """A fresh random id. Uses entropy, so it is only ever called while a run is going."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """Resolved options of one call. Built by `RunOptions.build`, which checks every value."""
+
+    model: LanguageModel
+    tools: Mapping[str, Tool] = field(default_factory=dict)
+    session: Session | None = None
+    max_steps: int = 20
+    stop_when: Sequence[StopCondition] = ()
+    prepare_step: PrepareStep | None = None
+    max_tool_concurrency: int | None = None
+    signal: AbortSignal | None = None
+    approve_tool_call: ApproveToolCall | None = None
+    approval_responses: Sequence[ToolApprovalResponse] = ()
+    approval_signer: ApprovalSigner | None = None
+    approval_max_age_ms: int | None = None
+    clock: Callable[[], int] = wall_clock_ms
+    generate_id: Callable[[], str] = random_id
+    runaway_limit: int = 3
+    agent_path: tuple[str, ...] = ()
+
+    @classmethod
+    def build(cls, model: Any, session: Session | None, options: Mapping[str, Any], **internal: Any) -> RunOptions:
+        unknown = set(options) - set(CallOptions.__annotations__)
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+        if not isinstance(model, LanguageModel):
+            raise ConfigurationError("model must implement LanguageModel (a model_id and a stream(request) method)")
+        if session is not None and not isinstance(session, Session):
+            raise ConfigurationError("session must be a durable_agent.Session")
+        values = {k: v for k, v in options.items() if v is not None or k in ("max_tool_concurrency",)}
+        run = cls(model=model, session=session, **values, **internal)
+        run._check()
+        return run
+
+    def _check(self) -> None:
+        if not isinstance(self.tools, Mapping) or not all(isinstance(t, Tool) for t in self.tools.values()):
+            raise ConfigurationError("tools must be a mapping of name to Tool")
+        if type(self.max_steps) is not int or self.max_steps < 1:
+            raise ConfigurationError("max_steps must be an int of at least 1")
+        if self.max_tool_concurrency is not None and (
+            type(self.max_tool_concurrency) is not int or self.max_tool_concurrency < 1
+        ):
+            raise ConfigurationError("max_tool_concurrency must be None or an int of at least 1")
+        if type(self.runaway_limit) is not int or self.runaway_limit < 2:
+            raise ConfigurationError("runaway_limit must be an int of at least 2")
+        if self.approval_max_age_ms is not None and (
+            type(self.approval_max_age_ms) is not int or self.approval_max_age_ms <= 0
+        ):
+            raise ConfigurationError("approval_max_age_ms must be None or a positive int (milliseconds)")
+        for response in self.approval_responses:
+            if not isinstance(response, ToolApprovalResponse):
+                raise ConfigurationError("approval_responses must hold ToolApprovalResponse values")
+
+    @property
+    def durable(self) -> bool:
+        """Only agentic calls (with tools) and a session checkpoint."""
+        return self.session is not None and bool(self.tools)

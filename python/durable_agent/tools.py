@@ -1,0 +1,75 @@
+"""Tools: what the model may call, how its input is checked, and how a call is executed.
+
+A tool has a description, a JSON-Schema `parameters` (or a pydantic model class, which
+then also validates and converts the input), an optional `execute` (sync or async; without
+one the tool is a *client tool* whose result the caller supplies), and an optional
+`needs_approval` (a bool, or a function of the input, sync or async).
+
+Input that fails validation never reaches `execute`: the model gets an `is_error` result
+describing what was wrong, and can try again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._schema import validate
+from ._util import maybe_await
+from .errors import ConfigurationError
+from .models import ToolSpec
+
+ApprovalPredicate = Callable[[Any], bool | Awaitable[bool]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool the model can call. See the module docstring."""
+
+    description: str = ""
+    parameters: Any = field(default_factory=lambda: {"type": "object"})
+    execute: Callable[[Any], Any] | None = None
+    needs_approval: bool | ApprovalPredicate = False
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.parameters, Mapping) or _is_pydantic_model(self.parameters)):
+            raise ConfigurationError("Tool parameters must be a JSON-Schema dict or a pydantic model class")
+        if self.execute is not None and not callable(self.execute):
+            raise ConfigurationError("Tool execute must be callable")
+
+    @property
+    def is_client_tool(self) -> bool:
+        """True when the caller, not the server, produces this tool's result."""
+        return self.execute is None
+
+    def json_schema(self) -> Mapping[str, Any]:
+        if _is_pydantic_model(self.parameters):
+            return self.parameters.model_json_schema()  # type: ignore[no-any-return]
+        return self.parameters  # type: ignore[no-any-return]
+
+    def spec(self, name: str) -> ToolSpec:
+        return ToolSpec(name=name, description=self.description, parameters=self.json_schema())
+
+    def parse_input(self, raw: Any) -> tuple[Any, str | None]:
+        """The input `execute` receives, or an error message for the model when it is invalid."""
+        if _is_pydantic_model(self.parameters):
+            try:
+                return self.parameters.model_validate(raw), None
+            except ValueError as exc:  # pydantic's ValidationError is a ValueError
+                return None, f"Invalid input: {exc}"
+        problems = validate(raw, self.parameters)
+        if problems:
+            return None, "Invalid input: " + "; ".join(problems)
+        return raw, None
+
+    async def requires_approval(self, raw_input: Any) -> bool:
+        if callable(self.needs_approval):
+            return bool(await maybe_await(self.needs_approval(raw_input)))
+        return bool(self.needs_approval)
+
+
+def _is_pydantic_model(candidate: Any) -> bool:
+    return isinstance(candidate, type) and hasattr(candidate, "model_validate") and hasattr(
+        candidate, "model_json_schema"
+    )
