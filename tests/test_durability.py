@@ -1,0 +1,278 @@
+"""Checkpoints at step boundaries, best-effort saves, immutable history, and resume semantics."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from typing import Any
+
+import pytest
+from agent_kit import FailingStore, Ledger, add_tool, user
+
+from durable_agent import (
+    CHECKPOINT_VERSION,
+    AgentCheckpoint,
+    CheckpointCorruptError,
+    CheckpointNotFoundError,
+    CheckpointVersionError,
+    InMemorySessionStore,
+    ScriptedModel,
+    Session,
+    Tool,
+    ToolApprovalResponse,
+    Usage,
+    call,
+    deserialize_checkpoint,
+    generate_text,
+    reply,
+    resume_from_checkpoint,
+    resume_stream_from_checkpoint,
+    serialize_checkpoint,
+    stream_chat,
+    total_tokens_exceed,
+)
+
+
+class RecordingStore(InMemorySessionStore):
+    """Keeps every saved checkpoint and a deep copy of its messages taken at save time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saved: list[AgentCheckpoint] = []
+        self.snapshots: list[Any] = []
+
+    def save(self, checkpoint: AgentCheckpoint) -> None:
+        self.saved.append(checkpoint)
+        self.snapshots.append(copy.deepcopy(list(checkpoint.messages)))
+        super().save(checkpoint)
+
+
+def three_steps() -> ScriptedModel:
+    return ScriptedModel([
+        reply("one", call("add", {"a": 1, "b": 1}), usage=Usage(3, 1, 4)),
+        reply("two", call("add", {"a": 2, "b": 2}), usage=Usage(5, 1, 6)),
+        reply("done", usage=Usage(7, 1, 8)),
+    ])
+
+
+async def test_a_checkpoint_at_every_step_boundary() -> None:
+    store = RecordingStore()
+    ticks = iter(range(1000, 2000))
+    result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
+                                 session=Session(store, "run-1"), clock=lambda: next(ticks))
+    assert result.run_id == "run-1"
+    assert [(c.step_index, c.status) for c in store.saved] == [(0, "running"), (1, "running"), (2, "completed")]
+    assert [c.step_id for c in store.saved] == ["run-1#0", "run-1#1", "run-1#2"]
+    assert [c.usage.total_tokens for c in store.saved] == [4, 10, 18]
+    assert [c.created_at for c in store.saved] == [1000, 1001, 1002]
+    assert all(c.version == CHECKPOINT_VERSION and c.pending_approvals is None for c in store.saved)
+
+
+async def test_the_run_id_is_minted_by_generate_id_when_not_given() -> None:
+    store = InMemorySessionStore()
+    result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
+                                 session=Session(store), generate_id=lambda: "minted")
+    assert result.run_id == "minted" and store.load("minted") is not None
+
+
+async def test_a_call_without_tools_does_not_checkpoint_or_carry_a_run_id() -> None:
+    store = RecordingStore()
+    result = await generate_text(model=ScriptedModel(["hi"]), messages=[user("x")], session=Session(store, "r"))
+    assert result.run_id is None and store.saved == []
+    streamed = stream_chat(model=ScriptedModel(["hi"]), messages=[user("x")], session=Session(store, "r"))
+    assert streamed.run_id is None
+
+
+async def test_saved_history_is_an_immutable_snapshot() -> None:
+    store = RecordingStore()
+    result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
+                                 session=Session(store, "r"))
+    for checkpoint, snapshot in zip(store.saved, store.snapshots, strict=True):
+        assert list(checkpoint.messages) == snapshot  # later steps never changed an earlier save
+    assert store.saved[0].messages is not store.saved[1].messages
+    assert list(store.saved[1].messages) == list(result.messages[: len(store.saved[1].messages)])
+
+
+async def test_a_failing_store_is_logged_and_the_run_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    store = FailingStore()
+    with caplog.at_level(logging.ERROR, logger="durable_agent"):
+        result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
+                                     session=Session(store, "r"))
+    assert result.text == "done" and store.attempts == 3
+    assert sum("saving checkpoint" in r.getMessage() for r in caplog.records) == 3
+
+
+async def test_a_store_that_hangs_then_raises_does_not_kill_the_run(caplog: pytest.LogCaptureFixture) -> None:
+    class HangingStore(InMemorySessionStore):
+        async def save(self, checkpoint: AgentCheckpoint) -> None:  # type: ignore[override]
+            await asyncio.sleep(0.05)
+            raise TimeoutError("statement timeout")
+
+    with caplog.at_level(logging.ERROR, logger="durable_agent"):
+        result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
+                                     session=Session(HangingStore(), "r"))
+    assert result.finish_reason == "stop"
+    assert any("TimeoutError" in (r.exc_text or "") for r in caplog.records)
+
+
+async def test_async_stores_are_awaited() -> None:
+    class AsyncStore:
+        def __init__(self) -> None:
+            self.inner = InMemorySessionStore()
+
+        async def save(self, checkpoint: AgentCheckpoint) -> None:
+            self.inner.save(checkpoint)
+
+        async def load(self, run_id: str) -> AgentCheckpoint | None:
+            return self.inner.load(run_id)
+
+    store = AsyncStore()
+    first = await generate_text(model=ScriptedModel([reply("", call("pay", {}))]), messages=[user("x")],
+                                tools={"pay": Tool(execute=lambda _: "paid", needs_approval=True)},
+                                session=Session(store, "a"), generate_id=lambda: "ap-1")
+    assert first.finish_reason == "suspended"
+    done = await resume_from_checkpoint(store, "a", model=ScriptedModel([reply("", call("pay", {})), "paid!"]),
+                                        tools={"pay": Tool(execute=lambda _: "paid", needs_approval=True)},
+                                        approval_responses=[ToolApprovalResponse("ap-1", True)])
+    assert done.text == "paid!"
+
+
+async def test_unknown_run_rejects_and_the_streaming_twin_reports_it_as_a_part() -> None:
+    store = InMemorySessionStore()
+    with pytest.raises(CheckpointNotFoundError) as info:
+        await resume_from_checkpoint(store, "ghost", model=ScriptedModel(["x"]))
+    assert info.value.run_id == "ghost" and info.value.code == "checkpoint_not_found"
+    streamed = resume_stream_from_checkpoint(store, "ghost", model=ScriptedModel(["x"]))  # no synchronous raise
+    assert streamed.run_id == "ghost"
+    parts = [p async for p in streamed.full_stream]
+    assert [p["type"] for p in parts] == ["error"] and isinstance(parts[0]["error"], CheckpointNotFoundError)
+    with pytest.raises(CheckpointNotFoundError):
+        await streamed.usage
+    with pytest.raises(CheckpointNotFoundError):
+        await streamed.finish_reason
+
+
+async def test_counters_and_budgets_continue_across_legs() -> None:
+    store = RecordingStore()
+    gated = {"add": add_tool(), "pay": Tool(execute=lambda _: "paid", needs_approval=True)}
+    script = [
+        reply("", call("add", {"a": 1, "b": 1}), usage=Usage(10, 10, 20)),
+        reply("", call("pay", {}), usage=Usage(10, 10, 20)),
+        reply("", call("add", {"a": 2, "b": 2}), usage=Usage(10, 10, 20)),
+        reply("", call("add", {"a": 3, "b": 3}), usage=Usage(10, 10, 20)),
+    ]
+    first = await generate_text(model=ScriptedModel(script), messages=[user("x")], tools=gated,
+                                session=Session(store, "r"), generate_id=lambda: "ap")
+    assert first.finish_reason == "suspended" and first.usage.total_tokens == 40
+    seen_usage: list[int] = []
+    second = await resume_from_checkpoint(
+        store, "r", model=ScriptedModel(script), tools=gated,
+        approval_responses=[ToolApprovalResponse("ap", True)],
+        stop_when=[total_tokens_exceed(70)],  # the whole run: 40 before + 20 + 20 = 80 > 70
+        prepare_step=lambda ctx: seen_usage.append(ctx.usage.total_tokens),
+    )
+    assert second.finish_reason == "stop-condition"
+    assert second.usage.total_tokens == 40  # this leg's own usage
+    assert second.total_usage.total_tokens == 80
+    assert seen_usage == [40, 60]  # prepare_step sees the whole run
+    indices = [c.step_index for c in store.saved]
+    assert indices == sorted(indices) and len(set(indices)) == len(indices)  # monotonic across legs
+    assert store.saved[-1].usage.total_tokens == 80
+
+
+async def test_the_settled_result_streams_before_the_new_legs_first_step() -> None:
+    store = InMemorySessionStore()
+    tools = {"pay": Tool(execute=lambda _: "paid", needs_approval=True)}
+    script = [reply("", call("pay", {"amount": 3})), "all paid"]
+    first = await generate_text(model=ScriptedModel(script), messages=[user("x")], tools=tools,
+                                session=Session(store, "r"), generate_id=lambda: "ap")
+    suspended_at = store.load("r").step_index  # type: ignore[union-attr]
+    streamed = resume_stream_from_checkpoint(store, "r", model=ScriptedModel(script), tools=tools,
+                                             approval_responses=[ToolApprovalResponse("ap", True)])
+    parts = [p async for p in streamed.full_stream]
+    kinds = [p["type"] for p in parts]
+    assert kinds[0] == "tool-result" and parts[0]["output"] == "paid"
+    assert kinds.index("tool-result") < kinds.index("step-start")
+    first_step = next(p for p in parts if p["type"] == "step-start")
+    assert first_step["step_index"] > suspended_at
+    assert first.finish_reason == "suspended" and await streamed.finish_reason == "stop"
+
+
+def test_checkpoints_round_trip_through_the_codec_with_bytes() -> None:
+    image = bytes(range(256)) * 4
+    checkpoint = AgentCheckpoint(
+        run_id="r", step_index=3, status="suspended", created_at=5,
+        messages=[user("look"), {"role": "user", "content": [{"type": "image", "data": image}]}],
+        usage=Usage(1, 2, 3),
+        pending_approvals=(),
+        agent_path=("coder",),
+    )
+    text = serialize_checkpoint(checkpoint)
+    back = deserialize_checkpoint(text)
+    assert back == checkpoint
+    assert back.messages[1]["content"][0]["data"] == image  # real bytes, not a decayed dict
+
+
+def test_a_checkpoint_from_a_newer_schema_is_refused_clearly() -> None:
+    data = AgentCheckpoint(run_id="r", step_index=0, status="running", messages=[], usage=Usage(), created_at=0).to_dict()
+    data["version"] = CHECKPOINT_VERSION + 1
+    from durable_agent._kernels import kernels
+
+    with pytest.raises(CheckpointVersionError, match="newer"):
+        deserialize_checkpoint(kernels.encode(data))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"version":1', "garbage", '{"version":1,"run_id":"r"}', "[]",
+     '{"version":1,"run_id":"r","step_id":"r#0","step_index":"0","status":"running","messages":[],'
+     '"usage":{},"created_at":0}'],
+)
+def test_malformed_checkpoint_text_is_a_typed_error(text: str) -> None:
+    with pytest.raises(CheckpointCorruptError):
+        deserialize_checkpoint(text, run_id="r")
+
+
+async def test_client_tools_suspend_and_resume_feeds_the_placeholder() -> None:
+    store = InMemorySessionStore()
+    tools = {"ask_user": Tool(description="Ask the human", parameters={"type": "object"})}
+    model = ScriptedModel([reply("", call("ask_user", {"q": "color?"})), "I'll pick blue."])
+    first = await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"))
+    assert first.finish_reason == "suspended" and first.pending_approvals == ()
+    assert first.client_tool_calls[0]["tool_name"] == "ask_user"
+    assert store.load("r").status == "suspended"  # type: ignore[union-attr]
+    done = await resume_from_checkpoint(store, "r", model=model, tools=tools)
+    placeholder = done.messages[2]["content"][0]
+    assert placeholder["is_error"] and placeholder["output"] == "No result provided for this client tool."
+    assert done.text == "I'll pick blue."
+
+
+async def test_the_escape_hatch_appends_the_real_client_result_and_stays_durable() -> None:
+    store = RecordingStore()
+    tools = {"ask_user": Tool(parameters={"type": "object"})}
+    model = ScriptedModel([reply("", call("ask_user", {"q": "color?"})), "Blue it is."])
+    await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"))
+    checkpoint = store.load("r")
+    assert checkpoint is not None
+    answered = [*checkpoint.messages, {"role": "tool", "content": [
+        {"type": "tool-result", "tool_call_id": "call_0_0", "tool_name": "ask_user", "output": "blue", "is_error": False}
+    ]}]
+    done = await generate_text(model=model, messages=answered, tools=tools, session=Session(store, "r"))
+    assert done.text == "Blue it is."
+    assert model.requests[-1].messages[-1]["content"][0]["output"] == "blue"
+    last = store.saved[-1]
+    assert last.status == "completed" and last.step_index == checkpoint.step_index + 1
+
+
+async def test_sibling_calls_of_a_client_suspended_batch_run_once_on_resume() -> None:
+    ledger = Ledger()
+    store = InMemorySessionStore()
+    tools = {"log": ledger.tool("log"), "pay": ledger.tool("pay", needs_approval=True)}
+    model = ScriptedModel([reply("", call("log", {"n": 1}), call("pay", {"n": 2})), "ok"])
+    await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"),
+                        generate_id=lambda: "ap")
+    assert ledger.entries == []  # nothing of a suspended batch runs before the verdict
+    await resume_from_checkpoint(store, "r", model=model, tools=tools,
+                                 approval_responses=[ToolApprovalResponse("ap", True)])
+    assert ledger.entries == [("log", {"n": 1}), ("pay", {"n": 2})]
