@@ -8,8 +8,9 @@ allOf. Other keywords (format, description, title, $schema, ...) are accepted an
 
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 _TYPE_CHECKS = {
@@ -91,14 +92,14 @@ def _check_string(value: str, schema: Mapping[str, Any], path: str, errors: list
 
 
 def _check_number(value: float, schema: Mapping[str, Any], path: str, errors: list[str]) -> None:
-    bounds = (
-        ("minimum", lambda b: value >= b, "at least"),
-        ("maximum", lambda b: value <= b, "at most"),
-        ("exclusiveMinimum", lambda b: value > b, "greater than"),
-        ("exclusiveMaximum", lambda b: value < b, "less than"),
+    bounds: tuple[tuple[str, Callable[[float, float], bool], str], ...] = (
+        ("minimum", operator.ge, "at least"),
+        ("maximum", operator.le, "at most"),
+        ("exclusiveMinimum", operator.gt, "greater than"),
+        ("exclusiveMaximum", operator.lt, "less than"),
     )
     for keyword, holds, words in bounds:
-        if keyword in schema and not holds(schema[keyword]):
+        if keyword in schema and not holds(value, schema[keyword]):
             errors.append(f"{path}: must be {words} {schema[keyword]!r}")
 
 

@@ -102,6 +102,10 @@ class _Phase:
         return bool(self.approvals or self.client_calls or self.child_suspended)
 
 
+def _tool_message(results: list[dict[str, Any]]) -> Message:
+    return {"role": "tool", "content": results}  # type: ignore[typeddict-item]
+
+
 def unresolved_calls(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The tool calls of the last assistant message that no later tool message answers.
 
@@ -265,7 +269,7 @@ class AgentLoop:
         if calls and not phase.suspends:
             phase = await self._execute(calls)
             if not phase.suspends:
-                self.messages = [*self.messages, {"role": "tool", "content": phase.results}]
+                self.messages = [*self.messages, _tool_message(phase.results)]
                 for result in phase.results:
                     yield result
         if phase.suspends:
@@ -347,7 +351,7 @@ class AgentLoop:
             self._next_index = step_index + 1
             yield self._finish("suspended")
             return
-        self.messages = [*self.messages, {"role": "tool", "content": phase.results}]
+        self.messages = [*self.messages, _tool_message(phase.results)]
         for result in phase.results:
             yield result
         await self._save(step_index, "running")
