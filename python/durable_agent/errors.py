@@ -91,3 +91,83 @@ class FeatureUnavailableError(DurableAgentError, RuntimeError):
     """A feature needs a module this Python runtime lacks (sqlite3 on Pyodide 0.28, a driver not installed)."""
 
     code = "feature_unavailable"
+
+
+class ApprovalSigningError(DurableAgentError, ValueError):
+    """An approval request cannot be signed: a malformed request, or a token longer than the signer accepts."""
+
+    code = "approval_signing"
+
+
+class StepKeyError(DurableAgentError, ValueError):
+    """A step key, or one of its parts, is malformed."""
+
+    code = "step_key_invalid"
+
+
+RUN_TAKEN_OVER_MESSAGE = "this run continued in another process"
+
+
+class StaleEpochError(DurableAgentError, RuntimeError):
+    """A write guarded by a lease epoch was refused: another process claimed the run since.
+
+    The run stops at once, with no final save.
+    """
+
+    code = "stale_epoch"
+
+    def __init__(self, session_id: str, epoch: int) -> None:
+        super().__init__(f"{RUN_TAKEN_OVER_MESSAGE} (session {session_id!r}, epoch {epoch} is stale)")
+        self.session_id = session_id
+        self.epoch = epoch
+
+
+class RunLeaseHeldError(DurableAgentError, RuntimeError):
+    """A run could not start: another live process holds its session's lease (`owner`, when known)."""
+
+    code = "run_lease_held"
+
+    def __init__(self, session_id: str, owner: object | None = None) -> None:
+        holder = f" by {owner}" if owner is not None else ""
+        super().__init__(f"session {session_id!r} is held{holder}")
+        self.session_id = session_id
+        self.owner = owner
+
+
+class RunSuspendedError(DurableAgentError, RuntimeError):
+    """`Agent.suspend()` stopped the run; it stays resumable from its last committed step. A control error."""
+
+    code = "run_suspended"
+
+    def __init__(self) -> None:
+        super().__init__("the run was suspended; resume it to continue")
+
+
+class ScopeClosedError(DurableAgentError, RuntimeError):
+    """A step was asked of a run scope that was already closed."""
+
+    code = "scope_closed"
+
+
+class StepFailedError(DurableAgentError, RuntimeError):
+    """A step's failure rebuilt from its record: the original error's name, message and fields."""
+
+    code = "step_failed"
+
+    def __init__(self, name: str, message: str, **fields: object) -> None:
+        super().__init__(message)
+        self.name = name
+        self.fields = fields
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+
+class SubmissionConflictError(DurableAgentError, ValueError):
+    """A send reused a request id with a different input; the first send's id cannot be taken over."""
+
+    code = "submission_conflict"
+
+    def __init__(self, session_id: str, request_id: str) -> None:
+        super().__init__(f"request id {request_id!r} of session {session_id!r} was already used for another input")
+        self.session_id = session_id
+        self.request_id = request_id

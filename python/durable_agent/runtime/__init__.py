@@ -1,0 +1,65 @@
+"""The step-journal runtime: step records, leases with epoch fencing, awakeables, stream partials.
+
+With a runtime, a resumed run replays the step in flight from its records instead of
+running it again: a finished model call is not requested again, a finished tool does not
+run again, and an ``unsafe`` tool that started and never finished is reported as
+interrupted. See `JournalScope` for the exact rules.
+"""
+
+from __future__ import annotations
+
+from .keys import MODEL_CALL, StepKeyParts, nested_call, parse_step_key, step_key
+from .memory import (
+    RUN_OWNER_HOLD_MS,
+    MemoryDurableState,
+    MemoryRuntime,
+    create_memory_durable_state,
+    create_memory_runtime,
+    is_run_owner_dead,
+    is_run_owner_holding,
+    memory_runtime,
+)
+from .records import (
+    AwakeableRecord,
+    LeaseClaim,
+    ResumableRun,
+    RunOwner,
+    StepCompleted,
+    StepErrorRecord,
+    StepInterrupted,
+    StepRecord,
+    StepRequest,
+    StreamPartialRecord,
+)
+from .scope import AwakeableOutcome, DurableAwakeable, JournalScope, StepContext, StepLive
+
+__all__ = [
+    "MODEL_CALL",
+    "RUN_OWNER_HOLD_MS",
+    "AwakeableOutcome",
+    "AwakeableRecord",
+    "DurableAwakeable",
+    "JournalScope",
+    "LeaseClaim",
+    "MemoryDurableState",
+    "MemoryRuntime",
+    "ResumableRun",
+    "RunOwner",
+    "StepCompleted",
+    "StepContext",
+    "StepErrorRecord",
+    "StepInterrupted",
+    "StepKeyParts",
+    "StepLive",
+    "StepRecord",
+    "StepRequest",
+    "StreamPartialRecord",
+    "create_memory_durable_state",
+    "create_memory_runtime",
+    "is_run_owner_dead",
+    "is_run_owner_holding",
+    "memory_runtime",
+    "nested_call",
+    "parse_step_key",
+    "step_key",
+]

@@ -1,0 +1,370 @@
+"""The memory runtime: every durable table in a `MemoryDurableState` object, for tests and single processes.
+
+Several runtimes may share one state, standing in for several processes on one database:
+each runtime has its own lease owner token and its own fences, the state is the durable part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import socket
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import RunSuspendedError, StaleEpochError, SubmissionConflictError
+from ..options import wall_clock_ms
+from ..session import InMemorySessionStore
+from .records import (
+    AwakeableRecord,
+    LeaseClaim,
+    LeaseRow,
+    ResumableRun,
+    RunOwner,
+    StepRecord,
+    StreamPartialRecord,
+    ToolStateOp,
+)
+from .scope import JournalScope, StepHandler
+
+RUN_OWNER_HOLD_MS = 30_000
+"""How long a quiet owner on this host that still runs keeps its lease past staleness."""
+
+
+def is_run_owner_dead(owner: RunOwner | None) -> bool:
+    """True when `owner` ran on this host and its process is gone. Unknown hosts are never known dead."""
+    if owner is None or owner.host != socket.gethostname():
+        return False
+    try:
+        os.kill(owner.pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OSError, AttributeError):
+        return False
+    return False
+
+
+def is_run_owner_holding(owner: RunOwner | None, renewed_at: int, now: int) -> bool:
+    """True when `owner` is a live process on this host that renewed within `RUN_OWNER_HOLD_MS`."""
+    if owner is None or owner.host != socket.gethostname() or is_run_owner_dead(owner):
+        return False
+    return now - renewed_at < RUN_OWNER_HOLD_MS
+
+
+@dataclass(slots=True)
+class MemoryDurableState:
+    """Sessions' steps, partials, awakeables, leases, queues, submissions and tool state."""
+
+    steps: dict[tuple[str, str], StepRecord] = field(default_factory=dict)
+    partials: list[StreamPartialRecord] = field(default_factory=list)
+    awakeables: dict[str, AwakeableRecord] = field(default_factory=dict)
+    leases: dict[str, LeaseRow] = field(default_factory=dict)
+    queues: dict[str, list[Any]] = field(default_factory=dict)
+    submissions: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    tool_state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    session_store: InMemorySessionStore = field(default_factory=InMemorySessionStore)
+
+    def clone(self) -> MemoryDurableState:
+        """A copy of the state as it is now; later writes to either never reach the other."""
+        return copy.deepcopy(self)
+
+    @property
+    def inspect(self) -> MemoryInspector:
+        return MemoryInspector(self)
+
+
+def create_memory_durable_state() -> MemoryDurableState:
+    """An empty state for `memory_runtime`."""
+    return MemoryDurableState()
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryInspector:
+    """Read access to what the state holds, for tests and diagnostics."""
+
+    state: MemoryDurableState
+
+    async def steps(self, run_id: str | None = None) -> list[StepRecord]:
+        return [r for r in self.state.steps.values() if run_id is None or r.run_id == run_id]
+
+    async def partials(self, run_id: str | None = None) -> list[StreamPartialRecord]:
+        return [p for p in self.state.partials if run_id is None or p.run_id == run_id]
+
+    async def awakeables(self) -> list[AwakeableRecord]:
+        return list(self.state.awakeables.values())
+
+
+class _MemoryBackend:
+    """`JournalBackend` over a `MemoryDurableState`, guarding writes with the session's lease epoch."""
+
+    def __init__(self, state: MemoryDurableState, on_stale: Callable[[StaleEpochError], None]) -> None:
+        self.state = state
+        self._on_stale = on_stale
+
+    def guard(self, session_id: str, epoch: int | None) -> None:
+        if epoch is None:
+            return
+        lease = self.state.leases.get(session_id)
+        if lease is None or lease.epoch != epoch:
+            error = StaleEpochError(session_id, epoch)
+            self._on_stale(error)
+            raise error
+
+    async def get_step(self, session_id: str, key: str) -> StepRecord | None:
+        return self.state.steps.get((session_id, key))
+
+    async def put_step(self, record: StepRecord, *, epoch: int | None) -> None:
+        self.guard(record.session_id, epoch)
+        if record.status == "done" and record.tool_state:
+            apply_tool_state(self.state.tool_state.setdefault(record.session_id, {}), record.tool_state)
+        self.state.steps[(record.session_id, record.key)] = record
+        if record.status != "pending":
+            self.state.partials = [
+                p for p in self.state.partials if not (p.session_id == record.session_id and p.step_key == record.key)
+            ]
+
+    async def run_steps(self, session_id: str, run_id: str) -> list[StepRecord]:
+        return [r for r in self.state.steps.values() if r.session_id == session_id and r.run_id == run_id]
+
+    async def add_partial(self, record: StreamPartialRecord, *, epoch: int | None) -> None:
+        self.guard(record.session_id, epoch)
+        self.state.partials.append(record)
+
+    async def run_partials(self, session_id: str, run_id: str) -> list[StreamPartialRecord]:
+        return [p for p in self.state.partials if p.session_id == session_id and p.run_id == run_id]
+
+    async def awakeable_for(
+        self, session_id: str, key: str, new_id: str, deadline: int | None, *, epoch: int | None
+    ) -> AwakeableRecord:
+        for record in self.state.awakeables.values():
+            if record.session_id == session_id and record.key == key:
+                return record
+        self.guard(session_id, epoch)
+        record = AwakeableRecord(new_id, session_id, key, deadline=deadline)
+        self.state.awakeables[new_id] = record
+        return record
+
+    async def get_awakeable(self, awakeable_id: str) -> AwakeableRecord | None:
+        return self.state.awakeables.get(awakeable_id)
+
+    async def wait_for_change(self, timeout: float) -> None:
+        await asyncio.sleep(min(timeout, 0.01))
+
+
+def apply_tool_state(target: dict[str, Any], ops: tuple[ToolStateOp, ...] | list[ToolStateOp]) -> None:
+    """Apply tool-state ops in order: ``{"op": "set", "key", "value"}`` or ``{"op": "delete", "key"}``."""
+    for op in ops:
+        if op.get("op") == "set":
+            target[op["key"]] = op.get("value")
+        elif op.get("op") == "delete":
+            target.pop(op["key"], None)
+        else:
+            raise ValueError(f"unknown tool-state op {op!r}")
+
+
+class MemoryLease:
+    """`DurableLease` over the state's lease rows, for one runtime (one "process")."""
+
+    def __init__(self, runtime: MemoryRuntime) -> None:
+        self._runtime = runtime
+
+    @property
+    def _leases(self) -> dict[str, LeaseRow]:
+        return self._runtime.state.leases
+
+    def _lapsed(self, row: LeaseRow, stale_at: int) -> bool:
+        now = self._runtime.clock()
+        return (
+            row.released
+            or is_run_owner_dead(row.owner)
+            or (row.renewed_at <= stale_at and not is_run_owner_holding(row.owner, row.renewed_at, now))
+        )
+
+    async def claim(self, session_id: str, *, stale_at: int, owner: RunOwner | None = None,
+                    on_stale: Callable[[StaleEpochError], None] | None = None) -> LeaseClaim:
+        me = owner or self._runtime.owner
+        row = self._leases.setdefault(session_id, LeaseRow())
+        own = row.owner is not None and row.owner.token == me.token
+        if not (own or self._lapsed(row, stale_at)):
+            return LeaseClaim(False, owner=row.owner)
+        row.epoch += 1
+        row.owner, row.renewed_at, row.released = me, self._runtime.clock(), False
+        self._runtime.fences[session_id] = row.epoch
+        if on_stale is not None:
+            self._runtime.stale_listeners[session_id] = on_stale
+        return LeaseClaim(True, epoch=row.epoch)
+
+    async def renew(self, session_id: str, epoch: int) -> bool:
+        row = self._leases.get(session_id)
+        if row is None or row.epoch != epoch or row.released:
+            return False
+        row.renewed_at = self._runtime.clock()
+        return True
+
+    async def release(self, session_id: str, epoch: int) -> None:
+        row = self._leases.get(session_id)
+        if row is not None and row.epoch == epoch:
+            row.released = True
+        if self._runtime.fences.get(session_id) == epoch:
+            del self._runtime.fences[session_id]
+            self._runtime.stale_listeners.pop(session_id, None)
+
+    async def epoch(self, session_id: str) -> int | None:
+        row = self._leases.get(session_id)
+        return row.epoch if row is not None and row.epoch > 0 else None
+
+    async def mark_resumable(self, session_id: str, run_id: str | None, epoch: int | None) -> None:
+        """Mark (or with None, unmark) the session's run as in progress, so `resumable` can list it."""
+        self._runtime.backend.guard(session_id, epoch)
+        self._leases.setdefault(session_id, LeaseRow()).resumable_run = run_id
+
+    async def resumable(self, *, stale_at: int, session_id: str | None = None) -> list[ResumableRun]:
+        runs = []
+        for sid, row in self._leases.items():
+            if session_id is not None and sid != session_id:
+                continue
+            if row.resumable_run is None or row.epoch == 0 or not self._lapsed(row, stale_at):
+                continue
+            parked = any(
+                a.session_id == sid and not a.resolved and a.key.startswith(_key_prefix(row.resumable_run))
+                for a in self._runtime.state.awakeables.values()
+            )
+            if not parked:
+                runs.append(ResumableRun(sid, row.resumable_run, row.epoch))
+        return runs
+
+
+def _key_prefix(run_id: str) -> str:
+    from .keys import _escape
+
+    return _escape(run_id) + ":"
+
+
+class MemoryQueueStore:
+    def __init__(self, runtime: MemoryRuntime) -> None:
+        self._runtime = runtime
+
+    async def read(self, session_id: str) -> list[Any]:
+        return list(self._runtime.state.queues.get(session_id, []))
+
+    async def write(self, session_id: str, entries: list[Any]) -> None:
+        self._runtime.backend.guard(session_id, self._runtime.fences.get(session_id))
+        self._runtime.state.queues[session_id] = list(entries)
+
+
+class MemorySubmissionStore:
+    """Client request ids of sends: a retried send with the same id gets the first send's outcome."""
+
+    def __init__(self, runtime: MemoryRuntime) -> None:
+        self._runtime = runtime
+
+    async def claim(self, session_id: str, request_id: str, fingerprint: str) -> tuple[bool, Any]:
+        """(True, None) when this send is new; (False, earlier result) for a retry of the same input."""
+        book = self._runtime.state.submissions
+        earlier = book.get((session_id, request_id))
+        if earlier is None:
+            book[(session_id, request_id)] = {"fingerprint": fingerprint, "result": None, "settled": False}
+            return True, None
+        if earlier["fingerprint"] != fingerprint:
+            raise SubmissionConflictError(session_id, request_id)
+        return False, earlier["result"]
+
+    async def settle(self, session_id: str, request_id: str, result: Any) -> None:
+        """Store the send's result; None drops the claim so a retry runs again."""
+        book = self._runtime.state.submissions
+        if result is None:
+            book.pop((session_id, request_id), None)
+        elif (session_id, request_id) in book:
+            book[(session_id, request_id)] = {**book[(session_id, request_id)], "result": result, "settled": True}
+
+
+class MemoryToolStateStore:
+    def __init__(self, runtime: MemoryRuntime, session_id: str) -> None:
+        self._runtime, self._session_id = runtime, session_id
+
+    async def all(self) -> dict[str, Any]:
+        return dict(self._runtime.state.tool_state.get(self._session_id, {}))
+
+    async def get(self, key: str, default: Any = None) -> Any:
+        return self._runtime.state.tool_state.get(self._session_id, {}).get(key, default)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStores:
+    """Everything a run persists, behind one runtime."""
+
+    runtime: MemoryRuntime
+
+    @property
+    def session(self) -> InMemorySessionStore:
+        return self.runtime.state.session_store
+
+    @property
+    def queue(self) -> MemoryQueueStore:
+        return MemoryQueueStore(self.runtime)
+
+    @property
+    def submissions(self) -> MemorySubmissionStore:
+        return MemorySubmissionStore(self.runtime)
+
+    def tool_state(self, session_id: str) -> MemoryToolStateStore:
+        return MemoryToolStateStore(self.runtime, session_id)
+
+
+class MemoryRuntime:
+    """A checkpoint-mode `DurableRuntime` over a `MemoryDurableState`."""
+
+    mode = "checkpoint"
+
+    def __init__(self, state: MemoryDurableState, *, clock: Callable[[], int] = wall_clock_ms) -> None:
+        self.state = state
+        self.clock = clock
+        self.owner = RunOwner(socket.gethostname(), os.getpid(), uuid.uuid4().hex)
+        self.fences: dict[str, int] = {}
+        self.stale_listeners: dict[str, Callable[[StaleEpochError], None]] = {}
+        self.backend = _MemoryBackend(state, self._stale)
+        self.lease = MemoryLease(self)
+        self.stores = MemoryStores(self)
+
+    def _stale(self, error: StaleEpochError) -> None:
+        listener = self.stale_listeners.get(error.session_id)
+        if listener is not None:
+            listener(error)
+
+    def is_control_error(self, error: BaseException) -> bool:
+        return isinstance(error, (RunSuspendedError, StaleEpochError))
+
+    async def open_run(self, *, session_id: str, run_id: str, handlers: Mapping[str, StepHandler],
+                       epoch: int | None = None) -> JournalScope:
+        return JournalScope(self.backend, session_id=session_id, run_id=run_id, handlers=handlers,
+                            epoch=epoch if epoch is not None else self.fences.get(session_id),
+                            is_control_error=self.is_control_error, clock=self.clock)
+
+    async def resolve_awakeable(self, awakeable_id: str, value: Any) -> bool:
+        """Resolve from the resumer's side, also while no process runs the run. False: no such id."""
+        record = self.state.awakeables.get(awakeable_id)
+        if record is None:
+            return False
+        if not record.resolved:
+            self.state.awakeables[awakeable_id] = replace(record, resolved=True, value=value)
+        return True
+
+    async def find_awakeable(self, session_id: str, key: str) -> AwakeableRecord | None:
+        return next((a for a in self.state.awakeables.values() if a.session_id == session_id and a.key == key), None)
+
+    @property
+    def inspect(self) -> MemoryInspector:
+        return self.state.inspect
+
+
+def memory_runtime(*, state: MemoryDurableState, clock: Callable[[], int] = wall_clock_ms) -> MemoryRuntime:
+    """A memory runtime over `state`; several may share one state (two "processes" on one database)."""
+    return MemoryRuntime(state, clock=clock)
+
+
+def create_memory_runtime(*, clock: Callable[[], int] = wall_clock_ms) -> MemoryRuntime:
+    """A memory runtime over a fresh state."""
+    return MemoryRuntime(create_memory_durable_state(), clock=clock)

@@ -1,0 +1,134 @@
+"""What a durable runtime stores: step records, awakeables, stream partials, leases (dataclasses of plain data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+StepStatus = Literal["pending", "done", "failed"]
+StepReplayPolicy = Literal["safe", "unsafe"]
+StepKind = str  # "model", "tool", "gate", "decision", ... an adapter may add its own
+ToolStateOp = dict[str, Any]  # {"op": "set", "key": str, "value": Any} or {"op": "delete", "key": str}
+
+
+@dataclass(frozen=True, slots=True)
+class StepErrorRecord:
+    """A step's error as stored; a replayed failure is rebuilt from it (`StepFailedError`)."""
+
+    name: str
+    message: str
+    code: str | None = None
+    status: int | None = None
+    retryable: bool | None = None
+    data: Any = None
+    decision: Any = None  # the loop's verdict on this failure, so a resumed run need not judge it again
+
+
+@dataclass(frozen=True, slots=True)
+class StepRequest:
+    """A step to run: its key, handler kind, replay policy and a JSON description (not the work itself)."""
+
+    key: str
+    kind: StepKind
+    replay: StepReplayPolicy
+    payload: Any = None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One stored step, keyed by (session_id, key)."""
+
+    session_id: str
+    run_id: str
+    key: str
+    kind: StepKind
+    replay: StepReplayPolicy
+    status: StepStatus
+    fingerprint: str | None = None
+    result: Any = None
+    error: StepErrorRecord | None = None
+    tool_state: tuple[ToolStateOp, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AwakeableRecord:
+    """A durable wait; `id` is what a resumer resolves it with, (session_id, key) finds it again."""
+
+    id: str
+    session_id: str
+    key: str
+    resolved: bool = False
+    value: Any = None
+    deadline: int | None = None  # absolute epoch ms
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPartialRecord:
+    """A slice of model output streamed by an unfinished step (text since the previous slice)."""
+
+    session_id: str
+    run_id: str
+    step_key: str
+    seq: int
+    text: str
+    thinking: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunOwner:
+    """The process holding a lease: its host, pid and a token unique to that process's runtime."""
+
+    host: str
+    pid: int
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseClaim:
+    """Answer of a lease claim: the new epoch, or who still holds the lease."""
+
+    claimed: bool
+    epoch: int | None = None
+    owner: RunOwner | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResumableRun:
+    """A top-level run whose process stopped renewing its lease while it was still in progress."""
+
+    session_id: str
+    run_id: str
+    epoch: int
+
+
+@dataclass(slots=True)
+class LeaseRow:
+    """A session's lease as stored."""
+
+    epoch: int = 0
+    owner: RunOwner | None = None
+    renewed_at: int = 0
+    released: bool = True
+    resumable_run: str | None = None
+    waiting_on: set[str] = field(default_factory=set)  # awakeable ids the run is parked on
+
+
+@dataclass(frozen=True, slots=True)
+class StepCompleted:
+    """A step that has a value: it ran now (`replayed=False`), or its done record answered."""
+
+    value: Any
+    replayed: bool
+    tool_state: tuple[ToolStateOp, ...] = ()
+    status: Literal["completed"] = "completed"
+
+
+@dataclass(frozen=True, slots=True)
+class StepInterrupted:
+    """An unsafe step that started before a restart and never finished, or a fingerprint mismatch."""
+
+    status: Literal["interrupted"] = "interrupted"
+
+
+StepOutcome = StepCompleted | StepInterrupted

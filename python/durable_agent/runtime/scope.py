@@ -1,0 +1,308 @@
+"""`JournalScope`: one run's view of a checkpoint-mode runtime, written once over a storage backend.
+
+Every runtime (memory, SQLite, Postgres) supplies a `JournalBackend` (plain storage with
+epoch-guarded writes); the rules of `step` live here, once:
+
+* an ``unsafe`` step's ``pending`` record is durable before its handler starts; a ``safe``
+  step writes none unless ``mark_started``;
+* ``step`` returns only once the ``done``/``failed`` record is durable, with the tool-state
+  ops the handler staged committed in the same write;
+* a control error (suspension, takeover, cancellation) is not recorded: the step stays as it was;
+* a record found answers instead of the handler: ``done`` → completed (replayed, JSON form),
+  ``failed`` → the rebuilt error, ``pending``+``safe`` → runs again, ``pending``+``unsafe`` →
+  interrupted, another fingerprint → interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .._kernels import kernels
+from ..errors import CodecError, ScopeClosedError, StepFailedError
+from .records import (
+    AwakeableRecord,
+    StepCompleted,
+    StepErrorRecord,
+    StepInterrupted,
+    StepOutcome,
+    StepRecord,
+    StepRequest,
+    StreamPartialRecord,
+    ToolStateOp,
+)
+
+logger = logging.getLogger("durable_agent")
+
+
+@dataclass(slots=True)
+class StepContext:
+    """What a running handler gets: the caller's live half plus a way to stage tool state."""
+
+    callbacks: Any = None
+    signal: Any = None
+    on_progress: Callable[[dict[str, str]], Awaitable[None] | None] | None = None
+    staged: list[ToolStateOp] = field(default_factory=list)
+
+    def stage_tool_state(self, ops: Iterable[ToolStateOp]) -> None:
+        """Stage ops to commit with this step's done record (a failed step commits none)."""
+        self.staged.extend(ops)
+
+
+@dataclass(frozen=True, slots=True)
+class StepLive:
+    """The live half of a step: never stored; a replayed step gets a fresh one from the resumed loop."""
+
+    callbacks: Any = None
+    signal: Any = None
+    mark_started: bool = False
+    on_progress: Callable[[dict[str, str]], None] | None = None
+
+
+StepHandler = Callable[[Any, StepContext], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class AwakeableOutcome:
+    """How an awakeable settled: resolved with `value` (which may be None), or timed out."""
+
+    timed_out: bool
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class DurableAwakeable:
+    """A wait a resumer ends: hand `id` to it; await `wait()` for the outcome.
+
+    `settled` is set when the awakeable was already resolved as it was asked for (a resumed
+    run whose answer arrived meanwhile): the caller may skip announcing the wait.
+    """
+
+    id: str
+    wait: Callable[[], Awaitable[AwakeableOutcome]]
+    settled: AwakeableOutcome | None = None
+
+
+class JournalBackend(Protocol):
+    """Storage a checkpoint-mode runtime provides. Writes with an epoch raise `StaleEpochError` when fenced."""
+
+    async def get_step(self, session_id: str, key: str) -> StepRecord | None: ...
+
+    async def put_step(self, record: StepRecord, *, epoch: int | None) -> None: ...
+
+    async def run_steps(self, session_id: str, run_id: str) -> list[StepRecord]: ...
+
+    async def add_partial(self, record: StreamPartialRecord, *, epoch: int | None) -> None: ...
+
+    async def run_partials(self, session_id: str, run_id: str) -> list[StreamPartialRecord]: ...
+
+    async def awakeable_for(self, session_id: str, key: str, new_id: str, deadline: int | None,
+                            *, epoch: int | None) -> AwakeableRecord: ...
+
+    async def get_awakeable(self, awakeable_id: str) -> AwakeableRecord | None: ...
+
+    async def wait_for_change(self, timeout: float) -> None: ...
+
+
+def json_form(value: Any, key: str) -> Any:
+    """The value as it is stored (the codec's data model); what the form loses is logged."""
+    try:
+        stored = kernels.decode(kernels.encode(value))
+    except CodecError as exc:
+        logger.warning("step %s: its result cannot be stored as data (%s); storing its repr", key, exc)
+        return repr(value)
+    if stored != value:
+        logger.warning("step %s: its result changes when stored as data (tuples become lists)", key)
+    return stored
+
+
+def _typed(exc: BaseException, name: str, kind: type) -> Any:
+    value = getattr(exc, name, None)
+    if kind is bool:
+        return value if isinstance(value, bool) else None
+    return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+
+def error_record(exc: BaseException) -> StepErrorRecord:
+    """What is stored of a handler's error: its class name, message, and the fields the loop classifies on."""
+    rebuilt = isinstance(exc, StepFailedError)
+    data = getattr(exc, "data", None)
+    return StepErrorRecord(
+        name=exc.name if rebuilt else type(exc).__name__,  # type: ignore[attr-defined]
+        message=str(exc),
+        code=_typed(exc, "error_code" if rebuilt else "code", str),
+        status=_typed(exc, "status", int),
+        retryable=_typed(exc, "retryable", bool),
+        data=json_form(data, "error data") if data is not None else None,
+        decision=getattr(exc, "durable_decision", None),
+    )
+
+
+def rebuilt_error(record: StepErrorRecord) -> StepFailedError:
+    fields = {"error_code": record.code, "status": record.status, "retryable": record.retryable,
+              "data": record.data, "durable_decision": record.decision}
+    return StepFailedError(record.name, record.message, **{k: v for k, v in fields.items() if v is not None})
+
+
+class JournalScope:
+    """A `RunScope` in checkpoint mode over a `JournalBackend`. Open it with `DurableRuntime.open_run`."""
+
+    def __init__(
+        self,
+        backend: JournalBackend,
+        *,
+        session_id: str,
+        run_id: str,
+        handlers: Mapping[str, StepHandler],
+        epoch: int | None,
+        is_control_error: Callable[[BaseException], bool],
+        clock: Callable[[], int],
+    ) -> None:
+        self.session_id = session_id
+        self.run_id = run_id
+        self.epoch = epoch
+        self._backend = backend
+        self._handlers = dict(handlers)
+        self._is_control_error = is_control_error
+        self._clock = clock
+        self._closed = False
+        self._partial_seq: dict[str, int] = {}
+
+    # ---------------------------------------------------------------- steps
+
+    async def step(self, request: StepRequest, live: StepLive | None = None) -> StepOutcome:
+        """Run `request` through its handler once, or answer from its record (see the module docs)."""
+        if self._closed:
+            raise ScopeClosedError(f"the scope of run {self.run_id!r} is closed")
+        live = live or StepLive()
+        record = await self._backend.get_step(self.session_id, request.key)
+        if record is not None:
+            if request.fingerprint is not None and record.fingerprint != request.fingerprint:
+                return StepInterrupted()
+            if record.status == "done":
+                return StepCompleted(record.result, replayed=True, tool_state=record.tool_state or ())
+            if record.status == "failed":
+                assert record.error is not None
+                raise rebuilt_error(record.error)
+            if record.replay == "unsafe":
+                return StepInterrupted()
+        handler = self._handlers.get(request.kind)
+        if handler is None:
+            raise ScopeClosedError(f"run {self.run_id!r} has no handler for steps of kind {request.kind!r}")
+        if request.replay == "unsafe" or live.mark_started:
+            await self._put(request, "pending")
+        context = StepContext(live.callbacks, live.signal, self._progress_writer(request.key, live.on_progress))
+        try:
+            value = await handler(request.payload, context)
+        except BaseException as exc:
+            if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)) or self._is_control_error(exc):
+                raise
+            await self._put(request, "failed", error=error_record(exc))
+            raise
+        ops = tuple(context.staged)
+        await self._put(request, "done", result=json_form(value, request.key), tool_state=ops)
+        return StepCompleted(value, replayed=False, tool_state=ops)
+
+    async def _put(self, request: StepRequest, status: str, **fields: Any) -> None:
+        record = StepRecord(self.session_id, self.run_id, request.key, request.kind, request.replay,
+                            status, request.fingerprint, **fields)  # type: ignore[arg-type]
+        await self._backend.put_step(record, epoch=self.epoch)
+
+    def _progress_writer(
+        self, key: str, forward: Callable[[dict[str, str]], None] | None
+    ) -> Callable[[dict[str, str]], Awaitable[None]]:
+        async def on_progress(progress: dict[str, str]) -> None:
+            seq = self._partial_seq.get(key, 0)
+            self._partial_seq[key] = seq + 1
+            is_text = progress["type"] == "text"
+            await self._backend.add_partial(
+                StreamPartialRecord(self.session_id, self.run_id, key, seq,
+                                    progress["delta"] if is_text else "", None if is_text else progress["delta"]),
+                epoch=self.epoch,
+            )
+            if forward is not None:
+                forward(progress)
+
+        return on_progress
+
+    async def stored_steps(self) -> list[StepRecord]:
+        return await self._backend.run_steps(self.session_id, self.run_id)
+
+    async def stored_turns(self) -> list[int]:
+        from .keys import parse_step_key
+
+        return sorted({parse_step_key(r.key).turn for r in await self.stored_steps()})
+
+    async def stored_partials(self) -> list[StreamPartialRecord]:
+        return await self._backend.run_partials(self.session_id, self.run_id)
+
+    # --------------------------------------------------------- awakeables
+
+    async def awakeable(self, key: str, *, timeout_ms: int | None = None) -> DurableAwakeable:
+        """Park on an awakeable keyed by `key`; a resumed run asking with the same key gets the same one."""
+        if self._closed:
+            raise ScopeClosedError(f"the scope of run {self.run_id!r} is closed")
+        deadline = self._clock() + timeout_ms if timeout_ms and timeout_ms > 0 else None
+        record = await self._backend.awakeable_for(self.session_id, key, self.uuid(), deadline, epoch=self.epoch)
+        settled = AwakeableOutcome(False, record.value) if record.resolved else None
+
+        async def wait() -> AwakeableOutcome:
+            while True:
+                current = await self._backend.get_awakeable(record.id)
+                if current is not None and current.resolved:
+                    return AwakeableOutcome(False, current.value)
+                now = self._clock()
+                if record.deadline is not None and now >= record.deadline:
+                    return AwakeableOutcome(True)
+                if self._closed:
+                    raise ScopeClosedError(f"the scope of run {self.run_id!r} closed while waiting")
+                remaining = (record.deadline - now) / 1000 if record.deadline is not None else 1.0
+                await self._backend.wait_for_change(min(1.0, max(0.001, remaining)))
+
+        return DurableAwakeable(record.id, wait, settled)
+
+    # ------------------------------------------------------------- helpers
+
+    def now(self) -> int:
+        return self._clock()
+
+    def uuid(self) -> str:
+        return str(uuid.uuid4())
+
+    async def sleep(self, ms: int, signal: Any = None) -> None:
+        """Wait `ms` milliseconds; a set `signal` (anything with `is_set()`) ends the wait early."""
+        end = asyncio.get_running_loop().time() + ms / 1000
+        while (left := end - asyncio.get_running_loop().time()) > 0:
+            if signal is not None and signal.is_set():
+                return
+            await asyncio.sleep(min(left, 0.05) if signal is not None else left)
+
+    @staticmethod
+    async def gather(*aws: Awaitable[Any]) -> list[Any]:
+        """All of `aws`, in order; the first failure propagates (`Promise.all`)."""
+        return list(await asyncio.gather(*aws))
+
+    @staticmethod
+    async def gather_settled(*aws: Awaitable[Any]) -> list[Any]:
+        """Every outcome, value or exception, in order (`Promise.allSettled`)."""
+        return list(await asyncio.gather(*aws, return_exceptions=True))
+
+    @staticmethod
+    async def race(*aws: Awaitable[Any]) -> Any:
+        """The first to settle; the others are cancelled (`Promise.race`)."""
+        tasks = [asyncio.ensure_future(a) for a in aws]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            return next(iter(done)).result()
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    async def close(self) -> None:
+        """End the scope: handlers dropped, later steps raise, awakeable waits stop. Idempotent."""
+        self._closed = True
+        self._handlers.clear()

@@ -1,0 +1,305 @@
+"""A reusable pytest conformance suite for checkpoint-mode durable runtimes.
+
+Subclass `DurableRuntimeConformance` in a test module and provide the `make_runtime`
+fixture: a function ``(clock) -> runtime`` whose every call returns a runtime over the
+*same* durable state (another "process" on the same database). Every test is ``async def``;
+run them with any runner that supports async tests (this project's conftest has one).
+
+It checks every rule of `RunScope.step`, awakeables, stream partials, leases with epoch
+fencing, the queue, submissions and tool state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ..errors import RunSuspendedError, ScopeClosedError, StaleEpochError, StepFailedError, SubmissionConflictError
+from ..runtime import RunOwner, StepRequest, step_key
+from ..runtime.scope import StepContext, StepLive
+
+RuntimeFactory = Callable[[Callable[[], int]], Any]
+
+
+class Clock:
+    """A settable millisecond clock."""
+
+    def __init__(self, now: int = 1_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class ProviderError(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = "rate_limited"
+        self.status = 429
+        self.retryable = True
+        self.data = {"retry_after": 2}
+        self.durable_decision = {"action": "retry"}
+
+
+def _req(key: str, replay: str = "unsafe", kind: str = "tool", fingerprint: str | None = None) -> StepRequest:
+    return StepRequest(key=key, kind=kind, replay=replay, payload={"what": key}, fingerprint=fingerprint)  # type: ignore[arg-type]
+
+
+class DurableRuntimeConformance:
+    """Every rule a checkpoint-mode runtime must keep. Provide the `make_runtime` fixture."""
+
+    session = "session-1"
+    run = "run-1"
+
+    @pytest.fixture
+    def clock(self) -> Clock:
+        return Clock()
+
+    async def _scope(self, runtime: Any, handlers: dict[str, Any], run: str | None = None, epoch: int | None = None) -> Any:
+        return await runtime.open_run(session_id=self.session, run_id=run or self.run, handlers=handlers, epoch=epoch)
+
+    # ------------------------------------------------------------- step timing
+
+    async def test_unsafe_step_writes_pending_before_its_handler_runs(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        runtime = make_runtime(clock)
+        seen: list[Any] = []
+        key = step_key(self.run, 0, "call-1")
+
+        async def handler(payload: Any, ctx: StepContext) -> str:
+            seen.extend(r.status for r in await runtime.inspect.steps(self.run) if r.key == key)
+            return "ok"
+
+        scope = await self._scope(runtime, {"tool": handler})
+        outcome = await scope.step(_req(key))
+        assert seen == ["pending"]
+        assert (outcome.status, outcome.value, outcome.replayed) == ("completed", "ok", False)
+        assert [(r.key, r.status, r.result) for r in await runtime.inspect.steps(self.run)] == [(key, "done", "ok")]
+
+    async def test_safe_step_writes_nothing_until_done_unless_marked_started(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        runtime = make_runtime(clock)
+        seen: list[int] = []
+
+        async def handler(payload: Any, ctx: StepContext) -> str:
+            seen.append(len(await runtime.inspect.steps(self.run)))
+            return "ok"
+
+        scope = await self._scope(runtime, {"model": handler})
+        await scope.step(_req(step_key(self.run, 0, "model"), "safe", "model"))
+        await scope.step(_req(step_key(self.run, 1, "model"), "safe", "model"), StepLive(mark_started=True))
+        assert seen == [0, 2]  # the second one's own pending record was there
+
+    async def test_a_done_record_answers_without_running_the_handler(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        runtime = make_runtime(clock)
+        calls: list[str] = []
+
+        async def handler(payload: Any, ctx: StepContext) -> Any:
+            calls.append(payload["what"])
+            return {"pair": (1, 2)}
+
+        key = step_key(self.run, 0, "t1")
+        first = await (await self._scope(runtime, {"tool": handler})).step(_req(key))
+        assert first.value == {"pair": (1, 2)} and not first.replayed  # live: the handler's own value
+        again = await (await self._scope(make_runtime(clock), {"tool": handler})).step(_req(key))
+        assert calls == [key]
+        assert again.replayed and again.value == {"pair": [1, 2]}  # replayed: the JSON form
+
+    async def test_pending_safe_runs_again_and_pending_unsafe_is_interrupted(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        runtime = make_runtime(clock)
+
+        async def dies(payload: Any, ctx: StepContext) -> Any:
+            raise RunSuspendedError()  # the process stops mid-step: a control error, not recorded
+
+        scope = await self._scope(runtime, {"tool": dies, "model": dies})
+        safe_key, unsafe_key = step_key(self.run, 0, "model"), step_key(self.run, 0, "t1")
+        with pytest.raises(RunSuspendedError):
+            await scope.step(_req(safe_key, "safe", "model"), StepLive(mark_started=True))
+        with pytest.raises(RunSuspendedError):
+            await scope.step(_req(unsafe_key))
+        assert {r.status for r in await runtime.inspect.steps(self.run)} == {"pending"}
+
+        ran: list[str] = []
+
+        async def works(payload: Any, ctx: StepContext) -> str:
+            ran.append(payload["what"])
+            return "again"
+
+        resumed = await self._scope(make_runtime(clock), {"tool": works, "model": works})
+        assert (await resumed.step(_req(safe_key, "safe", "model"))).value == "again"
+        assert (await resumed.step(_req(unsafe_key))).status == "interrupted"
+        assert ran == [safe_key]
+
+    async def test_another_fingerprint_is_interrupted(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        runtime = make_runtime(clock)
+
+        async def handler(payload: Any, ctx: StepContext) -> str:
+            return "ran"
+
+        key = nested_call_key = step_key(self.run, 0, "cm1/1")
+        scope = await self._scope(runtime, {"tool": handler})
+        await scope.step(_req(key, fingerprint="search:abc"))
+        assert (await scope.step(_req(nested_call_key, fingerprint="search:abc"))).replayed
+        assert (await scope.step(_req(key, fingerprint="delete:xyz"))).status == "interrupted"
+
+    async def test_a_failure_is_recorded_and_replayed_with_its_fields(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        runtime = make_runtime(clock)
+
+        async def fails(payload: Any, ctx: StepContext) -> Any:
+            ctx.stage_tool_state([{"op": "set", "key": "never", "value": 1}])
+            raise ProviderError("slow down")
+
+        key = step_key(self.run, 0, "model")
+        with pytest.raises(ProviderError):  # live: the handler's own error
+            await (await self._scope(runtime, {"model": fails})).step(_req(key, "safe", "model"))
+        with pytest.raises(StepFailedError) as info:
+            await (await self._scope(make_runtime(clock), {"model": fails})).step(_req(key, "safe", "model"))
+        error = info.value
+        assert (error.name, str(error), error.error_code, error.status, error.retryable) == (
+            "ProviderError", "slow down", "rate_limited", 429, True)
+        assert error.data == {"retry_after": 2} and error.durable_decision == {"action": "retry"}
+        assert await runtime.stores.tool_state(self.session).all() == {}  # a failed step commits no tool state
+
+    async def test_tool_state_commits_with_the_done_record_and_comes_back_on_replay(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        runtime = make_runtime(clock)
+
+        async def handler(payload: Any, ctx: StepContext) -> str:
+            ctx.stage_tool_state([{"op": "set", "key": "cwd", "value": "/src"}, {"op": "set", "key": "tmp", "value": 1}])
+            ctx.stage_tool_state([{"op": "delete", "key": "tmp"}])
+            return "ok"
+
+        key = step_key(self.run, 0, "t1")
+        live = await (await self._scope(runtime, {"tool": handler})).step(_req(key))
+        assert await runtime.stores.tool_state(self.session).all() == {"cwd": "/src"}
+        replayed = await (await self._scope(make_runtime(clock), {"tool": handler})).step(_req(key))
+        assert list(replayed.tool_state) == list(live.tool_state) and len(live.tool_state) == 3
+
+    async def test_close_is_idempotent_and_later_steps_raise(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        async def handler(payload: Any, ctx: StepContext) -> str:
+            return "ok"
+
+        scope = await self._scope(make_runtime(clock), {"tool": handler})
+        await scope.close()
+        await scope.close()
+        with pytest.raises(ScopeClosedError):
+            await scope.step(_req(step_key(self.run, 0, "t1")))
+
+    # --------------------------------------------------------------- partials
+
+    async def test_stream_partials_are_kept_until_the_step_finishes(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        runtime = make_runtime(clock)
+        forwarded: list[str] = []
+        key = step_key(self.run, 0, "model")
+
+        async def streams_then_dies(payload: Any, ctx: StepContext) -> Any:
+            for delta in ("Hel", "lo"):
+                await ctx.on_progress({"type": "text", "delta": delta})  # type: ignore[misc]
+            raise RunSuspendedError()
+
+        scope = await self._scope(runtime, {"model": streams_then_dies})
+        with pytest.raises(RunSuspendedError):
+            await scope.step(_req(key, "safe", "model"), StepLive(on_progress=lambda p: forwarded.append(p["delta"])))
+        partials = await scope.stored_partials()
+        assert [(p.seq, p.text) for p in partials] == [(0, "Hel"), (1, "lo")] and forwarded == ["Hel", "lo"]
+
+        async def finishes(payload: Any, ctx: StepContext) -> str:
+            return "Hello"
+
+        await (await self._scope(make_runtime(clock), {"model": finishes})).step(_req(key, "safe", "model"))
+        assert await runtime.inspect.partials(self.run) == []
+
+    # ------------------------------------------------------------- awakeables
+
+    async def test_awakeables_survive_a_restart_and_get_values_sent_meanwhile(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        runtime = make_runtime(clock)
+        key = step_key(self.run, 2, "approval")
+        first = await (await self._scope(runtime, {})).awakeable(key)
+        assert first.settled is None
+        resolver = make_runtime(clock)  # another process, while no process runs the run
+        assert await resolver.resolve_awakeable(first.id, {"approved": True}) is True
+        assert await resolver.resolve_awakeable("no-such-id", 1) is False
+        assert (await resolver.find_awakeable(self.session, key)).id == first.id
+        again = await (await self._scope(make_runtime(clock), {})).awakeable(key)
+        assert again.id == first.id
+        assert again.settled is not None and again.settled.value == {"approved": True}
+        outcome = await again.wait()
+        assert (outcome.timed_out, outcome.value) == (False, {"approved": True})
+
+    async def test_an_awakeable_deadline_is_absolute_and_kept(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        runtime = make_runtime(clock)
+        key = step_key(self.run, 0, "wait")
+        waiting = await (await self._scope(runtime, {})).awakeable(key, timeout_ms=5_000)
+        clock.now += 4_000
+        again = await (await self._scope(make_runtime(clock), {})).awakeable(key, timeout_ms=60_000)
+        assert again.id == waiting.id
+        clock.now += 1_000  # the stored deadline, not the second call's
+        assert (await again.wait()).timed_out is True
+
+    # ----------------------------------------------------------------- leases
+
+    async def test_leases_fence_a_stale_writer(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        old, new = make_runtime(clock), make_runtime(clock)
+        told: list[StaleEpochError] = []
+        # The old owner is named as on another host, so only staleness (not liveness) decides.
+        quiet_owner = RunOwner("elsewhere", 1, old.owner.token)
+        first = await old.lease.claim(self.session, stale_at=clock.now - 10_000, owner=quiet_owner,
+                                      on_stale=told.append)
+        assert first.claimed and await old.lease.epoch(self.session) == first.epoch
+
+        refused = await new.lease.claim(self.session, stale_at=clock.now - 10_000)
+        assert not refused.claimed and refused.owner == quiet_owner  # RunLeaseHeldError names it
+
+        async def handler(payload: Any, ctx: StepContext) -> str:
+            return "ok"
+
+        old_scope = await self._scope(old, {"tool": handler})
+        await old_scope.step(_req(step_key(self.run, 0, "t1")))
+
+        clock.now += 60_000  # the old owner stopped renewing
+        taken = await new.lease.claim(self.session, stale_at=clock.now - 1)
+        assert taken.claimed and taken.epoch == first.epoch + 1
+        with pytest.raises(StaleEpochError) as info:
+            await old_scope.step(_req(step_key(self.run, 1, "t2")))
+        assert info.value.epoch == first.epoch and told and told[-1].session_id == self.session
+        assert await old.lease.renew(self.session, first.epoch) is False
+        assert await new.lease.renew(self.session, taken.epoch) is True
+        assert [r.key for r in await new.inspect.steps(self.run)] == [step_key(self.run, 0, "t1")]  # nothing interleaved
+
+    async def test_own_token_reclaims_and_release_frees_the_session(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        runtime, other = make_runtime(clock), make_runtime(clock)
+        first = await runtime.lease.claim(self.session, stale_at=0)
+        second = await runtime.lease.claim(self.session, stale_at=0)
+        assert second.claimed and second.epoch == first.epoch + 1
+        await runtime.lease.release(self.session, first.epoch)  # stale epoch: the lease stays
+        assert not (await other.lease.claim(self.session, stale_at=0)).claimed
+        await runtime.lease.release(self.session, second.epoch)
+        assert (await other.lease.claim(self.session, stale_at=0)).claimed
+
+    async def test_resumable_lists_lapsed_unparked_marked_runs(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        runtime, scanner = make_runtime(clock), make_runtime(clock)
+        assert await scanner.lease.resumable(stale_at=clock.now) == []  # never leased: never listed
+        claim = await runtime.lease.claim(self.session, stale_at=0, owner=RunOwner("elsewhere", 1, runtime.owner.token))
+        await runtime.lease.mark_resumable(self.session, self.run, claim.epoch)
+        assert await scanner.lease.resumable(stale_at=clock.now - 1) == []  # renewed since stale_at
+        clock.now += 10
+        listed = await scanner.lease.resumable(stale_at=clock.now - 1)
+        assert [(r.session_id, r.run_id, r.epoch) for r in listed] == [(self.session, self.run, claim.epoch)]
+        await (await self._scope(runtime, {})).awakeable(step_key(self.run, 3, "approval"))
+        assert await scanner.lease.resumable(stale_at=clock.now - 1) == []  # parked on an awakeable
+        await runtime.lease.mark_resumable(self.session, None, claim.epoch)
+
+    # ---------------------------------------------------- queue, submissions
+
+    async def test_queue_submissions_and_their_rules(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        runtime = make_runtime(clock)
+        await runtime.stores.queue.write(self.session, [{"id": "q1", "text": "next"}])
+        assert await make_runtime(clock).stores.queue.read(self.session) == [{"id": "q1", "text": "next"}]
+        submissions = runtime.stores.submissions
+        assert await submissions.claim(self.session, "req-1", "fp-a") == (True, None)
+        await submissions.settle(self.session, "req-1", {"run_id": "r9"})
+        assert await submissions.claim(self.session, "req-1", "fp-a") == (False, {"run_id": "r9"})
+        with pytest.raises(SubmissionConflictError):
+            await submissions.claim(self.session, "req-1", "fp-b")
+        await submissions.claim(self.session, "req-2", "fp")
+        await submissions.settle(self.session, "req-2", None)  # dropped: a retry runs again
+        assert await submissions.claim(self.session, "req-2", "fp") == (True, None)

@@ -1,0 +1,64 @@
+"""The memory runtime passes the durable-runtime conformance suite; step keys round-trip."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from durable_agent.errors import StepKeyError
+from durable_agent.runtime import (
+    MODEL_CALL,
+    create_memory_durable_state,
+    create_memory_runtime,
+    memory_runtime,
+    nested_call,
+    parse_step_key,
+    step_key,
+)
+from durable_agent.testing.runtime_conformance import DurableRuntimeConformance
+
+
+class TestMemoryRuntime(DurableRuntimeConformance):
+    @pytest.fixture
+    def make_runtime(self) -> Any:
+        state = create_memory_durable_state()
+        return lambda clock: memory_runtime(state=state, clock=clock)
+
+
+async def test_clone_is_independent() -> None:
+    runtime = create_memory_runtime()
+    await runtime.stores.queue.write("s", [1])
+    copy = runtime.state.clone()
+    await runtime.stores.queue.write("s", [2])
+    assert copy.queues["s"] == [1] and runtime.state.queues["s"] == [2]
+
+
+@pytest.mark.parametrize("run", ["r", "run:with:colons", "100%", "%3A", "ünï ☃", "a/b"])
+@pytest.mark.parametrize("call", [MODEL_CALL, "toolu_01:x", nested_call("cm1", 2), "%25"])
+def test_step_keys_round_trip_any_run_and_call(run: str, call: str) -> None:
+    key = step_key(run, 7, call, 2)
+    assert parse_step_key(key) == (run, 7, call, 2)
+    assert key.count(":") == 3
+
+
+@pytest.mark.parametrize(
+    "bad", ["a:1:b", "a:1:b:0:c", "a:-1:b:0", "a:1.5:b:0", "a:01:b:0", "a:1:b:x", ":1:b:0", "a:1::0",
+            "a%3a:1:b:0", "a%41:1:b:0", "a%:1:b:0", "a:1:b:٣"],
+)
+def test_malformed_keys_are_refused(bad: str) -> None:
+    with pytest.raises(StepKeyError):
+        parse_step_key(bad)
+
+
+@pytest.mark.parametrize("args", [("", 0, "c", 0), ("r", -1, "c", 0), ("r", 0, "", 0), ("r", 0, "c", 1.5),
+                                  ("r", True, "c", 0)])
+def test_step_key_refuses_bad_parts(args: Any) -> None:
+    with pytest.raises(StepKeyError):
+        step_key(*args)
+
+
+def test_nested_call_positions_start_at_one() -> None:
+    assert nested_call("cm1", 1) == "cm1/1"
+    with pytest.raises(StepKeyError):
+        nested_call("cm1", 0)
