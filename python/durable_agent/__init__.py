@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ._kernels import NATIVE
 from ._version import __version__
+from .agent import Agent, DurableOptions
 from .checkpoint import (
     CHECKPOINT_VERSION,
     AgentCheckpoint,
@@ -18,6 +19,7 @@ from .checkpoint import (
     serialize_checkpoint,
 )
 from .errors import (
+    ApprovalSigningError,
     CheckpointConflictError,
     CheckpointCorruptError,
     CheckpointNotFoundError,
@@ -27,7 +29,13 @@ from .errors import (
     DurableAgentError,
     FeatureUnavailableError,
     RunAbortedError,
+    RunLeaseHeldError,
+    RunSuspendedError,
+    StaleEpochError,
+    StepFailedError,
+    StepKeyError,
 )
+from .errors import RUN_TAKEN_OVER_MESSAGE
 from .generate import (
     StreamChatResult,
     generate_text,
@@ -50,13 +58,27 @@ from .models import (
 from .options import AbortSignal, PrepareStepContext, StepOverrides
 from .results import GenerateTextResult, StepResult
 from .session import InMemorySessionStore, Session, SessionStore
+from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
 from .stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_tokens_exceed
 from .subagent import agent_tool
 from .tools import Tool
+from .runtime import (
+    MODEL_CALL,
+    create_memory_durable_state,
+    create_memory_runtime,
+    memory_runtime,
+    nested_call,
+    parse_step_key,
+    step_key,
+)
 
 __all__ = [
+    "APPROVAL_TOKEN_DENIED_REASON",
     "AbortSignal",
+    "Agent",
     "AgentCheckpoint",
+    "ApprovalSigner",
+    "ApprovalSigningError",
     "CHECKPOINT_VERSION",
     "CLIENT_TOOL_PLACEHOLDER",
     "CheckpointConflictError",
@@ -66,21 +88,29 @@ __all__ = [
     "CodecError",
     "ConfigurationError",
     "DurableAgentError",
+    "DurableOptions",
     "FeatureUnavailableError",
     "GenerateTextResult",
     "InMemorySessionStore",
     "LanguageModel",
+    "MODEL_CALL",
     "Message",
     "ModelPrice",
     "ModelRequest",
     "NATIVE",
     "PrepareStepContext",
+    "RUN_TAKEN_OVER_MESSAGE",
     "RunAbortedError",
+    "RunLeaseHeldError",
+    "RunSuspendedError",
     "ScriptedModel",
     "ScriptedResponse",
     "ScriptedToolCall",
     "Session",
     "SessionStore",
+    "StaleEpochError",
+    "StepFailedError",
+    "StepKeyError",
     "StepOverrides",
     "StepResult",
     "StopContext",
@@ -94,14 +124,21 @@ __all__ = [
     "agent_tool",
     "call",
     "cost_exceeds",
+    "create_memory_durable_state",
+    "create_memory_runtime",
     "current_tool_call",
     "deserialize_checkpoint",
     "generate_text",
+    "memory_runtime",
+    "nested_call",
+    "parse_step_key",
+    "payload_matches_call",
     "reply",
     "resume_from_checkpoint",
     "resume_stream_from_checkpoint",
     "serialize_checkpoint",
     "step_count_is",
+    "step_key",
     "stream_chat",
     "total_tokens_exceed",
 ]

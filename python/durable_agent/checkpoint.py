@@ -65,6 +65,13 @@ class ToolApprovalRequest:
     agent_path: tuple[str, ...] | None = None
     token: str | None = None
 
+    def __post_init__(self) -> None:
+        path = self.agent_path
+        if path is not None:
+            if isinstance(path, str) or not all(isinstance(p, str) for p in path):
+                raise TypeError("agent_path must be a sequence of agent names (str), not a single str")
+            object.__setattr__(self, "agent_path", tuple(path))
+
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "approval_id": self.approval_id,

@@ -22,22 +22,31 @@ from typing import Any
 
 from ._util import maybe_await
 from .checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, ToolApprovalResponse, Usage
-from .errors import CheckpointNotFoundError, ConfigurationError, RunAbortedError
+from .errors import CheckpointNotFoundError, ConfigurationError, RunAbortedError, RunSuspendedError, is_control_error
 from .messages import Message, content_parts
 from .models import ModelRequest
+from .runtime.keys import MODEL_CALL, step_key
+from .runtime.records import StepRequest
+from .runtime.scope import StepLive
 from .options import PrepareStepContext, RunOptions, StepOverrides, logger
 from .results import FinishReason, Part, StepResult
+from .signing import APPROVAL_TOKEN_DENIED_REASON
 from .stop import StopContext
 from .tools import Tool
 
 DENIED_REASON = "The user denied this tool call."
 UNANSWERED_REASON = "No verdict was given for this tool call, so it was denied."
 CLIENT_TOOL_PLACEHOLDER = "No result provided for this client tool."
-TOKEN_DENIED_REASON = "Approval token missing, invalid, expired, or bound to another run."
+TOOL_INTERRUPTED_MESSAGE = (
+    "This tool call was interrupted: the process running it stopped before it finished, so its effect may or "
+    "may not have happened. It was not run again."
+)
 
 
 class SubAgentSuspended(Exception):
     """Control signal: a durable sub-agent suspended; its parent must suspend too. Never recorded."""
+
+    durable_control = True
 
     def __init__(self, requests: Sequence[ToolApprovalRequest]) -> None:
         super().__init__("sub-agent suspended")
@@ -102,8 +111,22 @@ class _Phase:
         return bool(self.approvals or self.client_calls or self.child_suspended)
 
 
-def _tool_message(results: list[dict[str, Any]]) -> Message:
+def tool_message(results: list[dict[str, Any]]) -> Message:
     return {"role": "tool", "content": results}  # type: ignore[typeddict-item]
+
+
+def assistant_message(
+    text: str, tool_calls: Sequence[dict[str, Any]], approvals: Sequence[ToolApprovalRequest] = ()
+) -> Message:
+    """The assistant message of a step: its text, its tool calls, and a marker per call awaiting a verdict."""
+    content: list[Any] = [{"type": "text", "text": text}] if text else []
+    content.extend({"type": "tool-call", **{k: c[k] for k in ("tool_call_id", "tool_name", "input")}}
+                   for c in tool_calls)
+    content.extend(
+        {"type": "tool-approval-request", "approval_id": r.approval_id, "tool_call_id": r.tool_call_id}
+        for r in approvals
+    )
+    return {"role": "assistant", "content": content}
 
 
 def unresolved_calls(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], dict[str, str]]:
@@ -129,6 +152,52 @@ def unresolved_calls(messages: Sequence[Message]) -> tuple[list[dict[str, Any]],
     calls = [dict(p) for p in parts if p["type"] == "tool-call" and p["tool_call_id"] not in answered]
     approvals = {p["tool_call_id"]: p["approval_id"] for p in parts if p["type"] == "tool-approval-request"}
     return calls, approvals
+
+
+@dataclass(slots=True)
+class _ModelTurn:
+    """What one model call produced; its JSON form is the model step's stored result."""
+
+    text: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str = "stop"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "tool_calls": self.tool_calls, "usage": self.usage.to_dict(),
+                "finish_reason": self.finish_reason}
+
+    def replay(self, stored: dict[str, Any]) -> list[Part]:
+        """Take a replayed model step's stored result; the parts a live call would have streamed."""
+        self.text, self.tool_calls = stored["text"], list(stored["tool_calls"])
+        self.usage, self.finish_reason = Usage.from_dict(stored["usage"]), stored["finish_reason"]
+        text = [{"type": "text-delta", "text": self.text}] if self.text else []
+        return [*text, *({"type": "tool-call", **c} for c in self.tool_calls)]
+
+
+async def _drain(parts: asyncio.Queue[Part], step: Any, turn: _ModelTurn) -> AsyncIterator[Part]:
+    """Yield the parts a journaled model step streams while it runs; for a replayed step, its stored ones."""
+    task = asyncio.ensure_future(step)
+    try:
+        while not task.done() or not parts.empty():
+            if not parts.empty():
+                yield parts.get_nowait()
+                continue
+            getter = asyncio.ensure_future(parts.get())
+            await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                yield getter.result()
+            else:
+                getter.cancel()
+        outcome = task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+    if outcome.status != "completed":
+        raise RuntimeError("a model step cannot be interrupted: it is always safe to run again")
+    if outcome.replayed:
+        for part in turn.replay(outcome.value):
+            yield part
 
 
 def approval_part(request: ToolApprovalRequest) -> Part:
@@ -225,6 +294,9 @@ class AgentLoop:
         signal = self.options.signal
         if signal is not None and signal.is_set():
             raise RunAbortedError(self.run_id)
+        suspend = self.options.suspend_signal
+        if suspend is not None and suspend.is_set():
+            raise RunSuspendedError()
 
     # ------------------------------------------------------------------ steps
 
@@ -242,34 +314,24 @@ class AgentLoop:
                 if overrides.active_tools is None or name in overrides.active_tools
             ),
         )
-        text_parts: list[str] = []
-        calls: list[_Call] = []
-        usage, model_finish = Usage(), "stop"
-        async for event in model.stream(request):
-            self._check_abort()
-            if event["type"] == "text-delta":
-                text_parts.append(event["text"])
-                yield {"type": "text-delta", "text": event["text"]}
-            elif event["type"] == "tool-call":
-                call = _Call(event["tool_call_id"], event["tool_name"], event["input"])
-                calls.append(call)
-                yield call.as_part()
-            elif event["type"] == "finish":
-                usage, model_finish = event["usage"], event["finish_reason"]
+        turn = _ModelTurn()
+        async for part in self._call_model(model, request, step_index, turn):
+            yield part
         self._check_abort()
+        usage, model_finish, text = turn.usage, turn.finish_reason, turn.text
+        calls = [_Call(c["tool_call_id"], c["tool_name"], c["input"]) for c in turn.tool_calls]
         self.usage, self.total_usage = self.usage + usage, self.total_usage + usage
-        text = "".join(text_parts)
 
         phase = _Phase()
         if calls:
             await self._decide(calls, settling=False)
             phase = self._pending_of(calls)
-        assistant = self._assistant_message(text, calls, phase)
+        assistant = assistant_message(text, [c.as_part() for c in calls], phase.approvals)
         self.messages = [*self.messages, assistant]
         if calls and not phase.suspends:
             phase = await self._execute(calls)
             if not phase.suspends:
-                self.messages = [*self.messages, _tool_message(phase.results)]
+                self.messages = [*self.messages, tool_message(phase.results)]
                 for result in phase.results:
                     yield result
         if phase.suspends:
@@ -285,6 +347,42 @@ class AgentLoop:
         self._next_index = step_index + 1
         if finish is not None:
             yield self._finish(finish)
+
+    async def _call_model(
+        self, model: Any, request: ModelRequest, step_index: int, turn: _ModelTurn
+    ) -> AsyncIterator[Part]:
+        """Stream one model call into `turn`, through the run scope's journal when there is one."""
+        scope = self.options.scope
+        if scope is None:
+            async for part in self._stream_model(model, request, turn, None):
+                yield part
+            return
+        parts: asyncio.Queue[Part] = asyncio.Queue()
+
+        async def live(context: Any) -> dict[str, Any]:
+            async for part in self._stream_model(model, request, turn, context):
+                parts.put_nowait(part)
+            return turn.to_json()
+
+        step_request = StepRequest(step_key(self.run_id or "run", step_index, MODEL_CALL), "model", "safe",
+                                   {"model": model.model_id})
+        async for part in _drain(parts, scope.step(step_request, StepLive(callbacks=live)), turn):
+            yield part
+
+    async def _stream_model(self, model: Any, request: ModelRequest, turn: _ModelTurn, context: Any) -> AsyncIterator[Part]:
+        async for event in model.stream(request):
+            self._check_abort()
+            if event["type"] == "text-delta":
+                turn.text += event["text"]
+                if context is not None and context.on_progress is not None:
+                    await context.on_progress({"type": "text", "delta": event["text"]})
+                yield {"type": "text-delta", "text": event["text"]}
+            elif event["type"] == "tool-call":
+                call = {"tool_call_id": event["tool_call_id"], "tool_name": event["tool_name"], "input": event["input"]}
+                turn.tool_calls.append(call)
+                yield {"type": "tool-call", **call}
+            elif event["type"] == "finish":
+                turn.usage, turn.finish_reason = event["usage"], event["finish_reason"]
 
     async def _prepare(self, step_index: int) -> StepOverrides:
         if self.options.prepare_step is None:
@@ -327,16 +425,6 @@ class AgentLoop:
         self.finish_reason = reason
         return {"type": "finish", "finish_reason": reason, "usage": self.usage, "total_usage": self.total_usage}
 
-    @staticmethod
-    def _assistant_message(text: str, calls: list[_Call], phase: _Phase) -> Message:
-        content: list[Any] = [{"type": "text", "text": text}] if text else []
-        content.extend(c.as_part() for c in calls)
-        content.extend(
-            {"type": "tool-approval-request", "approval_id": r.approval_id, "tool_call_id": r.tool_call_id}
-            for r in phase.approvals
-        )
-        return {"role": "assistant", "content": content}
-
     # ------------------------------------------------------------ settle phase
 
     async def _settle(self, raw_calls: list[dict[str, Any]], approval_ids: dict[str, str]) -> AsyncIterator[Part]:
@@ -351,7 +439,7 @@ class AgentLoop:
             self._next_index = step_index + 1
             yield self._finish("suspended")
             return
-        self.messages = [*self.messages, _tool_message(phase.results)]
+        self.messages = [*self.messages, tool_message(phase.results)]
         for result in phase.results:
             yield result
         await self._save(step_index, "running")
@@ -390,7 +478,7 @@ class AgentLoop:
         elif not verdict.approved:
             call.result = call.outcome(verdict.reason or DENIED_REASON, True)
         elif not self._token_allows(verdict, call, approval_id):
-            call.result = call.outcome(TOKEN_DENIED_REASON, True)
+            call.result = call.outcome(APPROVAL_TOKEN_DENIED_REASON, True)
         elif call.tool is not None and call.tool.is_client_tool:
             call.result = call.outcome(CLIENT_TOOL_PLACEHOLDER, True)
 
@@ -470,13 +558,26 @@ class AgentLoop:
         return phase
 
     async def _run_tool(self, call: _Call) -> dict[str, Any]:
+        """Run one tool call, through the run scope's journal when there is one."""
+        assert call.tool is not None
+        scope = self.options.scope
+        if scope is None:
+            return await self._execute_tool(call)
+        request = StepRequest(step_key(self.run_id or "run", self._next_index, call.tool_call_id), "tool",
+                              call.tool.replay, {"tool_name": call.tool_name, "tool_call_id": call.tool_call_id})
+        outcome = await scope.step(request, StepLive(callbacks=lambda context: self._execute_tool(call)))
+        if outcome.status == "interrupted":
+            return call.outcome(TOOL_INTERRUPTED_MESSAGE, True)
+        return dict(outcome.value)
+
+    async def _execute_tool(self, call: _Call) -> dict[str, Any]:
         assert call.tool is not None and call.tool.execute is not None
         token = _current_call.set(ToolCallContext(self.options, self.run_id, call.tool_call_id, call.tool_name))
         try:
             output = await maybe_await(call.tool.execute(call.parsed))
-        except (SubAgentSuspended, RunAbortedError):
-            raise
         except Exception as exc:  # noqa: BLE001 - a failing tool is a result the model can react to
+            if is_control_error(exc):
+                raise
             logger.info("tool %s (%s) failed: %r", call.tool_name, call.tool_call_id, exc)
             return call.outcome(f"{type(exc).__name__}: {exc}", True)
         finally:
@@ -527,5 +628,7 @@ class AgentLoop:
         )
         try:
             await maybe_await(self.options.session.store.save(checkpoint))
-        except Exception:  # noqa: BLE001 - durability must never kill a run
+        except Exception as exc:  # noqa: BLE001 - durability must never kill a run...
+            if is_control_error(exc):
+                raise  # ...but a writer that lost its lease must stop at once
             logger.exception("saving checkpoint %s failed; the run continues", checkpoint.step_id)
