@@ -80,6 +80,7 @@ class ConfigurationError(DurableAgentError, ValueError):
 class RunAbortedError(DurableAgentError, RuntimeError):
     """The caller aborted the run through its `signal`; the interrupted step was not checkpointed."""
 
+    durable_control = True
     code = "run_aborted"
 
     def __init__(self, run_id: str | None = None) -> None:
@@ -114,6 +115,7 @@ class StaleEpochError(DurableAgentError, RuntimeError):
     The run stops at once, with no final save.
     """
 
+    durable_control = True
     code = "stale_epoch"
 
     def __init__(self, session_id: str, epoch: int) -> None:
@@ -137,6 +139,7 @@ class RunLeaseHeldError(DurableAgentError, RuntimeError):
 class RunSuspendedError(DurableAgentError, RuntimeError):
     """`Agent.suspend()` stopped the run; it stays resumable from its last committed step. A control error."""
 
+    durable_control = True
     code = "run_suspended"
 
     def __init__(self) -> None:
@@ -171,3 +174,13 @@ class SubmissionConflictError(DurableAgentError, ValueError):
         super().__init__(f"request id {request_id!r} of session {session_id!r} was already used for another input")
         self.session_id = session_id
         self.request_id = request_id
+
+
+def is_control_error(error: BaseException) -> bool:
+    """True for the errors that stop or suspend a run (abort, suspension, takeover, a sub-agent's suspension).
+
+    The loop re-raises them untouched instead of reporting a failed call, and a run scope
+    never records them as a step's failure. Any exception class may opt in with a class
+    attribute ``durable_control = True``.
+    """
+    return getattr(error, "durable_control", False) is True

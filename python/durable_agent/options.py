@@ -100,7 +100,9 @@ class RunOptions:
     clock: Callable[[], int] = wall_clock_ms
     generate_id: Callable[[], str] = random_id
     runaway_limit: int = 3
-    agent_path: tuple[str, ...] = ()
+    agent_path: tuple[str, ...] = ()  # internal: set for sub-agents
+    scope: Any = None  # internal: the run scope of a durable runtime (Agent)
+    suspend_signal: AbortSignal | None = None  # internal: Agent.suspend()
 
     @classmethod
     def build(cls, model: Any, session: Session | None, options: Mapping[str, Any], **internal: Any) -> RunOptions:

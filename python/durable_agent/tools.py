@@ -5,6 +5,11 @@ then also validates and converts the input), an optional `execute` (sync or asyn
 one the tool is a *client tool* whose result the caller supplies), and an optional
 `needs_approval` (a bool, or a function of the input, sync or async).
 
+`replay` tells a durable runtime what to do with a call that started and never finished
+(its process died): ``"unsafe"`` (the default: a tool with side effects must not run twice
+by accident) reports it to the model as interrupted; ``"safe"`` (reads, pure computations)
+runs it again.
+
 Input that fails validation never reaches `execute`: the model gets an `is_error` result
 describing what was wrong, and can try again.
 """
@@ -13,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ._schema import validate
 from ._util import maybe_await
@@ -31,8 +36,11 @@ class Tool:
     parameters: Any = field(default_factory=lambda: {"type": "object"})
     execute: Callable[[Any], Any] | None = None
     needs_approval: bool | ApprovalPredicate = False
+    replay: Literal["safe", "unsafe"] = "unsafe"
 
     def __post_init__(self) -> None:
+        if self.replay not in ("safe", "unsafe"):
+            raise ConfigurationError("Tool replay must be 'safe' or 'unsafe'")
         if not (isinstance(self.parameters, Mapping) or _is_pydantic_model(self.parameters)):
             raise ConfigurationError("Tool parameters must be a JSON-Schema dict or a pydantic model class")
         if self.execute is not None and not callable(self.execute):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import RunSuspendedError, StaleEpochError, SubmissionConflictError
+from ..errors import StaleEpochError, SubmissionConflictError, is_control_error
 from ..options import wall_clock_ms
 from ..session import InMemorySessionStore
 from .records import (
@@ -65,6 +65,7 @@ class MemoryDurableState:
     queues: dict[str, list[Any]] = field(default_factory=dict)
     submissions: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     tool_state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    last_runs: dict[str, str] = field(default_factory=dict)
     session_store: InMemorySessionStore = field(default_factory=InMemorySessionStore)
 
     def clone(self) -> MemoryDurableState:
@@ -221,6 +222,11 @@ class MemoryLease:
         self._runtime.backend.guard(session_id, epoch)
         self._leases.setdefault(session_id, LeaseRow()).resumable_run = run_id
 
+    async def marked_run(self, session_id: str) -> str | None:
+        """The session's run marked in progress, if any."""
+        row = self._leases.get(session_id)
+        return row.resumable_run if row is not None else None
+
     async def resumable(self, *, stale_at: int, session_id: str | None = None) -> list[ResumableRun]:
         runs = []
         for sid, row in self._leases.items():
@@ -292,6 +298,20 @@ class MemoryToolStateStore:
         return self._runtime.state.tool_state.get(self._session_id, {}).get(key, default)
 
 
+class MemoryRunBook:
+    """Which run of each session is the latest (its checkpoint holds the session's history)."""
+
+    def __init__(self, runtime: MemoryRuntime) -> None:
+        self._runtime = runtime
+
+    async def last(self, session_id: str) -> str | None:
+        return self._runtime.state.last_runs.get(session_id)
+
+    async def set_last(self, session_id: str, run_id: str, epoch: int | None) -> None:
+        self._runtime.backend.guard(session_id, epoch)
+        self._runtime.state.last_runs[session_id] = run_id
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryStores:
     """Everything a run persists, behind one runtime."""
@@ -309,6 +329,10 @@ class MemoryStores:
     @property
     def submissions(self) -> MemorySubmissionStore:
         return MemorySubmissionStore(self.runtime)
+
+    @property
+    def runs(self) -> MemoryRunBook:
+        return MemoryRunBook(self.runtime)
 
     def tool_state(self, session_id: str) -> MemoryToolStateStore:
         return MemoryToolStateStore(self.runtime, session_id)
@@ -335,7 +359,7 @@ class MemoryRuntime:
             listener(error)
 
     def is_control_error(self, error: BaseException) -> bool:
-        return isinstance(error, (RunSuspendedError, StaleEpochError))
+        return is_control_error(error)
 
     async def open_run(self, *, session_id: str, run_id: str, handlers: Mapping[str, StepHandler],
                        epoch: int | None = None) -> JournalScope:

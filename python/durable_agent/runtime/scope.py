@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .._kernels import kernels
-from ..errors import CodecError, ScopeClosedError, StepFailedError
+from ..errors import CodecError, ScopeClosedError, StepFailedError, is_control_error
 from .records import (
     AwakeableRecord,
     StepCompleted,
@@ -199,7 +199,7 @@ class JournalScope:
         try:
             value = await handler(request.payload, context)
         except BaseException as exc:
-            if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)) or self._is_control_error(exc):
+            if not isinstance(exc, Exception) or is_control_error(exc) or self._is_control_error(exc):
                 raise
             await self._put(request, "failed", error=error_record(exc))
             raise

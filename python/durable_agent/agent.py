@@ -1,0 +1,285 @@
+"""`Agent`: a conversation (a session of runs) on a durable runtime, with `run`, `resume` and `suspend`.
+
+Each `run(prompt)` is one run of the session: its model calls and tool calls are steps
+journaled by the runtime, so a run a process death interrupted continues where it was:
+the finished model call is not requested again, finished tools do not run again, and an
+``unsafe`` tool that started and never finished is reported to the model as interrupted.
+
+A run holds its session's lease for as long as it goes (renewed in the background); every
+write it makes is fenced by the lease epoch, so a process that lost the lease stops with
+`StaleEpochError` instead of interleaving with the new owner.
+
+Without `durable`, the agent keeps its history in memory and nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Unpack
+
+from ._util import maybe_await
+from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage
+from .errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError
+from .generate import _consume, generate_text
+from .loop import TOOL_INTERRUPTED_MESSAGE, AgentLoop, assistant_message, tool_message, unresolved_calls
+from .messages import Message
+from .models import LanguageModel
+from .options import CallOptions, RunOptions, logger, random_id, wall_clock_ms
+from .results import GenerateTextResult
+from .runtime.keys import MODEL_CALL, step_key
+from .runtime.records import StepRecord
+from .session import Session
+from .tools import Tool
+
+
+@dataclass(frozen=True, slots=True)
+class DurableOptions:
+    """The runtime every run of an agent goes through, and what `run()` does with an interrupted run.
+
+    ``on_interrupted="heal"`` (default): `run()` answers the interrupted run's open tool
+    calls as interrupted and starts the new run (call `resume()` first to continue it
+    instead). ``"resume"``: `run()` first continues the interrupted run when its process is
+    gone, then runs the prompt unless the resumed run suspended.
+    `stale_after_ms`: a lease not renewed for this long counts as lapsed.
+    """
+
+    runtime: Any
+    on_interrupted: Literal["heal", "resume"] = "heal"
+    stale_after_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if self.on_interrupted not in ("heal", "resume"):
+            raise ConfigurationError("on_interrupted must be 'heal' or 'resume'")
+        if type(self.stale_after_ms) is not int or self.stale_after_ms <= 0:
+            raise ConfigurationError("stale_after_ms must be a positive int")
+
+
+async def _run_callback(payload: Any, context: Any) -> Any:
+    """Every step kind of the loop runs the closure it hands over in `StepLive.callbacks`."""
+    return await context.callbacks(context)
+
+
+_HANDLERS = {"model": _run_callback, "tool": _run_callback}
+
+
+def healed_history(checkpoint: AgentCheckpoint, records: Sequence[StepRecord]) -> list[Message] | None:
+    """The history of an interrupted run with its step in flight closed from its records; None if nothing changes."""
+    messages = list(checkpoint.messages)
+    turn = checkpoint.step_index + 1
+    done = {r.key: r.result for r in records if r.status == "done"}
+    model_answer = done.get(step_key(checkpoint.run_id, turn, MODEL_CALL))
+    if model_answer is not None:
+        messages.append(assistant_message(model_answer["text"], model_answer["tool_calls"]))
+    calls, _ = unresolved_calls(messages)
+    if not calls and model_answer is None:
+        return None
+    if calls:
+        answers = [
+            done.get(step_key(checkpoint.run_id, turn, c["tool_call_id"]))
+            or {"type": "tool-result", "tool_call_id": c["tool_call_id"], "tool_name": c["tool_name"],
+                "output": TOOL_INTERRUPTED_MESSAGE, "is_error": True}
+            for c in calls
+        ]
+        messages.append(tool_message(answers))
+    return messages
+
+
+class Agent:
+    """A model, its tools and a session: `await agent.run(prompt)`, `await agent.resume()`, `agent.suspend()`."""
+
+    def __init__(  # type: ignore[misc]  # `tools` is a named parameter here, not one of **options
+        self,
+        *,
+        model: LanguageModel,
+        tools: dict[str, Tool] | None = None,
+        durable: DurableOptions | None = None,
+        session_id: str | None = None,
+        system: str | None = None,
+        **options: Unpack[CallOptions],
+    ) -> None:
+        if durable is not None and not session_id:
+            raise ConfigurationError("a durable Agent needs a session_id")
+        self.model = model
+        self.tools = dict(tools or {})
+        self.durable = durable
+        self.session_id = session_id
+        self.system = system
+        self._options: dict[str, Any] = dict(options)
+        RunOptions.build(model, None, {"tools": self.tools, **self._options})  # fail early on bad options
+        self._history: list[Message] = [{"role": "system", "content": system}] if system else []
+        self._suspend: asyncio.Event | None = None  # created inside the running loop of each run
+
+    # ------------------------------------------------------------------ public
+
+    def suspend(self) -> None:
+        """Stop the run in progress at its next step boundary check; it stays resumable (`RunSuspendedError`)."""
+        if self._suspend is not None:
+            self._suspend.set()
+
+    async def run(self, prompt: str) -> GenerateTextResult:
+        """Run `prompt` as the session's next run and return its outcome."""
+        if self.durable is None:
+            result = await generate_text(model=self.model, tools=self.tools,
+                                         messages=[*self._history, {"role": "user", "content": prompt}],
+                                         **self._options)
+            self._history = list(result.messages)
+            return result
+        listed = await self.durable.runtime.lease.resumable(session_id=self.session_id, stale_at=self._stale_at())
+        epoch = await self._claim()
+        try:
+            interrupted = await self._interrupted_run()
+            if interrupted is not None and self.durable.on_interrupted == "resume" and any(
+                r.run_id == interrupted for r in listed
+            ):
+                resumed = await self._drive(interrupted, epoch, ())
+                if resumed.finish_reason == "suspended":
+                    return resumed
+            elif interrupted is not None:
+                await self._heal(interrupted, epoch)
+            history = await self._session_history()
+            run_id = self._generate_id()
+            runtime = self.durable.runtime
+            await runtime.stores.runs.set_last(self.session_id, run_id, epoch)
+            await runtime.lease.mark_resumable(self.session_id, run_id, epoch)
+            start = AgentCheckpoint(run_id=run_id, step_index=0, status="running", usage=Usage(),
+                                    messages=[*history, {"role": "user", "content": prompt}], created_at=self._now())
+            await maybe_await(runtime.stores.session.save(start))
+            return await self._drive(run_id, epoch, ())
+        finally:
+            await self._release(epoch)
+
+    async def resume(
+        self, *, run_id: str | None = None, approval_responses: Sequence[ToolApprovalResponse] = ()
+    ) -> GenerateTextResult | None:
+        """Continue the session's unfinished run (or `run_id`); None when there is nothing to continue.
+
+        A run suspended on approvals is settled from `approval_responses`.
+        """
+        if self.durable is None:
+            return None
+        epoch = await self._claim()
+        try:
+            target = run_id or await self._interrupted_run() or await self._suspended_last_run()
+            if target is None:
+                return None
+            return await self._drive(target, epoch, approval_responses)
+        finally:
+            await self._release(epoch)
+
+    # ----------------------------------------------------------------- driving
+
+    async def _drive(self, run_id: str, epoch: int, responses: Sequence[ToolApprovalResponse]) -> GenerateTextResult:
+        assert self.durable is not None and self.session_id is not None
+        runtime = self.durable.runtime
+        self._suspend = asyncio.Event()
+        scope = await runtime.open_run(session_id=self.session_id, run_id=run_id, handlers=_HANDLERS, epoch=epoch)
+        renewer = asyncio.ensure_future(self._renew(epoch))
+        try:
+            await self._join_partials(scope, run_id)
+            options = {**self._options, "approval_responses": list(responses)} if responses else self._options
+            run_options = RunOptions.build(self.model, Session(runtime.stores.session, run_id),
+                                           {"tools": self.tools, **options},
+                                           scope=scope, suspend_signal=self._suspend)
+            result = await _consume(AgentLoop(run_options, None, resume_run_id=run_id))
+        except RunSuspendedError:
+            logger.info("run %s suspended; it stays resumable", run_id)
+            raise
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            await scope.close()
+        await runtime.lease.mark_resumable(self.session_id, None, epoch)
+        return result
+
+    async def _join_partials(self, scope: Any, run_id: str) -> None:
+        """Turn the text a crashed model step had streamed into an aborted assistant turn of the history."""
+        store = self.durable.runtime.stores.session  # type: ignore[union-attr]
+        checkpoint = await maybe_await(store.load(run_id))
+        if checkpoint is None:
+            return
+        key = step_key(run_id, checkpoint.step_index + 1, MODEL_CALL)
+        partials = [p for p in await scope.stored_partials() if p.step_key == key]
+        if not partials or any(r.key == key and r.status == "done" for r in await scope.stored_steps()):
+            return
+        text = "".join(p.text for p in sorted(partials, key=lambda p: p.seq))
+        aborted: Message = {"role": "assistant", "content": [{"type": "text", "text": text}]}
+        await maybe_await(store.save(AgentCheckpoint(
+            run_id=run_id, step_index=checkpoint.step_index + 1, status="running", usage=checkpoint.usage,
+            messages=[*checkpoint.messages, aborted], created_at=self._now(),
+        )))
+
+    async def _heal(self, run_id: str, epoch: int) -> None:
+        """Close an interrupted run without running anything: finish its step in flight from its records.
+
+        The model answer of that step (if its call finished) joins the history; each of its
+        tool calls gets its recorded result, or an interrupted marker when it never finished.
+        """
+        runtime = self.durable.runtime  # type: ignore[union-attr]
+        store = runtime.stores.session
+        checkpoint = await maybe_await(store.load(run_id))
+        if checkpoint is not None:
+            scope = await runtime.open_run(session_id=self.session_id, run_id=run_id, handlers={}, epoch=epoch)
+            try:
+                healed = healed_history(checkpoint, await scope.stored_steps())
+            finally:
+                await scope.close()
+            if healed is not None:
+                await maybe_await(store.save(AgentCheckpoint(
+                    run_id=run_id, step_index=checkpoint.step_index + 1, status="completed", usage=checkpoint.usage,
+                    messages=healed, created_at=self._now(),
+                )))
+        await runtime.lease.mark_resumable(self.session_id, None, epoch)
+
+    # ------------------------------------------------------------ bookkeeping
+
+    async def _session_history(self) -> list[Message]:
+        runtime = self.durable.runtime  # type: ignore[union-attr]
+        last = await runtime.stores.runs.last(self.session_id)
+        checkpoint = await maybe_await(runtime.stores.session.load(last)) if last else None
+        if checkpoint is not None:
+            return list(checkpoint.messages)
+        return list(self._history)
+
+    async def _interrupted_run(self) -> str | None:
+        """The session's run still marked in progress: a process died (or suspended) while running it."""
+        return await self.durable.runtime.lease.marked_run(self.session_id)  # type: ignore[union-attr,no-any-return]
+
+    async def _suspended_last_run(self) -> str | None:
+        runtime = self.durable.runtime  # type: ignore[union-attr]
+        last = await runtime.stores.runs.last(self.session_id)
+        checkpoint = await maybe_await(runtime.stores.session.load(last)) if last else None
+        return last if checkpoint is not None and checkpoint.status == "suspended" else None
+
+    async def _claim(self) -> int:
+        assert self.durable is not None and self.session_id is not None
+        lease = self.durable.runtime.lease
+        claim = await lease.claim(self.session_id, stale_at=self._stale_at())
+        if not claim.claimed:
+            raise RunLeaseHeldError(self.session_id, claim.owner)
+        return int(claim.epoch)
+
+    async def _release(self, epoch: int) -> None:
+        with contextlib.suppress(Exception):
+            await self.durable.runtime.lease.release(self.session_id, epoch)  # type: ignore[union-attr]
+
+    async def _renew(self, epoch: int) -> None:
+        interval = self.durable.stale_after_ms / 3000  # type: ignore[union-attr]
+        while True:
+            await asyncio.sleep(interval)
+            if not await self.durable.runtime.lease.renew(self.session_id, epoch):  # type: ignore[union-attr]
+                return  # lost: the next fenced write raises StaleEpochError and stops the run
+
+    def _stale_at(self) -> int:
+        return self._now() - self.durable.stale_after_ms  # type: ignore[union-attr]
+
+    def _now(self) -> int:
+        clock = self._options.get("clock") or wall_clock_ms
+        return int(clock())
+
+    def _generate_id(self) -> str:
+        generate = self._options.get("generate_id") or random_id
+        return str(generate())

@@ -1,0 +1,233 @@
+"""`Agent` on the memory runtime: replay of the step in flight, leases and fencing, heal/resume, suspend.
+
+A "process death" is simulated in-process by a control error raised mid-step (it is never
+recorded, exactly like a SIGKILL); a second runtime over the same state plays the new process.
+The crash tests with real processes live in test_crash_journal.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from agent_kit import Ledger
+
+from durable_agent import (
+    Agent,
+    DurableOptions,
+    ModelRequest,
+    RunLeaseHeldError,
+    RunSuspendedError,
+    ScriptedModel,
+    StaleEpochError,
+    Tool,
+    Usage,
+    call,
+    reply,
+)
+from durable_agent.errors import RUN_TAKEN_OVER_MESSAGE
+from durable_agent.runtime import RunOwner, create_memory_durable_state, memory_runtime
+
+
+class Crash(RunSuspendedError):
+    """Stands for the process dying here: a control error, so nothing records it."""
+
+
+def agent_on(state: Any, model: Any, tools: dict[str, Tool], **kwargs: Any) -> Agent:
+    return Agent(model=model, tools=tools, durable=DurableOptions(memory_runtime(state=state), **kwargs),
+                 session_id="chat-1")
+
+
+async def test_without_a_runtime_the_agent_keeps_history_in_memory() -> None:
+    model = ScriptedModel(["first answer", "second answer"])
+    agent = Agent(model=model)
+    await agent.run("one")
+    second = await agent.run("two")
+    assert second.text == "second answer"
+    assert [m["role"] for m in model.requests[1].messages] == ["user", "assistant", "user"]
+    assert await agent.resume() is None
+
+
+async def test_runs_of_a_session_share_its_history() -> None:
+    state = create_memory_durable_state()
+    model = ScriptedModel(["hello", "again"])
+    await agent_on(state, model, {}).run("hi")
+    second = await agent_on(state, model, {}).run("and now?")  # another process, same session
+    assert second.text == "again"
+    assert [m["content"] for m in model.requests[1].messages] == ["hi", [{"type": "text", "text": "hello"}], "and now?"]
+
+
+async def test_resume_replays_the_step_in_flight() -> None:
+    """A finished model call is not requested again, a finished tool does not run again,
+    and an unsafe tool that started and never finished is reported as interrupted."""
+    state = create_memory_durable_state()
+    ledger = Ledger()
+    crashed = [False]
+
+    def charge(args: Any) -> str:
+        ledger.entries.append(("charge", args))
+        if not crashed[0]:
+            crashed[0] = True
+            raise Crash()  # the process dies while the card is being charged
+        return "charged"
+
+    tools = {"lookup": Tool(execute=lambda a: ledger.entries.append(("lookup", a)) or "found", replay="safe"),
+             "charge": Tool(execute=charge)}
+    model = ScriptedModel([reply("", call("lookup", {"id": 1}), call("charge", {"usd": 5})), "Reported."])
+    with pytest.raises(Crash):
+        await agent_on(state, model, tools, stale_after_ms=1).run("buy it")
+    assert len(model.requests) == 1
+
+    resumed = await agent_on(state, model, tools).resume()
+    assert resumed is not None and resumed.text == "Reported."
+    assert len(model.requests) == 2  # the first model call was answered from its record
+    assert ledger.entries == [("lookup", {"id": 1}), ("charge", {"usd": 5})]  # nothing ran twice
+    lookup, charge_result = resumed.messages[2]["content"]
+    assert lookup["output"] == "found" and not lookup["is_error"]
+    assert charge_result["is_error"] and "interrupted" in charge_result["output"]
+    assert await agent_on(state, model, tools).resume() is None  # nothing left to continue
+
+
+async def test_safe_tools_run_again_after_a_crash() -> None:
+    state = create_memory_durable_state()
+    runs: list[int] = []
+
+    def read(args: Any) -> str:
+        runs.append(1)
+        if len(runs) == 1:
+            raise Crash()
+        return "content"
+
+    tools = {"read": Tool(execute=read, replay="safe")}
+    model = ScriptedModel([reply("", call("read", {})), "ok"])
+    with pytest.raises(Crash):
+        await agent_on(state, model, tools).run("x")
+    resumed = await agent_on(state, model, tools).resume()
+    assert resumed is not None and resumed.messages[2]["content"][0]["output"] == "content" and len(runs) == 2
+
+
+class StreamsThenDies:
+    """A model whose first answer dies mid-stream (after some text), then answers normally."""
+
+    model_id = "flaky"
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        self.requests.append(request)
+        if len(self.requests) == 1:
+            for delta in ("The answer ", "is "):
+                yield {"type": "text-delta", "text": delta}
+            raise Crash()
+        yield {"type": "text-delta", "text": "42."}
+        yield {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 1, 2)}
+
+
+async def test_stream_partials_become_an_aborted_assistant_turn_on_resume() -> None:
+    state = create_memory_durable_state()
+    model = StreamsThenDies()
+    with pytest.raises(Crash):
+        await agent_on(state, model, {"noop": Tool(execute=lambda a: None)}).run("question")
+    assert [p.text for p in await memory_runtime(state=state).inspect.partials()] == ["The answer ", "is "]
+    resumed = await agent_on(state, model, {"noop": Tool(execute=lambda a: None)}).resume()
+    assert resumed is not None
+    assert model.requests[1].messages[-1] == {"role": "assistant", "content": [{"type": "text", "text": "The answer is "}]}
+    assert resumed.text == "42."
+
+
+async def test_a_second_process_cannot_run_a_held_session() -> None:
+    state = create_memory_durable_state()
+    seen: list[str] = []
+
+    async def nested(args: Any) -> str:
+        try:
+            await agent_on(state, ScriptedModel(["never"]), {}).run("me too")
+        except RunLeaseHeldError as exc:
+            seen.append(str(exc))
+            assert exc.session_id == "chat-1" and exc.owner is not None
+        return "done"
+
+    model = ScriptedModel([reply("", call("nested", {})), "ok"])
+    await agent_on(state, model, {"nested": Tool(execute=nested)}).run("go")
+    assert seen and "held by" in seen[0]
+
+
+async def test_a_writer_that_lost_the_lease_stops_at_once_without_a_final_save() -> None:
+    state = create_memory_durable_state()
+    thief = memory_runtime(state=state)
+
+    async def steal(args: Any) -> str:
+        claim = await thief.lease.claim("chat-1", stale_at=10**15)  # another process takes the session over
+        assert claim.claimed
+        return "stolen"
+
+    model = ScriptedModel([reply("", call("steal", {})), reply("", call("steal", {})), "never"])
+    victim = memory_runtime(state=state)
+    victim.owner = RunOwner("laptop", 1, victim.owner.token)  # a laptop that went to sleep mid-run
+    agent = Agent(model=model, tools={"steal": Tool(execute=steal)}, durable=DurableOptions(victim),
+                  session_id="chat-1")
+    with pytest.raises(StaleEpochError) as info:
+        await agent.run("go")
+    assert RUN_TAKEN_OVER_MESSAGE in str(info.value)
+    run_id = state.last_runs["chat-1"]
+    assert state.session_store.load(run_id).step_index == 0  # type: ignore[union-attr]  # no save after takeover
+    assert len(model.requests) == 1
+
+
+async def test_heal_answers_the_interrupted_calls_and_starts_the_new_run() -> None:
+    state = create_memory_durable_state()
+    ledger = Ledger()
+
+    def dies(args: Any) -> None:
+        raise Crash()
+
+    model = ScriptedModel([reply("", call("dies", {})), "New run answer."])
+    with pytest.raises(Crash):
+        await agent_on(state, model, {"dies": Tool(execute=dies), "log": ledger.tool("log")}).run("first")
+    result = await agent_on(state, model, {"dies": Tool(execute=dies)}, stale_after_ms=1).run("second")
+    history = model.requests[-1].messages
+    assert history[2]["content"][0]["is_error"] and "interrupted" in history[2]["content"][0]["output"]
+    assert history[3] == {"role": "user", "content": "second"}
+    assert result.text == "New run answer."
+
+
+async def test_on_interrupted_resume_continues_the_run_before_the_prompt() -> None:
+    state = create_memory_durable_state()
+    attempts: list[int] = []
+
+    def flaky(args: Any) -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise Crash()
+        return "fine"
+
+    tools = {"flaky": Tool(execute=flaky, replay="safe")}
+    model = ScriptedModel([reply("", call("flaky", {})), "first run done", "second run done"])
+    with pytest.raises(Crash):
+        await agent_on(state, model, tools, stale_after_ms=1).run("first")
+    import asyncio
+
+    await asyncio.sleep(0.01)  # let the dead run's lease go stale
+    result = await agent_on(state, model, tools, on_interrupted="resume", stale_after_ms=1).run("second")
+    assert result.text == "second run done" and len(attempts) == 2
+    assert [m["content"] for m in model.requests[-1].messages if m["role"] == "user"] == ["first", "second"]
+
+
+async def test_suspend_stops_the_run_and_resume_continues_it() -> None:
+    state = create_memory_durable_state()
+    holder: list[Agent] = []
+
+    def pause(args: Any) -> str:
+        holder[0].suspend()  # a host draining before it exits
+        return "paused here"
+
+    model = ScriptedModel([reply("", call("pause", {})), "after the pause"])
+    agent = agent_on(state, model, {"pause": Tool(execute=pause)})
+    holder.append(agent)
+    with pytest.raises(RunSuspendedError):
+        await agent.run("go")
+    resumed = await agent_on(state, model, {"pause": Tool(execute=pause)}).resume()
+    assert resumed is not None and resumed.text == "after the pause"
+    assert resumed.messages[2]["content"][0]["output"] == "paused here"  # replayed, not run again
