@@ -14,7 +14,9 @@ import pytest
 from agent_kit import Ledger
 
 from durable_agent import (
+    APPROVAL_TOKEN_DENIED_REASON,
     Agent,
+    ApprovalSigner,
     DurableOptions,
     ModelRequest,
     RunLeaseHeldError,
@@ -25,6 +27,7 @@ from durable_agent import (
     Usage,
     call,
     reply,
+    resolve_approval,
 )
 from durable_agent.errors import RUN_TAKEN_OVER_MESSAGE
 from durable_agent.runtime import RunOwner, create_memory_durable_state, memory_runtime
@@ -231,3 +234,42 @@ async def test_suspend_stops_the_run_and_resume_continues_it() -> None:
     resumed = await agent_on(state, model, {"pause": Tool(execute=pause)}).resume()
     assert resumed is not None and resumed.text == "after the pause"
     assert resumed.messages[2]["content"][0]["output"] == "paused here"  # replayed, not run again
+
+
+async def test_a_client_mode_approval_parks_on_an_awakeable_resolved_from_another_process() -> None:
+    state = create_memory_durable_state()
+    ledger = Ledger()
+    signer = ApprovalSigner("k" * 32)
+    tools = {"deploy": ledger.tool("deploy", needs_approval=True)}
+    model = ScriptedModel([reply("", call("deploy", {"v": 2})), "Deployed."])
+
+    def agent() -> Agent:
+        return Agent(model=model, tools=tools, durable=DurableOptions(memory_runtime(state=state)),
+                     session_id="chat-1", approval_signer=signer)
+
+    first = await agent().run("ship it")
+    assert first.finish_reason == "suspended"
+    (request,) = first.pending_approvals
+    awakeables = await memory_runtime(state=state).inspect.awakeables()
+    assert [a.id for a in awakeables] == [request.approval_id] and not awakeables[0].resolved
+
+    webhook = memory_runtime(state=state)  # the process that receives the human's click
+    assert await resolve_approval(webhook, "no-such-approval", approved=True) is False
+    assert await resolve_approval(webhook, request.approval_id, approved=True, token=request.token) is True
+    done = await agent().resume()
+    assert done is not None and done.text == "Deployed." and ledger.entries == [("deploy", {"v": 2})]
+
+
+async def test_an_approval_sent_without_its_token_is_denied_when_a_signer_is_set() -> None:
+    state = create_memory_durable_state()
+    ledger = Ledger()
+    signer = ApprovalSigner("k" * 32)
+    tools = {"deploy": ledger.tool("deploy", needs_approval=True)}
+    model = ScriptedModel([reply("", call("deploy", {})), "Not deployed."])
+    agent = Agent(model=model, tools=tools, durable=DurableOptions(memory_runtime(state=state)),
+                  session_id="chat-1", approval_signer=signer)
+    first = await agent.run("ship it")
+    await resolve_approval(memory_runtime(state=state), first.pending_approvals[0].approval_id, approved=True)
+    done = await agent.resume()
+    assert done is not None and ledger.entries == []
+    assert done.messages[2]["content"][0]["output"] == APPROVAL_TOKEN_DENIED_REASON

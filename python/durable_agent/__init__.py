@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._kernels import NATIVE
 from ._version import __version__
-from .agent import Agent, DurableOptions
+from .agent import Agent, DurableOptions, resolve_approval
 from .checkpoint import (
     CHECKPOINT_VERSION,
     AgentCheckpoint,
@@ -134,6 +134,7 @@ __all__ = [
     "parse_step_key",
     "payload_matches_call",
     "reply",
+    "resolve_approval",
     "resume_from_checkpoint",
     "resume_stream_from_checkpoint",
     "serialize_checkpoint",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Unpack
 
 from ._util import maybe_await
-from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage
+from .checkpoint import AgentCheckpoint, ToolApprovalRequest, ToolApprovalResponse, Usage
 from .errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError
 from .generate import _consume, generate_text
 from .loop import TOOL_INTERRUPTED_MESSAGE, AgentLoop, assistant_message, tool_message, unresolved_calls
@@ -85,6 +85,21 @@ def healed_history(checkpoint: AgentCheckpoint, records: Sequence[StepRecord]) -
         ]
         messages.append(tool_message(answers))
     return messages
+
+
+def approval_key(run_id: str, step_index: int, approval_id: str) -> str:
+    """The step key of the awakeable a suspended run parks on for one approval."""
+    return step_key(run_id, step_index, f"approval/{approval_id}")
+
+
+async def resolve_approval(runtime: Any, approval_id: str, *, approved: bool, reason: str | None = None,
+                           token: str | None = None) -> bool:
+    """Send a verdict to a run parked on an approval, from any process; the next `Agent.resume()` settles it.
+
+    Returns False when no run waits on `approval_id`. With a signer on the agent, an approval
+    still needs the request's `token` (it is verified when the run resumes).
+    """
+    return bool(await runtime.resolve_awakeable(approval_id, {"approved": approved, "reason": reason, "token": token}))
 
 
 class Agent:
@@ -165,7 +180,9 @@ class Agent:
             target = run_id or await self._interrupted_run() or await self._suspended_last_run()
             if target is None:
                 return None
-            return await self._drive(target, epoch, approval_responses)
+            given = {r.approval_id for r in approval_responses}
+            sent = [v for v in await self._verdicts_from_awakeables(target) if v.approval_id not in given]
+            return await self._drive(target, epoch, [*approval_responses, *sent])
         finally:
             await self._release(epoch)
 
@@ -184,6 +201,8 @@ class Agent:
                                            {"tools": self.tools, **options},
                                            scope=scope, suspend_signal=self._suspend)
             result = await _consume(AgentLoop(run_options, None, resume_run_id=run_id))
+            if result.finish_reason == "suspended":
+                await self._park_on_approvals(scope, run_id, result.pending_approvals)
         except RunSuspendedError:
             logger.info("run %s suspended; it stays resumable", run_id)
             raise
@@ -194,6 +213,29 @@ class Agent:
             await scope.close()
         await runtime.lease.mark_resumable(self.session_id, None, epoch)
         return result
+
+    async def _park_on_approvals(self, scope: Any, run_id: str, requests: Sequence[ToolApprovalRequest]) -> None:
+        """Open one awakeable per pending approval, with the approval id as its id, for `resolve_approval`."""
+        checkpoint = await maybe_await(self.durable.runtime.stores.session.load(run_id))  # type: ignore[union-attr]
+        for request in requests:
+            await scope.awakeable(approval_key(run_id, checkpoint.step_index, request.approval_id),
+                                  awakeable_id=request.approval_id)
+
+    async def _verdicts_from_awakeables(self, run_id: str) -> list[ToolApprovalResponse]:
+        """The verdicts other processes sent (`resolve_approval`) for the pending approvals of `run_id`."""
+        runtime = self.durable.runtime  # type: ignore[union-attr]
+        checkpoint = await maybe_await(runtime.stores.session.load(run_id))
+        if checkpoint is None or checkpoint.status != "suspended":
+            return []
+        verdicts = []
+        for request in checkpoint.pending_approvals or ():
+            record = await runtime.find_awakeable(self.session_id,
+                                                  approval_key(run_id, checkpoint.step_index, request.approval_id))
+            if record is not None and record.resolved and isinstance(record.value, dict):
+                value = record.value
+                verdicts.append(ToolApprovalResponse(request.approval_id, value.get("approved") is True,
+                                                     reason=value.get("reason"), token=value.get("token")))
+        return verdicts
 
     async def _join_partials(self, scope: Any, run_id: str) -> None:
         """Turn the text a crashed model step had streamed into an aborted assistant turn of the history."""

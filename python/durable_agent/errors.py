@@ -153,16 +153,32 @@ class ScopeClosedError(DurableAgentError, RuntimeError):
 
 
 class StepFailedError(DurableAgentError, RuntimeError):
-    """A step's failure rebuilt from its record: the original error's name, message and fields."""
+    """A step's failure rebuilt from its record: the original error's class name, message and fields.
+
+    `error_code` is the original error's own code (a provider's ``rate_limited``);
+    `durable_decision` is the loop's stored verdict on the failure (retry, give up, ...).
+    """
 
     code = "step_failed"
 
-    def __init__(self, name: str, message: str, **fields: object) -> None:
+    def __init__(
+        self,
+        name: str,
+        message: str,
+        *,
+        error_code: str | None = None,
+        status: int | None = None,
+        retryable: bool | None = None,
+        data: object = None,
+        durable_decision: object = None,
+    ) -> None:
         super().__init__(message)
         self.name = name
-        self.fields = fields
-        for key, value in fields.items():
-            setattr(self, key, value)
+        self.error_code = error_code
+        self.status = status
+        self.retryable = retryable
+        self.data = data
+        self.durable_decision = durable_decision
 
 
 class SubmissionConflictError(DurableAgentError, ValueError):

@@ -143,9 +143,8 @@ def error_record(exc: BaseException) -> StepErrorRecord:
 
 
 def rebuilt_error(record: StepErrorRecord) -> StepFailedError:
-    fields = {"error_code": record.code, "status": record.status, "retryable": record.retryable,
-              "data": record.data, "durable_decision": record.decision}
-    return StepFailedError(record.name, record.message, **{k: v for k, v in fields.items() if v is not None})
+    return StepFailedError(record.name, record.message, error_code=record.code, status=record.status,
+                           retryable=record.retryable, data=record.data, durable_decision=record.decision)
 
 
 class JournalScope:
@@ -242,12 +241,19 @@ class JournalScope:
 
     # --------------------------------------------------------- awakeables
 
-    async def awakeable(self, key: str, *, timeout_ms: int | None = None) -> DurableAwakeable:
-        """Park on an awakeable keyed by `key`; a resumed run asking with the same key gets the same one."""
+    async def awakeable(
+        self, key: str, *, timeout_ms: int | None = None, awakeable_id: str | None = None
+    ) -> DurableAwakeable:
+        """Park on an awakeable keyed by `key`; a resumed run asking with the same key gets the same one.
+
+        `awakeable_id` names a new awakeable (default: a fresh uuid), e.g. an approval id the
+        resumer already knows; it is ignored when the key already has one.
+        """
         if self._closed:
             raise ScopeClosedError(f"the scope of run {self.run_id!r} is closed")
         deadline = self._clock() + timeout_ms if timeout_ms and timeout_ms > 0 else None
-        record = await self._backend.awakeable_for(self.session_id, key, self.uuid(), deadline, epoch=self.epoch)
+        new_id = awakeable_id or self.uuid()
+        record = await self._backend.awakeable_for(self.session_id, key, new_id, deadline, epoch=self.epoch)
         settled = AwakeableOutcome(False, record.value) if record.resolved else None
 
         async def wait() -> AwakeableOutcome:
