@@ -271,8 +271,10 @@ def test_sign_refuses_malformed_requests_with_typed_errors() -> None:
         signer.sign(REQUEST, run_id=42)  # type: ignore[arg-type]
     with pytest.raises(ApprovalSigningError, match="approval_id"):
         signer.sign(ToolApprovalRequest(7, "c", "t", {}))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="agent_path"):  # refused when the request is built
+        ToolApprovalRequest("a", "c", "t", {}, agent_path="outer")  # type: ignore[arg-type]
     with pytest.raises(ApprovalSigningError, match="agent_path"):
-        signer.sign(ToolApprovalRequest("a", "c", "t", {}, agent_path="outer"))  # type: ignore[arg-type]
+        signer.sign({**REQUEST.to_dict(), "agent_path": "outer"})
     with pytest.raises(ApprovalSigningError, match="unknown fields"):
         signer.sign({**REQUEST.to_dict(), "run_id": "run-1"})
     with pytest.raises(ApprovalSigningError, match="'input' is missing"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import time
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -13,3 +14,8 @@ async def maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+def wall_clock_ms() -> int:
+    """The default clock everywhere: the wall clock in epoch milliseconds."""
+    return time.time_ns() // 1_000_000

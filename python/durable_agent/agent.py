@@ -27,7 +27,8 @@ from .generate import _consume, generate_text
 from .loop import TOOL_INTERRUPTED_MESSAGE, AgentLoop, assistant_message, tool_message, unresolved_calls
 from .messages import Message
 from .models import LanguageModel
-from .options import CallOptions, RunOptions, logger, random_id, wall_clock_ms
+from ._util import wall_clock_ms
+from .options import CallOptions, RunOptions, logger, random_id
 from .results import GenerateTextResult
 from .runtime.keys import MODEL_CALL, step_key
 from .runtime.records import StepRecord

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
+from ._util import wall_clock_ms
 from .checkpoint import ToolApprovalRequest, ToolApprovalResponse, Usage
 from .errors import ConfigurationError
 from .messages import Message
@@ -70,10 +70,6 @@ class CallOptions(TypedDict, total=False):
     clock: Callable[[], int]
     generate_id: Callable[[], str]
     runaway_limit: int
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def random_id() -> str:

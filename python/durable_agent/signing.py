@@ -14,11 +14,11 @@ The byte-level work (base64url, HMAC, constant-time comparison) is done by the k
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ._kernels import kernels
+from ._util import wall_clock_ms
 from ._token_pure import b64url_encode
 from .checkpoint import ToolApprovalRequest
 from .errors import ApprovalSigningError, CodecError, ConfigurationError
@@ -45,11 +45,6 @@ Secret = str | bytes | bytearray
 _REQUEST_FIELDS = frozenset({"approval_id", "tool_call_id", "tool_name", "input", "agent_path", "token"})
 _PAYLOAD_REQUIRED = frozenset({"approval_id", "tool_call_id", "tool_name", "input", "issued_at", "kid"})
 _PAYLOAD_FIELDS = _PAYLOAD_REQUIRED | {"agent_path", "run_id"}
-
-
-def wall_clock_ms() -> int:
-    """The default clock: the wall clock in epoch milliseconds."""
-    return time.time_ns() // 1_000_000
 
 
 def _secret_bytes(secret: object, what: str) -> bytes:

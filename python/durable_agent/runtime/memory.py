@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import os
-import socket
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import StaleEpochError, SubmissionConflictError, is_control_error
-from ..options import wall_clock_ms
+from .._util import wall_clock_ms
 from ..session import InMemorySessionStore
+from .leases import (
+    RUN_OWNER_HOLD_MS,
+    Fences,
+    claimed_row,
+    is_listed_resumable,
+    is_run_owner_dead,
+    is_run_owner_holding,
+    may_claim,
+    new_owner,
+)
 from .records import (
     AwakeableRecord,
     LeaseClaim,
@@ -30,28 +37,17 @@ from .records import (
 )
 from .scope import JournalScope, StepHandler
 
-RUN_OWNER_HOLD_MS = 30_000
-"""How long a quiet owner on this host that still runs keeps its lease past staleness."""
-
-
-def is_run_owner_dead(owner: RunOwner | None) -> bool:
-    """True when `owner` ran on this host and its process is gone. Unknown hosts are never known dead."""
-    if owner is None or owner.host != socket.gethostname():
-        return False
-    try:
-        os.kill(owner.pid, 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OSError, AttributeError):
-        return False
-    return False
-
-
-def is_run_owner_holding(owner: RunOwner | None, renewed_at: int, now: int) -> bool:
-    """True when `owner` is a live process on this host that renewed within `RUN_OWNER_HOLD_MS`."""
-    if owner is None or owner.host != socket.gethostname() or is_run_owner_dead(owner):
-        return False
-    return now - renewed_at < RUN_OWNER_HOLD_MS
+__all__ = [  # the lease helpers stay importable from here, where they first lived
+    "RUN_OWNER_HOLD_MS",
+    "MemoryDurableState",
+    "MemoryRuntime",
+    "apply_tool_state",
+    "create_memory_durable_state",
+    "create_memory_runtime",
+    "is_run_owner_dead",
+    "is_run_owner_holding",
+    "memory_runtime",
+]
 
 
 @dataclass(slots=True)
@@ -167,7 +163,7 @@ def apply_tool_state(target: dict[str, Any], ops: tuple[ToolStateOp, ...] | list
 
 
 class MemoryLease:
-    """`DurableLease` over the state's lease rows, for one runtime (one "process")."""
+    """`DurableLease` over the state's lease rows, for one runtime (one "process"); rules in `leases`."""
 
     def __init__(self, runtime: MemoryRuntime) -> None:
         self._runtime = runtime
@@ -176,26 +172,15 @@ class MemoryLease:
     def _leases(self) -> dict[str, LeaseRow]:
         return self._runtime.state.leases
 
-    def _lapsed(self, row: LeaseRow, stale_at: int) -> bool:
-        now = self._runtime.clock()
-        return (
-            row.released
-            or is_run_owner_dead(row.owner)
-            or (row.renewed_at <= stale_at and not is_run_owner_holding(row.owner, row.renewed_at, now))
-        )
-
     async def claim(self, session_id: str, *, stale_at: int, owner: RunOwner | None = None,
                     on_stale: Callable[[StaleEpochError], None] | None = None) -> LeaseClaim:
         me = owner or self._runtime.owner
-        row = self._leases.setdefault(session_id, LeaseRow())
-        own = row.owner is not None and row.owner.token == me.token
-        if not (own or self._lapsed(row, stale_at)):
+        row = self._leases.get(session_id) or LeaseRow()
+        now = self._runtime.clock()
+        if not may_claim(row, me, stale_at=stale_at, now=now):
             return LeaseClaim(False, owner=row.owner)
-        row.epoch += 1
-        row.owner, row.renewed_at, row.released = me, self._runtime.clock(), False
-        self._runtime.fences[session_id] = row.epoch
-        if on_stale is not None:
-            self._runtime.stale_listeners[session_id] = on_stale
+        row = self._leases[session_id] = claimed_row(row, me, now)
+        self._runtime.fences.claimed(session_id, row.epoch, on_stale)
         return LeaseClaim(True, epoch=row.epoch)
 
     async def renew(self, session_id: str, epoch: int) -> bool:
@@ -209,9 +194,7 @@ class MemoryLease:
         row = self._leases.get(session_id)
         if row is not None and row.epoch == epoch:
             row.released = True
-        if self._runtime.fences.get(session_id) == epoch:
-            del self._runtime.fences[session_id]
-            self._runtime.stale_listeners.pop(session_id, None)
+        self._runtime.fences.released(session_id, epoch)
 
     async def epoch(self, session_id: str) -> int | None:
         row = self._leases.get(session_id)
@@ -228,25 +211,17 @@ class MemoryLease:
         return row.resumable_run if row is not None else None
 
     async def resumable(self, *, stale_at: int, session_id: str | None = None) -> list[ResumableRun]:
+        now = self._runtime.clock()
         runs = []
         for sid, row in self._leases.items():
             if session_id is not None and sid != session_id:
                 continue
-            if row.resumable_run is None or row.epoch == 0 or not self._lapsed(row, stale_at):
-                continue
-            parked = any(
-                a.session_id == sid and not a.resolved and a.key.startswith(_key_prefix(row.resumable_run))
-                for a in self._runtime.state.awakeables.values()
-            )
-            if not parked:
+            unresolved = (a.key for a in self._runtime.state.awakeables.values()
+                          if a.session_id == sid and not a.resolved)
+            if is_listed_resumable(row, unresolved, stale_at=stale_at, now=now):
+                assert row.resumable_run is not None
                 runs.append(ResumableRun(sid, row.resumable_run, row.epoch))
         return runs
-
-
-def _key_prefix(run_id: str) -> str:
-    from .keys import _escape
-
-    return _escape(run_id) + ":"
 
 
 class MemoryQueueStore:
@@ -257,7 +232,7 @@ class MemoryQueueStore:
         return list(self._runtime.state.queues.get(session_id, []))
 
     async def write(self, session_id: str, entries: list[Any]) -> None:
-        self._runtime.backend.guard(session_id, self._runtime.fences.get(session_id))
+        self._runtime.backend.guard(session_id, self._runtime.fences.epoch(session_id))
         self._runtime.state.queues[session_id] = list(entries)
 
 
@@ -346,17 +321,11 @@ class MemoryRuntime:
     def __init__(self, state: MemoryDurableState, *, clock: Callable[[], int] = wall_clock_ms) -> None:
         self.state = state
         self.clock = clock
-        self.owner = RunOwner(socket.gethostname(), os.getpid(), uuid.uuid4().hex)
-        self.fences: dict[str, int] = {}
-        self.stale_listeners: dict[str, Callable[[StaleEpochError], None]] = {}
-        self.backend = _MemoryBackend(state, self._stale)
+        self.owner = new_owner()
+        self.fences = Fences()
+        self.backend = _MemoryBackend(state, self.fences.refused)
         self.lease = MemoryLease(self)
         self.stores = MemoryStores(self)
-
-    def _stale(self, error: StaleEpochError) -> None:
-        listener = self.stale_listeners.get(error.session_id)
-        if listener is not None:
-            listener(error)
 
     def is_control_error(self, error: BaseException) -> bool:
         return is_control_error(error)
@@ -364,7 +333,7 @@ class MemoryRuntime:
     async def open_run(self, *, session_id: str, run_id: str, handlers: Mapping[str, StepHandler],
                        epoch: int | None = None) -> JournalScope:
         return JournalScope(self.backend, session_id=session_id, run_id=run_id, handlers=handlers,
-                            epoch=epoch if epoch is not None else self.fences.get(session_id),
+                            epoch=epoch if epoch is not None else self.fences.epoch(session_id),
                             is_control_error=self.is_control_error, clock=self.clock)
 
     async def resolve_awakeable(self, awakeable_id: str, value: Any) -> bool:
