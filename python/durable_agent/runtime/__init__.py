@@ -3,20 +3,22 @@
 With a runtime, a resumed run replays the step in flight from its records instead of
 running it again: a finished model call is not requested again, a finished tool does not
 run again, and an ``unsafe`` tool that started and never finished is reported as
-interrupted. See `JournalScope` for the exact rules.
+interrupted. See `JournalScope` for the exact rules, and `leases` for the lease rules.
+
+Runtimes with a driver live in their own modules, imported on demand:
+`durable_agent.runtime.sqlite` (standard-library sqlite3) and `durable_agent.runtime.postgres`
+(psycopg 3).
 """
 
 from __future__ import annotations
 
 from .keys import MODEL_CALL, StepKeyParts, nested_call, parse_step_key, step_key
+from .leases import RUN_OWNER_HOLD_MS, is_run_owner_dead, is_run_owner_holding
 from .memory import (
-    RUN_OWNER_HOLD_MS,
     MemoryDurableState,
     MemoryRuntime,
     create_memory_durable_state,
     create_memory_runtime,
-    is_run_owner_dead,
-    is_run_owner_holding,
     memory_runtime,
 )
 from .records import (

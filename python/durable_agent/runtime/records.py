@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 StepStatus = Literal["pending", "done", "failed"]
@@ -110,8 +110,7 @@ class LeaseRow:
     owner: RunOwner | None = None
     renewed_at: int = 0
     released: bool = True
-    resumable_run: str | None = None
-    waiting_on: set[str] = field(default_factory=set)  # awakeable ids the run is parked on
+    resumable_run: str | None = None  # the run marked in progress (`DurableLease.mark_resumable`)
 
 
 @dataclass(frozen=True, slots=True)

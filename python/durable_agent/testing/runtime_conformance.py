@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from ..errors import RunSuspendedError, ScopeClosedError, StaleEpochError, StepFailedError, SubmissionConflictError
+from ..errors import (
+    RunSuspendedError,
+    ScopeClosedError,
+    StaleEpochError,
+    StepFailedError,
+    SubmissionConflictError,
+)
 from ..runtime import RunOwner, StepRequest, step_key
 from ..runtime.scope import StepContext, StepLive
 
@@ -57,12 +63,18 @@ class DurableRuntimeConformance:
     def clock(self) -> Clock:
         return Clock()
 
-    async def _scope(self, runtime: Any, handlers: dict[str, Any], run: str | None = None, epoch: int | None = None) -> Any:
-        return await runtime.open_run(session_id=self.session, run_id=run or self.run, handlers=handlers, epoch=epoch)
+    async def _scope(
+        self, runtime: Any, handlers: dict[str, Any], run: str | None = None, epoch: int | None = None
+    ) -> Any:
+        return await runtime.open_run(
+            session_id=self.session, run_id=run or self.run, handlers=handlers, epoch=epoch
+        )
 
     # ------------------------------------------------------------- step timing
 
-    async def test_unsafe_step_writes_pending_before_its_handler_runs(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+    async def test_unsafe_step_writes_pending_before_its_handler_runs(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
         runtime = make_runtime(clock)
         seen: list[Any] = []
         key = step_key(self.run, 0, "call-1")
@@ -75,9 +87,13 @@ class DurableRuntimeConformance:
         outcome = await scope.step(_req(key))
         assert seen == ["pending"]
         assert (outcome.status, outcome.value, outcome.replayed) == ("completed", "ok", False)
-        assert [(r.key, r.status, r.result) for r in await runtime.inspect.steps(self.run)] == [(key, "done", "ok")]
+        assert [(r.key, r.status, r.result) for r in await runtime.inspect.steps(self.run)] == [
+            (key, "done", "ok")
+        ]
 
-    async def test_safe_step_writes_nothing_until_done_unless_marked_started(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+    async def test_safe_step_writes_nothing_until_done_unless_marked_started(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
         runtime = make_runtime(clock)
         seen: list[int] = []
 
@@ -90,7 +106,9 @@ class DurableRuntimeConformance:
         await scope.step(_req(step_key(self.run, 1, "model"), "safe", "model"), StepLive(mark_started=True))
         assert seen == [0, 2]  # the second one's own pending record was there
 
-    async def test_a_done_record_answers_without_running_the_handler(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+    async def test_a_done_record_answers_without_running_the_handler(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
         runtime = make_runtime(clock)
         calls: list[str] = []
 
@@ -105,7 +123,9 @@ class DurableRuntimeConformance:
         assert calls == [key]
         assert again.replayed and again.value == {"pair": [1, 2]}  # replayed: the JSON form
 
-    async def test_pending_safe_runs_again_and_pending_unsafe_is_interrupted(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+    async def test_pending_safe_runs_again_and_pending_unsafe_is_interrupted(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
         runtime = make_runtime(clock)
 
         async def dies(payload: Any, ctx: StepContext) -> Any:
@@ -130,7 +150,9 @@ class DurableRuntimeConformance:
         assert (await resumed.step(_req(unsafe_key))).status == "interrupted"
         assert ran == [safe_key]
 
-    async def test_another_fingerprint_is_interrupted(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+    async def test_another_fingerprint_is_interrupted(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
         runtime = make_runtime(clock)
 
         async def handler(payload: Any, ctx: StepContext) -> str:
@@ -142,7 +164,9 @@ class DurableRuntimeConformance:
         assert (await scope.step(_req(nested_call_key, fingerprint="search:abc"))).replayed
         assert (await scope.step(_req(key, fingerprint="delete:xyz"))).status == "interrupted"
 
-    async def test_a_failure_is_recorded_and_replayed_with_its_fields(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+    async def test_a_failure_is_recorded_and_replayed_with_its_fields(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
         runtime = make_runtime(clock)
 
         async def fails(payload: Any, ctx: StepContext) -> Any:
@@ -156,15 +180,26 @@ class DurableRuntimeConformance:
             await (await self._scope(make_runtime(clock), {"model": fails})).step(_req(key, "safe", "model"))
         error = info.value
         assert (error.name, str(error), error.error_code, error.status, error.retryable) == (
-            "ProviderError", "slow down", "rate_limited", 429, True)
+            "ProviderError",
+            "slow down",
+            "rate_limited",
+            429,
+            True,
+        )
         assert error.data == {"retry_after": 2} and error.durable_decision == {"action": "retry"}
-        assert await runtime.stores.tool_state(self.session).all() == {}  # a failed step commits no tool state
+        assert (
+            await runtime.stores.tool_state(self.session).all() == {}
+        )  # a failed step commits no tool state
 
-    async def test_tool_state_commits_with_the_done_record_and_comes_back_on_replay(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+    async def test_tool_state_commits_with_the_done_record_and_comes_back_on_replay(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
         runtime = make_runtime(clock)
 
         async def handler(payload: Any, ctx: StepContext) -> str:
-            ctx.stage_tool_state([{"op": "set", "key": "cwd", "value": "/src"}, {"op": "set", "key": "tmp", "value": 1}])
+            ctx.stage_tool_state(
+                [{"op": "set", "key": "cwd", "value": "/src"}, {"op": "set", "key": "tmp", "value": 1}]
+            )
             ctx.stage_tool_state([{"op": "delete", "key": "tmp"}])
             return "ok"
 
@@ -174,7 +209,9 @@ class DurableRuntimeConformance:
         replayed = await (await self._scope(make_runtime(clock), {"tool": handler})).step(_req(key))
         assert list(replayed.tool_state) == list(live.tool_state) and len(live.tool_state) == 3
 
-    async def test_close_is_idempotent_and_later_steps_raise(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+    async def test_close_is_idempotent_and_later_steps_raise(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
         async def handler(payload: Any, ctx: StepContext) -> str:
             return "ok"
 
@@ -186,7 +223,9 @@ class DurableRuntimeConformance:
 
     # --------------------------------------------------------------- partials
 
-    async def test_stream_partials_are_kept_until_the_step_finishes(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+    async def test_stream_partials_are_kept_until_the_step_finishes(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
         runtime = make_runtime(clock)
         forwarded: list[str] = []
         key = step_key(self.run, 0, "model")
@@ -198,7 +237,9 @@ class DurableRuntimeConformance:
 
         scope = await self._scope(runtime, {"model": streams_then_dies})
         with pytest.raises(RunSuspendedError):
-            await scope.step(_req(key, "safe", "model"), StepLive(on_progress=lambda p: forwarded.append(p["delta"])))
+            await scope.step(
+                _req(key, "safe", "model"), StepLive(on_progress=lambda p: forwarded.append(p["delta"]))
+            )
         partials = await scope.stored_partials()
         assert [(p.seq, p.text) for p in partials] == [(0, "Hel"), (1, "lo")] and forwarded == ["Hel", "lo"]
 
@@ -210,7 +251,9 @@ class DurableRuntimeConformance:
 
     # ------------------------------------------------------------- awakeables
 
-    async def test_awakeables_survive_a_restart_and_get_values_sent_meanwhile(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+    async def test_awakeables_survive_a_restart_and_get_values_sent_meanwhile(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
         runtime = make_runtime(clock)
         key = step_key(self.run, 2, "approval")
         first = await (await self._scope(runtime, {})).awakeable(key)
@@ -225,7 +268,9 @@ class DurableRuntimeConformance:
         outcome = await again.wait()
         assert (outcome.timed_out, outcome.value) == (False, {"approved": True})
 
-    async def test_an_awakeable_deadline_is_absolute_and_kept(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+    async def test_an_awakeable_deadline_is_absolute_and_kept(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
         runtime = make_runtime(clock)
         key = step_key(self.run, 0, "wait")
         waiting = await (await self._scope(runtime, {})).awakeable(key, timeout_ms=5_000)
@@ -242,8 +287,9 @@ class DurableRuntimeConformance:
         told: list[StaleEpochError] = []
         # The old owner is named as on another host, so only staleness (not liveness) decides.
         quiet_owner = RunOwner("elsewhere", 1, old.owner.token)
-        first = await old.lease.claim(self.session, stale_at=clock.now - 10_000, owner=quiet_owner,
-                                      on_stale=told.append)
+        first = await old.lease.claim(
+            self.session, stale_at=clock.now - 10_000, owner=quiet_owner, on_stale=told.append
+        )
         assert first.claimed and await old.lease.epoch(self.session) == first.epoch
 
         refused = await new.lease.claim(self.session, stale_at=clock.now - 10_000)
@@ -263,9 +309,13 @@ class DurableRuntimeConformance:
         assert info.value.epoch == first.epoch and told and told[-1].session_id == self.session
         assert await old.lease.renew(self.session, first.epoch) is False
         assert await new.lease.renew(self.session, taken.epoch) is True
-        assert [r.key for r in await new.inspect.steps(self.run)] == [step_key(self.run, 0, "t1")]  # nothing interleaved
+        assert [r.key for r in await new.inspect.steps(self.run)] == [
+            step_key(self.run, 0, "t1")
+        ]  # nothing interleaved
 
-    async def test_own_token_reclaims_and_release_frees_the_session(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+    async def test_own_token_reclaims_and_release_frees_the_session(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
         runtime, other = make_runtime(clock), make_runtime(clock)
         first = await runtime.lease.claim(self.session, stale_at=0)
         second = await runtime.lease.claim(self.session, stale_at=0)
@@ -275,10 +325,14 @@ class DurableRuntimeConformance:
         await runtime.lease.release(self.session, second.epoch)
         assert (await other.lease.claim(self.session, stale_at=0)).claimed
 
-    async def test_resumable_lists_lapsed_unparked_marked_runs(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+    async def test_resumable_lists_lapsed_unparked_marked_runs(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
         runtime, scanner = make_runtime(clock), make_runtime(clock)
         assert await scanner.lease.resumable(stale_at=clock.now) == []  # never leased: never listed
-        claim = await runtime.lease.claim(self.session, stale_at=0, owner=RunOwner("elsewhere", 1, runtime.owner.token))
+        claim = await runtime.lease.claim(
+            self.session, stale_at=0, owner=RunOwner("elsewhere", 1, runtime.owner.token)
+        )
         await runtime.lease.mark_resumable(self.session, self.run, claim.epoch)
         assert await scanner.lease.resumable(stale_at=clock.now - 1) == []  # renewed since stale_at
         clock.now += 10
@@ -290,7 +344,9 @@ class DurableRuntimeConformance:
 
     # ---------------------------------------------------- queue, submissions
 
-    async def test_queue_submissions_and_their_rules(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+    async def test_queue_submissions_and_their_rules(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
         runtime = make_runtime(clock)
         await runtime.stores.queue.write(self.session, [{"id": "q1", "text": "next"}])
         assert await make_runtime(clock).stores.queue.read(self.session) == [{"id": "q1", "text": "next"}]

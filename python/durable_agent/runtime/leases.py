@@ -1,0 +1,130 @@
+"""The lease rules, written once for every runtime (memory, SQLite, Postgres).
+
+A runtime stores a `LeaseRow` per session however it likes; whether a claim succeeds,
+whether a lease lapsed and whether a run is listed as resumable is decided here, from the
+row and the clock, so the three runtimes cannot drift apart:
+
+* a lease **lapsed** when it was released, when its owner is known dead (same host, no such
+  pid), or when it was last renewed at or before ``stale_at`` by an owner that no longer
+  holds it (a quiet owner on this host whose process still runs keeps it for up to
+  `RUN_OWNER_HOLD_MS`: a busy event loop is not a dead process);
+* a claim succeeds on a lapsed lease, or on one held under the claimer's own owner token
+  (a process re-claiming its own session); every successful claim bumps the epoch;
+* a run is **resumable** when the session was leased at least once, the run is still marked
+  in progress, the lease lapsed, and the run is not parked on an unresolved awakeable.
+
+`Fences` is the per-runtime ("per-process") half: which epoch this runtime's writes of a
+session are guarded by, and whom to tell when one is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterable
+
+from ..errors import StaleEpochError
+from .keys import _escape
+from .records import LeaseRow, RunOwner
+
+RUN_OWNER_HOLD_MS = 30_000
+"""How long a quiet owner on this host that still runs keeps its lease past staleness."""
+
+
+def new_owner() -> RunOwner:
+    """An owner naming this process, with a token unique to the runtime that asks."""
+    return RunOwner(socket.gethostname(), os.getpid(), uuid.uuid4().hex)
+
+
+def is_run_owner_dead(owner: RunOwner | None) -> bool:
+    """True when `owner` ran on this host and its process is gone. Unknown hosts are never known dead."""
+    if owner is None or owner.host != socket.gethostname():
+        return False
+    try:
+        os.kill(owner.pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OSError, AttributeError):  # AttributeError: no os.kill (Pyodide)
+        return False
+    return False
+
+
+def is_run_owner_holding(owner: RunOwner | None, renewed_at: int, now: int) -> bool:
+    """True when `owner` is a live process on this host that renewed within `RUN_OWNER_HOLD_MS`."""
+    if owner is None or owner.host != socket.gethostname() or is_run_owner_dead(owner):
+        return False
+    return now - renewed_at < RUN_OWNER_HOLD_MS
+
+
+def lease_lapsed(row: LeaseRow, *, stale_at: int, now: int) -> bool:
+    """True when no live owner holds `row` any more (see the module docs)."""
+    return (
+        row.released
+        or is_run_owner_dead(row.owner)
+        or (row.renewed_at <= stale_at and not is_run_owner_holding(row.owner, row.renewed_at, now))
+    )
+
+
+def may_claim(row: LeaseRow, claimer: RunOwner, *, stale_at: int, now: int) -> bool:
+    """True when `claimer` may take `row`: it lapsed, or `claimer` holds it under its own token."""
+    own = row.owner is not None and row.owner.token == claimer.token
+    return own or lease_lapsed(row, stale_at=stale_at, now=now)
+
+
+def claimed_row(row: LeaseRow, claimer: RunOwner, now: int) -> LeaseRow:
+    """The row after a successful claim: the next epoch, held by `claimer`, renewed now."""
+    return LeaseRow(
+        epoch=row.epoch + 1, owner=claimer, renewed_at=now, released=False, resumable_run=row.resumable_run
+    )
+
+
+def run_key_prefix(run_id: str) -> str:
+    """Every step key of `run_id` starts with this (keys escape the run id, see `keys`)."""
+    return _escape(run_id) + ":"
+
+
+def is_listed_resumable(
+    row: LeaseRow, unresolved_awakeable_keys: Iterable[str], *, stale_at: int, now: int
+) -> bool:
+    """True when the run marked on `row` is to be resumed (see the module docs).
+
+    `unresolved_awakeable_keys`: keys of the session's unresolved awakeables.
+    """
+    if row.resumable_run is None or row.epoch == 0 or not lease_lapsed(row, stale_at=stale_at, now=now):
+        return False
+    prefix = run_key_prefix(row.resumable_run)
+    return not any(key.startswith(prefix) for key in unresolved_awakeable_keys)
+
+
+class Fences:
+    """One runtime's claims: the epoch each claimed session's writes are guarded by, and who hears of a refusal.
+
+    A successful claim fences the session on this runtime until `release` of that epoch;
+    a scope opened without an explicit epoch is guarded by the fenced one.
+    """
+
+    def __init__(self) -> None:
+        self._epochs: dict[str, int] = {}
+        self._listeners: dict[str, Callable[[StaleEpochError], None]] = {}
+
+    def claimed(
+        self, session_id: str, epoch: int, on_stale: Callable[[StaleEpochError], None] | None
+    ) -> None:
+        self._epochs[session_id] = epoch
+        if on_stale is not None:
+            self._listeners[session_id] = on_stale
+
+    def released(self, session_id: str, epoch: int) -> None:
+        if self._epochs.get(session_id) == epoch:
+            del self._epochs[session_id]
+            self._listeners.pop(session_id, None)
+
+    def epoch(self, session_id: str) -> int | None:
+        return self._epochs.get(session_id)
+
+    def refused(self, error: StaleEpochError) -> None:
+        """Tell the session's `on_stale` listener (if any) that a write guarded by `error.epoch` was refused."""
+        listener = self._listeners.get(error.session_id)
+        if listener is not None:
+            listener(error)

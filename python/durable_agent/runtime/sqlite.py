@@ -1,0 +1,173 @@
+"""`SqliteRuntime`: the step journal, leases, awakeables, queue, submissions and tool state in one SQLite file.
+
+Several processes may open one file: it is used in WAL mode with a busy timeout, and every
+write runs in a ``BEGIN IMMEDIATE`` transaction, so writers queue on SQLite's write lock and
+readers never block. A lease holder's write checks the session's epoch inside its own
+transaction (see `durable_agent.runtime._sql`): a stale writer gets `StaleEpochError` and its
+write is not applied. A ``done`` step record commits its tool-state ops in the same transaction.
+
+Checkpoints go to a `SqliteSessionStore` on the same file (`runtime.stores.session`).
+
+The database calls are synchronous (they are short, and Pyodide has no threads to move them
+to); a write waiting on another process's write lock blocks the event loop for at most
+`busy_timeout_ms`. `sqlite3` is imported when a runtime is opened; where it is missing
+(Pyodide 0.28 without its CDN package) opening raises `FeatureUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Literal
+
+from ..errors import ConfigurationError, FeatureUnavailableError
+from .._util import wall_clock_ms
+from ..stores._sql import Dialect as StatementDialect
+from ..stores._sql import Plan
+from ._sql import JournalDialect, SqlRuntime, drive_sync, schema_plan
+
+DIALECT = JournalDialect(
+    statements=StatementDialect(placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None),
+    serial="INTEGER PRIMARY KEY",
+    lock_shared="",  # BEGIN IMMEDIATE already keeps every other writer out
+    lock_update="",
+    lock_schema=None,
+    notify=None,
+)
+
+
+def _sqlite3() -> ModuleType:
+    try:
+        import sqlite3
+    except ImportError as exc:
+        raise FeatureUnavailableError(
+            "SqliteRuntime needs the sqlite3 module, which this Python lacks "
+            "(on Pyodide 0.28 it is a separate package): " + str(exc)
+        ) from exc
+    return sqlite3
+
+
+class _SqliteDriver:
+    """Runs journal plans on one connection, each in its own transaction (IMMEDIATE for writes)."""
+
+    dialect = DIALECT
+
+    def __init__(self, path: str, *, busy_timeout_ms: int, synchronous: str, poll_interval_ms: int) -> None:
+        sqlite3 = _sqlite3()
+        self._poll = poll_interval_ms / 1000
+        self._lock = threading.RLock()
+        try:
+            self._conn = sqlite3.connect(
+                path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise ConfigurationError(f"cannot open SQLite database {path!r}: {exc}") from exc
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+            self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            self._conn.execute(f"PRAGMA synchronous = {synchronous}")
+            self._transaction(schema_plan(DIALECT), "IMMEDIATE")
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise ConfigurationError(f"cannot use SQLite database {path!r}: {exc}") from exc
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _transaction(self, plan: Plan, mode: str) -> Any:
+        with self._lock:
+            cur = self._conn.cursor()
+            cur.execute(f"BEGIN {mode}")
+            try:
+                result = drive_sync(cur, DIALECT, plan)
+            except BaseException:
+                self._conn.rollback()
+                raise
+            else:
+                self._conn.commit()
+            finally:
+                cur.close()
+            return result
+
+    async def run(self, plan: Plan, *, write: bool) -> Any:
+        return self._transaction(plan, "IMMEDIATE" if write else "DEFERRED")
+
+    async def wait_for_change(self, timeout: float) -> None:
+        """SQLite cannot tell another connection of a change: wait one polling interval."""
+        await asyncio.sleep(min(timeout, self._poll))
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class SqliteRuntime(SqlRuntime):
+    """A checkpoint-mode `DurableRuntime` in one SQLite file, shared by any number of processes.
+
+    `path`: the file (created when missing). `busy_timeout_ms`: how long a write waits for
+    another process's write. `synchronous`: FULL (default) survives a power loss; NORMAL is
+    faster and survives a process crash. `poll_interval_ms`: how often an awakeable wait
+    looks for a resolution made by another process. `session_store`: the checkpoint store
+    (default: a `SqliteSessionStore` on the same file). Close it with `close()` or `with`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        busy_timeout_ms: int = 10_000,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        poll_interval_ms: int = 20,
+        session_store: Any = None,
+    ) -> None:
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ConfigurationError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
+        for name, value in (("busy_timeout_ms", busy_timeout_ms), ("poll_interval_ms", poll_interval_ms)):
+            if type(value) is not int or value < 0:
+                raise ConfigurationError(f"{name} must be a non-negative int, got {value!r}")
+        self.path = os.fspath(path)
+        driver = _SqliteDriver(
+            self.path,
+            busy_timeout_ms=busy_timeout_ms,
+            synchronous=synchronous,
+            poll_interval_ms=poll_interval_ms,
+        )
+        self._own_store = session_store is None
+        if session_store is None:
+            from ..stores.sqlite import SqliteSessionStore
+
+            try:
+                session_store = SqliteSessionStore(
+                    self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous
+                )
+            except BaseException:
+                driver.close()
+                raise
+        self._driver = driver
+        super().__init__(driver, session_store, clock=clock)
+
+    def close(self) -> None:
+        """Close the database connections (the session store's too, when this runtime opened it)."""
+        self._driver.close()
+        if self._own_store:
+            self.session_store.close()
+
+    def __enter__(self) -> SqliteRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SqliteRuntime({self.path!r})"
+
+
+def sqlite_runtime(
+    path: str | os.PathLike[str], *, clock: Callable[[], int] = wall_clock_ms, **options: Any
+) -> SqliteRuntime:
+    """A `SqliteRuntime` on `path`; every call is another "process" on the same file. See `SqliteRuntime`."""
+    return SqliteRuntime(path, clock=clock, **options)

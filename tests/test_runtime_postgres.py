@@ -1,0 +1,180 @@
+"""The Postgres runtime against a real server: the conformance suite, the SQL runtimes' checks, claims
+racing on one session, LISTEN/NOTIFY waking a waiter, the schema version.
+
+Run under `scripts/services run -- ...` (sets DURABLE_AGENT_TEST_POSTGRES_URL); each test gets a
+schema of its own. Without the URL the tests skip, or fail when CI=true.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from test_runtime_sqlite import SESSION, SqlJournalChecks
+
+from durable_agent.errors import FeatureUnavailableError
+from durable_agent.runtime import StepRequest, step_key
+from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
+from durable_agent.testing.services import POSTGRES_URL_VAR, service_url
+
+pytestmark = pytest.mark.host_only("needs a Postgres server and psycopg")
+
+
+async def _ok(payload: Any, ctx: Any) -> str:
+    return "ok"
+
+
+def _unsafe(key: str) -> StepRequest:
+    return StepRequest(key=key, kind="tool", replay="unsafe")
+
+
+@pytest.fixture
+def conninfo() -> Iterator[str]:
+    """A conninfo whose search_path is a fresh schema, dropped afterwards."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    url = service_url(POSTGRES_URL_VAR, "Postgres")
+    schema = "rt_" + secrets.token_hex(6)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield make_conninfo(url, options=f"-c search_path={schema}")
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def opened(conninfo: str) -> Iterator[Callable[..., Any]]:
+    """Open runtimes on the test's schema (each one its own connections); all closed after the test.
+
+    Tests run on an event loop that is gone by teardown; closing a psycopg connection needs no
+    I/O on it, so a fresh loop can close them.
+    """
+    from durable_agent.runtime.postgres import postgres_runtime
+
+    runtimes: list[Any] = []
+
+    def open_runtime(clock: Callable[[], int] | None = None, **options: Any) -> Any:
+        runtimes.append(postgres_runtime(conninfo, clock=clock or Clock(), **options))
+        return runtimes[-1]
+
+    yield open_runtime
+
+    async def close_all() -> None:
+        for runtime in runtimes:
+            await runtime.close()
+
+    asyncio.run(close_all())
+
+
+class TestPostgresRuntime(DurableRuntimeConformance, SqlJournalChecks):
+    @pytest.fixture
+    def make_runtime(self, opened: Callable[..., Any]) -> Any:
+        return lambda clock: opened(clock)
+
+
+async def test_racing_claims_of_one_session_have_one_winner_named_to_the_others(
+    opened: Callable[..., Any],
+) -> None:
+    clock = Clock()
+    runtimes = [opened(clock) for _ in range(6)]
+    for runtime in runtimes:  # connected (and the schema made) first, so the claims race only on the lease
+        await runtime.lease.epoch(SESSION)
+    for session in (f"race-{n}" for n in range(10)):
+        first = await runtimes[0].lease.claim(
+            session, stale_at=0
+        )  # a released lease row: nothing else to wait on
+        await runtimes[0].lease.release(session, first.epoch)
+        claims = await asyncio.gather(*(r.lease.claim(session, stale_at=0) for r in runtimes))
+        winners = [(r, c) for r, c in zip(runtimes, claims, strict=True) if c.claimed]
+        assert [c.epoch for _, c in winners] == [2], claims
+        assert all(c.owner == winners[0][0].owner for c in claims if not c.claimed)
+
+
+async def test_notify_wakes_a_waiting_run_at_once(opened: Callable[..., Any]) -> None:
+    waiter, resolver = opened(), opened()
+    scope = await waiter.open_run(session_id=SESSION, run_id="r", handlers={})
+    awakeable = await scope.awakeable(step_key("r", 0, "approval"))
+    await waiter.backend.wait_for_change(0.01)  # LISTEN is set up by the first wait
+
+    async def resolve_soon() -> None:
+        await asyncio.sleep(0.2)
+        assert await resolver.resolve_awakeable(awakeable.id, "yes")
+
+    started = time.monotonic()
+    resolving = asyncio.ensure_future(resolve_soon())
+    await waiter.backend.wait_for_change(30.0)  # returns on the NOTIFY, not after 30 s
+    await resolving
+    assert time.monotonic() - started < 10
+    assert (await awakeable.wait()).value == "yes"
+
+
+async def test_a_newer_journal_schema_is_refused(conninfo: str, opened: Callable[..., Any]) -> None:
+    import psycopg
+
+    await opened().lease.epoch(SESSION)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("INSERT INTO durable_agent_journal_schema_version VALUES (9)")
+    with pytest.raises(FeatureUnavailableError, match="version 9"):
+        await opened().lease.epoch(SESSION)
+
+
+async def test_a_pool_serves_the_journal_and_the_session_store(conninfo: str) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
+    from durable_agent.runtime.postgres import PostgresRuntime
+
+    async with AsyncConnectionPool(conninfo, min_size=1, max_size=2, open=False) as pool:
+        runtime = PostgresRuntime(pool=pool)
+        model = ScriptedModel([reply("", call("add", {"a": 1})), "two"])
+        agent = Agent(
+            model=model,
+            tools={"add": Tool(execute=lambda a: a["a"] + 1)},
+            durable=DurableOptions(runtime),
+            session_id=SESSION,
+        )
+        result = await agent.run("one plus one")
+        assert result.text == "two"
+        run_id = await runtime.stores.runs.last(SESSION)
+        assert (await runtime.stores.session.load(run_id)).status == "completed"
+        assert [(r.kind, r.status) for r in await runtime.inspect.steps(run_id)] == [
+            ("model", "done"),
+            ("tool", "done"),
+            ("model", "done"),
+        ]
+        await runtime.close()
+        assert not pool.closed  # a pool passed in stays open
+
+
+async def test_a_fenced_write_waits_for_a_claim_in_flight_and_is_refused_after_it(
+    conninfo: str, opened: Callable[..., Any]
+) -> None:
+    """A claim holds the lease row FOR UPDATE; a write of the old epoch must not slip in before it commits."""
+    import psycopg
+
+    from durable_agent.errors import StaleEpochError
+
+    writer = opened()
+    claim = await writer.lease.claim(SESSION, stale_at=0)
+    scope = await writer.open_run(session_id=SESSION, run_id="r", handlers={"tool": _ok})
+    async with await psycopg.AsyncConnection.connect(conninfo) as claimer:  # another process mid-claim
+        await claimer.execute(
+            "SELECT epoch FROM durable_agent_leases WHERE session_id = %s FOR UPDATE", (SESSION,)
+        )
+        writing = asyncio.ensure_future(scope.step(_unsafe(step_key("r", 0, "t1"))))
+        await asyncio.sleep(0.3)
+        assert not writing.done()  # blocked on the lease row, not written under the old epoch
+        await claimer.execute(
+            "UPDATE durable_agent_leases SET epoch = epoch + 1 WHERE session_id = %s", (SESSION,)
+        )
+        await claimer.commit()
+        with pytest.raises(StaleEpochError) as info:
+            await writing
+    assert info.value.epoch == claim.epoch and await writer.inspect.steps("r") == []

@@ -1,0 +1,243 @@
+"""The SQLite runtime: the durable-runtime conformance suite on a real file (every `make_runtime` call a
+new connection, i.e. another "process"), then what only a shared file shows: real processes,
+atomic fenced transactions, codec round trips, the schema version."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_agent.errors import FeatureUnavailableError, StaleEpochError
+from durable_agent.runtime import RunOwner, StepRequest, step_key
+from durable_agent.runtime.scope import StepContext
+from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
+
+PYTHON_DIR = Path(__file__).resolve().parent.parent / "python"
+SESSION, RUN = "s-1", "r-1"
+
+
+def skip_without_sqlite3() -> None:
+    """Pyodide 0.28 ships sqlite3 as a separate package; without it only the feature error is testable."""
+    try:
+        import sqlite3  # noqa: F401
+    except ImportError:
+        pytest.skip("this Python has no sqlite3 module")
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "journal.db"
+
+
+@pytest.fixture
+def opened(db: Path) -> Iterator[Callable[..., Any]]:
+    """Open runtimes on `db` (each one another connection); all are closed after the test."""
+    from durable_agent.runtime.sqlite import sqlite_runtime
+
+    skip_without_sqlite3()
+
+    runtimes: list[Any] = []
+
+    def open_runtime(clock: Callable[[], int] | None = None, **options: Any) -> Any:
+        runtime = sqlite_runtime(db, clock=clock or Clock(), **options)
+        runtimes.append(runtime)
+        return runtime
+
+    yield open_runtime
+    for runtime in runtimes:
+        runtime.close()
+
+
+def _req(key: str, replay: str = "unsafe") -> StepRequest:
+    return StepRequest(key=key, kind="tool", replay=replay, payload=None)  # type: ignore[arg-type]
+
+
+class SqlJournalChecks:
+    """What the SQL runtimes (SQLite, Postgres) add to the conformance suite: one transaction per write.
+
+    Needs the `make_runtime` fixture of `DurableRuntimeConformance`.
+    """
+
+    async def test_a_done_record_and_its_tool_state_commit_together(self, make_runtime: Any) -> None:
+        """A bad op late in the list leaves neither the earlier ops nor the done record."""
+        runtime = make_runtime(Clock())
+
+        async def handler(payload: Any, ctx: StepContext) -> str:
+            ctx.stage_tool_state(
+                [{"op": "set", "key": "cwd", "value": "/src"}, {"op": "rename", "key": "cwd"}]
+            )
+            return "ok"
+
+        scope = await runtime.open_run(session_id=SESSION, run_id=RUN, handlers={"tool": handler})
+        with pytest.raises(ValueError, match="unknown tool-state op"):
+            await scope.step(_req(step_key(RUN, 0, "t1")))
+        assert await runtime.stores.tool_state(SESSION).all() == {}
+        assert [r.status for r in await runtime.inspect.steps(RUN)] == ["pending"]
+
+    async def test_a_stale_writer_commits_neither_its_record_nor_its_tool_state(
+        self, make_runtime: Any
+    ) -> None:
+        clock = Clock()
+        old, new = make_runtime(clock), make_runtime(clock)
+        first = await old.lease.claim(SESSION, stale_at=0, owner=RunOwner("elsewhere", 1, old.owner.token))
+
+        async def handler(payload: Any, ctx: StepContext) -> str:
+            ctx.stage_tool_state([{"op": "set", "key": "k", "value": 1}])
+            clock.now += 60_000
+            assert (await new.lease.claim(SESSION, stale_at=clock.now - 1)).claimed  # taken over mid-step
+            return "late"
+
+        scope = await old.open_run(session_id=SESSION, run_id=RUN, handlers={"tool": handler})
+        with pytest.raises(StaleEpochError) as info:
+            await scope.step(_req(step_key(RUN, 0, "t1"), "safe"))
+        assert info.value.epoch == first.epoch
+        assert await new.inspect.steps() == [] and await new.stores.tool_state(SESSION).all() == {}
+        with pytest.raises(StaleEpochError):
+            await old.stores.runs.set_last(SESSION, RUN, first.epoch)
+        with pytest.raises(StaleEpochError):
+            await old.stores.queue.write(SESSION, ["typed ahead"])  # fenced by the old claim, still on `old`
+        assert await new.stores.runs.last(SESSION) is None and await new.stores.queue.read(SESSION) == []
+
+    async def test_values_round_trip_through_the_codec(self, make_runtime: Any) -> None:
+        clock = Clock()
+        runtime = make_runtime(clock)
+        value = {"blob": b"\x00\xffraw", "$bytes": "not a tag", "n": 2**70, "s": "ünï ☃"}
+
+        async def handler(payload: Any, ctx: StepContext) -> Any:
+            ctx.stage_tool_state([{"op": "set", "key": "blob", "value": b"\x01"}])
+            return value
+
+        key = step_key(RUN, 0, "t1")
+        await (await runtime.open_run(session_id=SESSION, run_id=RUN, handlers={"tool": handler})).step(
+            _req(key)
+        )
+        replayed = await (
+            await make_runtime(clock).open_run(session_id=SESSION, run_id=RUN, handlers={})
+        ).step(_req(key))
+        assert replayed.replayed and replayed.value == value
+        assert await make_runtime(clock).stores.tool_state(SESSION).get("blob") == b"\x01"
+        awakeable = await (await runtime.open_run(session_id=SESSION, run_id=RUN, handlers={})).awakeable(
+            step_key(RUN, 1, "approval")
+        )
+        assert await make_runtime(clock).resolve_awakeable(awakeable.id, {"bytes": b"ok"})
+        assert (await awakeable.wait()).value == {"bytes": b"ok"}
+
+
+class TestSqliteRuntime(DurableRuntimeConformance, SqlJournalChecks):
+    @pytest.fixture
+    def make_runtime(self, opened: Callable[..., Any]) -> Any:
+        return lambda clock: opened(clock)
+
+
+async def test_a_newer_journal_schema_is_refused(db: Path, opened: Callable[..., Any]) -> None:
+    import sqlite3
+
+    opened().close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO durable_agent_journal_schema_version VALUES (9)")
+    conn.close()
+    with pytest.raises(FeatureUnavailableError, match="version 9"):
+        opened()
+
+
+def test_a_missing_sqlite3_module_is_a_feature_error(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from durable_agent.runtime.sqlite import SqliteRuntime
+
+    monkeypatch.setitem(sys.modules, "sqlite3", None)  # what `import sqlite3` meets without the module
+    with pytest.raises(FeatureUnavailableError, match="sqlite3"):
+        SqliteRuntime(db)
+
+
+# --------------------------------------------------------------- real processes
+
+_CHILD = textwrap.dedent("""
+    import asyncio, os, sys
+    from durable_agent.runtime.sqlite import sqlite_runtime
+    from durable_agent.runtime import StepRequest, step_key
+
+    async def main(db, action):
+        runtime = sqlite_runtime(db)
+        claim = await runtime.lease.claim("s-1", stale_at=0)
+        print("claimed" if claim.claimed else "refused", claim.epoch, os.getpid(), flush=True)
+        if action == "die-mid-step" and claim.claimed:
+            async def charge(payload, ctx):
+                os._exit(9)  # the process dies while the tool runs: nothing after this is written
+            scope = await runtime.open_run(session_id="s-1", run_id="r-1", handlers={"tool": charge})
+            await scope.step(StepRequest(key=step_key("r-1", 0, "charge"), kind="tool", replay="unsafe"))
+        sys.stdin.read()  # hold the lease until the parent closes our stdin
+
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+""")
+
+
+def _spawn(db: Path, action: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(db), action],
+        cwd=PYTHON_DIR,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PYTHONPATH": str(PYTHON_DIR), "PATH": "/usr/bin:/bin"},
+    )
+
+
+@pytest.mark.host_only("spawns worker processes")
+def test_concurrent_processes_claim_one_session_once(db: Path, opened: Callable[..., Any]) -> None:
+    opened()  # create the schema first, so the children race only on the claim
+    children = [_spawn(db, "hold") for _ in range(4)]
+    try:
+        lines = [child.stdout.readline().split() for child in children]  # type: ignore[union-attr]
+    finally:
+        for child in children:
+            child.communicate("", timeout=30)
+    assert sorted(line[0] for line in lines) == ["claimed", "refused", "refused", "refused"], lines
+    assert all(child.returncode == 0 for child in children), [c.stderr for c in children]
+
+
+@pytest.mark.host_only("spawns and kills a worker process")
+async def test_a_process_dead_mid_step_leaves_its_lease_and_an_interrupted_step(
+    db: Path, opened: Callable[..., Any]
+) -> None:
+    child = _spawn(db, "die-mid-step")
+    out, err = child.communicate(timeout=30)
+    assert child.returncode == 9, err
+    runtime = opened()
+    assert [r.status for r in await runtime.inspect.steps("r-1")] == ["pending"]
+    # Its owner is on this host and gone: known dead, so the lease is free at once (no staleness wait).
+    claim = await runtime.lease.claim(SESSION, stale_at=0)
+    assert claim.claimed and claim.epoch == int(out.split()[1]) + 1
+    ran: list[str] = []
+
+    async def charge(payload: Any, ctx: StepContext) -> str:
+        ran.append("again")
+        return "charged twice"
+
+    scope = await runtime.open_run(session_id=SESSION, run_id=RUN, handlers={"tool": charge})
+    outcome = await scope.step(StepRequest(key=step_key(RUN, 0, "charge"), kind="tool", replay="unsafe"))
+    assert outcome.status == "interrupted" and ran == []
+
+
+@pytest.mark.host_only("runs a fresh interpreter in a subprocess")
+def test_importing_the_package_does_not_load_the_runtime_drivers() -> None:
+    probe = (
+        "import sys, durable_agent, durable_agent.runtime\n"
+        "print(sorted(m for m in ('sqlite3', 'psycopg', 'durable_agent.runtime.sqlite',"
+        " 'durable_agent.runtime.postgres') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=PYTHON_DIR,
+        env={"PYTHONPATH": str(PYTHON_DIR), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
