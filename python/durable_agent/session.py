@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import builtins
+
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .checkpoint import AgentCheckpoint
+from .checkpoint import AgentCheckpoint, RunStatus
+from .errors import CheckpointConflictError
+from .stores._validate import (
+    check_checkpoint,
+    check_expected,
+    check_list_args,
+    check_prune_args,
+    check_run_id,
+    page,
+    prunable,
+)
 
 
 @runtime_checkable
@@ -24,22 +36,69 @@ class SessionStore(Protocol):
 
 
 class InMemorySessionStore:
-    """The reference store: a dict of run id to its latest checkpoint. Not shared across processes."""
+    """The reference store: a dict of run id to its latest checkpoint. Not shared across processes.
+
+    It passes `durable_agent.testing.SessionStoreConformance`, so it also shows the full store
+    surface the persistent backends offer: the optimistic `expected_step_index` guard,
+    paged and filtered `list`, and `prune`.
+    """
 
     def __init__(self) -> None:
         self._runs: dict[str, AgentCheckpoint] = {}
 
-    def save(self, checkpoint: AgentCheckpoint) -> None:
+    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
+        """Store `checkpoint` as the latest of its run ("latest save wins").
+
+        With `expected_step_index`, raise `CheckpointConflictError` (storing nothing) unless
+        the stored checkpoint of this run is at that step (a run never saved is at None).
+        """
+        checkpoint = check_checkpoint(checkpoint)
+        expected = check_expected(expected_step_index)
+        if expected is not None:
+            current = self._runs.get(checkpoint.run_id)
+            actual = None if current is None else current.step_index
+            if actual != expected:
+                raise CheckpointConflictError(checkpoint.run_id, expected, actual)
         self._runs[checkpoint.run_id] = checkpoint
 
     def load(self, run_id: str) -> AgentCheckpoint | None:
-        return self._runs.get(run_id)
+        return self._runs.get(check_run_id(run_id))
 
     def delete(self, run_id: str) -> None:
-        self._runs.pop(run_id, None)
+        self._runs.pop(check_run_id(run_id), None)
 
-    def list(self) -> list[str]:
-        return sorted(self._runs)
+    def list(
+        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
+    ) -> builtins.list[str]:
+        """Run ids in code-point order, optionally only those whose latest status is `status`.
+
+        Page with `limit` and `after` (the last id of the previous page).
+        """
+        status, limit, after = check_list_args(status, limit, after)
+        return page(
+            (r for r, cp in self._runs.items() if status is None or cp.status == status), limit, after
+        )
+
+    def prune(
+        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
+    ) -> builtins.list[str]:
+        """Delete runs whose latest checkpoint was created before `before` (epoch ms); returns their ids.
+
+        Suspended runs (awaiting approval) are kept unless `include_suspended=True`.
+        """
+        before, status, include_suspended = check_prune_args(before, status, include_suspended)
+        doomed = page(
+            (
+                r
+                for r, cp in self._runs.items()
+                if prunable(cp.status, cp.created_at, before, status, include_suspended)
+            ),
+            None,
+            None,
+        )
+        for run_id in doomed:
+            del self._runs[run_id]
+        return doomed
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,122 @@
+"""Session store backends, each in its own module with its driver imported lazily.
+
+* `durable_agent.stores.sqlite.SqliteSessionStore` (standard library `sqlite3`)
+* `durable_agent.stores.jsonl.JsonlSessionStore` (one append-only file)
+* `durable_agent.stores.postgres.PostgresSessionStore` / `AsyncPostgresSessionStore` (psycopg 3)
+* `durable_agent.stores.redis.RedisSessionStore` (redis-py)
+
+`open_store(url)` picks one from a URL. Importing this package imports no backend.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from ..errors import ConfigurationError
+
+SCHEMES = ("memory", "sqlite", "jsonl", "postgresql", "postgres", "postgresql+async", "redis", "rediss")
+
+_BOOL = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def _file_path(url: str, scheme: str) -> str:
+    """The path of a file URL, SQLAlchemy style: three slashes relative, four absolute."""
+    rest = url[len(scheme) + 1 :].split("?", 1)[0]
+    if not rest.startswith("//"):
+        raise ConfigurationError(
+            f"{scheme} URL must look like {scheme}:///relative/path or {scheme}:////abs/path"
+        )
+    path = rest[2:]
+    if path.startswith("/"):
+        path = path[1:]
+    if not path:
+        raise ConfigurationError(f"{scheme} URL names no file: {url!r}")
+    return path
+
+
+def _file_options(query: str, allowed: dict[str, type]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError as exc:
+        raise ConfigurationError(f"malformed store URL query {query!r}: {exc}") from None
+    for key, value in pairs:
+        kind = allowed.get(key)
+        if kind is None:
+            raise ConfigurationError(f"unknown store option {key!r}; known: {sorted(allowed)}")
+        if kind is bool:
+            if value.lower() not in _BOOL:
+                raise ConfigurationError(f"option {key!r} must be true or false, got {value!r}")
+            options[key] = _BOOL[value.lower()]
+        elif kind is int:
+            if not value.isdigit():
+                raise ConfigurationError(f"option {key!r} must be a non-negative int, got {value!r}")
+            options[key] = int(value)
+        else:
+            options[key] = value
+    return options
+
+
+def _construct(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    """`cls(*args, **kwargs)`, with an unknown or missing option reported as `ConfigurationError`."""
+    try:
+        inspect.signature(cls).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise ConfigurationError(f"{cls.__name__}: {exc}") from None
+    return cls(*args, **kwargs)
+
+
+def open_store(url: str, **options: Any) -> Any:
+    """A session store for `url`; keyword `options` go to the store's constructor.
+
+    * ``memory://`` — `InMemorySessionStore` (this process only)
+    * ``sqlite:///runs.db`` (relative) or ``sqlite:////var/lib/app/runs.db`` (absolute);
+      options in the query: ``?synchronous=NORMAL&busy_timeout_ms=5000``
+    * ``jsonl:///runs.jsonl`` / ``jsonl:////abs/runs.jsonl``; ``?fsync=false``
+    * ``postgresql://user@host:5432/db`` — `PostgresSessionStore` (the URL is libpq's);
+      ``postgresql+async://...`` — `AsyncPostgresSessionStore`
+    * ``redis://host:6379/0`` or ``rediss://...`` — `RedisSessionStore` (the URL is redis-py's)
+
+    Raises `ConfigurationError` for an unknown scheme or option, and `FeatureUnavailableError`
+    when the backend's driver is not installed.
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(
+            f"a store URL looks like scheme://..., got {url!r}; schemes: {', '.join(SCHEMES)}"
+        )
+    scheme = url.split("://", 1)[0].lower()
+    query = urlsplit(url).query if scheme in ("sqlite", "jsonl") else ""
+    if scheme == "memory":
+        if url.lower() != "memory://" or options:
+            raise ConfigurationError(f"memory:// takes no path or options, got {url!r}")
+        from ..session import InMemorySessionStore
+
+        return InMemorySessionStore()
+    if scheme == "sqlite":
+        from .sqlite import SqliteSessionStore
+
+        opts = _file_options(query, {"synchronous": str, "busy_timeout_ms": int, "cache_runs": int})
+        return _construct(SqliteSessionStore, _file_path(url, scheme), **{**opts, **options})
+    if scheme == "jsonl":
+        from .jsonl import JsonlSessionStore
+
+        opts = _file_options(query, {"fsync": bool, "cache_runs": int})
+        return _construct(JsonlSessionStore, _file_path(url, scheme), **{**opts, **options})
+    if scheme in ("postgresql", "postgres"):
+        from .postgres import PostgresSessionStore
+
+        return _construct(PostgresSessionStore, url, **options)
+    if scheme == "postgresql+async":
+        from .postgres import AsyncPostgresSessionStore
+
+        return _construct(AsyncPostgresSessionStore, "postgresql" + url[len(scheme) :], **options)
+    if scheme in ("redis", "rediss"):
+        from .redis import RedisSessionStore
+
+        return _construct(RedisSessionStore, url, **options)
+    raise ConfigurationError(f"unknown store URL scheme {scheme!r}; schemes: {', '.join(SCHEMES)}")
+
+
+__all__ = ["SCHEMES", "open_store"]

@@ -1,0 +1,179 @@
+"""The append-only layout shared by the persistent stores.
+
+A run is stored as a small *header* (the checkpoint without its messages, encoded by the
+codec) plus one encoded row/entry per message, numbered from 0. A save writes only the
+messages that are not stored yet, plus the header; loading rebuilds the checkpoint.
+
+Finding "what is already stored" must not read, encode or write the history at every save,
+or a 10,000-step run would get slower every step. Each store keeps, per run, the message
+sequence of its last save (a reference, not a copy) and the *revision* (a random token the
+header carries) that save wrote:
+
+* if the stored revision still equals ours, nobody else wrote the run since, and the new
+  history extends ours when its first `n` messages are our `n` messages. History is
+  immutable by contract (messages are never mutated in place), so the check is an identity
+  check of the boundary message plus the C-speed list comparison `new[:n] == cached`,
+  which compares pointers only (about 0.1 ms for 20,000 messages on the benchmark
+  machine: the one O(history) cost of a save, kept for exact rewrite detection); when
+  they differ (a caller rebuilt the history), messages are compared by encoded form;
+* otherwise (another process wrote, a restart, the cache evicted the run, a save whose
+  outcome is unknown) the stored messages are read back and compared by encoded form:
+  O(history) once, and the store heals, without a gap or a duplicate.
+
+A rewritten prefix is therefore detected and the rows from the first differing message
+on are replaced. Known limit, documented: a message replaced *in the middle* of a history
+whose boundary message is still the same object, by a new message equal under Python
+`==` but encoding differently (`1` vs `1.0` vs `True`), keeps its stored form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._kernels import kernels
+from ..checkpoint import AgentCheckpoint
+from ..errors import CheckpointCorruptError, CheckpointVersionError, CodecError
+from ..messages import Message
+
+
+def new_revision() -> int:
+    """A fresh revision token (random, 63 bits, never 0). Drawn at save time, never at import."""
+    return int.from_bytes(os.urandom(8), "big") >> 1 or 1
+
+
+def header_dict(checkpoint: AgentCheckpoint) -> dict[str, Any]:
+    """The checkpoint's stored dict without its messages (O(1): the history is not copied)."""
+    data = dataclasses.replace(checkpoint, messages=()).to_dict()
+    del data["messages"]
+    return data
+
+
+def encode_header(checkpoint: AgentCheckpoint) -> str:
+    """The checkpoint without its messages, as codec text."""
+    return kernels.encode(header_dict(checkpoint))  # type: ignore[no-any-return]
+
+
+def encode_messages(messages: Sequence[Message], start: int = 0) -> list[str]:
+    """Codec text of `messages[start:]`, one string per message. Raises `CodecError`."""
+    encode = kernels.encode
+    return [encode(messages[i]) for i in range(start, len(messages))]
+
+
+def decode_message(text: Any, run_id: str, seq: int) -> Any:
+    if not isinstance(text, str):
+        raise CheckpointCorruptError(f"message {seq} is not text ({type(text).__name__})", run_id=run_id)
+    try:
+        return kernels.decode(text)
+    except CodecError as exc:
+        raise CheckpointCorruptError(f"message {seq} cannot be decoded: {exc}", run_id=run_id) from None
+
+
+def rebuild(run_id: str, header: Any, bodies: Sequence[Any]) -> AgentCheckpoint:
+    """The checkpoint stored as `header` (codec text) plus message `bodies` (codec texts).
+
+    Raises `CheckpointCorruptError` naming `run_id` for anything inconsistent: an undecodable
+    header or message, a header of another run, fields of the wrong type.
+    A header written by a newer schema raises `CheckpointVersionError`.
+    """
+    if not isinstance(header, str):
+        raise CheckpointCorruptError(f"header is not text ({type(header).__name__})", run_id=run_id)
+    try:
+        data = kernels.decode(header)
+    except CodecError as exc:
+        raise CheckpointCorruptError(f"header cannot be decoded: {exc}", run_id=run_id) from None
+    return rebuild_decoded(
+        run_id, data, [decode_message(body, run_id, seq) for seq, body in enumerate(bodies)]
+    )
+
+
+def rebuild_decoded(run_id: str, header: Any, messages: list[Any]) -> AgentCheckpoint:
+    """`rebuild` for a header and messages already decoded from codec text."""
+    if not isinstance(header, dict):
+        raise CheckpointCorruptError(f"header is not an object ({type(header).__name__})", run_id=run_id)
+    if header.get("run_id") != run_id:
+        raise CheckpointCorruptError(f"header names run {header.get('run_id')!r}", run_id=run_id)
+    data = dict(header)
+    data["messages"] = messages
+    try:
+        return AgentCheckpoint.from_dict(data, run_id=run_id)
+    except (CheckpointVersionError, CheckpointCorruptError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - any other failure of stored data is corruption
+        raise CheckpointCorruptError(f"{type(exc).__name__}: {exc}", run_id=run_id) from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Saved:
+    revision: int
+    messages: Sequence[Message]  # the caller's own sequence: history is immutable by contract
+    count: int
+
+
+class PrefixCache:
+    """Per run: the revision and message objects of this process's last save (bounded LRU).
+
+    It keeps a reference to the saved sequence, not a copy (a copy would cost O(history)
+    per save), with its length at save time: a list appended to in place and saved again
+    (against the contract) still gets its new messages stored. A message mutated in place
+    cannot be seen; the contract forbids it (`durable_agent.messages`).
+    """
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._capacity = capacity
+        self._runs: OrderedDict[str, _Saved] = OrderedDict()
+
+    def remember(self, run_id: str, revision: int, messages: Sequence[Message]) -> None:
+        self._runs[run_id] = _Saved(revision, messages, len(messages))
+        self._runs.move_to_end(run_id)
+        while len(self._runs) > self._capacity:
+            self._runs.popitem(last=False)
+
+    def forget(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+
+    def clear(self) -> None:
+        self._runs.clear()
+
+    def revision(self, run_id: str) -> int | None:
+        """The revision this process last wrote (or loaded) for `run_id`, if it still remembers it."""
+        saved = self._runs.get(run_id)
+        return None if saved is None else saved.revision
+
+    def kept(self, run_id: str, stored_revision: int | None, new: Sequence[Message]) -> int | None:
+        """How many leading messages of `new` are stored already, or None when this cache cannot tell.
+
+        None means: read the stored messages and call `kept_by_encoding`.
+        """
+        if stored_revision is None:
+            return 0
+        saved = self._runs.get(run_id)
+        if saved is None or saved.revision != stored_revision:
+            return None
+        old, n = saved.messages, saved.count
+        if n == 0:
+            return 0
+        if len(new) >= n and new[n - 1] is old[n - 1]:
+            head = new if len(new) == n else new[:n]
+            if type(head) is type(old) and head == old:  # C speed; identical objects compare without work
+                return n
+        encode = kernels.encode
+        limit = min(n, len(new))
+        for i in range(limit):
+            if new[i] is not old[i] and encode(new[i]) != encode(old[i]):
+                return i
+        return limit
+
+
+def kept_by_encoding(stored: Sequence[str], new: Sequence[Message]) -> int:
+    """Length of the common prefix of stored message texts and `new`, compared by encoded form."""
+    encode = kernels.encode
+    limit = min(len(stored), len(new))
+    for i in range(limit):
+        if stored[i] != encode(new[i]):
+            return i
+    return limit

@@ -1,0 +1,253 @@
+"""The SQL stores' logic, written once without I/O and driven by SQLite, sync Postgres and async Postgres.
+
+Each operation is a generator that yields `Query` values and receives their results; a
+driver (`run_sync` / `run_async`) executes them on a DB-API cursor. The SQL is the same for
+SQLite and Postgres except for placeholders and the per-run write lock, kept in `Dialect`.
+
+Tables (see `MIGRATIONS`): `durable_agent_runs` holds one header row per run
+(`message_count`, the `revision` token of its last save, and the columns list/prune
+filter on); `durable_agent_messages` one row per message, `(run_id, seq)` unique.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..checkpoint import AgentCheckpoint, RunStatus
+from ..errors import CheckpointConflictError, CheckpointCorruptError, FeatureUnavailableError
+from ._history import PrefixCache, encode_header, encode_messages, kept_by_encoding, new_revision, rebuild
+from ._validate import page, prunable
+
+RUNS = "durable_agent_runs"
+MESSAGES = "durable_agent_messages"
+VERSIONS = "durable_agent_schema_version"
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    sql: str
+    params: Sequence[Any] | Sequence[Sequence[Any]] = ()
+    fetch: Literal["one", "all", None] = None
+    many: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What differs between SQLite and Postgres."""
+
+    placeholder: str  # "?" or "%s"
+    text_type: str  # column type of run ids: byte-ordered so list() pages in code-point order
+    lock_run: str | None  # statement taking a per-run write lock inside the save transaction
+    lock_schema: str | None  # statement serializing schema migrations between processes
+
+    def sql(self, text: str) -> str:
+        return text if self.placeholder == "?" else text.replace("?", self.placeholder)
+
+
+Plan = Generator[Query, Any, Any]
+
+
+def _schema_v1(dialect: Dialect) -> list[str]:
+    t = dialect.text_type
+    return [
+        f"CREATE TABLE IF NOT EXISTS {RUNS} ("
+        f" run_id {t} PRIMARY KEY, step_index BIGINT NOT NULL, status TEXT NOT NULL,"
+        " created_at BIGINT NOT NULL, message_count INTEGER NOT NULL, revision BIGINT NOT NULL,"
+        " header TEXT NOT NULL)",
+        f"CREATE TABLE IF NOT EXISTS {MESSAGES} ("
+        f" run_id {t} NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (run_id, seq))",
+        f"CREATE INDEX IF NOT EXISTS {RUNS}_status ON {RUNS} (status, run_id)",
+    ]
+
+
+MIGRATIONS = {1: _schema_v1}  # version -> statements that bring the previous version to it
+
+
+def schema_plan(dialect: Dialect) -> Plan:
+    """Create or migrate the tables to `SCHEMA_VERSION`, recording it in the version table.
+
+    Raises `FeatureUnavailableError` for a database migrated by a newer durable-agent.
+    """
+    if dialect.lock_schema is not None:
+        yield Query(dialect.lock_schema)
+    yield Query(f"CREATE TABLE IF NOT EXISTS {VERSIONS} (version INTEGER NOT NULL)")
+    row = yield Query(f"SELECT max(version) FROM {VERSIONS}", (), "one")
+    current = row[0] or 0
+    if current > SCHEMA_VERSION:
+        raise FeatureUnavailableError(
+            f"the store's schema is version {current}, newer than {SCHEMA_VERSION}: upgrade durable-agent"
+        )
+    for version in range(current + 1, SCHEMA_VERSION + 1):
+        for statement in MIGRATIONS[version](dialect):
+            yield Query(statement)
+        yield Query(f"INSERT INTO {VERSIONS} (version) VALUES (?)", (version,))
+
+
+def _bodies(rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """Message bodies of the contiguous rows numbered 0, 1, 2, ... (stops at the first gap)."""
+    bodies = []
+    for expected, row in enumerate(rows):
+        if row[0] != expected:
+            break
+        bodies.append(row[1])
+    return bodies
+
+
+def save_plan(
+    cache: PrefixCache, checkpoint: AgentCheckpoint, expected_step_index: int | None, dialect: Dialect
+) -> Plan:
+    """Write `checkpoint` appending only its new messages; returns the revision written.
+
+    The caller runs this inside one transaction and, after the commit, tells the cache
+    (`cache.remember(run_id, revision, messages)`); a failed commit leaves the cache alone.
+    """
+    run_id = checkpoint.run_id
+    messages = checkpoint.messages
+    if dialect.lock_run is not None:
+        yield Query(dialect.lock_run, (run_id,))
+    head = yield Query(
+        f"SELECT step_index, message_count, revision FROM {RUNS} WHERE run_id = ?", (run_id,), "one"
+    )
+    stored_step, stored_count, stored_revision = (None, 0, None) if head is None else head
+    if expected_step_index is not None and stored_step != expected_step_index:
+        raise CheckpointConflictError(run_id, expected_step_index, stored_step)
+    if head is None:  # rows left by a corrupt or foreign writer must not collide with ours
+        yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ?", (run_id,))
+    keep = cache.kept(run_id, stored_revision, messages)
+    if keep is None:
+        rows = yield Query(
+            f"SELECT seq, body FROM {MESSAGES} WHERE run_id = ? ORDER BY seq", (run_id,), "all"
+        )
+        keep = kept_by_encoding(_bodies(rows), messages)
+        stored_count = len(rows)
+    bodies = encode_messages(messages, keep)
+    if keep < stored_count:
+        yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ? AND seq >= ?", (run_id, keep))
+    if bodies:
+        yield Query(
+            f"INSERT INTO {MESSAGES} (run_id, seq, body) VALUES (?, ?, ?)",
+            [(run_id, keep + i, body) for i, body in enumerate(bodies)],
+            many=True,
+        )
+    revision = new_revision()
+    yield Query(
+        f"INSERT INTO {RUNS} (run_id, step_index, status, created_at, message_count, revision, header)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET"
+        " step_index = excluded.step_index, status = excluded.status, created_at = excluded.created_at,"
+        " message_count = excluded.message_count, revision = excluded.revision, header = excluded.header",
+        (
+            run_id,
+            checkpoint.step_index,
+            checkpoint.status,
+            checkpoint.created_at,
+            len(messages),
+            revision,
+            encode_header(checkpoint),
+        ),
+    )
+    return revision
+
+
+def load_plan(run_id: str) -> Plan:
+    """The stored checkpoint of `run_id` (None when absent); run inside one read snapshot."""
+    head = yield Query(
+        f"SELECT header, message_count, revision FROM {RUNS} WHERE run_id = ?", (run_id,), "one"
+    )
+    if head is None:
+        return None
+    header, count, revision = head
+    rows = yield Query(f"SELECT seq, body FROM {MESSAGES} WHERE run_id = ? ORDER BY seq", (run_id,), "all")
+    if type(count) is not int or count < 0:
+        raise CheckpointCorruptError(f"message_count is {count!r}", run_id=run_id)
+    bodies = _bodies(rows)
+    if len(bodies) != len(rows) or len(rows) != count:
+        raise CheckpointCorruptError(
+            f"header counts {count} messages, rows hold {len(rows)} (contiguous from 0: {len(bodies)})",
+            run_id=run_id,
+        )
+    return rebuild(run_id, header, bodies), revision
+
+
+def delete_plan(run_id: str) -> Plan:
+    yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ?", (run_id,))
+    yield Query(f"DELETE FROM {RUNS} WHERE run_id = ?", (run_id,))
+
+
+def list_plan(status: RunStatus | None, limit: int | None, after: str | None) -> Plan:
+    where: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        where.append("status = ?")
+        params.append(status)
+    if after is not None:
+        where.append("run_id > ?")
+        params.append(after)
+    sql = f"SELECT run_id FROM {RUNS}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY run_id"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    rows = yield Query(sql, params, "all")
+    return [row[0] for row in rows]
+
+
+def prune_plan(before: int, status: RunStatus | None, include_suspended: bool) -> Plan:
+    """Delete the runs `prunable` selects; returns their ids (sorted)."""
+    rows = yield Query(
+        f"SELECT run_id, status, created_at FROM {RUNS} WHERE created_at < ?", (before,), "all"
+    )
+    doomed = page(
+        (run_id for run_id, st, created in rows if prunable(st, created, before, status, include_suspended)),
+        None,
+        None,
+    )
+    if doomed:
+        yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ?", [(r,) for r in doomed], many=True)
+        yield Query(f"DELETE FROM {RUNS} WHERE run_id = ?", [(r,) for r in doomed], many=True)
+    return doomed
+
+
+def run_sync(cursor: Any, dialect: Dialect, plan: Plan) -> Any:
+    """Drive `plan` on a DB-API cursor; returns the plan's result."""
+    result: Any = None
+    while True:
+        try:
+            query = plan.send(result)
+        except StopIteration as stop:
+            return stop.value
+        sql = dialect.sql(query.sql)
+        if query.many:
+            cursor.executemany(sql, query.params)
+            result = None
+            continue
+        cursor.execute(sql, query.params)
+        result = (
+            cursor.fetchone() if query.fetch == "one" else cursor.fetchall() if query.fetch == "all" else None
+        )
+
+
+async def run_async(cursor: Any, dialect: Dialect, plan: Plan) -> Any:
+    """`run_sync` for an async cursor (psycopg's AsyncCursor)."""
+    result: Any = None
+    while True:
+        try:
+            query = plan.send(result)
+        except StopIteration as stop:
+            return stop.value
+        sql = dialect.sql(query.sql)
+        if query.many:
+            await cursor.executemany(sql, query.params)
+            result = None
+            continue
+        await cursor.execute(sql, query.params)
+        if query.fetch == "one":
+            result = await cursor.fetchone()
+        elif query.fetch == "all":
+            result = await cursor.fetchall()
+        else:
+            result = None

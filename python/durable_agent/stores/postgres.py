@@ -1,0 +1,264 @@
+"""Postgres session stores (psycopg 3): `PostgresSessionStore` (sync) and `AsyncPostgresSessionStore`.
+
+The same append-only layout as the SQLite store (`_sql`): a header row per run in
+`durable_agent_runs`, one row per message in `durable_agent_messages`, a save writing only the
+messages added since the run's stored history, in one transaction that first takes a per-run
+advisory lock (`pg_advisory_xact_lock`), so concurrent writers of one run queue instead of
+interleaving, and writers of different runs do not wait for each other. Loads read in one
+REPEATABLE READ snapshot. The tables are created, or migrated, on first use under an advisory
+lock; `durable_agent_schema_version` records the version.
+
+Connections come from a `psycopg_pool` pool (`min_size`/`max_size`), or pass your own `pool=`.
+A connection lost mid-save rolls the transaction back; the next save finds the stored state
+and heals (no gap, no duplicate message). Install with ``pip install 'durable-agent[postgres]'``.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from typing import Any
+
+from ..checkpoint import AgentCheckpoint, RunStatus
+from ..errors import CheckpointCorruptError, FeatureUnavailableError
+from . import _sql
+from ._history import PrefixCache
+from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id
+
+_DIALECT = _sql.Dialect(
+    placeholder="%s",
+    text_type='TEXT COLLATE "C"',
+    lock_run="SELECT pg_advisory_xact_lock(hashtextextended(?, 20260))",
+    lock_schema="SELECT pg_advisory_xact_lock(20260)",
+)
+_READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
+
+
+def _pool_module() -> Any:
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool
+    except ImportError as exc:
+        raise FeatureUnavailableError(
+            "the Postgres store needs psycopg 3 and psycopg_pool: pip install 'durable-agent[postgres]' "
+            f"({exc})"
+        ) from exc
+    return psycopg_pool
+
+
+class _Common:
+    """Argument checks and plans shared by the sync and async stores (they differ only in I/O)."""
+
+    _cache: PrefixCache
+
+    _operational_error: type[Exception]
+
+    def _init_common(self, cache_runs: int) -> Any:
+        psycopg_pool = _pool_module()
+        import psycopg
+
+        self._operational_error = psycopg.OperationalError
+        self._cache = PrefixCache(cache_runs)
+        self._migrated = False
+        return psycopg_pool
+
+    def _save(
+        self, checkpoint: Any, expected_step_index: Any
+    ) -> tuple[AgentCheckpoint, Callable[[], _sql.Plan]]:
+        checked = check_checkpoint(checkpoint)
+        expected = check_expected(expected_step_index)
+        return checked, lambda: _sql.save_plan(self._cache, checked, expected, _DIALECT)
+
+    def _loaded(self, run_id: str, found: Any) -> AgentCheckpoint | None:
+        if found is None:
+            return None
+        checkpoint, revision = found
+        if type(revision) is int:
+            self._cache.remember(run_id, revision, checkpoint.messages)
+        return checkpoint  # type: ignore[no-any-return]
+
+    def _pruned(self, doomed: builtins.list[str]) -> builtins.list[str]:
+        for run_id in doomed:
+            self._cache.forget(run_id)
+        return doomed
+
+
+class PostgresSessionStore(_Common):
+    """Checkpoints in Postgres; synchronous methods, safe for many processes.
+
+    `conninfo` is a libpq URL or DSN. Call `close()` (or use `with`) to close the pool.
+    """
+
+    def __init__(
+        self,
+        conninfo: str = "",
+        *,
+        pool: Any = None,
+        min_size: int = 1,
+        max_size: int = 4,
+        cache_runs: int = 256,
+    ) -> None:
+        psycopg_pool = self._init_common(cache_runs)
+        self._own_pool = pool is None
+        self._pool = (
+            psycopg_pool.ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=True)
+            if pool is None
+            else pool
+        )
+
+    def _run(self, make_plan: Callable[[], _sql.Plan], *, snapshot: bool = False) -> Any:
+        """Run a fresh plan in one transaction, once more on a new connection if the first one was dead.
+
+        Every plan is safe to run again: a save whose commit was lost in the failure finds a
+        revision it does not know and re-reads the stored rows.
+        """
+        try:
+            return self._run_once(make_plan(), snapshot)
+        except self._operational_error:
+            return self._run_once(make_plan(), snapshot)
+
+    def _run_once(self, plan: _sql.Plan, snapshot: bool) -> Any:
+        with self._pool.connection() as conn:
+            if not self._migrated:
+                with conn.transaction(), conn.cursor() as cur:
+                    _sql.run_sync(cur, _DIALECT, _sql.schema_plan(_DIALECT))
+                self._migrated = True
+            with conn.transaction(), conn.cursor() as cur:
+                if snapshot:
+                    cur.execute(_READ_SNAPSHOT)
+                return _sql.run_sync(cur, _DIALECT, plan)
+
+    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
+        """Store `checkpoint` as the latest of its run, writing only the messages not stored yet.
+
+        With `expected_step_index`, raise `CheckpointConflictError` (and write nothing) unless
+        the stored checkpoint of this run is at that step.
+        """
+        checkpoint, plan = self._save(checkpoint, expected_step_index)
+        revision = self._run(plan)
+        self._cache.remember(checkpoint.run_id, revision, checkpoint.messages)
+
+    def load(self, run_id: str) -> AgentCheckpoint | None:
+        """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
+        try:
+            found = self._run(lambda: _sql.load_plan(check_run_id(run_id)), snapshot=True)
+        except CheckpointCorruptError:
+            self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
+            raise
+        return self._loaded(run_id, found)
+
+    def delete(self, run_id: str) -> None:
+        self._run(lambda: _sql.delete_plan(check_run_id(run_id)))
+        self._cache.forget(run_id)
+
+    def list(
+        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
+    ) -> builtins.list[str]:
+        """Run ids in code-point order, optionally only those whose latest status is `status`."""
+        args = check_list_args(status, limit, after)
+        return self._run(lambda: _sql.list_plan(*args))  # type: ignore[no-any-return]
+
+    def prune(
+        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
+    ) -> builtins.list[str]:
+        """Delete runs whose latest checkpoint was created before `before` (epoch ms); returns their ids.
+
+        Suspended runs (awaiting approval) are kept unless `include_suspended=True`.
+        """
+        args = check_prune_args(before, status, include_suspended)
+        return self._pruned(self._run(lambda: _sql.prune_plan(*args)))
+
+    def close(self) -> None:
+        if self._own_pool:
+            self._pool.close()
+        self._cache.clear()
+
+    def __enter__(self) -> PostgresSessionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncPostgresSessionStore(_Common):
+    """`PostgresSessionStore` with coroutine methods (psycopg's async pool), for asyncio servers.
+
+    The pool opens on first use, inside the running event loop; `await store.close()` closes it.
+    """
+
+    def __init__(
+        self,
+        conninfo: str = "",
+        *,
+        pool: Any = None,
+        min_size: int = 1,
+        max_size: int = 4,
+        cache_runs: int = 256,
+    ) -> None:
+        psycopg_pool = self._init_common(cache_runs)
+        self._own_pool = pool is None
+        self._pool = (
+            psycopg_pool.AsyncConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=False)
+            if pool is None
+            else pool
+        )
+        self._opened = not self._own_pool
+
+    async def _run(self, make_plan: Callable[[], _sql.Plan], *, snapshot: bool = False) -> Any:
+        """See `PostgresSessionStore._run`."""
+        try:
+            return await self._run_once(make_plan(), snapshot)
+        except self._operational_error:
+            return await self._run_once(make_plan(), snapshot)
+
+    async def _run_once(self, plan: _sql.Plan, snapshot: bool) -> Any:
+        if not self._opened:
+            await self._pool.open()
+            self._opened = True
+        async with self._pool.connection() as conn:
+            if not self._migrated:
+                async with conn.transaction(), conn.cursor() as cur:
+                    await _sql.run_async(cur, _DIALECT, _sql.schema_plan(_DIALECT))
+                self._migrated = True
+            async with conn.transaction(), conn.cursor() as cur:
+                if snapshot:
+                    await cur.execute(_READ_SNAPSHOT)
+                return await _sql.run_async(cur, _DIALECT, plan)
+
+    async def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
+        """See `PostgresSessionStore.save`."""
+        checkpoint, plan = self._save(checkpoint, expected_step_index)
+        revision = await self._run(plan)
+        self._cache.remember(checkpoint.run_id, revision, checkpoint.messages)
+
+    async def load(self, run_id: str) -> AgentCheckpoint | None:
+        """See `PostgresSessionStore.load`."""
+        try:
+            found = await self._run(lambda: _sql.load_plan(check_run_id(run_id)), snapshot=True)
+        except CheckpointCorruptError:
+            self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
+            raise
+        return self._loaded(run_id, found)
+
+    async def delete(self, run_id: str) -> None:
+        await self._run(lambda: _sql.delete_plan(check_run_id(run_id)))
+        self._cache.forget(run_id)
+
+    async def list(
+        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
+    ) -> builtins.list[str]:
+        """See `PostgresSessionStore.list`."""
+        args = check_list_args(status, limit, after)
+        return await self._run(lambda: _sql.list_plan(*args))  # type: ignore[no-any-return]
+
+    async def prune(
+        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
+    ) -> builtins.list[str]:
+        """See `PostgresSessionStore.prune`."""
+        args = check_prune_args(before, status, include_suspended)
+        return self._pruned(await self._run(lambda: _sql.prune_plan(*args)))
+
+    async def close(self) -> None:
+        if self._own_pool and self._opened:
+            await self._pool.close()
+        self._cache.clear()

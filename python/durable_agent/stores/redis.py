@@ -1,0 +1,283 @@
+"""`RedisSessionStore`: checkpoints in Redis (redis-py), append-only per run, atomic saves.
+
+Keys, under `prefix` (default ``durable_agent:``): ``run:<id>`` a hash (header, revision, step,
+status, created_at, count), ``msgs:<id>`` a list of encoded messages, ``runs`` and
+``status:<status>`` sorted sets (all scores 0, so ranges are lexicographic) for `list`.
+
+A save is one Lua script, so it is atomic: it checks the optional `expected_step_index` and
+that the run's revision is still the one this process wrote last, trims the list to the
+messages kept, pushes the new ones and rewrites the header. A process whose view is stale
+(another writer, a restart) gets "stale" back, reads the run in one MULTI, and saves again
+with exact knowledge: no gap, no duplicate. A connection lost mid-save leaves the script
+either fully applied or not at all; the next save finds out which.
+
+Durability, honestly: Redis acknowledges a write once it is in memory. What survives a crash
+of the Redis server depends on its configuration, not on this store:
+* no persistence (``save ''``, ``appendonly no``): every checkpoint is lost on restart;
+* RDB snapshots only: the saves since the last snapshot (often minutes) are lost;
+* ``appendonly yes`` with ``appendfsync everysec`` (the usual setting): up to about a second
+  of acknowledged saves can be lost; ``appendfsync always`` loses none, at a cost per save;
+* replication is asynchronous: a failover to a replica can lose acknowledged saves (and
+  bring back an older revision: the store then heals, but the lost steps are gone).
+Use Postgres or SQLite when a saved checkpoint must survive the store's own crash; use
+Redis for speed with the persistence you configured, knowing the window above.
+
+Install with ``pip install 'durable-agent[redis]'``.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
+from ..errors import (
+    CheckpointConflictError,
+    CheckpointCorruptError,
+    ConfigurationError,
+    FeatureUnavailableError,
+)
+from ._history import PrefixCache, encode_header, encode_messages, kept_by_encoding, new_revision, rebuild
+from ._validate import (
+    check_checkpoint,
+    check_expected,
+    check_list_args,
+    check_prune_args,
+    check_run_id,
+    page,
+    prunable,
+)
+
+# KEYS: head, msgs, runs, status:running, status:suspended, status:completed
+# ARGV: run_id, expected step ('' = no check), known revision ('' = absent), keep, revision,
+#       step_index, status, created_at, header, bodies...
+_SAVE = """
+local head = redis.call('HMGET', KEYS[1], 'revision', 'step_index')
+if ARGV[2] ~= '' and head[2] ~= ARGV[2] then
+  return {'conflict', head[2] or ''}
+end
+if (head[1] or '') ~= ARGV[3] then
+  return {'stale', ''}
+end
+local keep = tonumber(ARGV[4])
+if keep < redis.call('LLEN', KEYS[2]) then
+  if keep == 0 then
+    redis.call('DEL', KEYS[2])
+  else
+    redis.call('LTRIM', KEYS[2], 0, keep - 1)
+  end
+end
+local last = #ARGV
+local i = 10
+while i <= last do
+  local j = math.min(i + 999, last)
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, j))
+  i = j + 1
+end
+redis.call('HSET', KEYS[1], 'revision', ARGV[5], 'step_index', ARGV[6], 'status', ARGV[7],
+  'created_at', ARGV[8], 'header', ARGV[9], 'count', redis.call('LLEN', KEYS[2]))
+redis.call('ZADD', KEYS[3], 0, ARGV[1])
+local by_status = {running = KEYS[4], suspended = KEYS[5], completed = KEYS[6]}
+for _, key in pairs(by_status) do redis.call('ZREM', key, ARGV[1]) end
+redis.call('ZADD', by_status[ARGV[7]], 0, ARGV[1])
+return {'ok', ''}
+"""
+
+# KEYS as for _SAVE; ARGV: run_id, revision the caller saw ('' = delete whatever is there)
+_DELETE = """
+if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'revision') ~= ARGV[2] then
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+for k = 3, 6 do redis.call('ZREM', KEYS[k], ARGV[1]) end
+return 1
+"""
+
+
+def _redis() -> Any:
+    try:
+        import redis
+    except ImportError as exc:
+        raise FeatureUnavailableError(
+            f"the Redis store needs redis-py: pip install 'durable-agent[redis]' ({exc})"
+        ) from exc
+    return redis
+
+
+def _text(value: Any, run_id: str, what: str) -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CheckpointCorruptError(f"{what} is not UTF-8", run_id=run_id) from None
+    raise CheckpointCorruptError(f"{what} is missing", run_id=run_id)
+
+
+class RedisSessionStore:
+    """Checkpoints in Redis; synchronous methods, safe for many processes (see the durability notes).
+
+    Give a `url` (``redis://host:port/db``) or a ready `client` (a `redis.Redis` with
+    ``decode_responses=False``). `prefix` namespaces the keys.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        client: Any = None,
+        prefix: str = "durable_agent:",
+        cache_runs: int = 256,
+    ) -> None:
+        redis = _redis()
+        if (url is None) == (client is None):
+            raise ConfigurationError("RedisSessionStore needs exactly one of url= or client=")
+        if not isinstance(prefix, str):
+            raise ConfigurationError(f"prefix must be a str, got {prefix!r}")
+        self._own_client = client is None
+        self._client = redis.Redis.from_url(url) if client is None else client
+        self._prefix = prefix
+        self._save_script = self._client.register_script(_SAVE)
+        self._delete_script = self._client.register_script(_DELETE)
+        self._cache = PrefixCache(cache_runs)
+
+    def _keys(self, run_id: str) -> list[str]:
+        p = self._prefix
+        return [
+            f"{p}run:{run_id}",
+            f"{p}msgs:{run_id}",
+            f"{p}runs",
+            *(f"{p}status:{s}" for s in RUN_STATUSES),
+        ]
+
+    def _read(self, run_id: str) -> tuple[dict[bytes, bytes], builtins.list[Any]]:
+        """The run's header hash and message list, read in one MULTI (one consistent view)."""
+        head_key, msgs_key = self._keys(run_id)[:2]
+        pipe = self._client.pipeline(transaction=True)
+        pipe.hgetall(head_key)
+        pipe.lrange(msgs_key, 0, -1)
+        head, bodies = pipe.execute()
+        return head, bodies
+
+    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
+        """Store `checkpoint` atomically as the latest of its run, sending only the new messages.
+
+        With `expected_step_index`, raise `CheckpointConflictError` (and write nothing) unless
+        the stored checkpoint of this run is at that step.
+        """
+        checkpoint = check_checkpoint(checkpoint)
+        expected = check_expected(expected_step_index)
+        run_id, messages = checkpoint.run_id, checkpoint.messages
+        header = encode_header(checkpoint)
+        known = self._cache.revision(run_id)
+        keep = None if known is None else self._cache.kept(run_id, known, messages)
+        while True:  # each round trip either saves or learns of a newer save by another writer
+            if keep is None:  # read what is stored and compare exactly
+                head, bodies = self._read(run_id)
+                raw = head.get(b"revision")
+                known = int(raw) if raw is not None and raw.isdigit() else None
+                stored = [body.decode("utf-8", "replace") for body in bodies]
+                keep = kept_by_encoding(stored, messages) if raw is not None else 0
+            revision = new_revision()
+            outcome, actual = self._save_script(
+                keys=self._keys(run_id),
+                args=[
+                    run_id,
+                    "" if expected is None else str(expected),
+                    "" if known is None else str(known),
+                    keep,
+                    revision,
+                    checkpoint.step_index,
+                    checkpoint.status,
+                    checkpoint.created_at,
+                    header,
+                    *encode_messages(messages, keep),
+                ],
+            )
+            if outcome == b"conflict":
+                raise CheckpointConflictError(run_id, expected, int(actual) if actual else None)
+            if outcome == b"ok":
+                self._cache.remember(run_id, revision, messages)
+                return
+            keep = None  # stale: another writer saved this run since we last looked
+            self._cache.forget(run_id)
+
+    def load(self, run_id: str) -> AgentCheckpoint | None:
+        """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
+        check_run_id(run_id)
+        head, bodies = self._read(run_id)
+        if not head:
+            return None
+        try:
+            revision, count = head.get(b"revision", b""), head.get(b"count", b"")
+            if not (revision.isdigit() and count.isdigit()):
+                raise CheckpointCorruptError("the header's revision/count are not numbers", run_id=run_id)
+            if int(count) != len(bodies):
+                raise CheckpointCorruptError(
+                    f"header counts {int(count)} messages, the list holds {len(bodies)}", run_id=run_id
+                )
+            checkpoint = rebuild(
+                run_id,
+                _text(head.get(b"header"), run_id, "header"),
+                [_text(body, run_id, f"message {seq}") for seq, body in enumerate(bodies)],
+            )
+        except CheckpointCorruptError:
+            self._cache.forget(run_id)  # so the next save re-reads and repairs the run
+            raise
+        self._cache.remember(run_id, int(revision), checkpoint.messages)
+        return checkpoint
+
+    def delete(self, run_id: str) -> None:
+        check_run_id(run_id)
+        self._delete_script(keys=self._keys(run_id), args=[run_id, ""])
+        self._cache.forget(run_id)
+
+    def _ids(self, status: RunStatus | None, limit: int | None, after: str | None) -> builtins.list[str]:
+        key = f"{self._prefix}{'runs' if status is None else 'status:' + status}"
+        low = "-" if after is None else "(" + after
+        found = self._client.zrangebylex(key, low, "+", *((0, limit) if limit is not None else ()))
+        return [member.decode("utf-8") for member in found]
+
+    def list(
+        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
+    ) -> builtins.list[str]:
+        """Run ids in code-point order, optionally only those whose latest status is `status`.
+
+        Page with `limit` and `after` (the last id of the previous page).
+        """
+        return self._ids(*check_list_args(status, limit, after))
+
+    def prune(
+        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
+    ) -> builtins.list[str]:
+        """Delete runs whose latest checkpoint was created before `before` (epoch ms); returns their ids.
+
+        Suspended runs (awaiting approval) are kept unless `include_suspended=True`. A run
+        saved again while pruning (its revision changed) is left alone.
+        """
+        before, status, include_suspended = check_prune_args(before, status, include_suspended)
+        doomed: builtins.list[str] = []
+        after = None
+        while page_ids := self._ids(None, 500, after):
+            after = page_ids[-1]
+            pipe = self._client.pipeline(transaction=False)
+            for run_id in page_ids:
+                pipe.hmget(self._keys(run_id)[0], "status", "created_at", "revision")
+            for run_id, (st, created, revision) in zip(page_ids, pipe.execute(), strict=True):
+                if st is None or revision is None or created is None or not created.lstrip(b"-").isdigit():
+                    continue
+                if prunable(st.decode(), int(created), before, status, include_suspended):
+                    if self._delete_script(keys=self._keys(run_id), args=[run_id, revision]):
+                        doomed.append(run_id)
+                        self._cache.forget(run_id)
+        return page(doomed, None, None)
+
+    def close(self) -> None:
+        if self._own_client:
+            self._client.close()
+        self._cache.clear()
+
+    def __enter__(self) -> RedisSessionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,510 @@
+"""A reusable pytest conformance suite for `SessionStore` implementations.
+
+Subclass `SessionStoreConformance` in a test module and give it a `make_store` fixture that
+returns a zero-argument callable; each call must return a *new handle on the same storage*
+(a fresh storage per test: a new file, a new key prefix, a new schema...). A store whose
+handles cannot share storage may return the same instance every time::
+
+    import pytest
+    from durable_agent.testing import SessionStoreConformance
+
+    class TestMyStore(SessionStoreConformance):
+        @pytest.fixture
+        def make_store(self, tmp_path):
+            return lambda: MyStore(tmp_path / "runs.db")
+
+Every store method may return its value or an awaitable (the `SessionStore` contract); the
+suite drives awaitables on one event loop per test and closes each handle it opened
+(calling `close()`, awaited when it returns an awaitable) before that loop ends.
+
+The semantics checked, which every durable-agent backend implements:
+
+* `save(checkpoint, *, expected_step_index=None)`: the latest save of a run wins; `load`
+  returns a checkpoint equal to it (bytes, non-ASCII text, approvals, agent path included),
+  whatever the history did between saves (grew, was rewritten, shrank). With
+  `expected_step_index=n`, the save happens only if the stored checkpoint of that run is at
+  step `n`; otherwise `CheckpointConflictError(run_id, expected=n, actual=<stored step or
+  None>)` is raised and nothing is written. A checkpoint that cannot be encoded raises
+  `CodecError` and the stored one stays.
+* `load(run_id)`: None for a run never saved (or deleted).
+* `delete(run_id)`: removes the run; deleting an unknown run is not an error.
+* `list(*, status=None, limit=None, after=None)`: run ids in code-point order, only those
+  whose latest status is `status` when given; `limit`/`after` page through them (keyset).
+* `prune(*, before, status=None, include_suspended=False)`: deletes the runs whose latest
+  checkpoint's `created_at` is before `before` (epoch ms), optionally only those with
+  `status`, and returns their ids sorted. Suspended runs (awaiting a human) survive unless
+  `include_suspended=True`; `status="suspended"` without it is a `ConfigurationError`.
+* Bad arguments (not a checkpoint, an empty or NUL-containing run id, a negative limit)
+  raise `ConfigurationError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from ..checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, Usage
+from ..errors import CheckpointConflictError, CodecError, ConfigurationError
+
+
+def message(i: int) -> Any:
+    """The i-th message of a varied, deterministic conversation (text, tools, bytes, odd data)."""
+    kind = i % 4
+    if kind == 0:
+        return {"role": "user", "content": f"question {i}: café ☕ — \U0001f600 «{i}»"}
+    if kind == 1:
+        return {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": f"calling a tool ({i})"},
+                {
+                    "type": "tool-call",
+                    "tool_call_id": f"call-{i}",
+                    "tool_name": "lookup",
+                    "input": {"q": i, "ratio": i / 7, "big": 2**70 + i, "flags": [True, None]},
+                },
+            ],
+        }
+    if kind == 2:
+        return {
+            "role": "tool",
+            "content": [
+                {
+                    "type": "tool-result",
+                    "tool_call_id": f"call-{i - 1}",
+                    "tool_name": "lookup",
+                    "output": {"$bytes": "not really bytes", "n": i},
+                    "is_error": False,
+                }
+            ],
+        }
+    return {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "an image"},
+            {"type": "image", "data": bytes(range(i % 256)) + b"\x00\xff", "media_type": "image/png"},
+        ],
+    }
+
+
+def conversation(n: int) -> list[Any]:
+    return [message(i) for i in range(n)]
+
+
+def make_checkpoint(
+    run_id: str = "run-1",
+    step_index: int = 0,
+    messages: Sequence[Any] | None = None,
+    *,
+    status: RunStatus = "running",
+    created_at: int = 1_000,
+    pending: bool = False,
+    agent_path: tuple[str, ...] | None = None,
+) -> AgentCheckpoint:
+    """A valid checkpoint for tests; `pending=True` adds one approval request."""
+    approvals = (
+        (
+            ToolApprovalRequest(
+                approval_id=f"appr-{step_index}",
+                tool_call_id="call-1",
+                tool_name="pay",
+                input={"amount": 12.5, "to": "Zoë"},
+                agent_path=("outer", "inner"),
+                token="tok.en",
+            ),
+        )
+        if pending
+        else None
+    )
+    return AgentCheckpoint(
+        run_id=run_id,
+        step_index=step_index,
+        status=status,
+        messages=conversation(2) if messages is None else messages,
+        usage=Usage(10 * step_index, 3 * step_index, 13 * step_index),
+        created_at=created_at,
+        pending_approvals=approvals,
+        agent_path=agent_path,
+    )
+
+
+class StoreDriver:
+    """Calls store methods that may be sync or async, on one event loop, and closes what it opened."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._opened: list[Any] = []
+
+    def __call__(self, value: Any) -> Any:
+        if not inspect.isawaitable(value):
+            return value
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(value)
+
+    def open(self, factory: Callable[[], Any]) -> Any:
+        store = self(factory())
+        if all(store is not s for s in self._opened):
+            self._opened.append(store)
+        return store
+
+    def close(self) -> None:
+        try:
+            for store in reversed(self._opened):
+                close = getattr(store, "close", None)
+                if close is not None:
+                    self(close())
+        finally:
+            if self._loop is not None:
+                self._loop.close()
+
+
+class SessionStoreConformance:
+    """The suite. Subclass it and define the `make_store` fixture (see the module docstring).
+
+    Set `checks_encoding = False` on a store that keeps checkpoints as objects and never
+    encodes them (the in-memory reference store): the encoding test is then skipped.
+    """
+
+    checks_encoding: bool = True
+
+    @pytest.fixture
+    def make_store(self) -> Callable[[], Any]:
+        raise NotImplementedError("define a `make_store` fixture returning a store factory")
+
+    @pytest.fixture
+    def driver(self) -> Iterator[StoreDriver]:
+        driver = StoreDriver()
+        yield driver
+        driver.close()
+
+    @pytest.fixture
+    def store(self, make_store: Callable[[], Any], driver: StoreDriver) -> Any:
+        return driver.open(make_store)
+
+    # -- save / load -------------------------------------------------------------------
+
+    def test_load_of_unknown_run_is_none(self, store: Any, driver: StoreDriver) -> None:
+        assert driver(store.load("never-saved")) is None
+
+    def test_round_trip_keeps_every_field(self, store: Any, driver: StoreDriver) -> None:
+        cp = make_checkpoint(
+            "run-é/1",
+            7,
+            conversation(9),
+            status="suspended",
+            created_at=1_234_567,
+            pending=True,
+            agent_path=("outer", "sub"),
+        )
+        driver(store.save(cp))
+        loaded = driver(store.load("run-é/1"))
+        assert loaded == cp
+        assert isinstance(loaded.messages[3]["content"][1]["data"], bytes)
+        assert loaded.messages[2]["content"][0]["output"] == {"$bytes": "not really bytes", "n": 2}
+
+    def test_latest_save_wins_as_history_grows(self, store: Any, driver: StoreDriver) -> None:
+        history: list[Any] = []
+        for step in range(40):
+            history = [*history, message(2 * step), message(2 * step + 1)]
+            cp = make_checkpoint("grow", step, history, created_at=1_000 + step)
+            driver(store.save(cp))
+            if step % 13 == 0:
+                assert driver(store.load("grow")) == cp
+        assert driver(store.load("grow")) == cp
+        assert len(driver(store.load("grow")).messages) == 80
+
+    def test_status_and_step_changes_without_new_messages(self, store: Any, driver: StoreDriver) -> None:
+        history = conversation(4)
+        driver(store.save(make_checkpoint("same", 1, history)))
+        final = make_checkpoint("same", 2, history, status="completed", created_at=5_000)
+        driver(store.save(final))
+        assert driver(store.load("same")) == final
+
+    @pytest.mark.parametrize(
+        "rewrite",
+        [
+            pytest.param(
+                lambda h: [*h[:3], {"role": "user", "content": "edited"}, *h[4:], message(99)], id="middle"
+            ),
+            pytest.param(lambda h: h[:3], id="truncated"),
+            pytest.param(lambda h: [], id="emptied"),
+            pytest.param(lambda h: [{"role": "system", "content": "summary"}, *h[-2:]], id="compacted"),
+            pytest.param(lambda h: copy.deepcopy(h) + [message(50)], id="deep-copied"),
+            pytest.param(lambda h: [*h[:-1], {**h[-1], "content": "changed last"}], id="last-replaced"),
+        ],
+    )
+    def test_rewritten_history_is_stored_as_given(
+        self, store: Any, driver: StoreDriver, rewrite: Callable[[list[Any]], list[Any]]
+    ) -> None:
+        history = conversation(8)
+        driver(store.save(make_checkpoint("rw", 1, history)))
+        rewritten = make_checkpoint("rw", 2, rewrite(history))
+        driver(store.save(rewritten))
+        assert driver(store.load("rw")) == rewritten
+        grown = make_checkpoint("rw", 3, [*rewritten.messages, message(70)])
+        driver(store.save(grown))
+        assert driver(store.load("rw")) == grown
+
+    def test_middle_message_replaced_while_tail_is_kept(self, store: Any, driver: StoreDriver) -> None:
+        history = conversation(10)
+        driver(store.save(make_checkpoint("mid", 1, history)))
+        rewritten = [*history[:2], {"role": "user", "content": "redacted"}, *history[3:]]
+        assert rewritten[-1] is history[-1]
+        cp = make_checkpoint("mid", 2, rewritten)
+        driver(store.save(cp))
+        assert driver(store.load("mid")) == cp
+
+    def test_a_list_grown_in_place_between_saves(self, store: Any, driver: StoreDriver) -> None:
+        """Against the immutability contract, but it must not lose messages."""
+        history = conversation(3)
+        driver(store.save(make_checkpoint("inplace", 1, history)))
+        history.append(message(3))
+        driver(store.save(make_checkpoint("inplace", 2, history)))
+        assert driver(store.load("inplace")) == make_checkpoint("inplace", 2, conversation(4))
+
+    def test_handles_share_runs_and_heal_stale_views(
+        self, make_store: Callable[[], Any], driver: StoreDriver
+    ) -> None:
+        first, second = driver.open(make_store), driver.open(make_store)
+        history = conversation(6)
+        driver(first.save(make_checkpoint("shared", 1, history)))
+        resumed = driver(second.load("shared"))
+        assert resumed == make_checkpoint("shared", 1, history)
+        by_second = make_checkpoint("shared", 2, [*resumed.messages, message(40), message(41)])
+        driver(second.save(by_second))
+        assert driver(first.load("shared")) == by_second
+        # `first` now writes from its own older view: latest save wins, nothing duplicated or lost.
+        by_first = make_checkpoint("shared", 3, [*history, message(60)])
+        driver(first.save(by_first))
+        assert driver(second.load("shared")) == by_first
+        again = make_checkpoint("shared", 4, [*by_first.messages, message(61)])
+        driver(second.save(again))
+        assert driver(first.load("shared")) == again
+
+    def test_stale_handle_after_another_shortened_the_run(
+        self, make_store: Callable[[], Any], driver: StoreDriver
+    ) -> None:
+        mine, theirs = driver.open(make_store), driver.open(make_store)
+        history = conversation(6)
+        driver(mine.save(make_checkpoint("short", 1, history)))
+        driver(theirs.save(make_checkpoint("short", 2, history[:2])))
+        extended = make_checkpoint("short", 3, [*history, message(6)])
+        driver(mine.save(extended))  # from a view that is stale: the store must not trust it
+        assert driver(theirs.load("short")) == extended
+        assert driver(mine.load("short")) == extended
+
+    def test_runs_are_isolated(self, store: Any, driver: StoreDriver) -> None:
+        saved: dict[str, AgentCheckpoint] = {}
+        for step in range(5):
+            for run_id in ("a", "ab", "b"):
+                n = len(run_id) * 2 + step
+                saved[run_id] = make_checkpoint(run_id, step, conversation(n))
+                driver(store.save(saved[run_id]))
+        driver(store.delete("ab"))
+        assert driver(store.load("a")) == saved["a"]
+        assert driver(store.load("b")) == saved["b"]
+        assert driver(store.load("ab")) is None
+
+    @pytest.mark.parametrize(
+        "run_id",
+        ["a/b\\c", "ü 'x' \"y\"", "line\nbreak\ttab", "%s ? ; DROP TABLE x; --", "\U0001f600" * 40, "*"],
+    )
+    def test_unusual_run_ids(self, store: Any, driver: StoreDriver, run_id: str) -> None:
+        cp = make_checkpoint(run_id, 3, conversation(5))
+        driver(store.save(cp))
+        assert driver(store.load(run_id)) == cp
+        assert driver(store.list()) == [run_id]
+        driver(store.delete(run_id))
+        assert driver(store.load(run_id)) is None
+
+    def test_unencodable_checkpoint_raises_codec_error_and_keeps_the_stored_one(
+        self, store: Any, driver: StoreDriver
+    ) -> None:
+        if not self.checks_encoding:
+            pytest.skip("this store keeps checkpoints as objects and never encodes them")
+        good = make_checkpoint("enc", 1, conversation(3))
+        driver(store.save(good))
+        bad = make_checkpoint(
+            "enc", 2, [*good.messages, {"role": "user", "content": [{"type": "x", "v": {1, 2}}]}]
+        )
+        with pytest.raises(CodecError):
+            driver(store.save(bad))
+        assert driver(store.load("enc")) == good
+        nan = make_checkpoint("enc", 2, [*good.messages, {"role": "user", "content": [{"v": float("nan")}]}])
+        with pytest.raises(CodecError):
+            driver(store.save(nan))
+        better = make_checkpoint("enc", 3, [*good.messages, message(3)])
+        driver(store.save(better))
+        assert driver(store.load("enc")) == better
+
+    # -- optimistic guard --------------------------------------------------------------
+
+    def test_expected_step_index_guards_against_another_writer(self, store: Any, driver: StoreDriver) -> None:
+        driver(store.save(make_checkpoint("g", 4, conversation(4)), expected_step_index=None))
+        driver(store.save(make_checkpoint("g", 5, conversation(5)), expected_step_index=4))
+        with pytest.raises(CheckpointConflictError) as caught:
+            driver(store.save(make_checkpoint("g", 6, conversation(7)), expected_step_index=4))
+        assert (caught.value.run_id, caught.value.expected, caught.value.actual) == ("g", 4, 5)
+        assert caught.value.code == "checkpoint_conflict"
+        assert driver(store.load("g")) == make_checkpoint("g", 5, conversation(5))
+        driver(store.save(make_checkpoint("g", 6, conversation(6)), expected_step_index=5))
+        assert driver(store.load("g")).step_index == 6
+
+    def test_expected_step_index_on_a_missing_run_conflicts(self, store: Any, driver: StoreDriver) -> None:
+        with pytest.raises(CheckpointConflictError) as caught:
+            driver(store.save(make_checkpoint("new", 1), expected_step_index=0))
+        assert caught.value.actual is None
+        assert driver(store.load("new")) is None
+
+    # -- delete / list / prune ---------------------------------------------------------
+
+    def test_delete(self, store: Any, driver: StoreDriver) -> None:
+        driver(store.save(make_checkpoint("d", 2, conversation(6))))
+        driver(store.delete("d"))
+        assert driver(store.load("d")) is None
+        assert driver(store.list()) == []
+        driver(store.delete("d"))
+        driver(store.delete("never-saved"))
+        again = make_checkpoint("d", 0, conversation(2))
+        driver(store.save(again))
+        assert driver(store.load("d")) == again
+
+    def _populate(self, store: Any, driver: StoreDriver) -> None:
+        statuses: list[RunStatus] = ["running", "suspended", "completed"]
+        for i in range(12):
+            status = statuses[i % 3]
+            cp = make_checkpoint(
+                f"run-{i:02d}",
+                i,
+                conversation(2),
+                status=status,
+                created_at=1_000 * (i + 1),
+                pending=status == "suspended",
+            )
+            driver(store.save(cp))
+
+    def test_list_is_sorted_and_filtered_by_latest_status(self, store: Any, driver: StoreDriver) -> None:
+        assert driver(store.list()) == []
+        self._populate(store, driver)
+        assert driver(store.list()) == [f"run-{i:02d}" for i in range(12)]
+        assert driver(store.list(status="suspended")) == [f"run-{i:02d}" for i in range(1, 12, 3)]
+        driver(store.save(make_checkpoint("run-01", 20, conversation(3), status="completed")))
+        assert "run-01" not in driver(store.list(status="suspended"))
+        assert "run-01" in driver(store.list(status="completed"))
+
+    def test_list_pages_cover_every_run_once(self, store: Any, driver: StoreDriver) -> None:
+        self._populate(store, driver)
+        seen: list[str] = []
+        after = None
+        while True:
+            page = driver(store.list(limit=5, after=after))
+            assert len(page) <= 5
+            if not page:
+                break
+            seen.extend(page)
+            after = page[-1]
+        assert seen == driver(store.list())
+        assert driver(store.list(status="running", limit=2, after="run-00")) == ["run-03", "run-06"]
+
+    @pytest.mark.parametrize(
+        "kwargs", [{"limit": 0}, {"limit": -1}, {"limit": "5"}, {"status": "done"}, {"after": 3}]
+    )
+    def test_list_rejects_bad_arguments(
+        self, store: Any, driver: StoreDriver, kwargs: dict[str, Any]
+    ) -> None:
+        with pytest.raises(ConfigurationError):
+            driver(store.list(**kwargs))
+
+    def test_prune_keeps_suspended_runs_unless_asked(self, store: Any, driver: StoreDriver) -> None:
+        self._populate(
+            store, driver
+        )  # run-i created at 1000*(i+1); statuses cycle running/suspended/completed
+        deleted = driver(store.prune(before=6_500))
+        assert deleted == ["run-00", "run-02", "run-03", "run-05"]
+        assert driver(store.list()) == ["run-01", "run-04", *[f"run-{i:02d}" for i in range(6, 12)]]
+        assert driver(store.load("run-01")).status == "suspended"
+        assert driver(store.prune(before=6_500)) == []
+        assert driver(store.prune(before=12_500, status="completed")) == ["run-08", "run-11"]
+        assert driver(store.prune(before=12_500, include_suspended=True)) == [
+            "run-01",
+            "run-04",
+            "run-06",
+            "run-07",
+            "run-09",
+            "run-10",
+        ]
+        assert driver(store.list()) == []
+
+    def test_prune_of_suspended_runs_must_be_explicit(self, store: Any, driver: StoreDriver) -> None:
+        self._populate(store, driver)
+        with pytest.raises(ConfigurationError):
+            driver(store.prune(before=99_000, status="suspended"))
+        assert driver(store.prune(before=99_000, status="suspended", include_suspended=True)) == [
+            f"run-{i:02d}" for i in range(1, 12, 3)
+        ]
+        assert driver(store.list(status="suspended")) == []
+        with pytest.raises(ConfigurationError):
+            driver(store.prune(before="yesterday"))
+
+    # -- bad input ---------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            pytest.param(lambda: {"run_id": "x"}, id="dict"),
+            pytest.param(lambda: make_checkpoint(""), id="empty-run-id"),
+            pytest.param(lambda: make_checkpoint("nul\x00id"), id="nul-run-id"),
+            pytest.param(lambda: make_checkpoint("lone\ud800"), id="surrogate-run-id"),
+        ],
+    )
+    def test_save_rejects_bad_input(self, store: Any, driver: StoreDriver, bad: Callable[[], Any]) -> None:
+        with pytest.raises(ConfigurationError):
+            driver(store.save(bad()))
+        assert driver(store.list()) == []
+
+    def test_bad_expected_step_index_and_run_ids_are_rejected(self, store: Any, driver: StoreDriver) -> None:
+        for expected in (-1, "3", 1.0, True):
+            with pytest.raises(ConfigurationError):
+                driver(store.save(make_checkpoint("x", 1), expected_step_index=expected))
+        for run_id in ("", None, 3, "a\x00b"):
+            with pytest.raises(ConfigurationError):
+                driver(store.load(run_id))
+            with pytest.raises(ConfigurationError):
+                driver(store.delete(run_id))
+        assert driver(store.list()) == []
+
+
+def hammer_one_run(stores: Sequence[Any], steps: int = 15, run_id: str = "hot") -> AgentCheckpoint:
+    """Several threads, one per (synchronous) store handle, save one run concurrently.
+
+    Each writer saves histories of varying length (growing and shrinking). Returns the
+    checkpoint loaded afterwards, after checking that no writer failed and that the stored
+    history is one a writer saved (a prefix of `conversation(...)`: no gap, no duplicate).
+    """
+    import threading
+
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for step in range(steps):
+                stores[i].save(make_checkpoint(run_id, step, conversation((step * (i + 1)) % 9 + 1)))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(stores))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    loaded = stores[0].load(run_id)
+    assert loaded is not None and loaded.step_index == steps - 1
+    assert loaded.messages == conversation(len(loaded.messages))
+    return loaded  # type: ignore[no-any-return]

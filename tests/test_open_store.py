@@ -1,0 +1,126 @@
+"""open_store(url): every scheme opens the right backend; bad URLs and options are typed errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_agent import InMemorySessionStore
+from durable_agent.errors import ConfigurationError, FeatureUnavailableError
+from durable_agent.stores import open_store
+from durable_agent.testing import make_checkpoint
+from durable_agent.testing.services import POSTGRES_URL_VAR, REDIS_URL_VAR, service_url
+
+
+def test_memory() -> None:
+    store = open_store("memory://")
+    assert isinstance(store, InMemorySessionStore)
+    with pytest.raises(ConfigurationError):
+        open_store("memory://somewhere")
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path) -> Any:
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    yield tmp_path
+    os.chdir(cwd)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sqlite3") is None, reason="this Python has no sqlite3 module")
+def test_sqlite_relative_and_absolute_paths(in_tmp: Path) -> None:
+    from durable_agent.stores.sqlite import SqliteSessionStore
+
+    with open_store("sqlite:///rel.db?synchronous=NORMAL&busy_timeout_ms=500") as store:
+        assert isinstance(store, SqliteSessionStore)
+        store.save(make_checkpoint("r"))
+    assert (in_tmp / "rel.db").exists()
+    absolute = in_tmp / "sub" / "abs.db"
+    absolute.parent.mkdir()
+    with open_store(f"sqlite:///{absolute}") as store:
+        store.save(make_checkpoint("r"))
+    assert absolute.exists()
+    with open_store("SQLITE:///rel.db") as store:
+        assert store.load("r") == make_checkpoint("r")
+
+
+def test_jsonl(in_tmp: Path) -> None:
+    from durable_agent.stores.jsonl import JsonlSessionStore
+
+    with open_store("jsonl:///runs.jsonl?fsync=false") as store:
+        assert isinstance(store, JsonlSessionStore)
+        store.save(make_checkpoint("r"))
+    assert (in_tmp / "runs.jsonl").read_bytes().count(b"\n") == 1
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://x",
+        "no-scheme",
+        "sqlite:relative.db",
+        "sqlite://",
+        "sqlite:///x.db?bogus=1",
+        "sqlite:///x.db?busy_timeout_ms=soon",
+        "jsonl:///x.jsonl?fsync=maybe",
+        "jsonl:///x.jsonl?fsync",
+    ],
+)
+def test_bad_urls_are_configuration_errors(in_tmp: Path, url: str) -> None:
+    with pytest.raises(ConfigurationError):
+        open_store(url)
+
+
+def test_bad_options_are_configuration_errors(in_tmp: Path) -> None:
+    with pytest.raises(ConfigurationError, match="unexpected keyword"):
+        open_store("sqlite:///x.db", colour="blue")
+    with pytest.raises(ConfigurationError):
+        open_store(3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("url", "module"), [("postgresql://x/y", "psycopg"), ("redis://x", "redis")])
+def test_a_missing_driver_is_feature_unavailable(
+    monkeypatch: pytest.MonkeyPatch, url: str, module: str
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(FeatureUnavailableError, match="pip install"):
+        open_store(url)
+
+
+@pytest.mark.host_only("needs Postgres and Redis servers")
+def test_server_urls_open_working_stores() -> None:
+    from durable_agent.stores.postgres import AsyncPostgresSessionStore, PostgresSessionStore
+    from durable_agent.stores.redis import RedisSessionStore
+
+    pg, redis_url = service_url(POSTGRES_URL_VAR, "Postgres"), service_url(REDIS_URL_VAR, "Redis")
+    with open_store(pg, max_size=1) as store:
+        assert isinstance(store, PostgresSessionStore)
+        assert store.load("open-store-never-saved") is None
+    assert isinstance(open_store("postgresql+async" + pg[pg.index("://") :]), AsyncPostgresSessionStore)
+    with open_store(redis_url, prefix="open-store-test:") as store:
+        assert isinstance(store, RedisSessionStore)
+        assert store.load("never-saved") is None
+
+
+@pytest.mark.host_only("spawns a fresh interpreter")
+def test_importing_durable_agent_and_stores_imports_no_backend() -> None:
+    code = (
+        "import sys, durable_agent, durable_agent.stores, durable_agent.session;"
+        "bad = [m for m in ('sqlite3', 'psycopg', 'redis', 'psycopg_pool', 'durable_agent.stores.sqlite',"
+        " 'durable_agent.stores.jsonl', 'durable_agent.testing', 'pytest') if m in sys.modules];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    python_dir = str(Path(__file__).resolve().parent.parent / "python")
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": python_dir},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,171 @@
+"""JsonlSessionStore: the conformance suite, plus crash safety, damage and compaction."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from durable_agent._codec_pure import decode
+from durable_agent.errors import CheckpointCorruptError, ConfigurationError
+from durable_agent.stores.jsonl import JsonlSessionStore
+from durable_agent.testing import SessionStoreConformance, conversation, make_checkpoint, message
+
+
+class TestJsonlStore(SessionStoreConformance):
+    @pytest.fixture
+    def make_store(self, tmp_path: Path) -> Callable[[], JsonlSessionStore]:
+        return lambda: JsonlSessionStore(tmp_path / "runs.jsonl", fsync=False)
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "runs.jsonl"
+
+
+def test_each_save_appends_one_line_with_only_the_new_messages(path: Path) -> None:
+    with JsonlSessionStore(path) as store:
+        history = conversation(10)
+        store.save(make_checkpoint("r", 1, history))
+        size = path.stat().st_size
+        store.save(make_checkpoint("r", 2, [*history, message(10)]))
+    lines = path.read_bytes().splitlines()
+    assert len(lines) == 2 and len(lines[0]) + 1 == size
+    second = decode(lines[1].decode())
+    assert (second["keep"], second["messages"]) == (10, [message(10)])
+
+
+def test_a_torn_last_line_is_ignored_then_cut_by_the_next_writer(path: Path) -> None:
+    with JsonlSessionStore(path) as store:
+        store.save(make_checkpoint("r", 1, conversation(3)))
+        store.save(make_checkpoint("other", 1, conversation(2)))
+    whole = path.read_bytes()
+    with JsonlSessionStore(path) as store:
+        store.save(make_checkpoint("r", 2, conversation(5)))
+    torn = path.read_bytes()[: len(whole) + 40]  # the crash hit in the middle of the third line
+    path.write_bytes(torn)
+    with JsonlSessionStore(path) as store:
+        assert store.load("r") == make_checkpoint("r", 1, conversation(3))
+        assert store.damaged_lines == []
+        store.save(make_checkpoint("r", 3, conversation(6)))
+    with JsonlSessionStore(path) as store:
+        assert store.load("r") == make_checkpoint("r", 3, conversation(6))
+        assert store.load("other") == make_checkpoint("other", 1, conversation(2))
+    assert path.read_bytes().startswith(whole)
+    assert path.read_bytes().count(b"\n") == 3
+
+
+@pytest.mark.parametrize(
+    ("damage", "match"),
+    [
+        (lambda line: line[:-30] + b"garbage", "unreadable"),
+        (lambda line: line.replace(b'"keep":', b'"keep":-'), "keep"),
+        (lambda line: line.replace(b'"op":"save"', b'"op":"zap"'), "unknown op"),
+        (lambda line: line.replace(b'"status":"running"', b'"status":"walking"'), "header"),
+        (lambda line: line[:40] + b"\xff\xfe" + line[42:], "unreadable"),
+    ],
+)
+def test_a_damaged_line_makes_only_its_run_corrupt(
+    path: Path, damage: Callable[[bytes], bytes], match: str
+) -> None:
+    with JsonlSessionStore(path) as store:
+        store.save(make_checkpoint("bad", 1, conversation(3)))
+        store.save(make_checkpoint("good", 1, conversation(2)))
+        store.save(make_checkpoint("bad", 2, conversation(4)))
+        store.save(make_checkpoint("good", 2, conversation(3)))
+    lines = path.read_bytes().split(b"\n")
+    lines[2] = damage(lines[2])  # the second save of "bad"
+    path.write_bytes(b"\n".join(lines))
+    with JsonlSessionStore(path) as store:
+        with pytest.raises(CheckpointCorruptError, match=match) as caught:
+            store.load("bad")
+        assert caught.value.run_id == "bad"
+        assert store.load("good") == make_checkpoint("good", 2, conversation(3))
+        with pytest.raises(CheckpointCorruptError):
+            store.compact()
+        healed = make_checkpoint("bad", 3, conversation(5))
+        store.save(healed)
+        assert store.load("bad") == healed
+        store.compact()
+        assert store.load("bad") == healed
+
+
+def test_a_lost_line_in_a_run_is_detected(path: Path) -> None:
+    with JsonlSessionStore(path) as store:
+        for step in range(3):
+            store.save(make_checkpoint("r", step, conversation(step + 2)))
+    lines = path.read_bytes().split(b"\n")
+    del lines[1]
+    path.write_bytes(b"\n".join(lines))
+    with JsonlSessionStore(path) as store, pytest.raises(CheckpointCorruptError, match="was lost"):
+        store.load("r")
+
+
+def test_an_unattributable_line_is_skipped_and_reported(path: Path) -> None:
+    with JsonlSessionStore(path) as store:
+        store.save(make_checkpoint("r", 1, conversation(3)))
+    with path.open("ab") as f:
+        f.write(b"\x00\x00 not json at all\n")
+    with JsonlSessionStore(path) as store:
+        assert store.damaged_lines == [path.stat().st_size - 19]
+        assert store.load("r") == make_checkpoint("r", 1, conversation(3))
+        store.save(make_checkpoint("r", 2, conversation(4)))
+        assert store.load("r") == make_checkpoint("r", 2, conversation(4))
+
+
+def test_compaction_keeps_every_run_and_shrinks_the_file(path: Path) -> None:
+    with JsonlSessionStore(path, fsync=False) as store, JsonlSessionStore(path, fsync=False) as other:
+        history: list[object] = []
+        for step in range(30):
+            history = [*history, message(step)]
+            store.save(make_checkpoint("long", step, history if step % 10 else history[:1]))
+            store.save(make_checkpoint(f"short-{step % 3}", step, conversation(2)))
+        store.delete("short-0")
+        expected = {r: store.load(r) for r in store.list()}
+        before = path.stat().st_size
+        store.compact()
+        assert path.stat().st_size < before
+        assert path.read_bytes().count(b"\n") == 3
+        assert {r: store.load(r) for r in store.list()} == expected
+        assert {r: other.load(r) for r in other.list()} == expected  # sees the new file
+        other.save(make_checkpoint("long", 99, [*expected["long"].messages, message(99)]))  # type: ignore[union-attr]
+        assert store.load("long").step_index == 99  # type: ignore[union-attr]
+
+
+def test_an_unusable_path_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError):
+        JsonlSessionStore(tmp_path / "no-such-dir" / "runs.jsonl")
+
+
+_WRITER = """
+import sys
+sys.path.insert(0, {python!r})
+from durable_agent.stores.jsonl import JsonlSessionStore
+from durable_agent.testing import make_checkpoint, conversation
+store = JsonlSessionStore({path!r}, fsync=False)
+worker = int(sys.argv[1])
+for step in range(40):
+    store.save(make_checkpoint(f"w{{worker}}", step, conversation(step + 1)))
+    store.save(make_checkpoint("shared", step, conversation(step % 7 + 1)))
+    if worker == 0 and step == 20:
+        store.compact()
+store.close()
+"""
+
+
+@pytest.mark.host_only("spawns processes")
+def test_several_processes_append_to_one_file(path: Path) -> None:
+    python_dir = str(Path(__file__).resolve().parent.parent / "python")
+    script = _WRITER.format(python=python_dir, path=str(path))
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(w)]) for w in range(3)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    with JsonlSessionStore(path) as store:
+        for w in range(3):
+            assert store.load(f"w{w}") == make_checkpoint(f"w{w}", 39, conversation(40))
+        shared = store.load("shared")
+        assert shared is not None and shared.step_index == 39
+        assert shared.messages == conversation(39 % 7 + 1)
+        assert store.damaged_lines == []

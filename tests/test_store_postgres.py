@@ -1,0 +1,144 @@
+"""Postgres stores (sync and async) against a real server: conformance, schema, faults.
+
+Run under `scripts/services run -- ...` (sets DURABLE_AGENT_TEST_POSTGRES_URL).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from durable_agent.errors import CheckpointCorruptError, FeatureUnavailableError
+from durable_agent.testing import (
+    SessionStoreConformance,
+    conversation,
+    hammer_one_run,
+    make_checkpoint,
+    message,
+)
+from durable_agent.testing.services import POSTGRES_URL_VAR, service_url
+
+pytestmark = pytest.mark.host_only("needs a Postgres server and psycopg")
+
+
+@pytest.fixture
+def conninfo() -> Iterator[str]:
+    """A conninfo whose search_path is a fresh schema, dropped afterwards."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    url = service_url(POSTGRES_URL_VAR, "Postgres")
+    schema = "t_" + secrets.token_hex(6)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield make_conninfo(url, options=f"-c search_path={schema}")
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _sql(conninfo: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+class TestPostgresStore(SessionStoreConformance):
+    @pytest.fixture
+    def make_store(self, conninfo: str) -> Callable[[], Any]:
+        from durable_agent.stores.postgres import PostgresSessionStore
+
+        return lambda: PostgresSessionStore(conninfo, max_size=2)
+
+
+class TestAsyncPostgresStore(SessionStoreConformance):
+    @pytest.fixture
+    def make_store(self, conninfo: str) -> Callable[[], Any]:
+        from durable_agent.stores.postgres import AsyncPostgresSessionStore
+
+        return lambda: AsyncPostgresSessionStore(conninfo, max_size=2)
+
+
+@pytest.fixture
+def store(conninfo: str) -> Iterator[Any]:
+    from durable_agent.stores.postgres import PostgresSessionStore
+
+    with PostgresSessionStore(conninfo, max_size=2) as s:
+        yield s
+
+
+def test_schema_version_table_and_newer_schema_refused(conninfo: str, store: Any) -> None:
+    from durable_agent.stores.postgres import PostgresSessionStore
+
+    store.save(make_checkpoint("r", 1))
+    assert _sql(conninfo, "SELECT version FROM durable_agent_schema_version") == [(1,)]
+    _sql(conninfo, "INSERT INTO durable_agent_schema_version VALUES (7)")
+    with PostgresSessionStore(conninfo) as newer, pytest.raises(FeatureUnavailableError, match="version 7"):
+        newer.load("r")
+
+
+def test_a_save_writes_only_the_new_messages(conninfo: str, store: Any) -> None:
+    history = conversation(10)
+    store.save(make_checkpoint("r", 1, history))
+    before = _sql(conninfo, "SELECT seq, xmin::text FROM durable_agent_messages ORDER BY seq")
+    store.save(make_checkpoint("r", 2, [*history, message(10)]))
+    after = _sql(conninfo, "SELECT seq, xmin::text FROM durable_agent_messages ORDER BY seq")
+    assert after[:10] == before and len(after) == 11  # the old rows were not touched
+
+
+def test_corrupt_rows_raise_a_typed_error_naming_the_run(conninfo: str, store: Any) -> None:
+    store.save(make_checkpoint("bad", 2, conversation(5)))
+    good = make_checkpoint("good", 1, conversation(3))
+    store.save(good)
+    _sql(conninfo, "UPDATE durable_agent_messages SET body = 'garbage' WHERE run_id = 'bad' AND seq = 3")
+    with pytest.raises(CheckpointCorruptError, match="message 3") as caught:
+        store.load("bad")
+    assert caught.value.run_id == "bad"
+    _sql(conninfo, "UPDATE durable_agent_runs SET header = '{\"version\":1}' WHERE run_id = 'good'")
+    with pytest.raises(CheckpointCorruptError, match="header names run None"):
+        store.load("good")
+    healed = make_checkpoint("bad", 3, conversation(6))
+    store.save(healed)
+    assert store.load("bad") == healed
+
+
+def test_a_connection_lost_mid_run_heals_on_the_next_save(conninfo: str, store: Any) -> None:
+    import psycopg
+
+    history = conversation(4)
+    store.save(make_checkpoint("r", 1, history))
+    _sql(
+        conninfo,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+    )
+    history = [*history, message(4)]
+    try:
+        store.save(make_checkpoint("r", 2, history))  # the loop logs a failed save and goes on
+    except psycopg.OperationalError:
+        pass
+    history = [*history, message(5)]
+    store.save(make_checkpoint("r", 3, history))
+    assert store.load("r") == make_checkpoint("r", 3, history)
+    assert _sql(conninfo, "SELECT seq FROM durable_agent_messages ORDER BY seq") == [(i,) for i in range(6)]
+
+
+def test_concurrent_writers_of_one_run_queue_on_its_lock(conninfo: str) -> None:
+    from durable_agent.stores.postgres import PostgresSessionStore
+
+    stores = [PostgresSessionStore(conninfo, max_size=1) for _ in range(3)]
+    try:
+        loaded = hammer_one_run(stores)
+    finally:
+        for s in stores:
+            s.close()
+    assert _sql(conninfo, "SELECT message_count FROM durable_agent_runs") == [(len(loaded.messages),)]
+    assert _sql(conninfo, "SELECT seq FROM durable_agent_messages ORDER BY seq") == [
+        (i,) for i in range(len(loaded.messages))
+    ]

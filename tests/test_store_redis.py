@@ -1,0 +1,136 @@
+"""RedisSessionStore against a real server: conformance, corruption, stale writers, lost connections.
+
+Run under `scripts/services run -- ...` (sets DURABLE_AGENT_TEST_REDIS_URL).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from durable_agent.errors import CheckpointCorruptError, ConfigurationError
+from durable_agent.testing import (
+    SessionStoreConformance,
+    conversation,
+    hammer_one_run,
+    make_checkpoint,
+    message,
+)
+from durable_agent.testing.services import REDIS_URL_VAR, service_url
+
+pytestmark = pytest.mark.host_only("needs a Redis server and redis-py")
+
+
+@pytest.fixture
+def url() -> str:
+    return service_url(REDIS_URL_VAR, "Redis")
+
+
+@pytest.fixture
+def prefix(url: str) -> Iterator[str]:
+    """A fresh key prefix per test; its keys are deleted afterwards."""
+    import redis
+
+    prefix = f"t{secrets.token_hex(5)}:"
+    yield prefix
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match=prefix + "*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+class TestRedisStore(SessionStoreConformance):
+    @pytest.fixture
+    def make_store(self, url: str, prefix: str) -> Callable[[], Any]:
+        from durable_agent.stores.redis import RedisSessionStore
+
+        return lambda: RedisSessionStore(url, prefix=prefix)
+
+
+@pytest.fixture
+def store(url: str, prefix: str) -> Iterator[Any]:
+    from durable_agent.stores.redis import RedisSessionStore
+
+    with RedisSessionStore(url, prefix=prefix) as s:
+        yield s
+
+
+@pytest.fixture
+def raw(url: str) -> Iterator[Any]:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    yield client
+    client.close()
+
+
+def test_a_save_appends_only_the_new_messages(store: Any, raw: Any, prefix: str) -> None:
+    history = conversation(10)
+    store.save(make_checkpoint("r", 1, history))
+    raw.lset(f"{prefix}msgs:r", 0, b"sentinel")  # a save that rewrote the list would overwrite this
+    store.save(make_checkpoint("r", 2, [*history, message(10)]))
+    assert raw.llen(f"{prefix}msgs:r") == 11
+    assert raw.lindex(f"{prefix}msgs:r", 0) == b"sentinel"
+
+
+@pytest.mark.parametrize(
+    ("damage", "match"),
+    [
+        (lambda c, p: c.lset(f"{p}msgs:bad", 2, b"\xff\xfe"), "message 2 is not UTF-8"),
+        (lambda c, p: c.lset(f"{p}msgs:bad", 1, b'{"role":'), "message 1 cannot be decoded"),
+        (lambda c, p: c.rpop(f"{p}msgs:bad"), "header counts 5"),
+        (lambda c, p: c.hset(f"{p}run:bad", "header", b"[]"), "header is not an object"),
+        (lambda c, p: c.hset(f"{p}run:bad", "count", b"five"), "not numbers"),
+        (lambda c, p: c.hdel(f"{p}run:bad", "header"), "header is missing"),
+    ],
+)
+def test_corrupt_data_raises_a_typed_error_naming_the_run(
+    store: Any, raw: Any, prefix: str, damage: Callable[[Any, str], Any], match: str
+) -> None:
+    store.save(make_checkpoint("bad", 2, conversation(5)))
+    good = make_checkpoint("good", 1, conversation(3))
+    store.save(good)
+    damage(raw, prefix)
+    with pytest.raises(CheckpointCorruptError, match=match) as caught:
+        store.load("bad")
+    assert caught.value.run_id == "bad"
+    assert store.load("good") == good
+    healed = make_checkpoint("bad", 3, conversation(6))
+    store.save(healed)
+    assert store.load("bad") == healed
+
+
+def test_a_lost_connection_heals_on_the_next_save(store: Any, raw: Any) -> None:
+    history = conversation(4)
+    store.save(make_checkpoint("r", 1, history))
+    for client in raw.client_list():
+        if client.get("name") != "keeper" and int(client["id"]) != raw.client_id():
+            raw.client_kill_filter(_id=client["id"])
+    history = [*history, message(4)]
+    store.save(make_checkpoint("r", 2, history))  # redis-py reconnects; the script ran once or not
+    assert store.load("r") == make_checkpoint("r", 2, history)
+
+
+def test_concurrent_writers_of_one_run_retry_on_stale(url: str, prefix: str, raw: Any) -> None:
+    from durable_agent.stores.redis import RedisSessionStore
+
+    stores = [RedisSessionStore(url, prefix=prefix) for _ in range(3)]
+    try:
+        loaded = hammer_one_run(stores, steps=30)
+    finally:
+        for s in stores:
+            s.close()
+    assert raw.llen(f"{prefix}msgs:hot") == len(loaded.messages)
+
+
+def test_exactly_one_of_url_or_client(url: str) -> None:
+    from durable_agent.stores.redis import RedisSessionStore
+
+    with pytest.raises(ConfigurationError):
+        RedisSessionStore()
+    with pytest.raises(ConfigurationError):
+        RedisSessionStore(url, client=object())

@@ -1,0 +1,235 @@
+"""SqliteSessionStore: the conformance suite, plus what only a file store can show."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from durable_agent.errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
+from durable_agent.stores.sqlite import SqliteSessionStore
+from durable_agent.testing import (
+    SessionStoreConformance,
+    conversation,
+    hammer_one_run,
+    make_checkpoint,
+    message,
+)
+
+try:
+    import sqlite3
+except ImportError:  # Pyodide 0.28 ships sqlite3 only as a CDN package
+    sqlite3 = None  # type: ignore[assignment]
+
+needs_sqlite3 = pytest.mark.skipif(sqlite3 is None, reason="this Python has no sqlite3 module")
+
+
+@needs_sqlite3
+class TestSqliteStore(SessionStoreConformance):
+    @pytest.fixture
+    def make_store(self, tmp_path: Path) -> Callable[[], SqliteSessionStore]:
+        return lambda: SqliteSessionStore(tmp_path / "runs.db")
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "runs.db"
+
+
+def _rows(db: Path, run_id: str) -> list[tuple[int, str]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(
+            "SELECT seq, body FROM durable_agent_messages WHERE run_id = ? ORDER BY seq", (run_id,)
+        ).fetchall()
+
+
+@needs_sqlite3
+def test_a_save_writes_only_the_new_messages(db: Path) -> None:
+    with SqliteSessionStore(db) as store:
+        history = conversation(10)
+        store.save(make_checkpoint("r", 1, history))
+        rowids_before = _rowids(db, "r")
+        store.save(make_checkpoint("r", 2, [*history, message(10), message(11)]))
+        rowids_after = _rowids(db, "r")
+    assert rowids_after[:10] == rowids_before  # the stored rows were not rewritten
+    assert len(rowids_after) == 12
+
+
+def _rowids(db: Path, run_id: str) -> list[int]:
+    with sqlite3.connect(db) as conn:
+        return [
+            r[0]
+            for r in conn.execute(
+                "SELECT rowid FROM durable_agent_messages WHERE run_id = ? ORDER BY seq", (run_id,)
+            )
+        ]
+
+
+@needs_sqlite3
+def test_wal_mode_and_schema_version(db: Path) -> None:
+    SqliteSessionStore(db).close()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 8192
+        assert conn.execute("SELECT version FROM durable_agent_schema_version").fetchall() == [(1,)]
+
+
+@needs_sqlite3
+def test_a_newer_schema_is_refused(db: Path) -> None:
+    SqliteSessionStore(db).close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO durable_agent_schema_version VALUES (99)")
+    with pytest.raises(FeatureUnavailableError, match="version 99"):
+        SqliteSessionStore(db)
+
+
+@needs_sqlite3
+def test_not_a_database_is_a_configuration_error(tmp_path: Path) -> None:
+    bad = tmp_path / "garbage.db"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ConfigurationError, match="garbage.db"):
+        SqliteSessionStore(bad)
+    with pytest.raises(ConfigurationError):
+        SqliteSessionStore(tmp_path / "missing-dir" / "x.db")
+    with pytest.raises(ConfigurationError):
+        SqliteSessionStore(tmp_path / "ok.db", synchronous="OFF")  # type: ignore[arg-type]
+
+
+@needs_sqlite3
+@pytest.mark.parametrize(
+    ("sql", "params", "match"),
+    [
+        (
+            "UPDATE durable_agent_messages SET body = ? WHERE run_id = 'bad' AND seq = 2",
+            ('{"role":"us',),
+            "message 2",
+        ),
+        (
+            "UPDATE durable_agent_messages SET body = ? WHERE run_id = 'bad' AND seq = 1",
+            (b"\x00\x01",),
+            "message 1",
+        ),
+        ("DELETE FROM durable_agent_messages WHERE run_id = 'bad' AND seq = ?", (3,), "counts 5 messages"),
+        ("UPDATE durable_agent_runs SET header = ? WHERE run_id = 'bad'", ("garbage",), "header"),
+        (
+            "UPDATE durable_agent_runs SET header = ? WHERE run_id = 'bad'",
+            ("[1,2]",),
+            "header is not an object",
+        ),
+        ("UPDATE durable_agent_runs SET message_count = ? WHERE run_id = 'bad'", ("five",), "message_count"),
+        (
+            "UPDATE durable_agent_runs SET header = replace(header, '\"version\":1', '\"version\":0')"
+            " WHERE run_id = 'bad' AND ? = 1",
+            (1,),
+            "schema version",
+        ),
+        (
+            'UPDATE durable_agent_runs SET header = replace(header, \'"step_index":2\', \'"step_index":"2"\')'
+            " WHERE run_id = 'bad' AND ? = 1",
+            (1,),
+            "step_index",
+        ),
+        (
+            "UPDATE durable_agent_messages SET body = ? WHERE run_id = 'bad' AND seq = 0",
+            ('{"role":"robot","content":"x"}',),
+            "known role",
+        ),
+    ],
+)
+def test_corrupt_rows_raise_a_typed_error_naming_the_run(
+    db: Path, sql: str, params: tuple[object, ...], match: str
+) -> None:
+    with SqliteSessionStore(db) as store:
+        store.save(make_checkpoint("bad", 2, conversation(5)))
+        good = make_checkpoint("good", 1, conversation(3))
+        store.save(good)
+        with sqlite3.connect(db) as conn:  # damaged behind the back of a live handle
+            assert conn.execute(sql, params).rowcount == 1
+        with pytest.raises(CheckpointCorruptError, match=match) as caught:
+            store.load("bad")
+        assert caught.value.run_id == "bad"
+        assert store.load("good") == good
+        healed = make_checkpoint("bad", 3, conversation(6))
+        store.save(healed)  # a save repairs the run from the stored rows it can trust
+        assert store.load("bad") == healed
+
+
+@needs_sqlite3
+def test_a_failed_transaction_leaves_no_partial_save(db: Path) -> None:
+    """A save that dies mid-transaction (here: the write lock is held too long) writes nothing."""
+    store = SqliteSessionStore(db, busy_timeout_ms=50)
+    store.save(make_checkpoint("r", 1, conversation(4)))
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        store.save(make_checkpoint("r", 2, conversation(8)))
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    assert store.load("r") == make_checkpoint("r", 1, conversation(4))
+    store.save(make_checkpoint("r", 3, conversation(9)))
+    assert store.load("r") == make_checkpoint("r", 3, conversation(9))
+    assert [seq for seq, _ in _rows(db, "r")] == list(range(9))
+    store.close()
+
+
+_WRITER = """
+import sys
+sys.path.insert(0, {python!r})
+from durable_agent.stores.sqlite import SqliteSessionStore
+from durable_agent.testing import make_checkpoint, conversation
+store = SqliteSessionStore({db!r})
+worker = int(sys.argv[1])
+for step in range(40):
+    store.save(make_checkpoint(f"w{{worker}}", step, conversation(step + 1)))
+    store.save(make_checkpoint("shared", step, conversation(step % 7 + 1)))
+store.close()
+"""
+
+
+@pytest.mark.host_only("spawns processes")
+def test_several_processes_write_one_file(db: Path) -> None:
+    SqliteSessionStore(db).close()
+    python_dir = str(Path(__file__).resolve().parent.parent / "python")
+    script = _WRITER.format(python=python_dir, db=str(db))
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(w)]) for w in range(3)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    with SqliteSessionStore(db) as store:
+        for w in range(3):
+            assert store.load(f"w{w}") == make_checkpoint(f"w{w}", 39, conversation(40))
+        shared = store.load("shared")
+        assert shared is not None and shared.step_index == 39
+        assert shared.messages == conversation(39 % 7 + 1)
+        assert store.list() == ["shared", "w0", "w1", "w2"]
+
+
+@needs_sqlite3
+@pytest.mark.host_only("threads")
+def test_concurrent_writers_of_one_run_through_separate_connections(db: Path) -> None:
+    stores = [SqliteSessionStore(db) for _ in range(3)]
+    try:
+        loaded = hammer_one_run(stores)
+    finally:
+        for s in stores:
+            s.close()
+    assert [seq for seq, _ in _rows(db, "hot")] == list(range(len(loaded.messages)))
+
+
+@needs_sqlite3
+def test_loading_primes_the_cache_so_a_resumed_run_appends(db: Path) -> None:
+    with SqliteSessionStore(db) as store:
+        store.save(make_checkpoint("r", 1, conversation(5)))
+    with SqliteSessionStore(db) as store:
+        loaded = store.load("r")
+        assert loaded is not None
+        before = _rowids(db, "r")
+        store.save(make_checkpoint("r", 2, [*loaded.messages, message(5)]))
+        assert _rowids(db, "r")[:5] == before
+
+
+def test_sqlite_missing_raises_feature_unavailable(monkeypatch: pytest.MonkeyPatch, db: Path) -> None:
+    monkeypatch.setitem(sys.modules, "sqlite3", None)
+    with pytest.raises(FeatureUnavailableError, match="sqlite3"):
+        SqliteSessionStore(db)
