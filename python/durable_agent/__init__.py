@@ -59,6 +59,7 @@ from .options import AbortSignal, PrepareStepContext, StepOverrides
 from .results import GenerateTextResult, StepResult
 from .session import InMemorySessionStore, Session, SessionStore
 from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
+from .stores import open_store
 from .stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_tokens_exceed
 from .subagent import agent_tool
 from .tools import Tool
@@ -131,6 +132,7 @@ __all__ = [
     "generate_text",
     "memory_runtime",
     "nested_call",
+    "open_store",
     "parse_step_key",
     "payload_matches_call",
     "reply",
