@@ -9,8 +9,10 @@ is written down in ``docs/codec.md``. In short:
 * a user dict whose only key is a reserved tag (``$bytes`` or ``$esc``) is written as
   ``{"$esc": {...}}`` and reads back as the same dict, so the codec is lossless;
 * strings must be valid Unicode (a lone surrogate is refused: it cannot be stored as UTF-8);
-* nesting deeper than ``MAX_DEPTH`` containers and integers of more than ``MAX_INT_DIGITS``
-  decimal digits are refused, on both sides, so both sides agree on every input.
+* nesting deeper than ``MAX_DEPTH`` containers *as written in the text* (so bytes count as
+  the object they become, and an escaped dict counts twice) and integers of more than
+  ``MAX_INT_DIGITS`` decimal digits are refused, on both sides, so both sides agree on every
+  input: whatever decodes re-encodes to the same text.
 
 Decoding never executes or imports anything: it only ever builds dicts, lists, strings,
 numbers, booleans, None and bytes.
@@ -23,7 +25,9 @@ import binascii
 import json
 import math
 import re
+import sys
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any
 
 from .errors import CodecError
@@ -38,6 +42,13 @@ _INT_LIMIT = 10**MAX_INT_DIGITS
 _BIG_INT_BITS = 14_000  # below this many bits an int has fewer than MAX_INT_DIGITS digits
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_RELEASED_MEMORYVIEW = "a released memoryview holds no data"
+# Under WebAssembly (Pyodide, Workers) the C stack can run out before CPython's recursion guard
+# trips, which kills the runtime: there, a text that may nest too deep is measured first.
+_ON_WASM = sys.platform in ("emscripten", "wasi")
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 _dumps = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False
@@ -58,8 +69,17 @@ class _EncodeFault(Exception):
         return CodecError(f"{self.message} at ${'[...]' if len(steps) > 8 else ''}{shown}")
 
 
+def _too_deep_fault() -> _EncodeFault:
+    return _EncodeFault(f"nesting deeper than {MAX_DEPTH}")
+
+
 def _prepare(value: Any, depth: int) -> Any:
-    """Validate `value` and rewrite it into plain JSON data (bytes tagged, reserved dicts escaped)."""
+    """Validate `value` and rewrite it into plain JSON data (bytes tagged, reserved dicts escaped).
+
+    `depth` is the nesting depth `value` will have in the text if it is a container: every
+    dict, list and tuple counts 1, bytes count 1 (they become an object), and a dict written
+    escaped counts 2 (the `{"$esc": ...}` wrapper, then the dict itself).
+    """
     kind = type(value)
     if kind is str or kind is bool or value is None:
         return value
@@ -71,24 +91,26 @@ def _prepare(value: Any, depth: int) -> Any:
         if not math.isfinite(value):
             raise _EncodeFault(f"{value!r} is not valid JSON (NaN and infinities are refused)")
         return value
-    if depth > MAX_DEPTH:
-        raise _EncodeFault(f"nesting deeper than {MAX_DEPTH}")
     if isinstance(value, dict):
+        if depth > MAX_DEPTH:
+            raise _too_deep_fault()
+        escaped = len(value) == 1 and next(iter(value)) in RESERVED_TAGS
+        if escaped and depth + 1 > MAX_DEPTH:
+            raise _too_deep_fault()
+        inner = depth + 2 if escaped else depth + 1
         out = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise _EncodeFault(f"dict key {key!r} is not a str")
             try:
-                out[key] = _prepare(item, depth + 1)
+                out[key] = _prepare(item, inner)
             except _EncodeFault as fault:
                 fault.path.append(key)
                 raise
-        if len(out) == 1 and next(iter(out)) in RESERVED_TAGS:
-            if depth + 1 > MAX_DEPTH:
-                raise _EncodeFault(f"nesting deeper than {MAX_DEPTH}")
-            return {ESCAPE_TAG: out}
-        return out
+        return {ESCAPE_TAG: out} if escaped else out
     if isinstance(value, (list, tuple)):
+        if depth > MAX_DEPTH:
+            raise _too_deep_fault()
         items = []
         for i, item in enumerate(value):
             try:
@@ -98,15 +120,22 @@ def _prepare(value: Any, depth: int) -> Any:
                 raise
         return items
     if isinstance(value, (bytes, bytearray, memoryview)):
+        if depth > MAX_DEPTH:
+            raise _too_deep_fault()
+        if isinstance(value, memoryview):
+            try:
+                value = value.tobytes()  # any shape, contiguous or not: its bytes in C order
+            except ValueError:
+                raise _EncodeFault(_RELEASED_MEMORYVIEW) from None
         return {BYTES_TAG: base64.b64encode(value).decode("ascii")}
-    if isinstance(value, bool):
-        return bool(value)
+    # Subclasses of str, int and float are written as their base value (not their __str__,
+    # so a `class Color(str, Enum)` member is written as its value, as json.dumps does).
     if isinstance(value, str):
-        return str(value)
+        return str.__str__(value)
     if isinstance(value, int):
-        return _prepare(int(value), depth)
+        return _prepare(int.__int__(value), depth)
     if isinstance(value, float):
-        return _prepare(float(value), depth)
+        return _prepare(float.__float__(value), depth)
     raise _EncodeFault(f"{kind.__name__} is not JSON-compatible data")
 
 
@@ -116,6 +145,8 @@ def encode(value: Any) -> str:
         text: str = _dumps(_prepare(value, 1))
     except _EncodeFault as fault:
         raise fault.as_codec_error() from None
+    except ValueError as exc:  # an int past a lowered sys.set_int_max_str_digits()
+        raise CodecError(f"cannot encode: {exc}") from None
     if not text.isascii() and _SURROGATE.search(text):
         raise CodecError("a string contains a lone surrogate, which is not valid Unicode")
     return text
@@ -200,11 +231,44 @@ def _resolve(value: Any) -> Any:
 
 
 def _too_deep(value: Any, depth: int = 1) -> bool:
-    """True when `value` nests containers deeper than MAX_DEPTH (counting the top level as 1)."""
+    """True when the text of `value` nests containers deeper than MAX_DEPTH (the outermost is 1).
+
+    The decoded value determines its text: bytes were a `{"$bytes": ...}` object, and a dict
+    whose only key is a reserved tag was written `{"$esc": {...}}`, one level deeper.
+    """
+    kind = type(value)
+    if kind is dict:
+        if len(value) == 1 and next(iter(value)) in RESERVED_TAGS:
+            depth += 1
+        items = value.values()
+    elif kind is list:
+        items = value
+    else:  # bytes
+        return depth > MAX_DEPTH
     if depth > MAX_DEPTH:
         return True
-    items = value.values() if type(value) is dict else value
-    return any(type(item) in (dict, list) and _too_deep(item, depth + 1) for item in items)
+    # Plain loops and direct calls (no any() over a generator): Python-to-Python calls do not
+    # grow the C stack, which under WebAssembly is small.
+    for item in items:
+        if type(item) in _NESTED and _too_deep(item, depth + 1):
+            return True
+    return False
+
+
+_NESTED = (dict, list, bytes)
+
+
+def _text_depth(text: str) -> int:
+    """How deep the brackets outside strings nest (exact for JSON; an overestimate at worst)."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+
+
+def _bounded_int(literal: str) -> int:
+    """int(literal), refusing more than MAX_INT_DIGITS digits even if the process allows more."""
+    if len(literal) - literal.startswith("-") > MAX_INT_DIGITS:
+        raise CodecError(f"integer with more than {MAX_INT_DIGITS} digits")
+    return int(literal)
 
 
 def _finite_float(literal: str) -> float:
@@ -215,7 +279,17 @@ def _finite_float(literal: str) -> float:
 
 
 def _loads(text: str, hook: Callable[[list[tuple[str, Any]]], Any]) -> Any:
-    return json.loads(text, object_pairs_hook=hook, parse_constant=_reject_constant, parse_float=_finite_float)
+    # The interpreter's own int-from-str limit (4300 digits by default) already refuses longer
+    # ints, fast; only when it was raised or lifted must every int literal be checked here.
+    limit = sys.get_int_max_str_digits()
+    parse_int = _bounded_int if limit == 0 or limit > MAX_INT_DIGITS else None
+    return json.loads(
+        text,
+        object_pairs_hook=hook,
+        parse_constant=_reject_constant,
+        parse_float=_finite_float,
+        parse_int=parse_int,
+    )
 
 
 def decode(text: str) -> Any:
@@ -224,6 +298,8 @@ def decode(text: str) -> Any:
         raise CodecError(f"expected str to decode, got {type(text).__name__}")
     if not text.isascii() and _SURROGATE.search(text):
         raise CodecError("the text contains a lone surrogate, which is not valid Unicode")
+    if _ON_WASM and text.count("[") + text.count("{") > MAX_DEPTH and _text_depth(text) > MAX_DEPTH:
+        raise CodecError(f"nesting deeper than {MAX_DEPTH}")
     try:
         try:
             value = _loads(text, _fast_hook)
@@ -235,7 +311,7 @@ def decode(text: str) -> Any:
         raise CodecError(f"nesting deeper than {MAX_DEPTH}") from None
     except ValueError as exc:  # JSONDecodeError, and int strings past the digit limit
         raise CodecError(f"invalid JSON: {exc}") from None
-    if type(value) in (dict, list) and text.count("[") + text.count("{") > MAX_DEPTH and _too_deep(value):
+    if type(value) in _NESTED and text.count("[") + text.count("{") > MAX_DEPTH and _too_deep(value):
         raise CodecError(f"nesting deeper than {MAX_DEPTH}")
     if _SURROGATE_ESCAPE.search(text) and _has_surrogate(value):
         raise CodecError("a string escape decodes to a lone surrogate, which is not valid Unicode")
@@ -247,7 +323,11 @@ def _has_surrogate(value: Any) -> bool:
     if isinstance(value, str):
         return _SURROGATE.search(value) is not None
     if isinstance(value, dict):
-        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_surrogate(v) for v in value)
+        for key, item in value.items():
+            if _has_surrogate(key) or _has_surrogate(item):
+                return True
+    elif isinstance(value, list):
+        for item in value:
+            if _has_surrogate(item):
+                return True
     return False

@@ -2,10 +2,15 @@
 
 The only place that reads ``DURABLE_AGENT_NATIVE``:
 
-* ``auto`` (default): use ``durable_agent_native`` when it is installed and its version matches
-  this package exactly, else the pure kernels;
-* ``1``: require the native extension; a missing or mismatched one is an import error;
-* ``0``: never import it.
+* ``auto`` (default, also when empty): use ``durable_agent_native`` when it is installed, its
+  version matches this package exactly and it provides every kernel; else the pure kernels
+  (a mismatched or incomplete extension also warns);
+* ``1``: require the native extension; a missing, mismatched or incomplete one is an error
+  (`FeatureUnavailableError`) at import;
+* ``0``: never import it;
+* anything else: `ConfigurationError` at import.
+
+``NATIVE`` (re-exported as ``durable_agent.NATIVE``) is True when the native kernels are active.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ from ._version import __version__
 from .errors import ConfigurationError, FeatureUnavailableError
 
 ENV_VAR = "DURABLE_AGENT_NATIVE"
+MODES = ("auto", "0", "1")
 
 
 def _select(mode: str) -> tuple[ModuleType, bool]:
-    if mode not in ("auto", "0", "1"):
+    if mode not in MODES:
         raise ConfigurationError(f"{ENV_VAR} must be 'auto', '0' or '1', not {mode!r}")
     if mode == "0":
         return _pure, False
@@ -32,17 +38,21 @@ def _select(mode: str) -> tuple[ModuleType, bool]:
         if mode == "1":
             raise FeatureUnavailableError(
                 f"{ENV_VAR}=1 but the native extension is not installed "
-                "(pip install 'durable-agent[native]'): " + str(exc)
+                "(pip install 'durable-agent[native]', or scripts/build-native): " + str(exc)
             ) from exc
         return _pure, False
     found = getattr(native, "__version__", None)
+    missing = [name for name in _pure.__all__ if not callable(getattr(native, name, None))]
     if found != __version__:
-        message = f"durable_agent_native {found} does not match durable-agent {__version__}"
-        if mode == "1":
-            raise FeatureUnavailableError(message + f" ({ENV_VAR}=1)")
-        warnings.warn(message + "; using the pure-Python kernels", RuntimeWarning, stacklevel=2)
-        return _pure, False
-    return native, True
+        problem = f"durable_agent_native {found} does not match durable-agent {__version__}"
+    elif missing:
+        problem = f"durable_agent_native {found} lacks the kernels {', '.join(missing)}"
+    else:
+        return native, True
+    if mode == "1":
+        raise FeatureUnavailableError(problem + f" ({ENV_VAR}=1)")
+    warnings.warn(problem + "; using the pure-Python kernels", RuntimeWarning, stacklevel=2)
+    return _pure, False
 
 
 kernels, NATIVE = _select(os.environ.get(ENV_VAR, "auto").strip() or "auto")

@@ -1,0 +1,40 @@
+"""Native kernels of durable-agent (checked against the binary by mypy stubtest).
+
+The same names, signatures and behaviour as ``durable_agent._pure``; use them through
+``durable_agent._kernels``, which checks that ``__version__`` matches ``durable_agent``.
+"""
+
+from typing import Any
+
+__version__: str
+__all__ = [
+    "__version__",
+    "b64url_decode",
+    "b64url_encode",
+    "decode",
+    "encode",
+    "hmac_sha256",
+    "token_sign",
+    "token_verify",
+]
+
+def encode(value: Any) -> str:
+    """Encode JSON-compatible data (bytes allowed) to compact JSON text. Raises `CodecError`."""
+
+def decode(text: str) -> Any:
+    """Decode text produced by `encode` (or any JSON within the same limits). Raises `CodecError`."""
+
+def b64url_encode(data: bytes) -> str:
+    """Unpadded URL-safe base64 of `data`."""
+
+def b64url_decode(text: object) -> bytes | None:
+    """Decode canonical unpadded URL-safe base64; None for anything `b64url_encode` cannot produce."""
+
+def hmac_sha256(key: bytes, message: bytes) -> bytes:
+    """HMAC-SHA256 of `message` under `key` (32 bytes)."""
+
+def token_sign(key: bytes, payload: str) -> str:
+    """The `v1` token carrying `payload` (a text, normally codec JSON), MACed with `key`."""
+
+def token_verify(token: object, key: bytes) -> str | None:
+    """The payload text of `token` if its MAC verifies under `key`, else None. Never raises on `token`."""

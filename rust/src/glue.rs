@@ -1,0 +1,521 @@
+//! PyO3 glue: moves values between Python and the kernels. No format logic lives here: the
+//! kernels decide every byte of output and every accept/reject; this file only maps Python
+//! types to kernel calls and kernel faults to `durable_agent.errors.CodecError`.
+
+use crate::codec::{self, Builder, DictFrame, Encoder, Fault};
+use crate::{b64, token};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PySlice, PyString, PyTuple, PyType,
+};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Mutex;
+
+static CODEC_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static INT_REPR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+static GC: PyOnceLock<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> = PyOnceLock::new();
+/// The output buffer, kept between calls (up to `KEEP_BUFFER` bytes) so that a large
+/// checkpoint does not cost fresh pages every time it is saved.
+static BUFFER: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+const KEEP_BUFFER: usize = 64 << 20;
+/// Texts at least this long are decoded with the cyclic GC paused (see `decode`).
+const PAUSE_GC_FROM: usize = 8 * 1024;
+
+/// `durable_agent.errors.CodecError`, the one class codec faults are raised as.
+fn codec_error(py: Python<'_>, message: String) -> PyErr {
+    match CODEC_ERROR.get_or_try_init(py, || -> PyResult<Py<PyType>> {
+        let class = py.import("durable_agent.errors")?.getattr("CodecError")?;
+        Ok(class.cast_into::<PyType>()?.unbind())
+    }) {
+        Ok(class) => PyErr::from_type(class.bind(py).clone(), message),
+        Err(err) => err,
+    }
+}
+
+/// Why encoding stopped: a codec fault (raised as `CodecError`) or an exception raised by
+/// Python code the walk ran (a dict subclass's `items()`, say), passed through unchanged.
+enum Stop {
+    Fault(Fault),
+    Py(PyErr),
+}
+
+impl From<Fault> for Stop {
+    fn from(fault: Fault) -> Self {
+        Stop::Fault(fault)
+    }
+}
+
+impl From<PyErr> for Stop {
+    fn from(err: PyErr) -> Self {
+        Stop::Py(err)
+    }
+}
+
+impl Stop {
+    fn inside(self, step: impl FnOnce() -> String) -> Self {
+        match self {
+            Stop::Fault(fault) => Stop::Fault(fault.inside(step())),
+            other => other,
+        }
+    }
+
+    fn into_pyerr(self, py: Python<'_>) -> PyErr {
+        match self {
+            Stop::Fault(fault) => codec_error(py, fault.render()),
+            Stop::Py(err) => err,
+        }
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "object".to_owned())
+}
+
+fn repr_of(obj: &Bound<'_, PyAny>) -> String {
+    obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| format!("<{}>", type_name(obj)))
+}
+
+fn write_str(enc: &mut Encoder, s: &Bound<'_, PyString>) {
+    match s.to_str() {
+        Ok(text) => enc.str(text),
+        Err(_) => enc.lone_surrogate(),
+    }
+}
+
+fn write_big_int(enc: &mut Encoder, obj: &Bound<'_, PyAny>) -> Result<(), Stop> {
+    let py = obj.py();
+    let int_repr = INT_REPR
+        .get_or_try_init(py, || -> PyResult<Py<PyAny>> { Ok(py.get_type::<PyInt>().getattr("__repr__")?.unbind()) })?;
+    match int_repr.bind(py).call1((obj,)) {
+        Ok(text) => Ok(enc.big_int(&text.cast_into::<PyString>().map_err(PyErr::from)?.to_cow()?)?),
+        // Past the interpreter's int-to-str digit limit.
+        Err(err) if err.is_instance_of::<PyValueError>(py) => {
+            Err(Fault::at(format!("integer with more than {} digits", codec::MAX_INT_DIGITS)).into())
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+fn write_int(enc: &mut Encoder, obj: &Bound<'_, PyAny>) -> Result<(), Stop> {
+    match obj.extract::<i64>() {
+        Ok(v) => {
+            enc.int(v);
+            Ok(())
+        }
+        Err(_) => write_big_int(enc, obj),
+    }
+}
+
+/// Write a dict's `pairs` (a snapshot: walking a value may run Python code that changes the
+/// dict, which then raises RuntimeError as iterating the dict itself would).
+fn dict_pairs<'py>(
+    enc: &mut Encoder,
+    dict: &Bound<'py, PyDict>,
+    pairs: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)>,
+    mut frame: DictFrame,
+) -> Result<(), Stop> {
+    let len = dict.len();
+    for (key, value) in pairs {
+        match key.cast::<PyString>() {
+            Ok(k) => match k.to_str() {
+                Ok(text) => enc.key(&mut frame, text),
+                Err(_) => enc.lone_surrogate_key(&mut frame),
+            },
+            Err(_) => return Err(Fault::at(format!("dict key {} is not a str", repr_of(&key))).into()),
+        }
+        walk(enc, &value, frame.child_depth).map_err(|stop| stop.inside(|| repr_of(&key)))?;
+        if dict.len() != len {
+            return Err(PyRuntimeError::new_err("dictionary changed size during iteration").into());
+        }
+    }
+    enc.end_dict(frame);
+    Ok(())
+}
+
+fn begin_dict(
+    enc: &mut Encoder,
+    depth: usize,
+    len: usize,
+    first: Option<&Bound<'_, PyAny>>,
+) -> Result<DictFrame, Stop> {
+    let sole =
+        if len == 1 { first.and_then(|k| k.cast::<PyString>().ok()).and_then(|s| s.to_str().ok()) } else { None };
+    Ok(enc.begin_dict(depth, sole)?)
+}
+
+fn write_seq<'py>(
+    enc: &mut Encoder,
+    items: impl Iterator<Item = PyResult<Bound<'py, PyAny>>>,
+    depth: usize,
+) -> Result<(), Stop> {
+    enc.begin_list(depth)?;
+    for (i, item) in items.enumerate() {
+        if i > 0 {
+            enc.comma();
+        }
+        walk(enc, &item?, depth + 1).map_err(|stop| stop.inside(|| i.to_string()))?;
+    }
+    enc.end_list();
+    Ok(())
+}
+
+/// Encode `obj` at `depth`, in the reference's order of type checks: exact builtins first,
+/// then dict, list/tuple, bytes-likes and str/int/float subclasses (as their base value).
+fn walk(enc: &mut Encoder, obj: &Bound<'_, PyAny>, depth: usize) -> Result<(), Stop> {
+    if let Ok(s) = obj.cast_exact::<PyString>() {
+        write_str(enc, s);
+        return Ok(());
+    }
+    if obj.is_none() {
+        enc.null();
+        return Ok(());
+    }
+    if let Ok(b) = obj.cast_exact::<PyBool>() {
+        enc.bool(b.is_true());
+        return Ok(());
+    }
+    if obj.is_exact_instance_of::<PyInt>() {
+        return write_int(enc, obj);
+    }
+    if let Ok(f) = obj.cast_exact::<PyFloat>() {
+        return Ok(enc.float(f.value())?);
+    }
+    if let Ok(dict) = obj.cast_exact::<PyDict>() {
+        let len = dict.len();
+        let first = if len == 1 { dict.iter().next().map(|(k, _)| k) } else { None };
+        let frame = begin_dict(enc, depth, len, first.as_ref())?;
+        return dict_pairs(enc, dict, dict.iter().collect(), frame);
+    }
+    if let Ok(list) = obj.cast_exact::<PyList>() {
+        return write_seq(enc, list.iter().map(Ok), depth);
+    }
+    if let Ok(tuple) = obj.cast_exact::<PyTuple>() {
+        return write_seq(enc, tuple.iter().map(Ok), depth);
+    }
+    if let Ok(bytes) = obj.cast_exact::<PyBytes>() {
+        return Ok(enc.bytes(depth, bytes.as_bytes())?);
+    }
+    walk_other(enc, obj, depth)
+}
+
+fn walk_other(enc: &mut Encoder, obj: &Bound<'_, PyAny>, depth: usize) -> Result<(), Stop> {
+    let py = obj.py();
+    if obj.is_instance_of::<PyDict>() {
+        if depth > codec::MAX_DEPTH {
+            return Err(codec::too_deep().into());
+        }
+        let pairs: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = obj
+            .call_method0("items")?
+            .try_iter()?
+            .map(|pair| pair.and_then(|p| p.extract()))
+            .collect::<PyResult<_>>()?;
+        let first = pairs.first().map(|(k, _)| k.clone());
+        let frame = begin_dict(enc, depth, pairs.len(), first.as_ref())?;
+        return dict_pairs(enc, obj.cast::<PyDict>().map_err(PyErr::from)?, pairs, frame);
+    }
+    if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
+        enc.begin_list(depth)?; // the depth check comes before iterating, as in the reference
+        let mut items = obj.try_iter()?;
+        let mut i = 0usize;
+        let result = loop {
+            let Some(item) = items.next() else { break Ok(()) };
+            if i > 0 {
+                enc.comma();
+            }
+            if let Err(stop) = walk(enc, &item?, depth + 1) {
+                break Err(stop.inside(|| i.to_string()));
+            }
+            i += 1;
+        };
+        result?;
+        enc.end_list();
+        return Ok(());
+    }
+    if let Ok(bytes) = obj.cast::<PyBytes>() {
+        return Ok(enc.bytes(depth, bytes.as_bytes())?);
+    }
+    if let Ok(array) = obj.cast::<PyByteArray>() {
+        if depth > codec::MAX_DEPTH {
+            return Err(codec::too_deep().into());
+        }
+        return Ok(enc.bytes(depth, &array.to_vec())?);
+    }
+    if obj.is_instance_of::<PyMemoryView>() {
+        if depth > codec::MAX_DEPTH {
+            return Err(codec::too_deep().into());
+        }
+        return match obj.call_method0("tobytes") {
+            Ok(raw) => Ok(enc.bytes(depth, raw.cast::<PyBytes>().map_err(PyErr::from)?.as_bytes())?),
+            Err(err) if err.is_instance_of::<PyValueError>(py) => Err(Fault::at(codec::RELEASED_MEMORYVIEW).into()),
+            Err(err) => Err(err.into()),
+        };
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        write_str(enc, s);
+        return Ok(());
+    }
+    if obj.is_instance_of::<PyInt>() {
+        return write_int(enc, obj);
+    }
+    if let Ok(f) = obj.cast::<PyFloat>() {
+        return Ok(enc.float(f.value())?);
+    }
+    Err(Fault::at(format!("{} is not JSON-compatible data", type_name(obj))).into())
+}
+
+/// Encode JSON-compatible data (bytes allowed) to compact JSON text. Raises `CodecError`.
+#[pyfunction]
+fn encode<'py>(py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
+    // try_lock: a nested call (Python code run by the walk, e.g. a dict subclass's items(),
+    // may encode too) or another thread simply uses a fresh buffer.
+    let mut shared = BUFFER.try_lock().ok();
+    let buffer = shared.as_deref_mut().map(std::mem::take).unwrap_or_default();
+    let mut enc = Encoder::with_buffer(buffer);
+    let walked = walk(&mut enc, value, 1);
+    let (made, buffer) = match walked {
+        Ok(()) => {
+            let (made, buffer) = enc.finish_with(|text| PyString::new(py, text));
+            (made.map_err(Stop::Fault), buffer)
+        }
+        Err(stop) => (Err(stop), enc.into_buffer()),
+    };
+    if let Some(slot) = shared.as_deref_mut() {
+        if buffer.capacity() <= KEEP_BUFFER {
+            *slot = buffer;
+        }
+    }
+    made.map_err(|stop| stop.into_pyerr(py))
+}
+
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+/// Makes Python objects for the kernel's parser. Keys are shared per call (as `json.loads`
+/// does), so a checkpoint's thousands of `"role"` keys are one str object.
+struct PyBuilder<'py> {
+    py: Python<'py>,
+    keys: HashMap<String, Bound<'py, PyString>, BuildHasherDefault<Fnv>>,
+    int_type: Bound<'py, PyType>,
+}
+
+impl<'py> Builder for PyBuilder<'py> {
+    type Out = Bound<'py, PyAny>;
+
+    fn null(&mut self) -> Result<Self::Out, Fault> {
+        Ok(self.py.None().into_bound(self.py))
+    }
+
+    fn bool(&mut self, value: bool) -> Result<Self::Out, Fault> {
+        Ok(PyBool::new(self.py, value).to_owned().into_any())
+    }
+
+    fn int(&mut self, value: i64) -> Result<Self::Out, Fault> {
+        Ok(value.into_pyobject(self.py).map_err(|e| Fault::plain(e.to_string()))?.into_any())
+    }
+
+    fn big_int(&mut self, text: &str) -> Result<Self::Out, Fault> {
+        // Python's int() applies the interpreter's int-from-str digit limit, as json.loads does.
+        self.int_type.call1((text,)).map_err(|e| Fault::plain(format!("invalid JSON: {e}")))
+    }
+
+    fn float(&mut self, value: f64) -> Result<Self::Out, Fault> {
+        Ok(PyFloat::new(self.py, value).into_any())
+    }
+
+    fn str(&mut self, value: &str) -> Result<Self::Out, Fault> {
+        Ok(PyString::new(self.py, value).into_any())
+    }
+
+    fn key(&mut self, value: &str) -> Result<Self::Out, Fault> {
+        if value.len() > 64 {
+            return Ok(PyString::new(self.py, value).into_any());
+        }
+        if let Some(key) = self.keys.get(value) {
+            return Ok(key.clone().into_any());
+        }
+        let key = PyString::new(self.py, value);
+        self.keys.insert(value.to_owned(), key.clone());
+        Ok(key.into_any())
+    }
+
+    fn bytes(&mut self, encoded: &str) -> Result<Self::Out, Fault> {
+        let len = b64::std_decoded_len(encoded.as_bytes()).map_err(codec::bytes_fault)?;
+        let mut failure = None;
+        let made = PyBytes::new_with(self.py, len, |buf| {
+            b64::std_decode_into(encoded.as_bytes(), buf).map_err(|e| {
+                failure = Some(e);
+                PyValueError::new_err("invalid base64")
+            })
+        });
+        match (made, failure) {
+            (Ok(bytes), _) => Ok(bytes.into_any()),
+            (Err(_), Some(error)) => Err(codec::bytes_fault(error)),
+            (Err(err), None) => Err(Fault::plain(err.to_string())),
+        }
+    }
+
+    fn list(&mut self, items: std::vec::Drain<'_, Self::Out>) -> Result<Self::Out, Fault> {
+        Ok(PyList::new(self.py, items).map_err(|e| Fault::plain(e.to_string()))?.into_any())
+    }
+
+    fn dict(&mut self, mut items: std::vec::Drain<'_, Self::Out>) -> Result<Self::Out, Fault> {
+        let dict = PyDict::new(self.py);
+        let mut count = 0usize;
+        while let (Some(key), Some(value)) = (items.next(), items.next()) {
+            dict.set_item(&key, value).map_err(|e| Fault::plain(e.to_string()))?;
+            count += 1;
+            if dict.len() != count {
+                return Err(codec::duplicate_key_fault(&repr_of(&key)));
+            }
+        }
+        Ok(dict.into_any())
+    }
+}
+
+/// Decode text produced by `encode` (or any JSON within the same limits). Raises `CodecError`.
+#[pyfunction]
+fn decode<'py>(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let Ok(s) = text.cast::<PyString>() else {
+        return Err(codec_error(py, format!("expected str to decode, got {}", type_name(text))));
+    };
+    let utf8 = utf8_of(s)
+        .ok_or_else(|| codec_error(py, "the text contains a lone surrogate, which is not valid Unicode".to_owned()))?;
+    let mut builder = PyBuilder { py, keys: HashMap::default(), int_type: py.get_type::<PyInt>() };
+    // A large text makes many containers; the cyclic GC would rescan the growing result again
+    // and again (it cannot hold a cycle: it is fresh dicts and lists). Paused, then restored;
+    // no Python code runs in between.
+    let gc = if utf8.len() >= PAUSE_GC_FROM { pause_gc(py)? } else { None };
+    let result = codec::decode_with(&utf8, &mut builder).map_err(|fault| codec_error(py, fault.render()));
+    if let Some(enable) = gc {
+        enable.bind(py).call0()?;
+    }
+    result
+}
+
+/// The UTF-8 of `s` (None if it holds a lone surrogate). ASCII text is borrowed as is; other
+/// text is converted in slices, so that neither a UTF-8 copy is cached on the caller's str
+/// for good nor the interpreter's worst-case (3 or 4 bytes per character) buffer is made.
+fn utf8_of<'a>(s: &'a Bound<'_, PyString>) -> Option<Cow<'a, str>> {
+    if s.call_method0("isascii").ok()?.is_truthy().ok()? {
+        return s.to_str().ok().map(Cow::Borrowed);
+    }
+    const SLICE: usize = 1 << 16;
+    let chars = s.len().ok()?;
+    let mut out = String::with_capacity(chars + chars / 2);
+    let mut at = 0;
+    while at < chars {
+        let end = (at + SLICE).min(chars);
+        let slice = PySlice::new(s.py(), isize::try_from(at).ok()?, isize::try_from(end).ok()?, 1);
+        let piece = s.get_item(slice).ok()?.cast_into::<PyString>().ok()?;
+        out.push_str(std::str::from_utf8(piece.encode_utf8().ok()?.as_bytes()).ok()?);
+        at = end;
+    }
+    Some(Cow::Owned(out))
+}
+
+/// Pause the cyclic GC if it is enabled; returns `gc.enable` to call afterwards.
+fn pause_gc(py: Python<'_>) -> PyResult<Option<&Py<PyAny>>> {
+    let (is_enabled, disable, enable) = GC.get_or_try_init(py, || -> PyResult<_> {
+        let gc = py.import("gc")?;
+        Ok((gc.getattr("isenabled")?.unbind(), gc.getattr("disable")?.unbind(), gc.getattr("enable")?.unbind()))
+    })?;
+    if is_enabled.bind(py).call0()?.is_truthy()? {
+        disable.bind(py).call0()?;
+        Ok(Some(enable))
+    } else {
+        Ok(None)
+    }
+}
+
+fn need_bytes<'a, 'py>(value: &'a Bound<'py, PyAny>, name: &str) -> PyResult<&'a Bound<'py, PyBytes>> {
+    value.cast::<PyBytes>().map_err(|_| PyTypeError::new_err(format!("{name} must be bytes, not {}", type_name(value))))
+}
+
+/// Unpadded URL-safe base64 of `data`.
+#[pyfunction]
+fn b64url_encode(data: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(b64::url_encode(need_bytes(data, "data")?.as_bytes()))
+}
+
+/// Decode canonical unpadded URL-safe base64; None for anything `b64url_encode` cannot produce.
+#[pyfunction]
+fn b64url_decode<'py>(py: Python<'py>, text: &Bound<'py, PyAny>) -> Option<Bound<'py, PyBytes>> {
+    let text = text.cast::<PyString>().ok()?.to_str().ok()?;
+    b64::url_decode(text).map(|raw| PyBytes::new(py, &raw))
+}
+
+/// HMAC-SHA256 of `message` under `key` (32 bytes).
+#[pyfunction]
+fn hmac_sha256<'py>(
+    py: Python<'py>,
+    key: &Bound<'py, PyAny>,
+    message: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let key = need_bytes(key, "key")?;
+    let message = need_bytes(message, "message")?;
+    Ok(PyBytes::new(py, &token::hmac_sha256(key.as_bytes(), message.as_bytes())))
+}
+
+/// The `v1` token carrying `payload` (a text, normally codec JSON), MACed with `key`.
+#[pyfunction]
+fn token_sign(key: &Bound<'_, PyAny>, payload: &Bound<'_, PyAny>) -> PyResult<String> {
+    let key = need_bytes(key, "key")?;
+    let payload = payload
+        .cast::<PyString>()
+        .map_err(|_| PyTypeError::new_err(format!("payload must be str, not {}", type_name(payload))))?;
+    // A lone surrogate raises UnicodeEncodeError here, as str.encode("utf-8") does.
+    Ok(token::token_sign(key.as_bytes(), payload.to_str()?))
+}
+
+/// The payload text of `token` if its MAC verifies under `key`, else None. Never raises on `token`.
+#[pyfunction]
+fn token_verify(token: &Bound<'_, PyAny>, key: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    let key = need_bytes(key, "key")?;
+    let Ok(token) = token.cast::<PyString>() else { return Ok(None) };
+    let Ok(token) = token.to_str() else { return Ok(None) };
+    Ok(token::token_verify(token, key.as_bytes()))
+}
+
+#[pymodule]
+fn durable_agent_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // maturin's package __init__ star-imports this module: __all__ carries __version__ too.
+    m.add(
+        "__all__",
+        [
+            "__version__",
+            "b64url_decode",
+            "b64url_encode",
+            "decode",
+            "encode",
+            "hmac_sha256",
+            "token_sign",
+            "token_verify",
+        ],
+    )?;
+    m.add_function(wrap_pyfunction!(encode, m)?)?;
+    m.add_function(wrap_pyfunction!(decode, m)?)?;
+    m.add_function(wrap_pyfunction!(b64url_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(b64url_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(hmac_sha256, m)?)?;
+    m.add_function(wrap_pyfunction!(token_sign, m)?)?;
+    m.add_function(wrap_pyfunction!(token_verify, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,342 @@
+"""Checkpoint codec behaviour, run on every kernel implementation (the `kernels` fixture).
+
+The edge cases live in ``tests/vectors/codec.json`` (shared with the Rust kernel tests);
+this file adds what only Python values can express: subclasses, bytearray/memoryview,
+OrderedDict, namedtuples, the interpreter's int digit limit.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, NamedTuple
+
+import pytest
+
+from durable_agent import errors
+
+VECTORS = json.loads((Path(__file__).parent / "vectors" / "codec.json").read_text("utf-8"))
+
+_UNSUPPORTED: dict[str, Any] = {"set": lambda: {1}, "object": object, "complex": lambda: 1j}
+
+
+def _int_from_text(text: str) -> int:
+    """int(text), also past the interpreter's int-from-str digit limit."""
+    digits = text.removeprefix("-")
+    value = 0
+    for start in range(0, len(digits), 1000):
+        chunk = digits[start : start + 1000]
+        value = value * 10 ** len(chunk) + int(chunk)
+    return -value if text.startswith("-") else value
+
+
+def from_tagged(node: Any) -> Any:
+    """Build the Python value a vector describes (see the vector file's "tags")."""
+    if isinstance(node, list):
+        return [from_tagged(item) for item in node]
+    if isinstance(node, dict):
+        if len(node) == 1:
+            ((tag, arg),) = node.items()
+            if tag == "#int":
+                return _int_from_text(arg)
+            if tag == "#float":
+                return float(arg)
+            if tag == "#bytes":
+                return bytes.fromhex(arg)
+            if tag == "#str":
+                return "".join(map(chr, arg))
+            if tag == "#dict":
+                return {from_tagged(k): from_tagged(v) for k, v in arg}
+            if tag == "#tuple":
+                return tuple(from_tagged(item) for item in arg)
+            if tag == "#unsupported":
+                return _UNSUPPORTED[arg]()
+            if tag == "#nest":
+                value = from_tagged(arg["leaf"])
+                for _ in range(arg["depth"]):
+                    value = [value]
+                return value
+        return {key: from_tagged(value) for key, value in node.items()}
+    return node
+
+
+def vector_text(vector: dict[str, Any]) -> str:
+    if "text_parts" in vector:
+        return "".join(piece * count for piece, count in vector["text_parts"])
+    if "text_codepoints" in vector:
+        return "".join(map(chr, vector["text_codepoints"]))
+    text: str = vector["text"]
+    return text
+
+
+def strict_repr(value: Any) -> str:
+    """A rendering that tells apart what == does not: True/1, 1/1.0, 0.0/-0.0, list/tuple.
+
+    Plain loops and direct recursion only: under Pyodide the C stack is too small for 256
+    levels of join() over generators.
+    """
+    if isinstance(value, dict):
+        parts = []
+        for key, item in value.items():
+            parts.append(strict_repr(key) + ": " + strict_repr(item))
+        return "dict{" + ", ".join(parts) + "}"
+    if isinstance(value, (list, tuple)):
+        parts = []
+        for item in value:
+            parts.append(strict_repr(item))
+        return type(value).__name__ + "[" + ", ".join(parts) + "]"
+    return f"{type(value).__name__}:{value!r}"
+
+
+def _ids(vectors: list[dict[str, Any]]) -> list[str]:
+    return [v["name"] for v in vectors]
+
+
+@pytest.mark.parametrize("vector", VECTORS["encode"], ids=_ids(VECTORS["encode"]))
+def test_encode_vector(kernels: ModuleType, vector: dict[str, Any]) -> None:
+    value = from_tagged(vector["value"])
+    if "error" in vector:
+        with pytest.raises(getattr(errors, vector["error"])) as caught:
+            kernels.encode(value)
+        assert type(caught.value) is getattr(errors, vector["error"])
+        if "message" in vector:
+            assert str(caught.value) == vector["message"]
+    else:
+        assert kernels.encode(value) == vector["text"]
+        # Every encode vector round-trips (tuples come back as lists).
+        assert kernels.encode(kernels.decode(vector["text"])) == vector["text"]
+
+
+@pytest.mark.parametrize("vector", VECTORS["decode"], ids=_ids(VECTORS["decode"]))
+def test_decode_vector(kernels: ModuleType, vector: dict[str, Any]) -> None:
+    text = vector_text(vector)
+    if "error" in vector:
+        with pytest.raises(getattr(errors, vector["error"])) as caught:
+            kernels.decode(text)
+        assert type(caught.value) is getattr(errors, vector["error"])
+    else:
+        assert strict_repr(kernels.decode(text)) == strict_repr(from_tagged(vector["value"]))
+
+
+def test_vectors_cover_the_documented_edge_cases() -> None:
+    names = " ".join(v["name"] for v in VECTORS["encode"] + VECTORS["decode"])
+    for topic in (
+        "float",
+        "int64",
+        "4301 digits",
+        "surrogate",
+        "non-ASCII",
+        "depth 256",
+        "depth 257",
+        "duplicate key",
+        "non-zero trailing bits",
+        "padding",
+        "escaped",
+        "whitespace",
+    ):
+        assert topic in names, topic
+
+
+# --- values only Python has ----------------------------------------------------------------
+
+
+class Color(str, enum.Enum):
+    RED = "red"
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+class Point(NamedTuple):
+    x: int
+    y: float
+
+
+class LoudStr(str):
+    def __str__(self) -> str:
+        return "not the value"
+
+
+class LoudFloat(float):
+    def __float__(self) -> float:
+        return 0.0
+
+    def __repr__(self) -> str:
+        return "nope"
+
+
+def test_subclasses_are_written_as_their_base_value(kernels: ModuleType) -> None:
+    value = [Color.RED, Level.HIGH, LoudStr("v"), LoudFloat(1.5), Point(1, 2.0), {LoudStr("k"): 1}]
+    assert kernels.encode(value) == '["red",3,"v",1.5,[1,2.0],{"k":1}]'
+
+
+def test_int_subclass_past_64_bits(kernels: ModuleType) -> None:
+    class Big(int):
+        def __repr__(self) -> str:
+            return "nope"
+
+    assert kernels.encode([Big(2**70)]) == f"[{2**70}]"
+
+
+def test_bytes_likes(kernels: ModuleType) -> None:
+    data = bytes(range(256))
+    expected = kernels.encode(data)
+    assert kernels.encode(bytearray(data)) == expected
+    assert kernels.encode(memoryview(data)) == expected
+    assert kernels.encode(memoryview(b"abcdef")[::2]) == kernels.encode(b"ace")  # not contiguous
+    assert kernels.decode(expected) == data
+    assert type(kernels.decode(expected)) is bytes
+
+
+def test_released_memoryview_is_a_codec_error(kernels: ModuleType) -> None:
+    view = memoryview(b"abc")
+    view.release()
+    with pytest.raises(errors.CodecError, match="released memoryview"):
+        kernels.encode({"a": [view]})
+
+
+def test_ordered_dict_order_is_its_own(kernels: ModuleType) -> None:
+    od = collections.OrderedDict([("a", 1), ("b", 2)])
+    od.move_to_end("a")
+    assert kernels.encode(od) == '{"b":2,"a":1}'
+    assert kernels.encode(collections.OrderedDict(od, **{})) == '{"b":2,"a":1}'
+
+
+def test_dict_subclass_with_a_reserved_key_is_escaped(kernels: ModuleType) -> None:
+    assert kernels.encode(collections.defaultdict(int, {"$bytes": 1})) == '{"$esc":{"$bytes":1}}'
+
+
+def test_bool_is_not_an_int(kernels: ModuleType) -> None:
+    decoded = kernels.decode("[true,1,1.0]")
+    assert [type(v) for v in decoded] == [bool, int, float]
+
+
+def test_decode_refuses_non_str(kernels: ModuleType) -> None:
+    for bad in (b"[]", bytearray(b"[]"), None, 1):
+        with pytest.raises(errors.CodecError, match="expected str"):
+            kernels.decode(bad)
+
+
+def test_decode_accepts_str_subclass(kernels: ModuleType) -> None:
+    assert kernels.decode(LoudStr('{"a":[1]}')) == {"a": [1]}
+
+
+def test_codec_error_is_a_value_error_with_a_code(kernels: ModuleType) -> None:
+    with pytest.raises(ValueError) as caught:
+        kernels.encode({1})
+    assert isinstance(caught.value, errors.DurableAgentError)
+    assert caught.value.code == "codec_error"  # type: ignore[attr-defined]
+
+
+def test_decoded_values_are_fresh_and_mutable(kernels: ModuleType) -> None:
+    text = '{"a":[1],"b":{"$bytes":"AA=="}}'
+    first, second = kernels.decode(text), kernels.decode(text)
+    first["a"].append(2)
+    assert second["a"] == [1]
+
+
+@pytest.mark.parametrize("limit", [0, 10_000])
+def test_int_digits_capped_even_when_the_interpreter_allows_more(kernels: ModuleType, limit: int) -> None:
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(limit)
+    try:
+        assert kernels.decode("9" * 4300) == int("9" * 4300)
+        with pytest.raises(errors.CodecError):
+            kernels.decode("9" * 4301)
+        with pytest.raises(errors.CodecError):
+            kernels.encode(10**4300)
+    finally:
+        sys.set_int_max_str_digits(old)
+
+
+def test_int_digits_follow_a_lowered_interpreter_limit(kernels: ModuleType) -> None:
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(1000)
+    try:
+        with pytest.raises(errors.CodecError):
+            kernels.decode("9" * 1001)
+        with pytest.raises(errors.CodecError):
+            kernels.encode(10**1001)
+        assert kernels.encode(10**999) == "1" + "0" * 999
+    finally:
+        sys.set_int_max_str_digits(old)
+
+
+def test_realistic_checkpoint_round_trips(kernels: ModuleType) -> None:
+    image = bytes(range(256)) * 64
+    checkpoint = {
+        "version": 1,
+        "run_id": "run-\u00e9",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "fix the bug \U0001f41b"}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool-call",
+                        "tool_call_id": "c1",
+                        "tool_name": "read",
+                        "input": {"path": "a.py"},
+                    },
+                ],
+            },
+            {
+                "role": "tool",
+                "content": [
+                    {
+                        "type": "tool-result",
+                        "tool_call_id": "c1",
+                        "tool_name": "read",
+                        "output": {"$bytes": "user data that looks like a tag"},
+                        "is_error": False,
+                    },
+                    {"type": "image", "data": image},
+                ],
+            },
+        ],
+        "usage": {"input_tokens": 10, "output_tokens": 2**40, "total_tokens": 2**70},
+        "pending_approvals": [],
+        "created_at": 1.7e12,
+    }
+    text = kernels.encode(checkpoint)
+    assert kernels.decode(text) == checkpoint
+    assert kernels.encode(kernels.decode(text)) == text
+
+
+def test_the_wasm_depth_precheck_measures_text_depth() -> None:
+    """Under WebAssembly the pure decoder measures bracket depth before parsing (the C stack
+    can run out before CPython's recursion guard); it must agree with the nesting vectors."""
+    from durable_agent._codec_pure import MAX_DEPTH, _text_depth
+
+    for vector in VECTORS["decode"]:
+        text = vector_text(vector)
+        if _text_depth(text) > MAX_DEPTH:
+            assert "error" in vector, vector["name"]
+        if "depth" in vector["name"]:
+            assert (_text_depth(text) > MAX_DEPTH) == ("error" in vector), vector["name"]
+    assert _text_depth('["[[[[",{"a":"\\"[[{"}]') == 2
+
+
+class MutatingList(list[Any]):
+    """A list subclass whose iteration (run by the encoder) grows the dict that holds it."""
+
+    target: dict[str, Any]
+
+    def __iter__(self) -> Any:
+        self.target["added"] = 1
+        return super().__iter__()
+
+
+def test_a_dict_changed_during_encoding_raises_runtime_error(kernels: ModuleType) -> None:
+    outer: dict[str, Any] = {}
+    inner = MutatingList([1])
+    inner.target = outer
+    outer["a"] = inner
+    outer["b"] = 2
+    with pytest.raises(RuntimeError, match="changed size"):
+        kernels.encode(outer)

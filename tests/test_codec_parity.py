@@ -1,0 +1,267 @@
+"""Parity: the native codec against the pure reference, byte for byte, on generated input.
+
+Encode: same text, or the same exception class *and message*. Decode: same value (types
+included), or the same exception class; on valid texts and on mutated/malformed ones.
+Skipped only in the pure-only run (DURABLE_AGENT_NATIVE=0); elsewhere a missing extension fails.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from durable_agent import _pure
+
+pytestmark = pytest.mark.host_only("needs the native extension")
+
+if sys.platform == "emscripten":
+    pytest.skip("host only: the native extension does not exist under Pyodide", allow_module_level=True)
+if os.environ.get("DURABLE_AGENT_NATIVE", "auto") == "0":
+    pytest.skip("native kernels disabled by DURABLE_AGENT_NATIVE=0", allow_module_level=True)
+
+import durable_agent_native as native  # noqa: E402
+
+from test_codec import strict_repr  # noqa: E402
+
+PARITY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def outcome(fn: Any, *args: Any, message: bool = True) -> tuple[Any, ...]:
+    try:
+        result = fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the class is what we compare
+        return ("error", type(exc), str(exc) if message else None)
+    return ("ok", result if isinstance(result, (str, bytes)) or result is None else strict_repr(result))
+
+
+# --- generated values ----------------------------------------------------------------------
+
+surrogates = st.integers(0xD800, 0xDFFF).map(chr)
+any_text = st.text(st.characters(codec="utf-8") | surrogates, max_size=12)
+nice_text = st.text(max_size=12)
+keys = st.sampled_from(["$bytes", "$esc", "a", "", "\u00e9", "\U0001f600"]) | nice_text | any_text
+big_ints = (
+    st.integers(-(10**40), 10**40)
+    | st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, -(2**64)])
+    # around the 4300-digit limit (built lazily: hypothesis cannot repr such ints)
+    | st.tuples(st.integers(4298, 4301), st.sampled_from([1, -1]), st.integers(-1, 0)).map(
+        lambda t: t[1] * 10 ** t[0] + t[2]
+    )
+)
+floats = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(
+    [0.0, -0.0, 1e16, 1e15, 1e-4, 1e-5, 5e-324, 1.7976931348623157e308, 0.1, 1 / 3]
+)
+leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | big_ints
+    | floats
+    | nice_text
+    | any_text
+    | st.binary(max_size=20)
+    | st.binary(max_size=8).map(bytearray)
+    | st.binary(max_size=8).map(memoryview)
+    | st.sampled_from([frozenset(), object(), 1j, {1}])
+)
+
+
+def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return (
+        st.lists(children, max_size=5)
+        | st.lists(children, max_size=3).map(tuple)
+        | st.dictionaries(keys, children, max_size=5)
+        | st.tuples(st.sampled_from(["$bytes", "$esc"]), children).map(lambda kv: {kv[0]: kv[1]})
+        | st.tuples(st.integers(0, 3) | st.none() | st.floats(0, 1), children).map(lambda kv: {kv[0]: kv[1]})
+    )
+
+
+values = st.recursive(leaves, _containers, max_leaves=30)
+
+
+def _nest(args: tuple[int, list[str], Any]) -> Any:
+    depth, wrappers, leaf = args
+    value = leaf
+    for i in range(depth):
+        kind = wrappers[i % len(wrappers)]
+        value = [value] if kind == "list" else {"$esc": value} if kind == "esc" else {"k": value}
+    return value
+
+
+deep_values = st.tuples(
+    st.integers(240, 262),
+    st.lists(st.sampled_from(["list", "dict", "esc"]), min_size=1, max_size=4),
+    st.sampled_from([1, [], {}, b"", {"$bytes": 1}, {"$esc": {}}, "s", {1}]),
+).map(_nest)
+
+
+@PARITY
+@given(values)
+@example({"$bytes": b"\x00"})
+@example({"$esc": {"$bytes": "AA=="}})
+@example(["\ud800", {1}])
+def test_encode_parity(value: Any) -> None:
+    pure = outcome(_pure.encode, value)
+    assert outcome(native.encode, value) == pure
+    if pure[0] == "ok":
+        assert outcome(native.decode, pure[1], message=False) == outcome(_pure.decode, pure[1], message=False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(deep_values)
+def test_deep_nesting_parity(value: Any) -> None:
+    pure = outcome(_pure.encode, value)
+    assert outcome(native.encode, value) == pure
+    if pure[0] == "ok":
+        assert outcome(native.decode, pure[1], message=False) == outcome(_pure.decode, pure[1], message=False)
+
+
+# --- malformed and mutated text ------------------------------------------------------------
+
+JSONISH = list('{}[]",:\\ \t\n0123456789-+.eEtrufalsn$bytesc=/AZaz') + [
+    "\\u",
+    "\\ud800",
+    "\\udc00",
+    "\ud800",
+    "\u00e9",
+]
+pieces = st.sampled_from(
+    JSONISH
+    + [
+        '{"$bytes":',
+        '{"$esc":',
+        '"AA=="',
+        '"Zg="',
+        '"Zh=="',
+        '"A"',
+        "true",
+        "null",
+        "1e400",
+        "NaN",
+        "-Infinity",
+        "1" * 30,
+        '"\\ud83d\\ude00"',
+        '{"a":1,"a":2}',
+        "[" * 257,
+        "]" * 257,
+    ]
+)
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> str:
+    value = draw(values)
+    try:
+        text = _pure.encode(value)
+    except Exception:  # noqa: BLE001
+        text = draw(st.text(max_size=20))
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(text)))
+        op = draw(st.sampled_from(["insert", "delete", "replace"]))
+        piece = draw(pieces)
+        if op == "insert":
+            text = text[:at] + piece + text[at:]
+        elif op == "delete":
+            text = text[:at] + text[at + draw(st.integers(1, 4)) :]
+        else:
+            text = text[:at] + piece + text[at + len(piece) :]
+    return text
+
+
+@PARITY
+@given(mutated())
+@example('{"$esc":{"$bytes":"!!"}}')
+@example('{"$bytes":"Zh=="}')
+@example('{"$bytes":{"$bytes":"AA=="}}')
+@example("[1,]")
+@example("\ufeff[]")
+def test_decode_parity_on_mutated_text(text: str) -> None:
+    assert outcome(native.decode, text, message=False) == outcome(_pure.decode, text, message=False)
+
+
+@PARITY
+@given(st.lists(pieces, max_size=12).map("".join) | any_text)
+def test_decode_parity_on_jsonish_noise(text: str) -> None:
+    assert outcome(native.decode, text, message=False) == outcome(_pure.decode, text, message=False)
+
+
+@PARITY
+@given(st.one_of(st.binary(max_size=10), st.none(), st.integers(), st.lists(st.text(max_size=3), max_size=2)))
+def test_decode_parity_on_non_text(value: Any) -> None:
+    assert outcome(native.decode, value) == outcome(_pure.decode, value)
+
+
+@PARITY
+@given(st.binary(max_size=64))
+def test_bytes_parity(raw: bytes) -> None:
+    text = _pure.encode({"d": raw})
+    assert native.encode({"d": raw}) == text
+    assert native.decode(text) == _pure.decode(text) == {"d": raw}
+
+
+# --- approval-token kernels ------------------------------------------------------------------
+
+KEY = b"parity key: 0123456789abcdef"
+B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+token_noise = st.sampled_from(
+    list(B64URL) + [".", "=", "+", "/", " ", "\n", "\u00e9", "\ud800", "v1.", "V1", ""]
+)
+
+
+@st.composite
+def mutated_tokens(draw: st.DrawFn) -> str:
+    token: str = _pure.token_sign(
+        draw(st.sampled_from([KEY, b"", b"k" * 100])), draw(any_text.filter(_encodable))
+    )
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(token)))
+        op = draw(st.sampled_from(["insert", "delete", "replace"]))
+        piece = draw(token_noise)
+        if op == "insert":
+            token = token[:at] + piece + token[at:]
+        elif op == "delete":
+            token = token[:at] + token[at + draw(st.integers(1, 3)) :]
+        else:
+            token = token[:at] + piece + token[at + 1 :]
+    return token
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@PARITY
+@given(mutated_tokens(), st.sampled_from([KEY, b"", b"k" * 100]))
+def test_token_verify_parity(token: str, key: bytes) -> None:
+    assert native.token_verify(token, key) == _pure.token_verify(token, key)
+
+
+@PARITY
+@given(any_text, st.binary(max_size=80))
+def test_token_sign_parity(payload: str, key: bytes) -> None:
+    assert outcome(native.token_sign, key, payload) == outcome(_pure.token_sign, key, payload)
+
+
+@PARITY
+@given(st.text(st.sampled_from(B64URL + "=+/. \u00e9"), max_size=12) | any_text | st.binary(max_size=4))
+def test_b64url_decode_parity(text: object) -> None:
+    assert native.b64url_decode(text) == _pure.b64url_decode(text)
+
+
+@PARITY
+@given(
+    st.one_of(st.binary(max_size=40), st.text(max_size=3), st.none(), st.binary(max_size=3).map(bytearray)),
+    st.one_of(st.binary(max_size=40), st.none(), st.integers()),
+)
+def test_hmac_and_b64url_encode_parity(key: Any, message: Any) -> None:
+    assert outcome(native.hmac_sha256, key, message) == outcome(_pure.hmac_sha256, key, message)
+    assert outcome(native.b64url_encode, key) == outcome(_pure.b64url_encode, key)
