@@ -31,6 +31,7 @@ from ._util import wall_clock_ms
 from .options import CallOptions, RunOptions, logger, random_id
 from .results import GenerateTextResult
 from .runtime.keys import MODEL_CALL, step_key
+from .runtime.protocols import DurableRuntime
 from .runtime.records import StepRecord
 from .session import Session
 from .tools import Tool
@@ -47,7 +48,7 @@ class DurableOptions:
     `stale_after_ms`: a lease not renewed for this long counts as lapsed.
     """
 
-    runtime: Any
+    runtime: DurableRuntime
     on_interrupted: Literal["heal", "resume"] = "heal"
     stale_after_ms: int = 30_000
 
@@ -118,6 +119,8 @@ class Agent:
     ) -> None:
         if durable is not None and not session_id:
             raise ConfigurationError("a durable Agent needs a session_id")
+        if durable is not None and not isinstance(durable, DurableOptions):
+            raise ConfigurationError("durable must be a DurableOptions(runtime, ...)")
         self.model = model
         self.tools = dict(tools or {})
         self.durable = durable
@@ -125,25 +128,55 @@ class Agent:
         self.system = system
         self._options: dict[str, Any] = dict(options)
         RunOptions.build(model, None, {"tools": self.tools, **self._options})  # fail early on bad options
-        self._history: list[Message] = [{"role": "system", "content": system}] if system else []
-        self._suspend: asyncio.Event | None = None  # created inside the running loop of each run
+        self.history: list[Message] = [{"role": "system", "content": system}] if system else []
+        self._durable = _DurableSession(self, durable, session_id) if durable is not None and session_id else None
 
     # ------------------------------------------------------------------ public
 
     def suspend(self) -> None:
         """Stop the run in progress at its next step boundary check; it stays resumable (`RunSuspendedError`)."""
+        if self._durable is not None:
+            self._durable.suspend()
+
+    async def run(self, prompt: str) -> GenerateTextResult:
+        """Run `prompt` as the session's next run and return its outcome."""
+        if self._durable is None:
+            result = await generate_text(model=self.model, tools=self.tools,
+                                         messages=[*self.history, {"role": "user", "content": prompt}],
+                                         **self._options)
+            self.history = list(result.messages)
+            return result
+        return await self._durable.run(prompt)
+
+    async def resume(
+        self, *, run_id: str | None = None, approval_responses: Sequence[ToolApprovalResponse] = ()
+    ) -> GenerateTextResult | None:
+        """Continue the session's unfinished run (or `run_id`); None when there is nothing to continue.
+
+        A run suspended on approvals is settled from `approval_responses`.
+        """
+        if self._durable is None:
+            return None
+        return await self._durable.resume(run_id, approval_responses)
+
+
+class _DurableSession:
+    """The durable half of an `Agent`: one session on one runtime (leases, runs, healing, parking)."""
+
+    def __init__(self, agent: Agent, durable: DurableOptions, session_id: str) -> None:
+        self._agent = agent
+        self.durable = durable
+        self.runtime = durable.runtime
+        self.session_id = session_id
+        self._options = agent._options
+        self._suspend: asyncio.Event | None = None  # created inside the running loop of each run
+
+    def suspend(self) -> None:
         if self._suspend is not None:
             self._suspend.set()
 
     async def run(self, prompt: str) -> GenerateTextResult:
-        """Run `prompt` as the session's next run and return its outcome."""
-        if self.durable is None:
-            result = await generate_text(model=self.model, tools=self.tools,
-                                         messages=[*self._history, {"role": "user", "content": prompt}],
-                                         **self._options)
-            self._history = list(result.messages)
-            return result
-        listed = await self.durable.runtime.lease.resumable(session_id=self.session_id, stale_at=self._stale_at())
+        listed = await self.runtime.lease.resumable(session_id=self.session_id, stale_at=self._stale_at())
         epoch = await self._claim()
         try:
             interrupted = await self._interrupted_run()
@@ -157,7 +190,7 @@ class Agent:
                 await self._heal(interrupted, epoch)
             history = await self._session_history()
             run_id = self._generate_id()
-            runtime = self.durable.runtime
+            runtime = self.runtime
             await runtime.stores.runs.set_last(self.session_id, run_id, epoch)
             await runtime.lease.mark_resumable(self.session_id, run_id, epoch)
             start = AgentCheckpoint(run_id=run_id, step_index=0, status="running", usage=Usage(),
@@ -168,14 +201,8 @@ class Agent:
             await self._release(epoch)
 
     async def resume(
-        self, *, run_id: str | None = None, approval_responses: Sequence[ToolApprovalResponse] = ()
+        self, run_id: str | None, approval_responses: Sequence[ToolApprovalResponse]
     ) -> GenerateTextResult | None:
-        """Continue the session's unfinished run (or `run_id`); None when there is nothing to continue.
-
-        A run suspended on approvals is settled from `approval_responses`.
-        """
-        if self.durable is None:
-            return None
         epoch = await self._claim()
         try:
             target = run_id or await self._interrupted_run() or await self._suspended_last_run()
@@ -187,19 +214,20 @@ class Agent:
         finally:
             await self._release(epoch)
 
+
     # ----------------------------------------------------------------- driving
 
     async def _drive(self, run_id: str, epoch: int, responses: Sequence[ToolApprovalResponse]) -> GenerateTextResult:
         assert self.durable is not None and self.session_id is not None
-        runtime = self.durable.runtime
+        runtime = self.runtime
         self._suspend = asyncio.Event()
         scope = await runtime.open_run(session_id=self.session_id, run_id=run_id, handlers=_HANDLERS, epoch=epoch)
         renewer = asyncio.ensure_future(self._renew(epoch))
         try:
             await self._join_partials(scope, run_id)
             options = {**self._options, "approval_responses": list(responses)} if responses else self._options
-            run_options = RunOptions.build(self.model, Session(runtime.stores.session, run_id),
-                                           {"tools": self.tools, **options},
+            run_options = RunOptions.build(self._agent.model, Session(runtime.stores.session, run_id),
+                                           {"tools": self._agent.tools, **options},
                                            scope=scope, suspend_signal=self._suspend)
             result = await _consume(AgentLoop(run_options, None, resume_run_id=run_id))
             if result.finish_reason == "suspended":
@@ -217,14 +245,14 @@ class Agent:
 
     async def _park_on_approvals(self, scope: Any, run_id: str, requests: Sequence[ToolApprovalRequest]) -> None:
         """Open one awakeable per pending approval, with the approval id as its id, for `resolve_approval`."""
-        checkpoint = await maybe_await(self.durable.runtime.stores.session.load(run_id))  # type: ignore[union-attr]
+        checkpoint = await maybe_await(self.runtime.stores.session.load(run_id))
         for request in requests:
             await scope.awakeable(approval_key(run_id, checkpoint.step_index, request.approval_id),
                                   awakeable_id=request.approval_id)
 
     async def _verdicts_from_awakeables(self, run_id: str) -> list[ToolApprovalResponse]:
         """The verdicts other processes sent (`resolve_approval`) for the pending approvals of `run_id`."""
-        runtime = self.durable.runtime  # type: ignore[union-attr]
+        runtime = self.runtime
         checkpoint = await maybe_await(runtime.stores.session.load(run_id))
         if checkpoint is None or checkpoint.status != "suspended":
             return []
@@ -240,7 +268,7 @@ class Agent:
 
     async def _join_partials(self, scope: Any, run_id: str) -> None:
         """Turn the text a crashed model step had streamed into an aborted assistant turn of the history."""
-        store = self.durable.runtime.stores.session  # type: ignore[union-attr]
+        store = self.runtime.stores.session
         checkpoint = await maybe_await(store.load(run_id))
         if checkpoint is None:
             return
@@ -261,7 +289,7 @@ class Agent:
         The model answer of that step (if its call finished) joins the history; each of its
         tool calls gets its recorded result, or an interrupted marker when it never finished.
         """
-        runtime = self.durable.runtime  # type: ignore[union-attr]
+        runtime = self.runtime
         store = runtime.stores.session
         checkpoint = await maybe_await(store.load(run_id))
         if checkpoint is not None:
@@ -280,44 +308,45 @@ class Agent:
     # ------------------------------------------------------------ bookkeeping
 
     async def _session_history(self) -> list[Message]:
-        runtime = self.durable.runtime  # type: ignore[union-attr]
+        runtime = self.runtime
         last = await runtime.stores.runs.last(self.session_id)
         checkpoint = await maybe_await(runtime.stores.session.load(last)) if last else None
         if checkpoint is not None:
             return list(checkpoint.messages)
-        return list(self._history)
+        return list(self._agent.history)
 
     async def _interrupted_run(self) -> str | None:
         """The session's run still marked in progress: a process died (or suspended) while running it."""
-        return await self.durable.runtime.lease.marked_run(self.session_id)  # type: ignore[union-attr,no-any-return]
+        return await self.runtime.lease.marked_run(self.session_id)  
 
     async def _suspended_last_run(self) -> str | None:
-        runtime = self.durable.runtime  # type: ignore[union-attr]
+        runtime = self.runtime
         last = await runtime.stores.runs.last(self.session_id)
         checkpoint = await maybe_await(runtime.stores.session.load(last)) if last else None
         return last if checkpoint is not None and checkpoint.status == "suspended" else None
 
     async def _claim(self) -> int:
         assert self.durable is not None and self.session_id is not None
-        lease = self.durable.runtime.lease
+        lease = self.runtime.lease
         claim = await lease.claim(self.session_id, stale_at=self._stale_at())
         if not claim.claimed:
             raise RunLeaseHeldError(self.session_id, claim.owner)
-        return int(claim.epoch)
+        assert claim.epoch is not None
+        return claim.epoch
 
     async def _release(self, epoch: int) -> None:
         with contextlib.suppress(Exception):
-            await self.durable.runtime.lease.release(self.session_id, epoch)  # type: ignore[union-attr]
+            await self.runtime.lease.release(self.session_id, epoch)
 
     async def _renew(self, epoch: int) -> None:
-        interval = self.durable.stale_after_ms / 3000  # type: ignore[union-attr]
+        interval = self.durable.stale_after_ms / 3000
         while True:
             await asyncio.sleep(interval)
-            if not await self.durable.runtime.lease.renew(self.session_id, epoch):  # type: ignore[union-attr]
+            if not await self.runtime.lease.renew(self.session_id, epoch):
                 return  # lost: the next fenced write raises StaleEpochError and stops the run
 
     def _stale_at(self) -> int:
-        return self._now() - self.durable.stale_after_ms  # type: ignore[union-attr]
+        return self._now() - self.durable.stale_after_ms
 
     def _now(self) -> int:
         clock = self._options.get("clock") or wall_clock_ms

@@ -70,6 +70,40 @@ class DurableRuntimeConformance:
             session_id=self.session, run_id=run or self.run, handlers=handlers, epoch=epoch
         )
 
+    async def test_implements_the_runtime_protocols(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        from ..runtime.protocols import DurableInspector, DurableLease, DurableRuntime, DurableStores, RunScope
+
+        runtime = make_runtime(clock)
+        assert isinstance(runtime, DurableRuntime) and runtime.mode == "checkpoint"
+        assert isinstance(runtime.lease, DurableLease) and isinstance(runtime.stores, DurableStores)
+        assert isinstance(runtime.inspect, DurableInspector)
+        scope = await self._scope(runtime, {})
+        assert isinstance(scope, RunScope)
+        await scope.close()
+
+    async def test_scope_clock_ids_sleep_and_combinators(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        import asyncio
+
+        scope = await self._scope(make_runtime(clock), {})
+        assert scope.now() == clock.now
+        ids = {scope.uuid() for _ in range(50)}
+        assert len(ids) == 50 and all(len(i) == 36 and i[14] == "4" for i in ids)  # RFC 4122 v4
+        stop = asyncio.Event()
+        stop.set()
+        await asyncio.wait_for(scope.sleep(60_000, stop), timeout=5)  # a set signal ends the wait early
+
+        async def value(v: int, delay: float = 0) -> int:
+            await asyncio.sleep(delay)
+            return v
+
+        async def boom() -> int:
+            raise ValueError("no")
+
+        assert await scope.gather(value(1), value(2)) == [1, 2]
+        settled = await scope.gather_settled(value(1), boom())
+        assert settled[0] == 1 and isinstance(settled[1], ValueError)
+        assert await scope.race(value(1, 0.2), value(2)) == 2
+
     # ------------------------------------------------------------- step timing
 
     async def test_unsafe_step_writes_pending_before_its_handler_runs(

@@ -1,0 +1,178 @@
+"""The durable-runtime seam as Protocols: what `Agent` needs from a runtime, and nothing more.
+
+The memory, SQLite and Postgres runtimes implement these; a runtime of your own does too
+when it passes `durable_agent.testing.runtime_conformance.DurableRuntimeConformance`.
+Every method is async: a runtime may sit on a network database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ..checkpoint import AgentCheckpoint
+from ..errors import StaleEpochError
+from .records import (
+    AwakeableRecord,
+    LeaseClaim,
+    ResumableRun,
+    RunOwner,
+    StepOutcome,
+    StepRecord,
+    StepRequest,
+    StreamPartialRecord,
+)
+from .scope import DurableAwakeable, StepContext, StepLive
+
+StepHandler = Callable[[Any, StepContext], Awaitable[Any]]
+
+
+@runtime_checkable
+class RunScope(Protocol):
+    """One run's view of the runtime: its steps, clock, awakeables. Opened per run, closed when it ends."""
+
+    session_id: str
+    run_id: str
+
+    async def step(self, request: StepRequest, live: StepLive | None = None) -> StepOutcome: ...
+
+    async def awakeable(
+        self, key: str, *, timeout_ms: int | None = None, awakeable_id: str | None = None
+    ) -> DurableAwakeable: ...
+
+    async def stored_steps(self) -> list[StepRecord]: ...
+
+    async def stored_turns(self) -> list[int]: ...
+
+    async def stored_partials(self) -> list[StreamPartialRecord]: ...
+
+    def now(self) -> int: ...
+
+    def uuid(self) -> str: ...
+
+    async def sleep(self, ms: int, signal: Any = None) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class DurableLease(Protocol):
+    """Who runs each session's run, fenced by an epoch (see `durable_agent.runtime.leases` for the rules)."""
+
+    async def claim(self, session_id: str, *, stale_at: int, owner: RunOwner | None = None,
+                    on_stale: Callable[[StaleEpochError], None] | None = None) -> LeaseClaim: ...
+
+    async def renew(self, session_id: str, epoch: int) -> bool: ...
+
+    async def release(self, session_id: str, epoch: int) -> None: ...
+
+    async def epoch(self, session_id: str) -> int | None: ...
+
+    async def mark_resumable(self, session_id: str, run_id: str | None, epoch: int | None) -> None: ...
+
+    async def marked_run(self, session_id: str) -> str | None: ...
+
+    async def resumable(self, *, stale_at: int, session_id: str | None = None) -> list[ResumableRun]: ...
+
+
+@runtime_checkable
+class DurableQueueStore(Protocol):
+    """A session's type-ahead queue of prompts, kept across a crash (oldest first)."""
+
+    async def read(self, session_id: str) -> list[Any]: ...
+
+    async def write(self, session_id: str, entries: list[Any]) -> None: ...
+
+
+@runtime_checkable
+class DurableSubmissionStore(Protocol):
+    """Request ids of sends: a retried send with the same id and input gets the first send's outcome."""
+
+    async def claim(self, session_id: str, request_id: str, fingerprint: str) -> tuple[bool, Any]: ...
+
+    async def settle(self, session_id: str, request_id: str, result: Any) -> None: ...
+
+
+@runtime_checkable
+class DurableRunBook(Protocol):
+    """Which run of a session is the latest; its checkpoint holds the session's history."""
+
+    async def last(self, session_id: str) -> str | None: ...
+
+    async def set_last(self, session_id: str, run_id: str, epoch: int | None) -> None: ...
+
+
+class SessionCheckpoints(Protocol):
+    """The session store a runtime commits checkpoints to (sync or async methods)."""
+
+    def save(self, checkpoint: AgentCheckpoint) -> Any: ...
+
+    def load(self, run_id: str) -> Any: ...
+
+
+@runtime_checkable
+class DurableStores(Protocol):
+    """Everything a run persists, behind one runtime so it commits consistently."""
+
+    @property
+    def session(self) -> SessionCheckpoints: ...
+
+    @property
+    def queue(self) -> DurableQueueStore: ...
+
+    @property
+    def submissions(self) -> DurableSubmissionStore: ...
+
+    @property
+    def runs(self) -> DurableRunBook: ...
+
+    def tool_state(self, session_id: str) -> Any: ...
+
+
+@runtime_checkable
+class DurableInspector(Protocol):
+    """Read access to what a runtime stored, for tests and diagnostics."""
+
+    async def steps(self, run_id: str | None = None) -> list[StepRecord]: ...
+
+    async def partials(self, run_id: str | None = None) -> list[StreamPartialRecord]: ...
+
+    async def awakeables(self) -> list[AwakeableRecord]: ...
+
+
+@runtime_checkable
+class DurableRuntime(Protocol):
+    """What the agent loop needs from a durable runtime (checkpoint mode)."""
+
+    mode: Literal["checkpoint", "replay"]
+    owner: RunOwner
+
+    @property
+    def lease(self) -> DurableLease: ...
+
+    @property
+    def stores(self) -> DurableStores: ...
+
+    @property
+    def inspect(self) -> DurableInspector: ...
+
+    def is_control_error(self, error: BaseException) -> bool: ...
+
+    async def open_run(self, *, session_id: str, run_id: str, handlers: Mapping[str, StepHandler],
+                       epoch: int | None = None) -> RunScope: ...
+
+    async def resolve_awakeable(self, awakeable_id: str, value: Any) -> bool: ...
+
+    async def find_awakeable(self, session_id: str, key: str) -> AwakeableRecord | None: ...
+
+
+__all__: Sequence[str] = [
+    "DurableInspector",
+    "DurableLease",
+    "DurableQueueStore",
+    "DurableRunBook",
+    "DurableRuntime",
+    "DurableStores",
+    "DurableSubmissionStore",
+    "RunScope",
+]
