@@ -273,3 +273,35 @@ async def test_an_approval_sent_without_its_token_is_denied_when_a_signer_is_set
     done = await agent.resume()
     assert done is not None and ledger.entries == []
     assert done.messages[2]["content"][0]["output"] == APPROVAL_TOKEN_DENIED_REASON
+
+
+async def test_tools_keep_per_session_state_that_commits_only_with_a_finished_call() -> None:
+    from durable_agent import current_tool_call
+
+    state = create_memory_durable_state()
+    seen: list[Any] = []
+    crashed = [False]
+
+    def cd(args: Any) -> str:
+        context = current_tool_call()
+        assert context is not None
+        seen.append(dict(context.tool_state))
+        context.stage_tool_state([{"op": "set", "key": "cwd", "value": args["path"]}])
+        if args["path"] == "/crash" and not crashed[0]:
+            crashed[0] = True
+            raise Crash()  # dies after staging: the staged change must not land
+        return f"now in {args['path']}"
+
+    tools = {"cd": Tool(execute=cd, replay="safe")}
+    model = ScriptedModel([reply("", call("cd", {"path": "/src"})), reply("", call("cd", {"path": "/crash"})),
+                           "done", "second run"])
+    with pytest.raises(Crash):
+        await agent_on(state, model, tools).run("go")
+    assert await memory_runtime(state=state).stores.tool_state("chat-1").all() == {"cwd": "/src"}
+    await agent_on(state, model, tools).resume()
+    assert seen == [{}, {"cwd": "/src"}, {"cwd": "/src"}]  # the crashed call's change never showed
+    assert await memory_runtime(state=state).stores.tool_state("chat-1").all() == {"cwd": "/crash"}
+    with pytest.raises(Exception, match="tool-state op"):
+        from durable_agent.loop import ToolCallContext
+
+        ToolCallContext(None, None, "c", "t").stage_tool_state([{"op": "append", "key": "x"}])  # type: ignore[arg-type]

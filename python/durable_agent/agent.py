@@ -226,9 +226,10 @@ class _DurableSession:
         try:
             await self._join_partials(scope, run_id)
             options = {**self._options, "approval_responses": list(responses)} if responses else self._options
+            tool_state = dict(await runtime.stores.tool_state(self.session_id).all())
             run_options = RunOptions.build(self._agent.model, Session(runtime.stores.session, run_id),
                                            {"tools": self._agent.tools, **options},
-                                           scope=scope, suspend_signal=self._suspend)
+                                           scope=scope, suspend_signal=self._suspend, tool_state=tool_state)
             result = await _consume(AgentLoop(run_options, None, resume_run_id=run_id))
             if result.finish_reason == "suspended":
                 await self._park_on_approvals(scope, run_id, result.pending_approvals)

@@ -26,6 +26,7 @@ from .errors import CheckpointNotFoundError, ConfigurationError, RunAbortedError
 from .messages import Message, content_parts
 from .models import ModelRequest
 from .runtime.keys import MODEL_CALL, step_key
+from .runtime.records import apply_tool_state
 from .runtime.records import StepRequest
 from .runtime.scope import StepLive
 from .options import PrepareStepContext, RunOptions, StepOverrides, logger
@@ -55,12 +56,30 @@ class SubAgentSuspended(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ToolCallContext:
-    """What a running tool can learn about its call (`current_tool_call()`); sub-agents use it."""
+    """What a running tool can learn about its call (`current_tool_call()`); sub-agents use it.
+
+    `tool_state` is the session's tool state as this call sees it (read it, don't mutate it);
+    `stage_tool_state(ops)` stages changes — ``{"op": "set", "key", "value"}`` or
+    ``{"op": "delete", "key"}`` — that take effect only if the call finishes: on a durable
+    runtime they commit atomically with the call's step record, and a replayed call brings
+    them back without running again.
+    """
 
     options: RunOptions
     run_id: str | None
     tool_call_id: str
     tool_name: str
+    staged: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def tool_state(self) -> dict[str, Any]:
+        return self.options.tool_state
+
+    def stage_tool_state(self, ops: Sequence[dict[str, Any]]) -> None:
+        for op in ops:
+            if op.get("op") not in ("set", "delete") or not isinstance(op.get("key"), str):
+                raise ConfigurationError(f"a tool-state op is {{'op': 'set'|'delete', 'key': str, ...}}, not {op!r}")
+        self.staged.extend(ops)
 
 
 _current_call: contextvars.ContextVar[ToolCallContext] = contextvars.ContextVar("durable_agent_tool_call")
@@ -565,16 +584,23 @@ class AgentLoop:
             return await self._execute_tool(call)
         request = StepRequest(step_key(self.run_id or "run", self._next_index, call.tool_call_id), "tool",
                               call.tool.replay, {"tool_name": call.tool_name, "tool_call_id": call.tool_call_id})
-        outcome = await scope.step(request, StepLive(callbacks=lambda context: self._execute_tool(call)))
+        outcome = await scope.step(request, StepLive(callbacks=lambda context: self._execute_tool(call, context)))
         if outcome.status == "interrupted":
             return call.outcome(TOOL_INTERRUPTED_MESSAGE, True)
+        apply_tool_state(self.options.tool_state, outcome.tool_state)
         return dict(outcome.value)
 
-    async def _execute_tool(self, call: _Call) -> dict[str, Any]:
+    async def _execute_tool(self, call: _Call, step: Any = None) -> dict[str, Any]:
+        """Run the tool's own code. `step` is the journal's step context, when the call is journaled."""
         assert call.tool is not None and call.tool.execute is not None
-        token = _current_call.set(ToolCallContext(self.options, self.run_id, call.tool_call_id, call.tool_name))
+        context = ToolCallContext(self.options, self.run_id, call.tool_call_id, call.tool_name)
+        token = _current_call.set(context)
         try:
             output = await maybe_await(call.tool.execute(call.parsed))
+            if step is not None:
+                step.stage_tool_state(context.staged)  # committed with the done record
+            else:
+                apply_tool_state(self.options.tool_state, context.staged)
         except Exception as exc:  # noqa: BLE001 - a failing tool is a result the model can react to
             if is_control_error(exc):
                 raise

@@ -99,6 +99,7 @@ class RunOptions:
     agent_path: tuple[str, ...] = ()  # internal: set for sub-agents
     scope: Any = None  # internal: the run scope of a durable runtime (Agent)
     suspend_signal: AbortSignal | None = None  # internal: Agent.suspend()
+    tool_state: dict[str, Any] = field(default_factory=dict)  # internal: the session's tool state view
 
     @classmethod
     def build(cls, model: Any, session: Session | None, options: Mapping[str, Any], **internal: Any) -> RunOptions:

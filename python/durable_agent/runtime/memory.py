@@ -26,6 +26,7 @@ from .leases import (
     new_owner,
 )
 from .records import (
+    apply_tool_state,
     AwakeableRecord,
     LeaseClaim,
     LeaseRow,
@@ -33,7 +34,6 @@ from .records import (
     RunOwner,
     StepRecord,
     StreamPartialRecord,
-    ToolStateOp,
 )
 from .scope import JournalScope, StepHandler
 
@@ -149,17 +149,6 @@ class _MemoryBackend:
 
     async def wait_for_change(self, timeout: float) -> None:
         await asyncio.sleep(min(timeout, 0.01))
-
-
-def apply_tool_state(target: dict[str, Any], ops: tuple[ToolStateOp, ...] | list[ToolStateOp]) -> None:
-    """Apply tool-state ops in order: ``{"op": "set", "key", "value"}`` or ``{"op": "delete", "key"}``."""
-    for op in ops:
-        if op.get("op") == "set":
-            target[op["key"]] = op.get("value")
-        elif op.get("op") == "delete":
-            target.pop(op["key"], None)
-        else:
-            raise ValueError(f"unknown tool-state op {op!r}")
 
 
 class MemoryLease:

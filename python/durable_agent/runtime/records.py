@@ -131,3 +131,14 @@ class StepInterrupted:
 
 
 StepOutcome = StepCompleted | StepInterrupted
+
+
+def apply_tool_state(target: dict[str, Any], ops: tuple[ToolStateOp, ...] | list[ToolStateOp]) -> None:
+    """Apply tool-state ops in order: ``{"op": "set", "key", "value"}`` or ``{"op": "delete", "key"}``."""
+    for op in ops:
+        if op.get("op") == "set":
+            target[op["key"]] = op.get("value")
+        elif op.get("op") == "delete":
+            target.pop(op["key"], None)
+        else:
+            raise ValueError(f"unknown tool-state op {op!r}")
