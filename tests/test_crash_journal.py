@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torture_worker  # noqa: E402
 
 from durable_agent import Agent, DurableOptions, create_memory_runtime  # noqa: E402
+from durable_agent._util import maybe_await  # noqa: E402
 from durable_agent.loop import TOOL_INTERRUPTED_MESSAGE  # noqa: E402
 
 pytestmark = pytest.mark.host_only("spawns and SIGKILLs worker processes")
@@ -35,8 +37,8 @@ WORKER = Path(__file__).resolve().parent / "torture_worker.py"
 SESSIONS = [f"account-{i}" for i in range(6)]
 
 
-def spawn(db: Path, ledger: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, str(WORKER), str(db), str(ledger), *SESSIONS],
+def spawn(spec: str, ledger: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, str(WORKER), spec, str(ledger), *SESSIONS],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -49,14 +51,14 @@ def busy_pids(ledger: Path, after: int) -> set[int]:
         return {json.loads(line)["pid"] for line in f.read().splitlines() if line.strip()}
 
 
-def supervise(db: Path, ledger: Path, *, workers: int, max_kills: int, seed: int, deadline_s: float) -> int:
+def supervise(spec: str, ledger: Path, *, workers: int, max_kills: int, seed: int, deadline_s: float) -> int:
     """Run workers until one exits 0 (every session done); SIGKILL busy ones at random moments meanwhile.
 
     A kill lands only on a worker that logged work since the previous kill, a random 0-120 ms after
     the supervisor noticed it, so kills hit model streams and tool calls, not interpreter start-up.
     """
     rng = random.Random(seed)
-    pool = [spawn(db, ledger) for _ in range(workers)]
+    pool = [spawn(spec, ledger) for _ in range(workers)]
     kills, start, mark = 0, time.monotonic(), 0
     try:
         while time.monotonic() - start < deadline_s:
@@ -74,7 +76,7 @@ def supervise(db: Path, ledger: Path, *, workers: int, max_kills: int, seed: int
                 victim.wait()
                 kills += 1
                 mark = ledger.stat().st_size
-                pool = [p for p in pool if p.poll() is None] + [spawn(db, ledger)]
+                pool = [p for p in pool if p.poll() is None] + [spawn(spec, ledger)]
         raise AssertionError(f"the runs did not all finish within {deadline_s}s ({kills} kills)")
     finally:
         for proc in pool:
@@ -114,12 +116,33 @@ def same_except_interrupted(actual: list[Any], expected: list[Any]) -> bool:
     return True
 
 
-async def test_runs_survive_many_random_sigkills(tmp_path: Path) -> None:
-    from durable_agent.runtime.sqlite import sqlite_runtime
+@pytest.fixture(params=["sqlite", "postgres"])
+def runtime_spec(request: Any, tmp_path: Path) -> Iterator[str]:
+    """Where the workers keep their journal: a SQLite file, or a fresh schema on the test Postgres."""
+    if request.param == "sqlite":
+        yield f"sqlite:{tmp_path / 'journal.db'}"
+        return
+    import psycopg
+    from psycopg.conninfo import make_conninfo
 
-    db, ledger = tmp_path / "journal.db", tmp_path / "ledger.jsonl"
-    kills = supervise(db, ledger, workers=3, max_kills=20, seed=7, deadline_s=150)
-    print(f"\ncrash torture: {kills} SIGKILLs of worker processes, {len(SESSIONS)} sessions")
+    from durable_agent.testing.services import POSTGRES_URL_VAR, service_url
+
+    url = service_url(POSTGRES_URL_VAR, "Postgres")
+    schema = f"torture_{random.Random().getrandbits(40):x}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield "postgres:" + make_conninfo(url, options=f"-c search_path={schema}")
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+async def test_runs_survive_many_random_sigkills(runtime_spec: str, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    kills = supervise(runtime_spec, ledger, workers=3, max_kills=20, seed=7, deadline_s=150)
+    print(f"\ncrash torture ({runtime_spec.split(':')[0]}): {kills} SIGKILLs of worker processes, "
+          f"{len(SESSIONS)} sessions")
     assert kills == 20, "the supervisor should have killed busy workers 20 times"
 
     entries = [json.loads(line) for line in ledger.read_text().splitlines()]
@@ -139,17 +162,17 @@ async def test_runs_survive_many_random_sigkills(tmp_path: Path) -> None:
           f"charges: {len(charges)} (none twice)")
 
     expected = comparable(await reference_transcript())
-    runtime = sqlite_runtime(str(db))
+    runtime = torture_worker.open_runtime(runtime_spec)
     interrupted = 0
     for session in SESSIONS:
         last = await runtime.stores.runs.last(session)
-        checkpoint = runtime.stores.session.load(last)
+        checkpoint = await maybe_await(runtime.stores.session.load(last))
         assert checkpoint is not None and checkpoint.status == "completed", session
         assert same_except_interrupted(comparable(list(checkpoint.messages)), expected), session
         interrupted += sum(1 for m in checkpoint.messages if m["role"] == "tool" for p in m["content"]
                            if p["output"] == TOOL_INTERRUPTED_MESSAGE)
     print(f"unsafe calls reported as interrupted: {interrupted}")
-    runtime.close()
+    await maybe_await(runtime.close())
 
 
 FENCING_WORKER = """

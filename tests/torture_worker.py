@@ -4,7 +4,9 @@ Every model request and every tool effect is appended, one JSON line each, to a 
 ledger (O_APPEND writes of a single line: whole lines, in the order they happened). A
 supervisor SIGKILLs workers at random moments and starts new ones.
 
-    python tests/torture_worker.py DB LEDGER SESSION [SESSION ...]
+    python tests/torture_worker.py RUNTIME LEDGER SESSION [SESSION ...]
+
+RUNTIME is ``sqlite:<path>`` or ``postgres:<conninfo>``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from durable_agent import (  # noqa: E402
     call,
     reply,
 )
-from durable_agent.runtime.sqlite import sqlite_runtime  # noqa: E402
 
 TURNS = 4
 PROMPT = "Reconcile the accounts."
@@ -74,8 +75,22 @@ def build(ledger: str | None, session: str, delay: float) -> tuple[ScriptedModel
     return ScriptedModel(answer, delay=delay), tools
 
 
-async def drive(db: str, ledger: str, sessions: list[str]) -> None:
-    runtime = sqlite_runtime(db)
+def open_runtime(spec: str) -> Any:
+    """A runtime from ``sqlite:<path>`` or ``postgres:<conninfo>``."""
+    kind, _, where = spec.partition(":")
+    if kind == "sqlite":
+        from durable_agent.runtime.sqlite import sqlite_runtime
+
+        return sqlite_runtime(where)
+    if kind == "postgres":
+        from durable_agent.runtime.postgres import postgres_runtime
+
+        return postgres_runtime(where)
+    raise ValueError(f"unknown runtime {spec!r}")
+
+
+async def drive(spec: str, ledger: str, sessions: list[str]) -> None:
+    runtime = open_runtime(spec)
     done: set[str] = set()
     while len(done) < len(sessions):
         for session in sessions:
@@ -94,5 +109,5 @@ async def drive(db: str, ledger: str, sessions: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    db_path, ledger_path, *names = sys.argv[1:]
-    asyncio.run(drive(db_path, ledger_path, names))
+    runtime_spec, ledger_path, *names = sys.argv[1:]
+    asyncio.run(drive(runtime_spec, ledger_path, names))
