@@ -86,13 +86,6 @@ def pytest_pyfunc_call(pyfuncitem: Any) -> bool | None:
 SQLITE_MISSING = "sqlite3 is not importable on this Pyodide (0.28 ships it only from its CDN)"
 
 
-def pytest_configure(config: Any) -> None:
-    config.addinivalue_line(
-        "markers",
-        "requires_sqlite: needs the sqlite3 module; skipped under Pyodide when the runtime lacks it",
-    )
-
-
 def _sqlite3_missing() -> bool:
     import importlib.util
 

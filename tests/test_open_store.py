@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -33,7 +32,7 @@ def in_tmp(tmp_path: Path) -> Any:
     os.chdir(cwd)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sqlite3") is None, reason="this Python has no sqlite3 module")
+@pytest.mark.requires_sqlite
 def test_sqlite_relative_and_absolute_paths(in_tmp: Path) -> None:
     from durable_agent.stores.sqlite import SqliteSessionStore
 

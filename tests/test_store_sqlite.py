@@ -24,7 +24,7 @@ try:
 except ImportError:  # Pyodide 0.28 ships sqlite3 only as a CDN package
     sqlite3 = None  # type: ignore[assignment]
 
-needs_sqlite3 = pytest.mark.skipif(sqlite3 is None, reason="this Python has no sqlite3 module")
+needs_sqlite3 = pytest.mark.requires_sqlite  # skipped only under a Pyodide without sqlite3 (conftest)
 
 
 @needs_sqlite3

@@ -201,9 +201,6 @@ def test_module_scope_code_of_a_worker_runs_without_entropy(rule: WorkersEntropy
     assert (signer, agent, session) and rule.denied == []
 
 
-@pytest.mark.xfail(strict=True, raises=EntropyOutsideRequestError,
-                   reason="MemoryRuntime draws its owner token (uuid4) in __init__: "
-                          "a Worker cannot build its runtime at module scope")
 def test_a_memory_runtime_can_be_built_at_module_scope(rule: WorkersEntropyRule, fresh_package: None) -> None:
     from durable_agent.runtime import create_memory_runtime
 

@@ -33,7 +33,7 @@ from .._kernels import kernels
 from ..errors import FeatureUnavailableError, StaleEpochError, SubmissionConflictError, is_control_error
 from ..stores._sql import Dialect as StatementDialect
 from ..stores._sql import Plan, Query
-from .leases import Fences, claimed_row, is_listed_resumable, may_claim, new_owner
+from .leases import Fences, OwnedRuntime, claimed_row, is_listed_resumable, may_claim
 from .records import (
     AwakeableRecord,
     LeaseClaim,
@@ -683,7 +683,7 @@ class SqlStores:
         return SqlToolStateStore(self.runtime, session_id)
 
 
-class SqlRuntime:
+class SqlRuntime(OwnedRuntime):
     """A checkpoint-mode `DurableRuntime` over a `SqlDriver`: what the SQLite and Postgres runtimes share.
 
     One instance is one "process": its own owner token and fences. Several instances (in
@@ -694,7 +694,6 @@ class SqlRuntime:
 
     def __init__(self, driver: SqlDriver, session_store: Any, *, clock: Callable[[], int]) -> None:
         self.clock = clock
-        self.owner = new_owner()
         self.fences = Fences()
         self.dialect = driver.dialect
         self.session_store = session_store

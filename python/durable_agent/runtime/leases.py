@@ -37,6 +37,26 @@ def new_owner() -> RunOwner:
     return RunOwner(socket.gethostname(), os.getpid(), uuid.uuid4().hex)
 
 
+class OwnedRuntime:
+    """Base of the runtimes: the lease owner naming this runtime, minted on first use.
+
+    Minting takes entropy (a uuid4 token), which Cloudflare Workers forbid outside a request:
+    a runtime built at module scope must not touch it until a run claims a lease.
+    """
+
+    _owner: RunOwner | None = None
+
+    @property
+    def owner(self) -> RunOwner:
+        if self._owner is None:
+            self._owner = new_owner()
+        return self._owner
+
+    @owner.setter
+    def owner(self, value: RunOwner) -> None:
+        self._owner = value
+
+
 def is_run_owner_dead(owner: RunOwner | None) -> bool:
     """True when `owner` ran on this host and its process is gone. Unknown hosts are never known dead."""
     if owner is None or owner.host != socket.gethostname():

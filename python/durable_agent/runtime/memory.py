@@ -23,7 +23,7 @@ from .leases import (
     is_run_owner_dead,
     is_run_owner_holding,
     may_claim,
-    new_owner,
+    OwnedRuntime,
 )
 from .records import (
     apply_tool_state,
@@ -302,7 +302,7 @@ class MemoryStores:
         return MemoryToolStateStore(self.runtime, session_id)
 
 
-class MemoryRuntime:
+class MemoryRuntime(OwnedRuntime):
     """A checkpoint-mode `DurableRuntime` over a `MemoryDurableState`."""
 
     mode = "checkpoint"
@@ -310,7 +310,6 @@ class MemoryRuntime:
     def __init__(self, state: MemoryDurableState, *, clock: Callable[[], int] = wall_clock_ms) -> None:
         self.state = state
         self.clock = clock
-        self.owner = new_owner()
         self.fences = Fences()
         self.backend = _MemoryBackend(state, self.fences.refused)
         self.lease = MemoryLease(self)
