@@ -6,6 +6,8 @@
 //! Decoding accepts exactly the texts the encoder produces (the canonical form) and
 //! nothing else: no whitespace, no missing or extra padding, unused trailing bits zero.
 
+use base64_simd::AsOut;
+
 const STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 const URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
@@ -111,23 +113,62 @@ pub fn url_encode(data: &[u8]) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
+/// The standard alphabet's decoding table for the character at position `slot` (0..4) of a
+/// quad: its six bits already shifted into place in the quad's 24-bit value, and a bit above
+/// those 24 for a character outside the alphabet, so that a quad is four lookups ORed together.
+const fn shifted_table(slot: u32) -> [u32; 256] {
+    let plain = decode_table(STD);
+    let mut table = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        table[i] = if plain[i] == INVALID { 1 << 24 } else { (plain[i] as u32) << (18 - 6 * slot) };
+        i += 1;
+    }
+    table
+}
+
+static STD_SHIFTED: [[u32; 256]; 4] = [shifted_table(0), shifted_table(1), shifted_table(2), shifted_table(3)];
+
 /// Decode `body` (no padding characters) whose length is not 1 mod 4, into `out`.
 /// `out` must hold exactly `body.len() * 3 / 4` bytes.
 fn decode_body(body: &[u8], table: &[u8; 256], out: &mut [u8]) -> Result<(), B64Error> {
     let quads = body.chunks_exact(4);
     let rest = quads.remainder();
     let o = body.len() / 4 * 3;
-    for (quad, triple) in quads.zip(out.chunks_exact_mut(3)) {
-        let (a, b, c, d) =
-            (table[quad[0] as usize], table[quad[1] as usize], table[quad[2] as usize], table[quad[3] as usize]);
-        if (a | b | c | d) & 0xC0 != 0 {
-            // INVALID (0xFF) is the only table entry with the high bits set
+    if std::ptr::eq(table, &STD_DECODE) {
+        // Errors are collected and checked once at the end: `out` is the caller's to discard.
+        let [t0, t1, t2, t3] = &STD_SHIFTED;
+        let mut bad = 0u32;
+        let mut pairs = body.chunks_exact(8);
+        let mut sextets = out.chunks_exact_mut(6);
+        for (oct, dst) in (&mut pairs).zip(&mut sextets) {
+            let x = t0[oct[0] as usize] | t1[oct[1] as usize] | t2[oct[2] as usize] | t3[oct[3] as usize];
+            let y = t0[oct[4] as usize] | t1[oct[5] as usize] | t2[oct[6] as usize] | t3[oct[7] as usize];
+            bad |= x | y;
+            let n = (u64::from(x) << 24) | u64::from(y & 0xFF_FFFF);
+            dst.copy_from_slice(&n.to_be_bytes()[2..]);
+        }
+        if let (Some(quad), Some(dst)) = (pairs.remainder().get(..4), sextets.into_remainder().get_mut(..3)) {
+            let x = t0[quad[0] as usize] | t1[quad[1] as usize] | t2[quad[2] as usize] | t3[quad[3] as usize];
+            bad |= x;
+            dst.copy_from_slice(&x.to_be_bytes()[1..]);
+        }
+        if bad >> 24 != 0 {
             return Err(B64Error::Invalid);
         }
-        let n = (u32::from(a) << 18) | (u32::from(b) << 12) | (u32::from(c) << 6) | u32::from(d);
-        triple[0] = (n >> 16) as u8;
-        triple[1] = (n >> 8) as u8;
-        triple[2] = n as u8;
+    } else {
+        for (quad, triple) in quads.zip(out.chunks_exact_mut(3)) {
+            let (a, b, c, d) =
+                (table[quad[0] as usize], table[quad[1] as usize], table[quad[2] as usize], table[quad[3] as usize]);
+            if (a | b | c | d) & 0xC0 != 0 {
+                // INVALID (0xFF) is the only table entry with the high bits set
+                return Err(B64Error::Invalid);
+            }
+            let n = (u32::from(a) << 18) | (u32::from(b) << 12) | (u32::from(c) << 6) | u32::from(d);
+            triple[0] = (n >> 16) as u8;
+            triple[1] = (n >> 8) as u8;
+            triple[2] = n as u8;
+        }
     }
     let mut n: u32 = 0;
     for &ch in rest {
@@ -176,9 +217,20 @@ pub fn std_decode_into(text: &[u8], out: &mut [u8]) -> Result<(), B64Error> {
         return Err(B64Error::Invalid);
     }
     let pad = text.len() / 4 * 3 - len;
-    let body = &text[..text.len() - pad];
-    decode_body(body, &STD_DECODE, out)
+    if text.len() < SIMD_FROM {
+        return decode_body(&text[..text.len() - pad], &STD_DECODE, out);
+    }
+    // Every quad but the last (which may be padded) with SIMD: those quads use all their bits,
+    // so canonical is simply valid there, and '=' is outside the unpadded alphabet. The last
+    // quad goes through the scalar decoder, which checks the padding and the unused bits.
+    let head = text.len() - 4;
+    let (head_out, tail_out) = out.split_at_mut(head / 4 * 3);
+    base64_simd::STANDARD_NO_PAD.decode(&text[..head], head_out.as_out()).map_err(|_| B64Error::Invalid)?;
+    decode_body(&text[head..text.len() - pad], &STD_DECODE, tail_out)
 }
+
+/// Texts at least this long are decoded with SIMD (see [`std_decode_into`]).
+const SIMD_FROM: usize = 64;
 
 /// Decode canonical standard padded base64.
 pub fn std_decode(text: &str) -> Result<Vec<u8>, B64Error> {
@@ -243,6 +295,43 @@ mod tests {
         for bad in ["AB==", "AAB=", "//=="] {
             assert_eq!(std_decode(bad), Err(B64Error::NonCanonical), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn long_texts_decode_and_refuse_exactly_as_short_ones() {
+        let raw: Vec<u8> = (0..600u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for len in (0..raw.len()).step_by(7).chain(40..70) {
+            let text = std_encode(&raw[..len]);
+            assert_eq!(std_decode(&text).as_deref(), Ok(&raw[..len]), "{len}");
+            let mut scalar = vec![0; len];
+            let pad = text.len() / 4 * 3 - len;
+            assert_eq!(decode_body(&text.as_bytes()[..text.len() - pad], &STD_DECODE, &mut scalar), Ok(()));
+            assert_eq!(scalar, &raw[..len]);
+        }
+        let text = std_encode(&raw[..301]); // 404 characters, the last quad "xx=="
+        for at in 0..text.len() {
+            for bad in [b'=', b' ', b'\n', b'-', b'_', b'"', b'\\', 0x80, 0xFF, 0] {
+                let mut broken = text.clone().into_bytes();
+                if broken[at] == bad {
+                    continue;
+                }
+                broken[at] = bad;
+                let padding_ok = bad == b'=' && at == text.len() - 1 && text.as_bytes()[at - 1] == b'=';
+                let mut out = vec![0; 301];
+                let got = std_decode_into(&broken, &mut out);
+                assert!(padding_ok || got.is_err(), "{at} {bad}");
+            }
+        }
+        // Non-canonical tails of long texts.
+        let base = std_encode(&raw[..300]);
+        for tail in ["AB==", "AAB=", "//=="] {
+            assert_eq!(std_decode(&(base.clone() + tail)), Err(B64Error::NonCanonical), "{tail}");
+        }
+        for tail in ["A===", "AA=A", "=AAA", "AA", "AAAAA"] {
+            assert_eq!(std_decode(&(base.clone() + tail)), Err(B64Error::Invalid), "{tail}");
+        }
+        let padded_inside = std_encode(&raw[..100]) + "AA==" + &std_encode(&raw[..99]);
+        assert_eq!(std_decode(&padded_inside), Err(B64Error::Invalid));
     }
 
     #[test]

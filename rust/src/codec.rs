@@ -67,10 +67,47 @@ impl Fault {
     }
 }
 
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of every byte of `w` that is a control character, '"' or '\\' (and possibly of
+/// bytes above such a byte: only the lowest marked byte is exact, as the scan needs).
+#[inline(always)]
+fn special_bytes(w: u64) -> u64 {
+    let quote = w ^ (ONES * u64::from(b'"'));
+    let backslash = w ^ (ONES * u64::from(b'\\'));
+    ((quote.wrapping_sub(ONES) & !quote)
+        | (backslash.wrapping_sub(ONES) & !backslash)
+        | (w.wrapping_sub(ONES * 0x20) & !w))
+        & HIGHS
+}
+
+#[inline(always)]
+fn word_at(bytes: &[u8], at: usize) -> Option<u64> {
+    let chunk = bytes.get(at..at + 8)?;
+    let mut word = [0u8; 8];
+    word.copy_from_slice(chunk);
+    Some(u64::from_le_bytes(word))
+}
+
 /// The index of the first byte of `bytes[from..]` that is a control character, '"' or '\\'.
 #[inline]
 fn plain_run_end(bytes: &[u8], from: usize) -> usize {
-    let rest = bytes.get(from..).unwrap_or_default();
+    // Most runs (keys, short values, lines between escapes) are short: eight bytes at a time
+    // in a register, up to 128 bytes; a longer run goes on with SIMD below.
+    let mut i = from;
+    while i < from + 128 {
+        let Some(w) = word_at(bytes, i) else {
+            let rest = bytes.get(i..).unwrap_or_default();
+            return i + rest.iter().position(|&b| b < 0x20 || b == b'"' || b == b'\\').unwrap_or(rest.len());
+        };
+        let special = special_bytes(w);
+        if special != 0 {
+            return i + (special.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    let rest = bytes.get(i..).unwrap_or_default();
     // SIMD search for the two ASCII stoppers, then a branch-free (vectorizable) sweep of the
     // run for control characters, 64 bytes at a time.
     let stop = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
@@ -78,10 +115,10 @@ fn plain_run_end(bytes: &[u8], from: usize) -> usize {
     for (k, chunk) in run.chunks(64).enumerate() {
         if chunk.iter().copied().min().unwrap_or(0xFF) < 0x20 {
             let at = chunk.iter().position(|&b| b < 0x20).unwrap_or(0);
-            return from + k * 64 + at;
+            return i + k * 64 + at;
         }
     }
-    from + stop
+    i + stop
 }
 
 /// The fault for a container (or bytes) nested deeper than [`MAX_DEPTH`].
@@ -550,6 +587,21 @@ fn invalid(message: &str, at: usize) -> Fault {
     Fault::plain(format!("invalid JSON: {message} at offset {at}"))
 }
 
+fn hex4(bytes: &[u8], at: usize) -> Result<u32, Fault> {
+    let quad = bytes.get(at..at + 4).ok_or_else(|| invalid("invalid \\uXXXX escape", at))?;
+    let mut v = 0u32;
+    for &c in quad {
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ => return Err(invalid("invalid \\uXXXX escape", at)),
+        };
+        v = (v << 4) | u32::from(d);
+    }
+    Ok(v)
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Tag {
     Bytes,
@@ -569,6 +621,8 @@ struct Parser<'t, 'b, B: Builder> {
     pos: usize,
     builder: &'b mut B,
     stack: Vec<B::Out>,
+    /// The text of the last string that had escapes.
+    scratch: String,
 }
 
 impl<'t, B: Builder> Parser<'t, '_, B> {
@@ -597,36 +651,49 @@ impl<'t, B: Builder> Parser<'t, '_, B> {
         }
     }
 
-    /// Parse a JSON string starting at the opening quote. Returns the text, borrowed when it
-    /// has no escapes.
-    fn string(&mut self) -> Result<Cow<'t, str>, Fault> {
+    /// Parse a JSON string starting at the opening quote. Returns the text borrowed from the
+    /// input when it has no escapes, else None: the text is then in `self.scratch`.
+    #[inline]
+    fn scan(&mut self) -> Result<Option<&'t str>, Fault> {
         let start = self.pos + 1;
-        let mut i = start;
-        // Fast path: no escapes.
-        loop {
-            i = plain_run_end(self.bytes, i);
-            match self.bytes.get(i) {
-                None => return Err(invalid("unterminated string", self.pos)),
-                Some(b'"') => {
-                    self.pos = i + 1;
-                    return Ok(Cow::Borrowed(&self.text[start..i]));
-                }
-                Some(b'\\') => break,
-                Some(&c) if c < 0x20 => return Err(invalid("control character in string", i)),
-                Some(_) => i += 1,
+        let i = plain_run_end(self.bytes, start);
+        match self.bytes.get(i) {
+            Some(b'"') => {
+                self.pos = i + 1;
+                Ok(Some(&self.text[start..i]))
             }
+            Some(b'\\') => {
+                self.unescape(start, i)?;
+                Ok(None)
+            }
+            Some(_) => Err(invalid("control character in string", i)),
+            None => Err(invalid("unterminated string", self.pos)),
         }
-        let mut out = String::with_capacity(i - start + 16);
+    }
+
+    /// Parse a JSON string starting at the opening quote, as an owned text when it has escapes.
+    fn string(&mut self) -> Result<Cow<'t, str>, Fault> {
+        Ok(match self.scan()? {
+            Some(text) => Cow::Borrowed(text),
+            None => Cow::Owned(std::mem::take(&mut self.scratch)),
+        })
+    }
+
+    /// The rest of a string (opened at `start - 1`) whose first escape is at `i`, unescaped into
+    /// `self.scratch`.
+    fn unescape(&mut self, start: usize, mut i: usize) -> Result<(), Fault> {
+        let out = &mut self.scratch;
+        out.clear();
         out.push_str(&self.text[start..i]);
         let mut run = i;
         loop {
             i = plain_run_end(self.bytes, i);
             match self.bytes.get(i) {
-                None => return Err(invalid("unterminated string", self.pos)),
+                None => return Err(invalid("unterminated string", start - 1)),
                 Some(b'"') => {
                     out.push_str(&self.text[run..i]);
                     self.pos = i + 1;
-                    return Ok(Cow::Owned(out));
+                    return Ok(());
                 }
                 Some(b'\\') => {
                     out.push_str(&self.text[run..i]);
@@ -642,11 +709,11 @@ impl<'t, B: Builder> Parser<'t, '_, B> {
                         Some(b'r') => out.push('\r'),
                         Some(b't') => out.push('\t'),
                         Some(b'u') => {
-                            let unit = self.hex4(i)?;
+                            let unit = hex4(self.bytes, i)?;
                             i += 4;
                             let ch = if (0xD800..0xDC00).contains(&unit) {
                                 let low = if self.bytes.get(i) == Some(&b'\\') && self.bytes.get(i + 1) == Some(&b'u') {
-                                    self.hex4(i + 2)?
+                                    hex4(self.bytes, i + 2)?
                                 } else {
                                     0
                                 };
@@ -673,25 +740,9 @@ impl<'t, B: Builder> Parser<'t, '_, B> {
                     }
                     run = i;
                 }
-                Some(&c) if c < 0x20 => return Err(invalid("control character in string", i)),
-                Some(_) => i += 1,
+                Some(_) => return Err(invalid("control character in string", i)),
             }
         }
-    }
-
-    fn hex4(&self, at: usize) -> Result<u32, Fault> {
-        let quad = self.bytes.get(at..at + 4).ok_or_else(|| invalid("invalid \\uXXXX escape", at))?;
-        let mut v = 0u32;
-        for &c in quad {
-            let d = match c {
-                b'0'..=b'9' => c - b'0',
-                b'a'..=b'f' => c - b'a' + 10,
-                b'A'..=b'F' => c - b'A' + 10,
-                _ => return Err(invalid("invalid \\uXXXX escape", at)),
-            };
-            v = (v << 4) | u32::from(d);
-        }
-        Ok(v)
     }
 
     fn number(&mut self) -> Result<B::Out, Fault> {
@@ -771,12 +822,12 @@ impl<'t, B: Builder> Parser<'t, '_, B> {
     /// Parse a value at `depth` whose meaning does not depend on its context.
     fn value(&mut self, depth: usize) -> Result<B::Out, Fault> {
         match self.peek() {
-            Some(b'"') => {
-                let s = self.string()?;
-                self.builder.str(&s)
-            }
+            Some(b'"') => match self.scan()? {
+                Some(text) => self.builder.str(text),
+                None => self.builder.str(&self.scratch),
+            },
             Some(b'{') => {
-                let item = self.object(depth)?;
+                let item = self.object(depth, true)?;
                 self.resolve(item)
             }
             Some(b'[') => self.array(depth),
@@ -788,7 +839,7 @@ impl<'t, B: Builder> Parser<'t, '_, B> {
     fn item(&mut self, depth: usize) -> Result<Item<'t, B::Out>, Fault> {
         Ok(match self.peek() {
             Some(b'"') => Item::Str(self.string()?),
-            Some(b'{') => return self.object(depth),
+            Some(b'{') => return self.object(depth, false),
             Some(b'[') => Item::Done(self.array(depth)?, "list"),
             Some(b't' | b'f') => Item::Done(self.scalar()?, "bool"),
             Some(b'n') => Item::Done(self.scalar()?, "NoneType"),
@@ -879,15 +930,48 @@ impl<'t, B: Builder> Parser<'t, '_, B> {
         self.builder.list(items)
     }
 
-    fn key_string(&mut self) -> Result<Cow<'t, str>, Fault> {
+    /// Parse an object key (the builder's key object) and tell whether it is a reserved tag.
+    #[inline]
+    fn key(&mut self) -> Result<(B::Out, Option<Tag>), Fault> {
         if self.peek() != Some(b'"') {
             return Err(invalid("expecting property name enclosed in double quotes", self.pos));
         }
-        self.string()
+        let text = match self.scan()? {
+            Some(text) => text,
+            None => self.scratch.as_str(),
+        };
+        let tag = match text {
+            BYTES_TAG => Some(Tag::Bytes),
+            ESCAPE_TAG => Some(Tag::Escape),
+            _ => None,
+        };
+        Ok((self.builder.key(text)?, tag))
     }
 
-    /// Parse an object at `depth`: a tag when its only key is reserved, else a dict.
-    fn object(&mut self, depth: usize) -> Result<Item<'t, B::Out>, Fault> {
+    /// At the string value of an object's first key `$bytes`: if the object is exactly
+    /// `{"$bytes":"<canonical base64>"}`, make the bytes and step past the object. Otherwise
+    /// (escapes, more keys, anything invalid) None, having moved nothing: the general path
+    /// then parses the object and reports what is wrong with it.
+    fn eager_bytes(&mut self) -> Option<B::Out> {
+        let start = self.pos + 1;
+        let end = start + memchr::memchr(b'"', self.bytes.get(start..)?)?;
+        let mut after = end + 1;
+        while matches!(self.bytes.get(after), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+            after += 1;
+        }
+        if self.bytes.get(after) != Some(&b'}') {
+            return None;
+        }
+        let encoded = self.text.get(start..end)?;
+        b64::std_decoded_len(encoded.as_bytes()).ok()?;
+        let out = self.builder.bytes(encoded).ok()?;
+        self.pos = after + 1;
+        Some(out)
+    }
+
+    /// Parse an object at `depth`: a tag when its only key is reserved, else a dict. `eager`:
+    /// the caller resolves the result at once, so bytes may be made straight away.
+    fn object(&mut self, depth: usize, eager: bool) -> Result<Item<'t, B::Out>, Fault> {
         if depth > MAX_DEPTH {
             return Err(Fault::plain(format!("nesting deeper than {MAX_DEPTH}")));
         }
@@ -899,17 +983,16 @@ impl<'t, B: Builder> Parser<'t, '_, B> {
             let items = self.stack.drain(base..);
             return Ok(Item::Done(self.builder.dict(items)?, "dict"));
         }
-        let first = self.key_string()?;
+        let (key, tag) = self.key()?;
         self.skip_ws();
         self.expect(b':', "expecting ':' delimiter")?;
         self.skip_ws();
-        let tag = match first.as_ref() {
-            BYTES_TAG => Some(Tag::Bytes),
-            ESCAPE_TAG => Some(Tag::Escape),
-            _ => None,
-        };
-        let key = self.builder.key(&first)?;
         if let Some(tag) = tag {
+            if eager && tag == Tag::Bytes && self.peek() == Some(b'"') {
+                if let Some(out) = self.eager_bytes() {
+                    return Ok(Item::Done(out, "dict"));
+                }
+            }
             let item = self.item(depth + 1)?;
             self.skip_ws();
             if self.peek() == Some(b'}') {
@@ -936,8 +1019,7 @@ impl<'t, B: Builder> Parser<'t, '_, B> {
                 _ => return Err(invalid("expecting ',' delimiter", self.pos)),
             }
             self.skip_ws();
-            let k = self.key_string()?;
-            let key = self.builder.key(&k)?;
+            let (key, _) = self.key()?;
             self.skip_ws();
             self.expect(b':', "expecting ':' delimiter")?;
             self.skip_ws();
@@ -952,7 +1034,8 @@ impl<'t, B: Builder> Parser<'t, '_, B> {
 
 /// Decode `text` with `builder`.
 pub fn decode_with<B: Builder>(text: &str, builder: &mut B) -> Result<B::Out, Fault> {
-    let mut parser = Parser { text, bytes: text.as_bytes(), pos: 0, builder, stack: Vec::new() };
+    let mut parser =
+        Parser { text, bytes: text.as_bytes(), pos: 0, builder, stack: Vec::new(), scratch: String::new() };
     parser.skip_ws();
     let item = parser.item(1)?;
     let value = parser.resolve(item)?;

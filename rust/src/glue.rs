@@ -3,8 +3,9 @@
 //! types to kernel calls and kernel faults to `durable_agent.errors.CodecError`.
 
 use crate::codec::{self, Builder, DictFrame, Encoder, Fault};
-use crate::{b64, token};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use crate::{b64, token, transcode};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyUnicodeEncodeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{
@@ -291,19 +292,40 @@ fn encode<'py>(py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py
     made.map_err(|stop| stop.into_pyerr(py))
 }
 
+/// A word-at-a-time multiplicative hash (FxHash's), for the short keys of the key cache.
 #[derive(Default)]
-struct Fnv(u64);
+struct KeyHasher(u64);
 
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
+const KEY_HASH_SEED: u64 = 0xf135_7aea_2e62_a9c5;
+
+impl KeyHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0 ^ word).wrapping_mul(KEY_HASH_SEED);
     }
+}
+
+impl Hasher for KeyHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0.rotate_left(26)
+    }
+    #[inline]
     fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
-        for &b in bytes {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        let mut words = bytes.chunks_exact(8);
+        for chunk in &mut words {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
         }
-        self.0 = h;
+        let rest = words.remainder();
+        let mut word = [0u8; 8];
+        word[..rest.len()].copy_from_slice(rest);
+        self.add(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 59));
+    }
+    #[inline]
+    fn write_u8(&mut self, byte: u8) {
+        self.add(u64::from(byte));
     }
 }
 
@@ -311,8 +333,62 @@ impl Hasher for Fnv {
 /// does), so a checkpoint's thousands of `"role"` keys are one str object.
 struct PyBuilder<'py> {
     py: Python<'py>,
-    keys: HashMap<String, Bound<'py, PyString>, BuildHasherDefault<Fnv>>,
+    keys: HashMap<String, Bound<'py, PyString>, BuildHasherDefault<KeyHasher>>,
+    /// The last short key seen per slot, in front of `keys` (see [`RecentKey`]); empty (not
+    /// used) for a short text.
+    recent: Vec<Option<RecentKey<'py>>>,
     int_type: Bound<'py, PyType>,
+}
+
+impl<'py> PyBuilder<'py> {
+    /// The one str object of this call for the key `value` (at most 64 bytes).
+    fn shared_key(&mut self, value: &str) -> Bound<'py, PyString> {
+        if let Some(key) = self.keys.get(value) {
+            return key.clone();
+        }
+        let key = PyString::new(self.py, value);
+        self.keys.insert(value.to_owned(), key.clone());
+        key
+    }
+}
+
+/// Slots of the direct-mapped cache of recent short keys.
+const RECENT_KEYS: usize = 512;
+
+/// A key of at most 16 bytes as three integers (two words that hold all its bytes, and its
+/// length), so that finding it again is three compares, not a map lookup.
+struct RecentKey<'py> {
+    words: [u64; 3],
+    key: Bound<'py, PyString>,
+}
+
+impl RecentKey<'_> {
+    /// Loads straight from the text (the first and last 8 or 4 bytes, or three bytes, which
+    /// together cover every byte of a key of that length): no copy to a padded buffer.
+    #[inline]
+    fn words(value: &str) -> Option<[u64; 3]> {
+        let b = value.as_bytes();
+        let n = b.len();
+        let load = |at: usize, width: usize| -> u64 {
+            let mut word = [0u8; 8];
+            word[..width].copy_from_slice(&b[at..at + width]);
+            u64::from_le_bytes(word)
+        };
+        let (first, last) = match n {
+            17.. => return None,
+            8..=16 => (load(0, 8), load(n - 8, 8)),
+            4..=7 => (load(0, 4), load(n - 4, 4)),
+            1..=3 => (u64::from(b[0]) | (u64::from(b[n / 2]) << 8) | (u64::from(b[n - 1]) << 16), 0),
+            0 => (0, 0),
+        };
+        Some([first, last, n as u64])
+    }
+
+    #[inline]
+    fn slot(words: [u64; 3]) -> usize {
+        let mixed = (words[0] ^ words[1].rotate_left(31) ^ words[2]).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (mixed >> 55) as usize % RECENT_KEYS
+    }
 }
 
 impl<'py> Builder for PyBuilder<'py> {
@@ -344,14 +420,21 @@ impl<'py> Builder for PyBuilder<'py> {
     }
 
     fn key(&mut self, value: &str) -> Result<Self::Out, Fault> {
-        if value.len() > 64 {
-            return Ok(PyString::new(self.py, value).into_any());
+        let words = if self.recent.is_empty() { None } else { RecentKey::words(value) };
+        let Some(words) = words else {
+            if value.len() > 64 {
+                return Ok(PyString::new(self.py, value).into_any());
+            }
+            return Ok(self.shared_key(value).into_any());
+        };
+        let slot = RecentKey::slot(words);
+        if let Some(recent) = &self.recent[slot] {
+            if recent.words == words {
+                return Ok(recent.key.clone().into_any());
+            }
         }
-        if let Some(key) = self.keys.get(value) {
-            return Ok(key.clone().into_any());
-        }
-        let key = PyString::new(self.py, value);
-        self.keys.insert(value.to_owned(), key.clone());
+        let key = self.shared_key(value);
+        self.recent[slot] = Some(RecentKey { words, key: key.clone() });
         Ok(key.into_any())
     }
 
@@ -397,7 +480,13 @@ fn decode<'py>(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<Bound<'py,
     };
     let utf8 = utf8_of(s)
         .ok_or_else(|| codec_error(py, "the text contains a lone surrogate, which is not valid Unicode".to_owned()))?;
-    let mut builder = PyBuilder { py, keys: HashMap::default(), int_type: py.get_type::<PyInt>() };
+    // A large text gets the cache of recent short keys, and room for a few dozen keys.
+    let (mut keys, mut recent) = (HashMap::default(), Vec::new());
+    if utf8.len() >= PAUSE_GC_FROM {
+        keys.reserve(64);
+        recent.resize_with(RECENT_KEYS, || None);
+    }
+    let mut builder = PyBuilder { py, keys, recent, int_type: py.get_type::<PyInt>() };
     // A large text makes many containers; the cyclic GC would rescan the growing result again
     // and again (it cannot hold a cycle: it is fresh dicts and lists). Paused, then restored;
     // no Python code runs in between.
@@ -411,23 +500,92 @@ fn decode<'py>(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<Bound<'py,
 
 /// The UTF-8 of `s` (None if it holds a lone surrogate). ASCII text is borrowed as is; other
 /// text is converted in slices, so that neither a UTF-8 copy is cached on the caller's str
-/// for good nor the interpreter's worst-case (3 or 4 bytes per character) buffer is made.
+/// for good nor the interpreter's worst-case (3 or 4 bytes per character) buffer is made for
+/// the whole text. CPython's UTF-8 encoder goes character by character, so a slice is first
+/// asked for as Latin-1 (a copy, when all its characters are below U+0100), which the kernel
+/// converts; see [`push_piece`].
 fn utf8_of<'a>(s: &'a Bound<'_, PyString>) -> Option<Cow<'a, str>> {
     if s.call_method0("isascii").ok()?.is_truthy().ok()? {
         return s.to_str().ok().map(Cow::Borrowed);
     }
     const SLICE: usize = 1 << 16;
     let chars = s.len().ok()?;
-    let mut out = String::with_capacity(chars + chars / 2);
+    let mut out = String::with_capacity(chars + chars / 8);
     let mut at = 0;
     while at < chars {
         let end = (at + SLICE).min(chars);
-        let slice = PySlice::new(s.py(), isize::try_from(at).ok()?, isize::try_from(end).ok()?, 1);
-        let piece = s.get_item(slice).ok()?.cast_into::<PyString>().ok()?;
-        out.push_str(std::str::from_utf8(piece.encode_utf8().ok()?.as_bytes()).ok()?);
+        let piece = if at == 0 && end == chars { s.clone() } else { substring(s, at, end)? };
+        push_piece(&mut out, &piece)?;
         at = end;
     }
     Some(Cow::Owned(out))
+}
+
+/// `s[start:end]`.
+fn substring<'py>(s: &Bound<'py, PyString>, start: usize, end: usize) -> Option<Bound<'py, PyString>> {
+    let slice = PySlice::new(s.py(), isize::try_from(start).ok()?, isize::try_from(end).ok()?, 1);
+    s.get_item(slice).ok()?.cast_into::<PyString>().ok()
+}
+
+/// Append the UTF-8 of `piece` to `out`; None for a lone surrogate.
+///
+/// As Latin-1 when it can be. Failing that, a piece whose first character beyond Latin-1 comes
+/// late enough (the odd dash or quote mark in a long text) is split around that run of wide
+/// characters, and the rest tried as Latin-1 once more; anything else (CJK text, emoji, a
+/// piece with wide characters throughout) goes through CPython's UTF-8 encoder.
+fn push_piece(out: &mut String, piece: &Bound<'_, PyString>) -> Option<()> {
+    let py = piece.py();
+    let latin1 = intern!(py, "latin-1");
+    let (start, end) = match as_latin1(piece, latin1)? {
+        Ok(raw) => {
+            transcode::push_latin1(out, raw.as_bytes());
+            return Some(());
+        }
+        Err(run) => run,
+    };
+    let len = piece.len().ok()?;
+    if start < 64 || start >= end || end > len {
+        return push_utf8(out, piece);
+    }
+    let head = substring(piece, 0, start)?;
+    transcode::push_latin1(out, as_latin1(&head, latin1)?.ok()?.as_bytes());
+    push_utf8(out, &substring(piece, start, end)?)?;
+    if end == len {
+        return Some(());
+    }
+    let rest = substring(piece, end, len)?;
+    match as_latin1(&rest, latin1)? {
+        Ok(raw) => {
+            transcode::push_latin1(out, raw.as_bytes());
+            Some(())
+        }
+        Err(_) => push_utf8(out, &rest),
+    }
+}
+
+/// `piece.encode("latin-1")`, or the span of its first run of characters beyond Latin-1 (None
+/// for any other failure).
+fn as_latin1<'py>(
+    piece: &Bound<'py, PyString>,
+    latin1: &Bound<'py, PyString>,
+) -> Option<Result<Bound<'py, PyBytes>, (usize, usize)>> {
+    let py = piece.py();
+    match piece.call_method1(intern!(py, "encode"), (latin1,)) {
+        Ok(raw) => Some(Ok(raw.cast_into::<PyBytes>().ok()?)),
+        Err(err) if err.is_instance_of::<PyUnicodeEncodeError>(py) => {
+            let failure = err.value(py);
+            let start: usize = failure.getattr(intern!(py, "start")).ok()?.extract().ok()?;
+            let end: usize = failure.getattr(intern!(py, "end")).ok()?.extract().ok()?;
+            Some(Err((start, end)))
+        }
+        Err(_) => None,
+    }
+}
+
+/// Append the UTF-8 of `piece` as CPython encodes it; None for a lone surrogate.
+fn push_utf8(out: &mut String, piece: &Bound<'_, PyString>) -> Option<()> {
+    out.push_str(std::str::from_utf8(piece.encode_utf8().ok()?.as_bytes()).ok()?);
+    Some(())
 }
 
 /// Pause the cyclic GC if it is enabled; returns `gc.enable` to call afterwards.
