@@ -122,20 +122,10 @@ def runtime_spec(request: Any, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:{tmp_path / 'journal.db'}"
         return
-    import psycopg
-    from psycopg.conninfo import make_conninfo
+    from durable_agent.testing.services import postgres_schema
 
-    from durable_agent.testing.services import POSTGRES_URL_VAR, service_url
-
-    url = service_url(POSTGRES_URL_VAR, "Postgres")
-    schema = f"torture_{random.Random().getrandbits(40):x}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield "postgres:" + make_conninfo(url, options=f"-c search_path={schema}")
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with postgres_schema("torture") as conninfo:
+        yield "postgres:" + conninfo
 
 
 async def test_runs_survive_many_random_sigkills(runtime_spec: str, tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ schema of its own. Without the URL the tests skip, or fail when CI=true.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,7 +18,7 @@ from test_runtime_sqlite import SESSION, SqlJournalChecks
 from durable_agent.errors import FeatureUnavailableError
 from durable_agent.runtime import StepRequest, step_key
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
-from durable_agent.testing.services import POSTGRES_URL_VAR, service_url
+from durable_agent.testing.services import postgres_schema
 
 pytestmark = pytest.mark.host_only("needs a Postgres server and psycopg")
 
@@ -35,18 +34,8 @@ def _unsafe(key: str) -> StepRequest:
 @pytest.fixture
 def conninfo() -> Iterator[str]:
     """A conninfo whose search_path is a fresh schema, dropped afterwards."""
-    import psycopg
-    from psycopg.conninfo import make_conninfo
-
-    url = service_url(POSTGRES_URL_VAR, "Postgres")
-    schema = "rt_" + secrets.token_hex(6)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield make_conninfo(url, options=f"-c search_path={schema}")
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with postgres_schema("rt") as info:
+        yield info
 
 
 @pytest.fixture

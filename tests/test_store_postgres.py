@@ -5,7 +5,6 @@ Run under `scripts/services run -- ...` (sets DURABLE_AGENT_TEST_POSTGRES_URL).
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,7 +18,7 @@ from durable_agent.testing import (
     make_checkpoint,
     message,
 )
-from durable_agent.testing.services import POSTGRES_URL_VAR, service_url
+from durable_agent.testing.services import postgres_schema
 
 pytestmark = pytest.mark.host_only("needs a Postgres server and psycopg")
 
@@ -27,18 +26,8 @@ pytestmark = pytest.mark.host_only("needs a Postgres server and psycopg")
 @pytest.fixture
 def conninfo() -> Iterator[str]:
     """A conninfo whose search_path is a fresh schema, dropped afterwards."""
-    import psycopg
-    from psycopg.conninfo import make_conninfo
-
-    url = service_url(POSTGRES_URL_VAR, "Postgres")
-    schema = "t_" + secrets.token_hex(6)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield make_conninfo(url, options=f"-c search_path={schema}")
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with postgres_schema("t") as info:
+        yield info
 
 
 def _sql(conninfo: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
