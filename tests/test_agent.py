@@ -1,17 +1,21 @@
-"""`Agent` on the memory runtime: replay of the step in flight, leases and fencing, heal/resume, suspend.
+"""`Agent` on every runtime (memory, a SQLite file, a Postgres schema): replay of the step in flight,
+leases and fencing, heal/resume, suspend, approvals parked on awakeables, tool state.
 
 A "process death" is simulated in-process by a control error raised mid-step (it is never
-recorded, exactly like a SIGKILL); a second runtime over the same state plays the new process.
-The crash tests with real processes live in test_crash_journal.py.
+recorded, exactly like a SIGKILL); another runtime over the same storage plays the new process.
+The crash tests with real processes live in test_crash_journal.py and test_agent_sqlite.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from agent_kit import Ledger
+from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures of the postgres case
 
 from durable_agent import (
     APPROVAL_TOKEN_DENIED_REASON,
@@ -29,6 +33,7 @@ from durable_agent import (
     reply,
     resolve_approval,
 )
+from durable_agent._util import maybe_await
 from durable_agent.errors import RUN_TAKEN_OVER_MESSAGE
 from durable_agent.runtime import RunOwner, create_memory_durable_state, memory_runtime
 
@@ -37,9 +42,42 @@ class Crash(RunSuspendedError):
     """Stands for the process dying here: a control error, so nothing records it."""
 
 
-def agent_on(state: Any, model: Any, tools: dict[str, Tool], **kwargs: Any) -> Agent:
-    return Agent(model=model, tools=tools, durable=DurableOptions(memory_runtime(state=state), **kwargs),
-                 session_id="chat-1")
+@pytest.fixture(params=[
+    "memory",
+    pytest.param("sqlite", marks=pytest.mark.requires_sqlite),
+    pytest.param("postgres", marks=pytest.mark.host_only("needs a Postgres server")),
+])
+def runtime_on(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Any]:
+    """Open another "process" (a new runtime, its own connections) on the test's shared storage."""
+    if request.param == "postgres":
+        opened = request.getfixturevalue("opened")  # test_runtime_postgres: a schema of the test's own
+        return lambda: opened()
+    if request.param == "sqlite":
+        from durable_agent.runtime.sqlite import sqlite_runtime
+
+        runtimes: list[Any] = []
+        request.addfinalizer(lambda: [runtime.close() for runtime in runtimes])
+
+        def open_sqlite() -> Any:
+            runtimes.append(sqlite_runtime(tmp_path / "agent.db"))
+            return runtimes[-1]
+
+        return open_sqlite
+    state = create_memory_durable_state()
+    return lambda: memory_runtime(state=state)
+
+
+@pytest.fixture
+def agent_on(runtime_on: Callable[[], Any]) -> Callable[..., Agent]:
+    """An Agent of session chat-1 in a new "process": `agent_on(model, tools, signer=..., **durable options)`."""
+
+    def make(model: Any, tools: dict[str, Tool], *, runtime: Any = None, **options: Any) -> Agent:
+        signer = options.pop("signer", None)
+        extra = {"approval_signer": signer} if signer is not None else {}
+        return Agent(model=model, tools=tools, durable=DurableOptions(runtime or runtime_on(), **options),
+                     session_id="chat-1", **extra)
+
+    return make
 
 
 async def test_without_a_runtime_the_agent_keeps_history_in_memory() -> None:
@@ -52,19 +90,17 @@ async def test_without_a_runtime_the_agent_keeps_history_in_memory() -> None:
     assert await agent.resume() is None
 
 
-async def test_runs_of_a_session_share_its_history() -> None:
-    state = create_memory_durable_state()
+async def test_runs_of_a_session_share_its_history(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
     model = ScriptedModel(["hello", "again"])
-    await agent_on(state, model, {}).run("hi")
-    second = await agent_on(state, model, {}).run("and now?")  # another process, same session
+    await agent_on(model, {}).run("hi")
+    second = await agent_on(model, {}).run("and now?")  # another process, same session
     assert second.text == "again"
     assert [m["content"] for m in model.requests[1].messages] == ["hi", [{"type": "text", "text": "hello"}], "and now?"]
 
 
-async def test_resume_replays_the_step_in_flight() -> None:
+async def test_resume_replays_the_step_in_flight(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
     """A finished model call is not requested again, a finished tool does not run again,
     and an unsafe tool that started and never finished is reported as interrupted."""
-    state = create_memory_durable_state()
     ledger = Ledger()
     crashed = [False]
 
@@ -79,21 +115,20 @@ async def test_resume_replays_the_step_in_flight() -> None:
              "charge": Tool(execute=charge)}
     model = ScriptedModel([reply("", call("lookup", {"id": 1}), call("charge", {"usd": 5})), "Reported."])
     with pytest.raises(Crash):
-        await agent_on(state, model, tools, stale_after_ms=1).run("buy it")
+        await agent_on(model, tools, stale_after_ms=1).run("buy it")
     assert len(model.requests) == 1
 
-    resumed = await agent_on(state, model, tools).resume()
+    resumed = await agent_on(model, tools).resume()
     assert resumed is not None and resumed.text == "Reported."
     assert len(model.requests) == 2  # the first model call was answered from its record
     assert ledger.entries == [("lookup", {"id": 1}), ("charge", {"usd": 5})]  # nothing ran twice
     lookup, charge_result = resumed.messages[2]["content"]
     assert lookup["output"] == "found" and not lookup["is_error"]
     assert charge_result["is_error"] and "interrupted" in charge_result["output"]
-    assert await agent_on(state, model, tools).resume() is None  # nothing left to continue
+    assert await agent_on(model, tools).resume() is None  # nothing left to continue
 
 
-async def test_safe_tools_run_again_after_a_crash() -> None:
-    state = create_memory_durable_state()
+async def test_safe_tools_run_again_after_a_crash(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
     runs: list[int] = []
 
     def read(args: Any) -> str:
@@ -105,8 +140,8 @@ async def test_safe_tools_run_again_after_a_crash() -> None:
     tools = {"read": Tool(execute=read, replay="safe")}
     model = ScriptedModel([reply("", call("read", {})), "ok"])
     with pytest.raises(Crash):
-        await agent_on(state, model, tools).run("x")
-    resumed = await agent_on(state, model, tools).resume()
+        await agent_on(model, tools).run("x")
+    resumed = await agent_on(model, tools).resume()
     assert resumed is not None and resumed.messages[2]["content"][0]["output"] == "content" and len(runs) == 2
 
 
@@ -128,38 +163,35 @@ class StreamsThenDies:
         yield {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 1, 2)}
 
 
-async def test_stream_partials_become_an_aborted_assistant_turn_on_resume() -> None:
-    state = create_memory_durable_state()
+async def test_stream_partials_become_an_aborted_assistant_turn_on_resume(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
     model = StreamsThenDies()
     with pytest.raises(Crash):
-        await agent_on(state, model, {"noop": Tool(execute=lambda a: None)}).run("question")
-    assert [p.text for p in await memory_runtime(state=state).inspect.partials()] == ["The answer ", "is "]
-    resumed = await agent_on(state, model, {"noop": Tool(execute=lambda a: None)}).resume()
+        await agent_on(model, {"noop": Tool(execute=lambda a: None)}).run("question")
+    assert [p.text for p in await runtime_on().inspect.partials()] == ["The answer ", "is "]
+    resumed = await agent_on(model, {"noop": Tool(execute=lambda a: None)}).resume()
     assert resumed is not None
     assert model.requests[1].messages[-1] == {"role": "assistant", "content": [{"type": "text", "text": "The answer is "}]}
     assert resumed.text == "42."
 
 
-async def test_a_second_process_cannot_run_a_held_session() -> None:
-    state = create_memory_durable_state()
+async def test_a_second_process_cannot_run_a_held_session(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
     seen: list[str] = []
 
     async def nested(args: Any) -> str:
         try:
-            await agent_on(state, ScriptedModel(["never"]), {}).run("me too")
+            await agent_on(ScriptedModel(["never"]), {}).run("me too")
         except RunLeaseHeldError as exc:
             seen.append(str(exc))
             assert exc.session_id == "chat-1" and exc.owner is not None
         return "done"
 
     model = ScriptedModel([reply("", call("nested", {})), "ok"])
-    await agent_on(state, model, {"nested": Tool(execute=nested)}).run("go")
+    await agent_on(model, {"nested": Tool(execute=nested)}).run("go")
     assert seen and "held by" in seen[0]
 
 
-async def test_a_writer_that_lost_the_lease_stops_at_once_without_a_final_save() -> None:
-    state = create_memory_durable_state()
-    thief = memory_runtime(state=state)
+async def test_a_writer_that_lost_the_lease_stops_at_once_without_a_final_save(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
+    thief = runtime_on()
 
     async def steal(args: Any) -> str:
         claim = await thief.lease.claim("chat-1", stale_at=10**15)  # another process takes the session over
@@ -167,20 +199,19 @@ async def test_a_writer_that_lost_the_lease_stops_at_once_without_a_final_save()
         return "stolen"
 
     model = ScriptedModel([reply("", call("steal", {})), reply("", call("steal", {})), "never"])
-    victim = memory_runtime(state=state)
+    victim = runtime_on()
     victim.owner = RunOwner("laptop", 1, victim.owner.token)  # a laptop that went to sleep mid-run
-    agent = Agent(model=model, tools={"steal": Tool(execute=steal)}, durable=DurableOptions(victim),
-                  session_id="chat-1")
+    agent = agent_on(model, {"steal": Tool(execute=steal)}, runtime=victim)
     with pytest.raises(StaleEpochError) as info:
         await agent.run("go")
     assert RUN_TAKEN_OVER_MESSAGE in str(info.value)
-    run_id = state.last_runs["chat-1"]
-    assert state.session_store.load(run_id).step_index == 0  # type: ignore[union-attr]  # no save after takeover
+    run_id = await victim.stores.runs.last("chat-1")
+    stored = await maybe_await(victim.stores.session.load(run_id))
+    assert stored.step_index == 0  # no save after takeover
     assert len(model.requests) == 1
 
 
-async def test_heal_answers_the_interrupted_calls_and_starts_the_new_run() -> None:
-    state = create_memory_durable_state()
+async def test_heal_answers_the_interrupted_calls_and_starts_the_new_run(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
     ledger = Ledger()
 
     def dies(args: Any) -> None:
@@ -188,16 +219,15 @@ async def test_heal_answers_the_interrupted_calls_and_starts_the_new_run() -> No
 
     model = ScriptedModel([reply("", call("dies", {})), "New run answer."])
     with pytest.raises(Crash):
-        await agent_on(state, model, {"dies": Tool(execute=dies), "log": ledger.tool("log")}).run("first")
-    result = await agent_on(state, model, {"dies": Tool(execute=dies)}, stale_after_ms=1).run("second")
+        await agent_on(model, {"dies": Tool(execute=dies), "log": ledger.tool("log")}).run("first")
+    result = await agent_on(model, {"dies": Tool(execute=dies)}, stale_after_ms=1).run("second")
     history = model.requests[-1].messages
     assert history[2]["content"][0]["is_error"] and "interrupted" in history[2]["content"][0]["output"]
     assert history[3] == {"role": "user", "content": "second"}
     assert result.text == "New run answer."
 
 
-async def test_on_interrupted_resume_continues_the_run_before_the_prompt() -> None:
-    state = create_memory_durable_state()
+async def test_on_interrupted_resume_continues_the_run_before_the_prompt(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
     attempts: list[int] = []
 
     def flaky(args: Any) -> str:
@@ -209,17 +239,14 @@ async def test_on_interrupted_resume_continues_the_run_before_the_prompt() -> No
     tools = {"flaky": Tool(execute=flaky, replay="safe")}
     model = ScriptedModel([reply("", call("flaky", {})), "first run done", "second run done"])
     with pytest.raises(Crash):
-        await agent_on(state, model, tools, stale_after_ms=1).run("first")
-    import asyncio
-
+        await agent_on(model, tools, stale_after_ms=1).run("first")
     await asyncio.sleep(0.01)  # let the dead run's lease go stale
-    result = await agent_on(state, model, tools, on_interrupted="resume", stale_after_ms=1).run("second")
+    result = await agent_on(model, tools, on_interrupted="resume", stale_after_ms=1).run("second")
     assert result.text == "second run done" and len(attempts) == 2
     assert [m["content"] for m in model.requests[-1].messages if m["role"] == "user"] == ["first", "second"]
 
 
-async def test_suspend_stops_the_run_and_resume_continues_it() -> None:
-    state = create_memory_durable_state()
+async def test_suspend_stops_the_run_and_resume_continues_it(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
     holder: list[Agent] = []
 
     def pause(args: Any) -> str:
@@ -227,58 +254,53 @@ async def test_suspend_stops_the_run_and_resume_continues_it() -> None:
         return "paused here"
 
     model = ScriptedModel([reply("", call("pause", {})), "after the pause"])
-    agent = agent_on(state, model, {"pause": Tool(execute=pause)})
+    agent = agent_on(model, {"pause": Tool(execute=pause)})
     holder.append(agent)
     with pytest.raises(RunSuspendedError):
         await agent.run("go")
-    resumed = await agent_on(state, model, {"pause": Tool(execute=pause)}).resume()
+    resumed = await agent_on(model, {"pause": Tool(execute=pause)}).resume()
     assert resumed is not None and resumed.text == "after the pause"
     assert resumed.messages[2]["content"][0]["output"] == "paused here"  # replayed, not run again
 
 
-async def test_a_client_mode_approval_parks_on_an_awakeable_resolved_from_another_process() -> None:
-    state = create_memory_durable_state()
+async def test_a_client_mode_approval_parks_on_an_awakeable_resolved_from_another_process(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
     ledger = Ledger()
     signer = ApprovalSigner("k" * 32)
     tools = {"deploy": ledger.tool("deploy", needs_approval=True)}
     model = ScriptedModel([reply("", call("deploy", {"v": 2})), "Deployed."])
 
     def agent() -> Agent:
-        return Agent(model=model, tools=tools, durable=DurableOptions(memory_runtime(state=state)),
-                     session_id="chat-1", approval_signer=signer)
+        return agent_on(model, tools, signer=signer)
 
     first = await agent().run("ship it")
     assert first.finish_reason == "suspended"
     (request,) = first.pending_approvals
-    awakeables = await memory_runtime(state=state).inspect.awakeables()
+    awakeables = await runtime_on().inspect.awakeables()
     assert [a.id for a in awakeables] == [request.approval_id] and not awakeables[0].resolved
 
-    webhook = memory_runtime(state=state)  # the process that receives the human's click
+    webhook = runtime_on()  # the process that receives the human's click
     assert await resolve_approval(webhook, "no-such-approval", approved=True) is False
     assert await resolve_approval(webhook, request.approval_id, approved=True, token=request.token) is True
     done = await agent().resume()
     assert done is not None and done.text == "Deployed." and ledger.entries == [("deploy", {"v": 2})]
 
 
-async def test_an_approval_sent_without_its_token_is_denied_when_a_signer_is_set() -> None:
-    state = create_memory_durable_state()
+async def test_an_approval_sent_without_its_token_is_denied_when_a_signer_is_set(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
     ledger = Ledger()
     signer = ApprovalSigner("k" * 32)
     tools = {"deploy": ledger.tool("deploy", needs_approval=True)}
     model = ScriptedModel([reply("", call("deploy", {})), "Not deployed."])
-    agent = Agent(model=model, tools=tools, durable=DurableOptions(memory_runtime(state=state)),
-                  session_id="chat-1", approval_signer=signer)
+    agent = agent_on(model, tools, signer=signer)
     first = await agent.run("ship it")
-    await resolve_approval(memory_runtime(state=state), first.pending_approvals[0].approval_id, approved=True)
+    await resolve_approval(runtime_on(), first.pending_approvals[0].approval_id, approved=True)
     done = await agent.resume()
     assert done is not None and ledger.entries == []
     assert done.messages[2]["content"][0]["output"] == APPROVAL_TOKEN_DENIED_REASON
 
 
-async def test_tools_keep_per_session_state_that_commits_only_with_a_finished_call() -> None:
+async def test_tools_keep_per_session_state_that_commits_only_with_a_finished_call(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
     from durable_agent import current_tool_call
 
-    state = create_memory_durable_state()
     seen: list[Any] = []
     crashed = [False]
 
@@ -296,11 +318,11 @@ async def test_tools_keep_per_session_state_that_commits_only_with_a_finished_ca
     model = ScriptedModel([reply("", call("cd", {"path": "/src"})), reply("", call("cd", {"path": "/crash"})),
                            "done", "second run"])
     with pytest.raises(Crash):
-        await agent_on(state, model, tools).run("go")
-    assert await memory_runtime(state=state).stores.tool_state("chat-1").all() == {"cwd": "/src"}
-    await agent_on(state, model, tools).resume()
+        await agent_on(model, tools).run("go")
+    assert await runtime_on().stores.tool_state("chat-1").all() == {"cwd": "/src"}
+    await agent_on(model, tools).resume()
     assert seen == [{}, {"cwd": "/src"}, {"cwd": "/src"}]  # the crashed call's change never showed
-    assert await memory_runtime(state=state).stores.tool_state("chat-1").all() == {"cwd": "/crash"}
+    assert await runtime_on().stores.tool_state("chat-1").all() == {"cwd": "/crash"}
     with pytest.raises(Exception, match="tool-state op"):
         from durable_agent.loop import ToolCallContext
 
