@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from .._kernels import kernels
-from ..errors import FeatureUnavailableError, StaleEpochError, SubmissionConflictError, is_control_error
+from ..errors import StaleEpochError, SubmissionConflictError, is_control_error
 from ..stores._sql import Dialect as StatementDialect
-from ..stores._sql import Plan, Query
+from ..stores._sql import Plan, Query, migrate_plan
 from .leases import Fences, OwnedRuntime, claimed_row, is_listed_resumable, may_claim
 from .records import (
     AwakeableRecord,
@@ -112,20 +112,9 @@ MIGRATIONS = {1: _schema_v1}
 
 
 def schema_plan(d: JournalDialect) -> Plan:
-    """Create or migrate the journal tables; `FeatureUnavailableError` for a newer schema."""
-    if d.lock_schema is not None:
-        yield Query(d.lock_schema)
-    yield Query(f"CREATE TABLE IF NOT EXISTS {VERSIONS} (version INTEGER NOT NULL)")
-    row = yield Query(f"SELECT max(version) FROM {VERSIONS}", (), "one")
-    current = row[0] or 0
-    if current > SCHEMA_VERSION:
-        raise FeatureUnavailableError(
-            f"the journal schema is version {current}, newer than {SCHEMA_VERSION}: upgrade durable-agent"
-        )
-    for version in range(current + 1, SCHEMA_VERSION + 1):
-        for statement in MIGRATIONS[version](d):
-            yield Query(statement)
-        yield Query(f"INSERT INTO {VERSIONS} (version) VALUES (?)", (version,))
+    """Create or migrate the journal tables to `SCHEMA_VERSION`."""
+    migrations = {version: make(d) for version, make in MIGRATIONS.items()}
+    return (yield from migrate_plan(d.lock_schema, VERSIONS, SCHEMA_VERSION, migrations, "the journal schema"))
 
 
 # ----------------------------------------------------------------- fencing
@@ -727,35 +716,3 @@ class SqlRuntime(OwnedRuntime):
 
     async def find_awakeable(self, session_id: str, key: str) -> AwakeableRecord | None:
         return await self.backend.read(find_awakeable_plan(session_id, key))  # type: ignore[no-any-return]
-
-
-def _answer(rows: list[Any], fetch: str | None) -> Any:
-    return rows[0] if fetch == "one" and rows else None if fetch == "one" else rows
-
-
-def drive_sync(cursor: Any, d: JournalDialect, plan: Plan) -> Any:
-    """Run `plan` on a DB-API cursor; returns the plan's result.
-
-    A ``"one"`` query is fetched to its end too: SQLite keeps an ``UPDATE ... RETURNING``
-    in progress (and refuses to commit) until its cursor is exhausted.
-    """
-    result: Any = None
-    while True:
-        try:
-            query = plan.send(result)
-        except StopIteration as stop:
-            return stop.value
-        cursor.execute(d.statements.sql(query.sql), query.params)
-        result = _answer(cursor.fetchall(), query.fetch) if query.fetch else None
-
-
-async def drive_async(cursor: Any, d: JournalDialect, plan: Plan) -> Any:
-    """`drive_sync` for an async cursor (psycopg's AsyncCursor)."""
-    result: Any = None
-    while True:
-        try:
-            query = plan.send(result)
-        except StopIteration as stop:
-            return stop.value
-        await cursor.execute(d.statements.sql(query.sql), query.params)
-        result = _answer(await cursor.fetchall(), query.fetch) if query.fetch else None

@@ -33,7 +33,8 @@ from ..errors import FeatureUnavailableError
 from .._util import wall_clock_ms
 from ..stores._sql import Dialect as StatementDialect
 from ..stores._sql import Plan
-from ._sql import JournalDialect, SqlRuntime, drive_async, schema_plan
+from ..stores._sql import run_async
+from ._sql import JournalDialect, SqlRuntime, schema_plan
 
 logger = logging.getLogger("durable_agent")
 
@@ -147,7 +148,7 @@ class _PostgresDriver:
 
     async def _transaction(self, conn: Any, plan: Plan) -> Any:
         async with conn.transaction(), conn.cursor() as cur:
-            return await drive_async(cur, DIALECT, plan)
+            return await run_async(cur, DIALECT.statements, plan)
 
     async def run(self, plan: Plan, *, write: bool) -> Any:
         """A write in one transaction; a read statement by statement (autocommit: one round trip each).
@@ -162,7 +163,7 @@ class _PostgresDriver:
             if write:
                 return await self._transaction(conn, plan)
             async with conn.cursor() as cur:
-                return await drive_async(cur, DIALECT, plan)
+                return await run_async(cur, DIALECT.statements, plan)
 
     async def wait_for_change(self, timeout: float) -> None:
         await self.listener.wait(timeout)

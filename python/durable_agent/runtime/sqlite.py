@@ -27,7 +27,8 @@ from ..errors import ConfigurationError, FeatureUnavailableError
 from .._util import wall_clock_ms
 from ..stores._sql import Dialect as StatementDialect
 from ..stores._sql import Plan
-from ._sql import JournalDialect, SqlRuntime, drive_sync, schema_plan
+from ..stores._sql import run_sync
+from ._sql import JournalDialect, SqlRuntime, schema_plan
 
 DIALECT = JournalDialect(
     statements=StatementDialect(placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None),
@@ -82,7 +83,7 @@ class _SqliteDriver:
             cur = self._conn.cursor()
             cur.execute(f"BEGIN {mode}")
             try:
-                result = drive_sync(cur, DIALECT, plan)
+                result = run_sync(cur, DIALECT.statements, plan)
             except BaseException:
                 self._conn.rollback()
                 raise

@@ -11,7 +11,7 @@ filter on); `durable_agent_messages` one row per message, `(run_id, seq)` unique
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Mapping, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -66,24 +66,31 @@ def _schema_v1(dialect: Dialect) -> list[str]:
 MIGRATIONS = {1: _schema_v1}  # version -> statements that bring the previous version to it
 
 
-def schema_plan(dialect: Dialect) -> Plan:
-    """Create or migrate the tables to `SCHEMA_VERSION`, recording it in the version table.
+def migrate_plan(
+    lock_schema: str | None, versions: str, target: int, migrations: Mapping[int, list[str]], what: str
+) -> Plan:
+    """Bring a schema recorded in table `versions` up to `target`, one migration at a time.
 
-    Raises `FeatureUnavailableError` for a database migrated by a newer durable-agent.
+    Shared by the session stores and the journal runtimes. Raises `FeatureUnavailableError`
+    for a database migrated by a newer durable-agent (`what` names the schema in the message).
     """
-    if dialect.lock_schema is not None:
-        yield Query(dialect.lock_schema)
-    yield Query(f"CREATE TABLE IF NOT EXISTS {VERSIONS} (version INTEGER NOT NULL)")
-    row = yield Query(f"SELECT max(version) FROM {VERSIONS}", (), "one")
+    if lock_schema is not None:
+        yield Query(lock_schema)
+    yield Query(f"CREATE TABLE IF NOT EXISTS {versions} (version INTEGER NOT NULL)")
+    row = yield Query(f"SELECT max(version) FROM {versions}", (), "one")
     current = row[0] or 0
-    if current > SCHEMA_VERSION:
-        raise FeatureUnavailableError(
-            f"the store's schema is version {current}, newer than {SCHEMA_VERSION}: upgrade durable-agent"
-        )
-    for version in range(current + 1, SCHEMA_VERSION + 1):
-        for statement in MIGRATIONS[version](dialect):
+    if current > target:
+        raise FeatureUnavailableError(f"{what} is version {current}, newer than {target}: upgrade durable-agent")
+    for version in range(current + 1, target + 1):
+        for statement in migrations[version]:
             yield Query(statement)
-        yield Query(f"INSERT INTO {VERSIONS} (version) VALUES (?)", (version,))
+        yield Query(f"INSERT INTO {versions} (version) VALUES (?)", (version,))
+
+
+def schema_plan(dialect: Dialect) -> Plan:
+    """Create or migrate the store's tables to `SCHEMA_VERSION`."""
+    migrations = {version: make(dialect) for version, make in MIGRATIONS.items()}
+    return (yield from migrate_plan(dialect.lock_schema, VERSIONS, SCHEMA_VERSION, migrations, "the store's schema"))
 
 
 def _bodies(rows: Sequence[Sequence[Any]]) -> list[Any]:
@@ -212,8 +219,19 @@ def prune_plan(before: int, status: RunStatus | None, include_suspended: bool) -
     return doomed
 
 
+def _answer(rows: list[Any], fetch: str | None) -> Any:
+    """What a plan receives for a query: its first row (or None) for ``"one"``, every row for ``"all"``."""
+    if fetch == "one":
+        return rows[0] if rows else None
+    return rows if fetch == "all" else None
+
+
 def run_sync(cursor: Any, dialect: Dialect, plan: Plan) -> Any:
-    """Drive `plan` on a DB-API cursor; returns the plan's result."""
+    """Drive `plan` on a DB-API cursor; returns the plan's result.
+
+    A ``"one"`` query is fetched to its end too: SQLite keeps an ``UPDATE ... RETURNING``
+    in progress (and refuses to commit) until its cursor is exhausted.
+    """
     result: Any = None
     while True:
         try:
@@ -226,9 +244,7 @@ def run_sync(cursor: Any, dialect: Dialect, plan: Plan) -> Any:
             result = None
             continue
         cursor.execute(sql, query.params)
-        result = (
-            cursor.fetchone() if query.fetch == "one" else cursor.fetchall() if query.fetch == "all" else None
-        )
+        result = _answer(cursor.fetchall(), query.fetch) if query.fetch else None
 
 
 async def run_async(cursor: Any, dialect: Dialect, plan: Plan) -> Any:
@@ -245,9 +261,4 @@ async def run_async(cursor: Any, dialect: Dialect, plan: Plan) -> Any:
             result = None
             continue
         await cursor.execute(sql, query.params)
-        if query.fetch == "one":
-            result = await cursor.fetchone()
-        elif query.fetch == "all":
-            result = await cursor.fetchall()
-        else:
-            result = None
+        result = _answer(await cursor.fetchall(), query.fetch) if query.fetch else None
