@@ -42,6 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from durable_agent import AgentCheckpoint, InMemorySessionStore, Usage, serialize_checkpoint  # noqa: E402
+from durable_agent.messages import History, extended  # noqa: E402
 
 MARKS = (10, 100, 1_000, 10_000)
 WINDOW = 30
@@ -182,8 +183,8 @@ class Runs:
         self.histories: dict[str, list[dict[str, Any]]] = {}
 
     def grow(self, run_id: str, step: int) -> list[dict[str, Any]]:
-        history = self.histories.get(run_id) or [{"role": "user", "content": "start the long task"}]
-        history = [*history, *step_messages(step)]
+        history = self.histories.get(run_id) or History([{"role": "user", "content": "start the long task"}])
+        history = extended(history, *step_messages(step))  # as the agent loop builds each step's history
         self.histories[run_id] = history
         return history
 

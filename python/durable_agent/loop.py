@@ -23,7 +23,7 @@ from typing import Any
 from ._util import maybe_await
 from .checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, ToolApprovalResponse, Usage
 from .errors import CheckpointNotFoundError, ConfigurationError, RunAbortedError, RunSuspendedError, is_control_error
-from .messages import Message, content_parts
+from .messages import History, Message, content_parts, extended
 from .models import ModelRequest
 from .runtime.keys import MODEL_CALL, step_key
 from .runtime.records import apply_tool_state
@@ -250,7 +250,7 @@ class AgentLoop:
         if self.run_id is None and options.durable:
             assert options.session is not None
             self.run_id = options.session.run_id or options.generate_id()
-        self.messages: list[Message] = list(messages or [])
+        self.messages: list[Message] = History(messages or [])
         self.steps: list[StepResult] = []
         self.usage = Usage()
         self.total_usage = Usage()
@@ -298,7 +298,7 @@ class AgentLoop:
             checkpoint = await maybe_await(store.load(self.run_id))
             if checkpoint is None:
                 raise CheckpointNotFoundError(self.run_id)
-            self.messages = list(checkpoint.messages)
+            self.messages = History(checkpoint.messages)
         else:
             try:
                 checkpoint = await maybe_await(store.load(self.run_id))
@@ -346,11 +346,11 @@ class AgentLoop:
             await self._decide(calls, settling=False)
             phase = self._pending_of(calls)
         assistant = assistant_message(text, [c.as_part() for c in calls], phase.approvals)
-        self.messages = [*self.messages, assistant]
+        self.messages = extended(self.messages, assistant)
         if calls and not phase.suspends:
             phase = await self._execute(calls)
             if not phase.suspends:
-                self.messages = [*self.messages, tool_message(phase.results)]
+                self.messages = extended(self.messages, tool_message(phase.results))
                 for result in phase.results:
                     yield result
         if phase.suspends:
@@ -458,7 +458,7 @@ class AgentLoop:
             self._next_index = step_index + 1
             yield self._finish("suspended")
             return
-        self.messages = [*self.messages, tool_message(phase.results)]
+        self.messages = extended(self.messages, tool_message(phase.results))
         for result in phase.results:
             yield result
         await self._save(step_index, "running")

@@ -9,6 +9,8 @@ has handed out; every step builds a new list. Callers must not mutate them eithe
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Sequence
 from typing import Any, Literal, NotRequired, TypedDict
 
 
@@ -74,3 +76,32 @@ def content_parts(message: Message) -> list[ContentPart]:
 def message_text(message: Message) -> str:
     """The concatenated text parts of a message."""
     return "".join(p["text"] for p in content_parts(message) if p["type"] == "text")
+
+
+class History(list[Message]):
+    """A message list that knows, weakly, the list it was built from by appending (`extends`).
+
+    The loop builds every step's history this way, so a store that saved that list last time
+    can tell in O(1) that only the new messages need writing; any other list (a caller's
+    rewrite) is compared message by message instead. The reference is weak so a run does not
+    keep every step's list alive. Like every history, never mutate it.
+    """
+
+    __slots__ = ("_base", "__weakref__")
+    _base: weakref.ref[Sequence[Message]]
+
+    @property
+    def extends(self) -> Sequence[Message] | None:
+        base = getattr(self, "_base", None)
+        return base() if base is not None else None
+
+
+def extended(history: Sequence[Message], *new: Message) -> History:
+    """A new `History`: `history` followed by `new`, remembering (weakly) `history` as what it extends."""
+    out = History(history)
+    out.extend(new)
+    try:
+        out._base = weakref.ref(history)
+    except TypeError:  # a plain list cannot be weakly referenced: no proof, stores compare instead
+        pass
+    return out

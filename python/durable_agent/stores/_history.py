@@ -157,6 +157,8 @@ class PrefixCache:
         old, n = saved.messages, saved.count
         if n == 0:
             return 0
+        if getattr(new, "extends", None) is old and len(old) == n:
+            return n  # the loop built `new` by appending to what was saved: O(1), no scan
         if len(new) >= n and new[n - 1] is old[n - 1]:
             head = new if len(new) == n else new[:n]
             if type(head) is type(old) and head == old:  # C speed; identical objects compare without work

@@ -1,0 +1,65 @@
+"""`History`: the O(1) proof a store uses to append only what a step added, without keeping old lists alive."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_agent import AgentCheckpoint, Usage
+from durable_agent.messages import History, extended
+
+
+def test_extended_names_its_base_weakly() -> None:
+    base = History([{"role": "user", "content": "a"}])
+    longer = extended(base, {"role": "assistant", "content": "b"})
+    assert longer == [*base, {"role": "assistant", "content": "b"}] and longer.extends is base
+    probe = weakref.ref(base)
+    del base
+    gc.collect()
+    assert probe() is None and longer.extends is None  # a run does not keep every step's list alive
+    assert extended([{"role": "user", "content": "x"}]).extends is None  # a plain list gives no proof
+
+
+def checkpoint(messages: Any, step: int) -> AgentCheckpoint:
+    return AgentCheckpoint(run_id="r", step_index=step, status="running", messages=messages, usage=Usage(),
+                           created_at=0)
+
+
+class WatchedHistory(History):
+    """Records every slice taken of it: the message-by-message comparison slices the new history."""
+
+    __slots__ = ("slices",)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            self.slices.append(key)
+        return super().__getitem__(key)
+
+
+@pytest.mark.requires_sqlite
+def test_a_store_skips_the_scan_for_an_extended_history_and_still_catches_a_rewrite(tmp_path: Path) -> None:
+    from durable_agent.stores.sqlite import SqliteSessionStore
+
+    store = SqliteSessionStore(str(tmp_path / "h.db"))
+    messages = History([{"role": "user", "content": str(i)} for i in range(200)])
+    store.save(checkpoint(messages, 0))
+
+    proven = WatchedHistory([*messages, {"role": "assistant", "content": "new"}])
+    proven.slices = []
+    proven._base = weakref.ref(messages)  # what `extended` records
+    store.save(checkpoint(proven, 1))
+    assert proven.slices == []  # appended in O(1): the 200 stored messages were not compared again
+
+    unproven = WatchedHistory([*proven, {"role": "assistant", "content": "more"}])  # no base named
+    unproven.slices = []
+    store.save(checkpoint(unproven, 2))
+    assert unproven.slices  # without the proof the store compares, as before
+
+    rewritten = [{"role": "user", "content": "summary"}, *unproven[1:]]  # the caller rewrote the prefix
+    store.save(checkpoint(rewritten, 3))
+    loaded = SqliteSessionStore(str(tmp_path / "h.db")).load("r")
+    assert loaded is not None and list(loaded.messages) == rewritten
