@@ -2,6 +2,7 @@
 // build.mjs — assemble the static site in pyodide/demo/dist/:
 //   index.html, app.js, idb.js              the page (from src/)
 //   python-bundle.json                      durable-agent's sources (python/durable_agent) + demo_app.py
+//                                           + examples/demo_agent.py (the scripted conversation, shared)
 //   pyodide/                                the Pyodide runtime, copied from node_modules (no CDN)
 // Any static file server can serve dist/ (it must send .wasm as application/wasm); serve.mjs does.
 // Usage: node build.mjs [--out DIR]
@@ -35,6 +36,7 @@ export function build(out = path.join(here, "dist")) {
   walk(pkg);
   if (!files["durable_agent/__init__.py"]) throw new Error(`no durable_agent package under ${pkg}`);
   files["demo_app.py"] = fs.readFileSync(path.join(here, "src", "demo_app.py"), "utf8");
+  files["demo_agent.py"] = fs.readFileSync(path.join(repo, "examples", "demo_agent.py"), "utf8");  // the shared script
   fs.writeFileSync(path.join(out, "python-bundle.json"), JSON.stringify({ files }));
   return out;
 }

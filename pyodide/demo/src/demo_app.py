@@ -28,6 +28,8 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+import demo_agent
+from demo_agent import FILES, PROMPT  # noqa: F401  # PROMPT is read by app.js as demo_app.PROMPT
 from durable_agent import (
     AgentCheckpoint,
     ApprovalSigner,
@@ -37,9 +39,7 @@ from durable_agent import (
     Tool,
     ToolApprovalResponse,
     Usage,
-    call,
     deserialize_checkpoint,
-    reply,
     resume_stream_from_checkpoint,
     serialize_checkpoint,
     stream_chat,
@@ -84,30 +84,10 @@ class IndexedDBSessionStore:
 # The scenario: a scripted coding assistant whose tools take a moment and leave a ledger
 # --------------------------------------------------------------------------------------------
 
-PROMPT = "The login test fails. Find the bug, fix it, and ship the fix."
-
-FILES = {
-    "tests/test_login.py": "def test_login(): assert login('Ann@Example.com').ok",
-    "app/login.py": "def login(email): return users.get(email)",
-}
-
-
 def scripted_model(delay: float = 0.05) -> ScriptedModel:
-    """The scripted model: text streams word by word (`delay` seconds a word)."""
-    return ScriptedModel(
-        [
-            reply("I'll start by reading the failing test.", call("read_file", {"path": "tests/test_login.py"})),
-            reply("The test expects a lowercase email. Let me look at the code.",
-                  call("read_file", {"path": "app/login.py"})),
-            reply("Found it: the email is compared without normalising its case. Writing the fix now.",
-                  call("write_file", {"path": "app/login.py", "patch": "email = email.strip().lower()"})),
-            reply("Running the test suite to confirm the fix.", call("run_tests", {"target": "tests/test_login.py"})),
-            reply("All green. Deploying needs your approval.", call("deploy", {"service": "auth", "version": "1.4.2"})),
-            "The fix is deployed: emails are now normalised before the lookup, and the login test passes.",
-        ],
-        model_id="scripted-coder",
-        delay=delay,
-    )
+    """The scripted model of the crash demo (examples/demo_agent.py, bundled by build.mjs): text streams
+    word by word (`delay` seconds a word)."""
+    return demo_agent.model(delay)
 
 
 def demo_tools(record: Callable[[str, Any], Any], tool_seconds: float = 0.6) -> dict[str, Tool]:
