@@ -44,6 +44,9 @@ from durable_agent import (  # noqa: E402
 )
 from durable_agent.stores.sqlite import SqliteSessionStore  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import per_step, print_header, print_rows  # noqa: E402
+
 USAGE = Usage(10, 5, 15)
 TOOLS = {"noop": Tool(parameters={"type": "object"}, execute=lambda args: "ok")}
 
@@ -54,15 +57,6 @@ def script(steps: int) -> ScriptedModel:
         return reply("", call("noop", {"i": turn}), usage=USAGE) if turn < steps - 1 else reply("done", usage=USAGE)
 
     return ScriptedModel(answer)
-
-
-def per_step(steps: int, repeat: int, run: Callable[[], Any]) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best / steps
 
 
 def session_run(steps: int, store: Any) -> None:
@@ -137,7 +131,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sqlite_store = SqliteSessionStore(str(Path(tmp) / "sessions.db"))
         dbos = dbos_runner(tmp)
-        print(f"{'steps':>6} {'variant':<32} {'ms/step':>9} {'vs none':>9} {'vs DBOS':>9}")
+        print_header(32, "none", "DBOS")
         for steps in (int(s) for s in args.steps.split(",")):
             rows: dict[str, float] = {
                 "no durability": per_step(steps, args.repeat, lambda: session_run(steps, None)),
@@ -149,10 +143,7 @@ def main() -> None:
                 rows[name] = per_step(steps, args.repeat, lambda factory=factory: agent_run(steps, factory))
             if dbos is not None:
                 rows["DBOS workflow on SQLite"] = per_step(steps, args.repeat, lambda: dbos(steps))
-            base, anchor = rows["no durability"], rows.get("DBOS workflow on SQLite")
-            for name, value in rows.items():
-                versus = f"{value / anchor:8.2f}x" if anchor else "   (none)"
-                print(f"{steps:>6} {name:<32} {value * 1000:9.3f} {value / base:8.2f}x {versus}")
+            print_rows(steps, rows, 32, "no durability", "DBOS workflow on SQLite")
         if dbos is None:
             print("DBOS is not installed: pip install dbos (bench only)")
         sqlite_store.close()

@@ -34,6 +34,9 @@ from durable_agent import (  # noqa: E402
 )
 from durable_agent.stores.sqlite import SqliteSessionStore  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import per_step, print_header, print_rows  # noqa: E402
+
 USAGE = Usage(10, 5, 15)
 
 
@@ -93,15 +96,6 @@ def langgraph_runner(db_path: str) -> Callable[[int], None] | None:
     return run
 
 
-def best_of(repeat: int, fn: Callable[[], None]) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", default="10,100,1000")
@@ -110,7 +104,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sqlite_store = SqliteSessionStore(str(Path(tmp) / "bench.db"))
         graph = langgraph_runner(str(Path(tmp) / "langgraph.db"))
-        print(f"{'steps':>6} {'variant':<28} {'ms/step':>9} {'vs no session':>14} {'vs LangGraph':>13}")
+        print_header(28, "no session", "LangGraph")
         for steps in (int(s) for s in args.steps.split(",")):
             repeat = args.repeat if steps <= 1000 else 1
             rows: dict[str, float] = {}
@@ -120,14 +114,10 @@ def main() -> None:
                 "durable-agent, SQLite store": sqlite_store,
             }
             for name, store in variants.items():
-                rows[name] = best_of(repeat, lambda store=store: asyncio.run(durable_agent_run(steps, store))) / steps
+                rows[name] = per_step(steps, repeat, lambda store=store: asyncio.run(durable_agent_run(steps, store)))
             if graph is not None:
-                rows["LangGraph + SqliteSaver"] = best_of(repeat, lambda: graph(steps)) / steps
-            base = rows["durable-agent, no session"]
-            anchor = rows.get("LangGraph + SqliteSaver")
-            for name, per_step in rows.items():
-                vs_anchor = f"{per_step / anchor:12.2f}x" if anchor else "   (no anchor)"
-                print(f"{steps:>6} {name:<28} {per_step * 1000:9.3f} {per_step / base:13.2f}x {vs_anchor}")
+                rows["LangGraph + SqliteSaver"] = per_step(steps, repeat, lambda: graph(steps))
+            print_rows(steps, rows, 28, "durable-agent, no session", "LangGraph + SqliteSaver")
         if graph is None:
             print("LangGraph is not installed: pip install langgraph langgraph-checkpoint-sqlite")
         sqlite_store.close()
