@@ -11,7 +11,7 @@ from typing import Any, Unpack
 
 from .checkpoint import ToolApprovalRequest, Usage
 from .loop import AgentLoop
-from .messages import Message, message_text
+from .messages import Message, final_text
 from .models import LanguageModel
 from .options import CallOptions, RunOptions
 from .results import FinishReason, GenerateTextResult, Part
@@ -20,9 +20,8 @@ from .session import Session, SessionStore
 
 def _result_of(loop: AgentLoop) -> GenerateTextResult:
     assert loop.finish_reason is not None
-    last_assistant = next((m for m in reversed(loop.messages) if m["role"] == "assistant"), None)
     return GenerateTextResult(
-        text=message_text(last_assistant) if last_assistant is not None else "",
+        text=final_text(loop.messages),
         messages=tuple(loop.messages),
         steps=tuple(loop.steps),
         usage=loop.usage,

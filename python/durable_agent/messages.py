@@ -78,6 +78,12 @@ def message_text(message: Message) -> str:
     return "".join(p["text"] for p in content_parts(message) if p["type"] == "text")
 
 
+def final_text(messages: Sequence[Message]) -> str:
+    """The text of the last assistant message ("" when there is none): what a run answered."""
+    last = next((m for m in reversed(messages) if m["role"] == "assistant"), None)
+    return message_text(last) if last is not None else ""
+
+
 class History(list[Message]):
     """A message list that knows, weakly, the list it was built from by appending (`extends`).
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from ._util import maybe_await
 from .errors import ConfigurationError
-from .generate import _result_of
+from .generate import _consume
 from .loop import AgentLoop, SubAgentSuspended, current_tool_call
-from .messages import message_text
+from .messages import final_text
 from .models import LanguageModel
 from .options import RunOptions
 from .session import Session
@@ -85,16 +85,12 @@ def agent_tool(
             session = Session(parent.session.store, run_id)
             stored = await maybe_await(parent.session.store.load(run_id))
             if stored is not None and stored.status == "completed":
-                return _final_text(stored.messages)  # the call finished before a crash: don't run it again
+                return final_text(stored.messages)  # the call finished before a crash: don't run it again
             if stored is not None:
                 resume_id = run_id
         run_options = RunOptions.build(model, session, {"tools": tools, "max_steps": max_steps, **child_options},
                                        agent_path=path)
-        loop = AgentLoop(run_options, None if resume_id else messages, resume_run_id=resume_id)
-        async for part in loop.parts():
-            if part["type"] == "error":
-                raise part["error"]
-        result = _result_of(loop)
+        result = await _consume(AgentLoop(run_options, None if resume_id else messages, resume_run_id=resume_id))
         if result.finish_reason == "suspended":
             if session is None:
                 waiting = ", ".join(r.tool_name for r in result.pending_approvals) or "a client tool"
@@ -110,8 +106,3 @@ def agent_tool(
         parameters=PROMPT_SCHEMA,
         execute=execute,
     )
-
-
-def _final_text(messages: Any) -> str:
-    last = next((m for m in reversed(messages) if m["role"] == "assistant"), None)
-    return message_text(last) if last is not None else ""
