@@ -23,7 +23,7 @@ from durable_agent.testing.services import postgres_schema
 pytestmark = pytest.mark.host_only("needs a Postgres server and psycopg")
 
 
-async def _ok(payload: Any, ctx: Any) -> str:
+async def _ok(ctx: Any) -> str:
     return "ok"
 
 
@@ -88,7 +88,7 @@ async def test_racing_claims_of_one_session_have_one_winner_named_to_the_others(
 
 async def test_notify_wakes_a_waiting_run_at_once(opened: Callable[..., Any]) -> None:
     waiter, resolver = opened(), opened()
-    scope = await waiter.open_run(session_id=SESSION, run_id="r", handlers={})
+    scope = await waiter.open_run(session_id=SESSION, run_id="r")
     awakeable = await scope.awakeable(step_key("r", 0, "approval"))
     await waiter.backend.wait_for_change(0.01)  # LISTEN is set up by the first wait
 
@@ -152,12 +152,12 @@ async def test_a_fenced_write_waits_for_a_claim_in_flight_and_is_refused_after_i
 
     writer = opened()
     claim = await writer.lease.claim(SESSION, stale_at=0)
-    scope = await writer.open_run(session_id=SESSION, run_id="r", handlers={"tool": _ok})
+    scope = await writer.open_run(session_id=SESSION, run_id="r")
     async with await psycopg.AsyncConnection.connect(conninfo) as claimer:  # another process mid-claim
         await claimer.execute(
             "SELECT epoch FROM durable_agent_leases WHERE session_id = %s FOR UPDATE", (SESSION,)
         )
-        writing = asyncio.ensure_future(scope.step(_unsafe(step_key("r", 0, "t1"))))
+        writing = asyncio.ensure_future(scope.step(_unsafe(step_key("r", 0, "t1")), _ok))
         await asyncio.sleep(0.3)
         assert not writing.done()  # blocked on the lease row, not written under the old epoch
         await claimer.execute(

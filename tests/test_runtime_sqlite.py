@@ -73,15 +73,15 @@ class SqlJournalChecks:
         """A bad op late in the list leaves neither the earlier ops nor the done record."""
         runtime = make_runtime(Clock())
 
-        async def handler(payload: Any, ctx: StepContext) -> str:
+        async def handler(ctx: StepContext) -> str:
             ctx.stage_tool_state(
                 [{"op": "set", "key": "cwd", "value": "/src"}, {"op": "rename", "key": "cwd"}]
             )
             return "ok"
 
-        scope = await runtime.open_run(session_id=SESSION, run_id=RUN, handlers={"tool": handler})
+        scope = await runtime.open_run(session_id=SESSION, run_id=RUN)
         with pytest.raises(ValueError, match="unknown tool-state op"):
-            await scope.step(_req(step_key(RUN, 0, "t1")))
+            await scope.step(_req(step_key(RUN, 0, "t1")), handler)
         assert await runtime.stores.tool_state(SESSION).all() == {}
         assert [r.status for r in await runtime.inspect.steps(RUN)] == ["pending"]
 
@@ -92,15 +92,15 @@ class SqlJournalChecks:
         old, new = make_runtime(clock), make_runtime(clock)
         first = await old.lease.claim(SESSION, stale_at=0, owner=RunOwner("elsewhere", 1, old.owner.token))
 
-        async def handler(payload: Any, ctx: StepContext) -> str:
+        async def handler(ctx: StepContext) -> str:
             ctx.stage_tool_state([{"op": "set", "key": "k", "value": 1}])
             clock.now += 60_000
             assert (await new.lease.claim(SESSION, stale_at=clock.now - 1)).claimed  # taken over mid-step
             return "late"
 
-        scope = await old.open_run(session_id=SESSION, run_id=RUN, handlers={"tool": handler})
+        scope = await old.open_run(session_id=SESSION, run_id=RUN)
         with pytest.raises(StaleEpochError) as info:
-            await scope.step(_req(step_key(RUN, 0, "t1"), "safe"))
+            await scope.step(_req(step_key(RUN, 0, "t1"), "safe"), handler)
         assert info.value.epoch == first.epoch
         assert await new.inspect.steps() == [] and await new.stores.tool_state(SESSION).all() == {}
         with pytest.raises(StaleEpochError):
@@ -114,20 +114,16 @@ class SqlJournalChecks:
         runtime = make_runtime(clock)
         value = {"blob": b"\x00\xffraw", "$bytes": "not a tag", "n": 2**70, "s": "ünï ☃"}
 
-        async def handler(payload: Any, ctx: StepContext) -> Any:
+        async def handler(ctx: StepContext) -> Any:
             ctx.stage_tool_state([{"op": "set", "key": "blob", "value": b"\x01"}])
             return value
 
         key = step_key(RUN, 0, "t1")
-        await (await runtime.open_run(session_id=SESSION, run_id=RUN, handlers={"tool": handler})).step(
-            _req(key)
-        )
-        replayed = await (
-            await make_runtime(clock).open_run(session_id=SESSION, run_id=RUN, handlers={})
-        ).step(_req(key))
+        await (await runtime.open_run(session_id=SESSION, run_id=RUN)).step(_req(key), handler)
+        replayed = await (await make_runtime(clock).open_run(session_id=SESSION, run_id=RUN)).step(_req(key))
         assert replayed.replayed and replayed.value == value
         assert await make_runtime(clock).stores.tool_state(SESSION).get("blob") == b"\x01"
-        awakeable = await (await runtime.open_run(session_id=SESSION, run_id=RUN, handlers={})).awakeable(
+        awakeable = await (await runtime.open_run(session_id=SESSION, run_id=RUN)).awakeable(
             step_key(RUN, 1, "approval")
         )
         assert await make_runtime(clock).resolve_awakeable(awakeable.id, {"bytes": b"ok"})
@@ -171,10 +167,10 @@ _CHILD = textwrap.dedent("""
         claim = await runtime.lease.claim("s-1", stale_at=0)
         print("claimed" if claim.claimed else "refused", claim.epoch, os.getpid(), flush=True)
         if action == "die-mid-step" and claim.claimed:
-            async def charge(payload, ctx):
+            async def charge(ctx):
                 os._exit(9)  # the process dies while the tool runs: nothing after this is written
-            scope = await runtime.open_run(session_id="s-1", run_id="r-1", handlers={"tool": charge})
-            await scope.step(StepRequest(key=step_key("r-1", 0, "charge"), kind="tool", replay="unsafe"))
+            scope = await runtime.open_run(session_id="s-1", run_id="r-1")
+            await scope.step(StepRequest(key=step_key("r-1", 0, "charge"), kind="tool", replay="unsafe"), charge)
         sys.stdin.read()  # hold the lease until the parent closes our stdin
 
     asyncio.run(main(sys.argv[1], sys.argv[2]))
@@ -220,12 +216,12 @@ async def test_a_process_dead_mid_step_leaves_its_lease_and_an_interrupted_step(
     assert claim.claimed and claim.epoch == int(out.split()[1]) + 1
     ran: list[str] = []
 
-    async def charge(payload: Any, ctx: StepContext) -> str:
+    async def charge(ctx: StepContext) -> str:
         ran.append("again")
         return "charged twice"
 
-    scope = await runtime.open_run(session_id=SESSION, run_id=RUN, handlers={"tool": charge})
-    outcome = await scope.step(StepRequest(key=step_key(RUN, 0, "charge"), kind="tool", replay="unsafe"))
+    scope = await runtime.open_run(session_id=SESSION, run_id=RUN)
+    outcome = await scope.step(StepRequest(key=step_key(RUN, 0, "charge"), kind="tool", replay="unsafe"), charge)
     assert outcome.status == "interrupted" and ran == []
 
 

@@ -59,14 +59,6 @@ class DurableOptions:
             raise ConfigurationError("stale_after_ms must be a positive int")
 
 
-async def _run_callback(payload: Any, context: Any) -> Any:
-    """Every step kind of the loop runs the closure it hands over in `StepLive.callbacks`."""
-    return await context.callbacks(context)
-
-
-_HANDLERS = {"model": _run_callback, "tool": _run_callback}
-
-
 def healed_history(checkpoint: AgentCheckpoint, records: Sequence[StepRecord]) -> list[Message] | None:
     """The history of an interrupted run with its step in flight closed from its records; None if nothing changes."""
     messages = list(checkpoint.messages)
@@ -221,7 +213,7 @@ class _DurableSession:
         assert self.durable is not None and self.session_id is not None
         runtime = self.runtime
         self._suspend = asyncio.Event()
-        scope = await runtime.open_run(session_id=self.session_id, run_id=run_id, handlers=_HANDLERS, epoch=epoch)
+        scope = await runtime.open_run(session_id=self.session_id, run_id=run_id, epoch=epoch)
         renewer = asyncio.ensure_future(self._renew(epoch))
         try:
             await self._join_partials(scope, run_id)
@@ -294,7 +286,7 @@ class _DurableSession:
         store = runtime.stores.session
         checkpoint = await maybe_await(store.load(run_id))
         if checkpoint is not None:
-            scope = await runtime.open_run(session_id=self.session_id, run_id=run_id, handlers={}, epoch=epoch)
+            scope = await runtime.open_run(session_id=self.session_id, run_id=run_id, epoch=epoch)
             try:
                 healed = healed_history(checkpoint, await scope.stored_steps())
             finally:

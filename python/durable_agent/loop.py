@@ -28,7 +28,7 @@ from .models import ModelRequest
 from .runtime.keys import MODEL_CALL, step_key
 from .runtime.records import apply_tool_state
 from .runtime.records import StepRequest
-from .runtime.scope import StepLive
+from .runtime.scope import StepContext
 from .options import PrepareStepContext, RunOptions, StepOverrides, logger
 from .results import FinishReason, Part, StepResult
 from .signing import APPROVAL_TOKEN_DENIED_REASON
@@ -378,14 +378,14 @@ class AgentLoop:
             return
         parts: asyncio.Queue[Part] = asyncio.Queue()
 
-        async def live(context: Any) -> dict[str, Any]:
+        async def live(context: StepContext) -> dict[str, Any]:
             async for part in self._stream_model(model, request, turn, context):
                 parts.put_nowait(part)
             return turn.to_json()
 
         step_request = StepRequest(step_key(self.run_id or "run", step_index, MODEL_CALL), "model", "safe",
                                    {"model": model.model_id})
-        async for part in _drain(parts, scope.step(step_request, StepLive(callbacks=live)), turn):
+        async for part in _drain(parts, scope.step(step_request, live), turn):
             yield part
 
     async def _stream_model(self, model: Any, request: ModelRequest, turn: _ModelTurn, context: Any) -> AsyncIterator[Part]:
@@ -584,7 +584,7 @@ class AgentLoop:
             return await self._execute_tool(call)
         request = StepRequest(step_key(self.run_id or "run", self._next_index, call.tool_call_id), "tool",
                               call.tool.replay, {"tool_name": call.tool_name, "tool_call_id": call.tool_call_id})
-        outcome = await scope.step(request, StepLive(callbacks=lambda context: self._execute_tool(call, context)))
+        outcome = await scope.step(request, lambda context: self._execute_tool(call, context))
         if outcome.status == "interrupted":
             return call.outcome(TOOL_INTERRUPTED_MESSAGE, True)
         apply_tool_state(self.options.tool_state, outcome.tool_state)

@@ -33,7 +33,7 @@ from .records import (
     StepRequest,
     StreamPartialRecord,
 )
-from .scope import AwakeableOutcome, DurableAwakeable, JournalScope, StepContext, StepLive
+from .scope import AwakeableOutcome, DurableAwakeable, JournalScope, StepContext, StepLive, StepRun
 
 __all__ = [
     "MODEL_CALL",
@@ -55,6 +55,7 @@ __all__ = [
     "StepLive",
     "StepRecord",
     "StepRequest",
+    "StepRun",
     "StreamPartialRecord",
     "create_memory_durable_state",
     "create_memory_runtime",

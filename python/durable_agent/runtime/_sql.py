@@ -25,7 +25,7 @@ owner, renewal, the run marked in progress), ``durable_agent_queues``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -45,7 +45,7 @@ from .records import (
     StreamPartialRecord,
     ToolStateOp,
 )
-from .scope import JournalScope, StepHandler
+from .scope import JournalScope
 
 STEPS = "durable_agent_steps"
 PARTIALS = "durable_agent_partials"
@@ -695,14 +695,13 @@ class SqlRuntime(OwnedRuntime):
         return is_control_error(error)
 
     async def open_run(
-        self, *, session_id: str, run_id: str, handlers: Mapping[str, StepHandler], epoch: int | None = None
+        self, *, session_id: str, run_id: str, epoch: int | None = None
     ) -> JournalScope:
         """A run's scope; its writes are guarded by `epoch`, by default this runtime's claim of the session."""
         return JournalScope(
             self.backend,
             session_id=session_id,
             run_id=run_id,
-            handlers=handlers,
             epoch=epoch if epoch is not None else self.fences.epoch(session_id),
             is_control_error=self.is_control_error,
             clock=self.clock,

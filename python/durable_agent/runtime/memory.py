@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,7 +35,7 @@ from .records import (
     StepRecord,
     StreamPartialRecord,
 )
-from .scope import JournalScope, StepHandler
+from .scope import JournalScope
 
 __all__ = [  # the lease helpers stay importable from here, where they first lived
     "RUN_OWNER_HOLD_MS",
@@ -318,9 +318,8 @@ class MemoryRuntime(OwnedRuntime):
     def is_control_error(self, error: BaseException) -> bool:
         return is_control_error(error)
 
-    async def open_run(self, *, session_id: str, run_id: str, handlers: Mapping[str, StepHandler],
-                       epoch: int | None = None) -> JournalScope:
-        return JournalScope(self.backend, session_id=session_id, run_id=run_id, handlers=handlers,
+    async def open_run(self, *, session_id: str, run_id: str, epoch: int | None = None) -> JournalScope:
+        return JournalScope(self.backend, session_id=session_id, run_id=run_id,
                             epoch=epoch if epoch is not None else self.fences.epoch(session_id),
                             is_control_error=self.is_control_error, clock=self.clock)
 

@@ -7,7 +7,7 @@ Every method is async: a runtime may sit on a network database.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..checkpoint import AgentCheckpoint
@@ -22,9 +22,7 @@ from .records import (
     StepRequest,
     StreamPartialRecord,
 )
-from .scope import DurableAwakeable, StepContext, StepLive
-
-StepHandler = Callable[[Any, StepContext], Awaitable[Any]]
+from .scope import DurableAwakeable, StepLive, StepRun
 
 
 @runtime_checkable
@@ -34,7 +32,9 @@ class RunScope(Protocol):
     session_id: str
     run_id: str
 
-    async def step(self, request: StepRequest, live: StepLive | None = None) -> StepOutcome: ...
+    async def step(
+        self, request: StepRequest, run: StepRun | None = None, live: StepLive | None = None
+    ) -> StepOutcome: ...
 
     async def awakeable(
         self, key: str, *, timeout_ms: int | None = None, awakeable_id: str | None = None
@@ -158,8 +158,7 @@ class DurableRuntime(Protocol):
 
     def is_control_error(self, error: BaseException) -> bool: ...
 
-    async def open_run(self, *, session_id: str, run_id: str, handlers: Mapping[str, StepHandler],
-                       epoch: int | None = None) -> RunScope: ...
+    async def open_run(self, *, session_id: str, run_id: str, epoch: int | None = None) -> RunScope: ...
 
     async def resolve_awakeable(self, awakeable_id: str, value: Any) -> bool: ...
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,9 +41,9 @@ logger = logging.getLogger("durable_agent")
 
 @dataclass(slots=True)
 class StepContext:
-    """What a running handler gets: the caller's live half plus a way to stage tool state."""
+    """What a running step gets: its request, the caller's live half, and a way to stage tool state."""
 
-    callbacks: Any = None
+    request: StepRequest
     signal: Any = None
     on_progress: Callable[[dict[str, str]], Awaitable[None] | None] | None = None
     staged: list[ToolStateOp] = field(default_factory=list)
@@ -57,13 +57,13 @@ class StepContext:
 class StepLive:
     """The live half of a step: never stored; a replayed step gets a fresh one from the resumed loop."""
 
-    callbacks: Any = None
     signal: Any = None
     mark_started: bool = False
     on_progress: Callable[[dict[str, str]], None] | None = None
 
 
-StepHandler = Callable[[Any, StepContext], Awaitable[Any]]
+StepRun = Callable[[StepContext], Awaitable[Any]]
+"""What a step runs when no record answers it: the model call or the tool's own code."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +156,6 @@ class JournalScope:
         *,
         session_id: str,
         run_id: str,
-        handlers: Mapping[str, StepHandler],
         epoch: int | None,
         is_control_error: Callable[[BaseException], bool],
         clock: Callable[[], int],
@@ -165,7 +164,6 @@ class JournalScope:
         self.run_id = run_id
         self.epoch = epoch
         self._backend = backend
-        self._handlers = dict(handlers)
         self._is_control_error = is_control_error
         self._clock = clock
         self._closed = False
@@ -173,8 +171,12 @@ class JournalScope:
 
     # ---------------------------------------------------------------- steps
 
-    async def step(self, request: StepRequest, live: StepLive | None = None) -> StepOutcome:
-        """Run `request` through its handler once, or answer from its record (see the module docs)."""
+    async def step(self, request: StepRequest, run: StepRun | None = None, live: StepLive | None = None) -> StepOutcome:
+        """Run `run` once for `request`, or answer from its record (see the module docs).
+
+        `run` may be None only where a record must answer (a replay-only caller); without a
+        record it raises `ScopeClosedError`.
+        """
         if self._closed:
             raise ScopeClosedError(f"the scope of run {self.run_id!r} is closed")
         live = live or StepLive()
@@ -189,14 +191,13 @@ class JournalScope:
                 raise rebuilt_error(record.error)
             if record.replay == "unsafe":
                 return StepInterrupted()
-        handler = self._handlers.get(request.kind)
-        if handler is None:
-            raise ScopeClosedError(f"run {self.run_id!r} has no handler for steps of kind {request.kind!r}")
+        if run is None:
+            raise ScopeClosedError(f"step {request.key!r} of run {self.run_id!r} has no record and nothing to run")
         if request.replay == "unsafe" or live.mark_started:
             await self._put(request, "pending")
-        context = StepContext(live.callbacks, live.signal, self._progress_writer(request.key, live.on_progress))
+        context = StepContext(request, live.signal, self._progress_writer(request.key, live.on_progress))
         try:
-            value = await handler(request.payload, context)
+            value = await run(context)
         except BaseException as exc:
             if not isinstance(exc, Exception) or is_control_error(exc) or self._is_control_error(exc):
                 raise
@@ -309,6 +310,5 @@ class JournalScope:
                 task.cancel()
 
     async def close(self) -> None:
-        """End the scope: handlers dropped, later steps raise, awakeable waits stop. Idempotent."""
+        """End the scope: later steps raise, awakeable waits stop. Idempotent."""
         self._closed = True
-        self._handlers.clear()

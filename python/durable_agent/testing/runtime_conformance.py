@@ -63,12 +63,8 @@ class DurableRuntimeConformance:
     def clock(self) -> Clock:
         return Clock()
 
-    async def _scope(
-        self, runtime: Any, handlers: dict[str, Any], run: str | None = None, epoch: int | None = None
-    ) -> Any:
-        return await runtime.open_run(
-            session_id=self.session, run_id=run or self.run, handlers=handlers, epoch=epoch
-        )
+    async def _scope(self, runtime: Any, run: str | None = None, epoch: int | None = None) -> Any:
+        return await runtime.open_run(session_id=self.session, run_id=run or self.run, epoch=epoch)
 
     async def test_implements_the_runtime_protocols(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
         from ..runtime.protocols import DurableInspector, DurableLease, DurableRuntime, DurableStores, RunScope
@@ -77,14 +73,14 @@ class DurableRuntimeConformance:
         assert isinstance(runtime, DurableRuntime) and runtime.mode == "checkpoint"
         assert isinstance(runtime.lease, DurableLease) and isinstance(runtime.stores, DurableStores)
         assert isinstance(runtime.inspect, DurableInspector)
-        scope = await self._scope(runtime, {})
+        scope = await self._scope(runtime)
         assert isinstance(scope, RunScope)
         await scope.close()
 
     async def test_scope_clock_ids_sleep_and_combinators(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
         import asyncio
 
-        scope = await self._scope(make_runtime(clock), {})
+        scope = await self._scope(make_runtime(clock))
         assert scope.now() == clock.now
         ids = {scope.uuid() for _ in range(50)}
         assert len(ids) == 50 and all(len(i) == 36 and i[14] == "4" for i in ids)  # RFC 4122 v4
@@ -113,12 +109,12 @@ class DurableRuntimeConformance:
         seen: list[Any] = []
         key = step_key(self.run, 0, "call-1")
 
-        async def handler(payload: Any, ctx: StepContext) -> str:
+        async def handler(ctx: StepContext) -> str:
             seen.extend(r.status for r in await runtime.inspect.steps(self.run) if r.key == key)
             return "ok"
 
-        scope = await self._scope(runtime, {"tool": handler})
-        outcome = await scope.step(_req(key))
+        scope = await self._scope(runtime)
+        outcome = await scope.step(_req(key), handler)
         assert seen == ["pending"]
         assert (outcome.status, outcome.value, outcome.replayed) == ("completed", "ok", False)
         assert [(r.key, r.status, r.result) for r in await runtime.inspect.steps(self.run)] == [
@@ -131,13 +127,15 @@ class DurableRuntimeConformance:
         runtime = make_runtime(clock)
         seen: list[int] = []
 
-        async def handler(payload: Any, ctx: StepContext) -> str:
+        async def handler(ctx: StepContext) -> str:
             seen.append(len(await runtime.inspect.steps(self.run)))
             return "ok"
 
-        scope = await self._scope(runtime, {"model": handler})
-        await scope.step(_req(step_key(self.run, 0, "model"), "safe", "model"))
-        await scope.step(_req(step_key(self.run, 1, "model"), "safe", "model"), StepLive(mark_started=True))
+        scope = await self._scope(runtime)
+        await scope.step(_req(step_key(self.run, 0, "model"), "safe", "model"), handler)
+        await scope.step(
+            _req(step_key(self.run, 1, "model"), "safe", "model"), handler, StepLive(mark_started=True)
+        )
         assert seen == [0, 2]  # the second one's own pending record was there
 
     async def test_a_done_record_answers_without_running_the_handler(
@@ -146,14 +144,14 @@ class DurableRuntimeConformance:
         runtime = make_runtime(clock)
         calls: list[str] = []
 
-        async def handler(payload: Any, ctx: StepContext) -> Any:
-            calls.append(payload["what"])
+        async def handler(ctx: StepContext) -> Any:
+            calls.append(ctx.request.payload["what"])
             return {"pair": (1, 2)}
 
         key = step_key(self.run, 0, "t1")
-        first = await (await self._scope(runtime, {"tool": handler})).step(_req(key))
+        first = await (await self._scope(runtime)).step(_req(key), handler)
         assert first.value == {"pair": (1, 2)} and not first.replayed  # live: the handler's own value
-        again = await (await self._scope(make_runtime(clock), {"tool": handler})).step(_req(key))
+        again = await (await self._scope(make_runtime(clock))).step(_req(key), handler)
         assert calls == [key]
         assert again.replayed and again.value == {"pair": [1, 2]}  # replayed: the JSON form
 
@@ -162,26 +160,26 @@ class DurableRuntimeConformance:
     ) -> None:
         runtime = make_runtime(clock)
 
-        async def dies(payload: Any, ctx: StepContext) -> Any:
+        async def dies(ctx: StepContext) -> Any:
             raise RunSuspendedError()  # the process stops mid-step: a control error, not recorded
 
-        scope = await self._scope(runtime, {"tool": dies, "model": dies})
+        scope = await self._scope(runtime)
         safe_key, unsafe_key = step_key(self.run, 0, "model"), step_key(self.run, 0, "t1")
         with pytest.raises(RunSuspendedError):
-            await scope.step(_req(safe_key, "safe", "model"), StepLive(mark_started=True))
+            await scope.step(_req(safe_key, "safe", "model"), dies, StepLive(mark_started=True))
         with pytest.raises(RunSuspendedError):
-            await scope.step(_req(unsafe_key))
+            await scope.step(_req(unsafe_key), dies)
         assert {r.status for r in await runtime.inspect.steps(self.run)} == {"pending"}
 
         ran: list[str] = []
 
-        async def works(payload: Any, ctx: StepContext) -> str:
-            ran.append(payload["what"])
+        async def works(ctx: StepContext) -> str:
+            ran.append(ctx.request.payload["what"])
             return "again"
 
-        resumed = await self._scope(make_runtime(clock), {"tool": works, "model": works})
-        assert (await resumed.step(_req(safe_key, "safe", "model"))).value == "again"
-        assert (await resumed.step(_req(unsafe_key))).status == "interrupted"
+        resumed = await self._scope(make_runtime(clock))
+        assert (await resumed.step(_req(safe_key, "safe", "model"), works)).value == "again"
+        assert (await resumed.step(_req(unsafe_key), works)).status == "interrupted"
         assert ran == [safe_key]
 
     async def test_another_fingerprint_is_interrupted(
@@ -189,29 +187,29 @@ class DurableRuntimeConformance:
     ) -> None:
         runtime = make_runtime(clock)
 
-        async def handler(payload: Any, ctx: StepContext) -> str:
+        async def handler(ctx: StepContext) -> str:
             return "ran"
 
         key = nested_call_key = step_key(self.run, 0, "cm1/1")
-        scope = await self._scope(runtime, {"tool": handler})
-        await scope.step(_req(key, fingerprint="search:abc"))
-        assert (await scope.step(_req(nested_call_key, fingerprint="search:abc"))).replayed
-        assert (await scope.step(_req(key, fingerprint="delete:xyz"))).status == "interrupted"
+        scope = await self._scope(runtime)
+        await scope.step(_req(key, fingerprint="search:abc"), handler)
+        assert (await scope.step(_req(nested_call_key, fingerprint="search:abc"), handler)).replayed
+        assert (await scope.step(_req(key, fingerprint="delete:xyz"), handler)).status == "interrupted"
 
     async def test_a_failure_is_recorded_and_replayed_with_its_fields(
         self, make_runtime: RuntimeFactory, clock: Clock
     ) -> None:
         runtime = make_runtime(clock)
 
-        async def fails(payload: Any, ctx: StepContext) -> Any:
+        async def fails(ctx: StepContext) -> Any:
             ctx.stage_tool_state([{"op": "set", "key": "never", "value": 1}])
             raise ProviderError("slow down")
 
         key = step_key(self.run, 0, "model")
         with pytest.raises(ProviderError):  # live: the handler's own error
-            await (await self._scope(runtime, {"model": fails})).step(_req(key, "safe", "model"))
+            await (await self._scope(runtime)).step(_req(key, "safe", "model"), fails)
         with pytest.raises(StepFailedError) as info:
-            await (await self._scope(make_runtime(clock), {"model": fails})).step(_req(key, "safe", "model"))
+            await (await self._scope(make_runtime(clock))).step(_req(key, "safe", "model"), fails)
         error = info.value
         assert (error.name, str(error), error.error_code, error.status, error.retryable) == (
             "ProviderError",
@@ -230,7 +228,7 @@ class DurableRuntimeConformance:
     ) -> None:
         runtime = make_runtime(clock)
 
-        async def handler(payload: Any, ctx: StepContext) -> str:
+        async def handler(ctx: StepContext) -> str:
             ctx.stage_tool_state(
                 [{"op": "set", "key": "cwd", "value": "/src"}, {"op": "set", "key": "tmp", "value": 1}]
             )
@@ -238,22 +236,22 @@ class DurableRuntimeConformance:
             return "ok"
 
         key = step_key(self.run, 0, "t1")
-        live = await (await self._scope(runtime, {"tool": handler})).step(_req(key))
+        live = await (await self._scope(runtime)).step(_req(key), handler)
         assert await runtime.stores.tool_state(self.session).all() == {"cwd": "/src"}
-        replayed = await (await self._scope(make_runtime(clock), {"tool": handler})).step(_req(key))
+        replayed = await (await self._scope(make_runtime(clock))).step(_req(key), handler)
         assert list(replayed.tool_state) == list(live.tool_state) and len(live.tool_state) == 3
 
     async def test_close_is_idempotent_and_later_steps_raise(
         self, make_runtime: RuntimeFactory, clock: Clock
     ) -> None:
-        async def handler(payload: Any, ctx: StepContext) -> str:
+        async def handler(ctx: StepContext) -> str:
             return "ok"
 
-        scope = await self._scope(make_runtime(clock), {"tool": handler})
+        scope = await self._scope(make_runtime(clock))
         await scope.close()
         await scope.close()
         with pytest.raises(ScopeClosedError):
-            await scope.step(_req(step_key(self.run, 0, "t1")))
+            await scope.step(_req(step_key(self.run, 0, "t1")), handler)
 
     # --------------------------------------------------------------- partials
 
@@ -264,23 +262,25 @@ class DurableRuntimeConformance:
         forwarded: list[str] = []
         key = step_key(self.run, 0, "model")
 
-        async def streams_then_dies(payload: Any, ctx: StepContext) -> Any:
+        async def streams_then_dies(ctx: StepContext) -> Any:
             for delta in ("Hel", "lo"):
                 await ctx.on_progress({"type": "text", "delta": delta})  # type: ignore[misc]
             raise RunSuspendedError()
 
-        scope = await self._scope(runtime, {"model": streams_then_dies})
+        scope = await self._scope(runtime)
         with pytest.raises(RunSuspendedError):
             await scope.step(
-                _req(key, "safe", "model"), StepLive(on_progress=lambda p: forwarded.append(p["delta"]))
+                _req(key, "safe", "model"),
+                streams_then_dies,
+                StepLive(on_progress=lambda p: forwarded.append(p["delta"])),
             )
         partials = await scope.stored_partials()
         assert [(p.seq, p.text) for p in partials] == [(0, "Hel"), (1, "lo")] and forwarded == ["Hel", "lo"]
 
-        async def finishes(payload: Any, ctx: StepContext) -> str:
+        async def finishes(ctx: StepContext) -> str:
             return "Hello"
 
-        await (await self._scope(make_runtime(clock), {"model": finishes})).step(_req(key, "safe", "model"))
+        await (await self._scope(make_runtime(clock))).step(_req(key, "safe", "model"), finishes)
         assert await runtime.inspect.partials(self.run) == []
 
     # ------------------------------------------------------------- awakeables
@@ -290,13 +290,13 @@ class DurableRuntimeConformance:
     ) -> None:
         runtime = make_runtime(clock)
         key = step_key(self.run, 2, "approval")
-        first = await (await self._scope(runtime, {})).awakeable(key)
+        first = await (await self._scope(runtime)).awakeable(key)
         assert first.settled is None
         resolver = make_runtime(clock)  # another process, while no process runs the run
         assert await resolver.resolve_awakeable(first.id, {"approved": True}) is True
         assert await resolver.resolve_awakeable("no-such-id", 1) is False
         assert (await resolver.find_awakeable(self.session, key)).id == first.id
-        again = await (await self._scope(make_runtime(clock), {})).awakeable(key)
+        again = await (await self._scope(make_runtime(clock))).awakeable(key)
         assert again.id == first.id
         assert again.settled is not None and again.settled.value == {"approved": True}
         outcome = await again.wait()
@@ -307,9 +307,9 @@ class DurableRuntimeConformance:
     ) -> None:
         runtime = make_runtime(clock)
         key = step_key(self.run, 0, "wait")
-        waiting = await (await self._scope(runtime, {})).awakeable(key, timeout_ms=5_000)
+        waiting = await (await self._scope(runtime)).awakeable(key, timeout_ms=5_000)
         clock.now += 4_000
-        again = await (await self._scope(make_runtime(clock), {})).awakeable(key, timeout_ms=60_000)
+        again = await (await self._scope(make_runtime(clock))).awakeable(key, timeout_ms=60_000)
         assert again.id == waiting.id
         clock.now += 1_000  # the stored deadline, not the second call's
         assert (await again.wait()).timed_out is True
@@ -329,17 +329,17 @@ class DurableRuntimeConformance:
         refused = await new.lease.claim(self.session, stale_at=clock.now - 10_000)
         assert not refused.claimed and refused.owner == quiet_owner  # RunLeaseHeldError names it
 
-        async def handler(payload: Any, ctx: StepContext) -> str:
+        async def handler(ctx: StepContext) -> str:
             return "ok"
 
-        old_scope = await self._scope(old, {"tool": handler})
-        await old_scope.step(_req(step_key(self.run, 0, "t1")))
+        old_scope = await self._scope(old)
+        await old_scope.step(_req(step_key(self.run, 0, "t1")), handler)
 
         clock.now += 60_000  # the old owner stopped renewing
         taken = await new.lease.claim(self.session, stale_at=clock.now - 1)
         assert taken.claimed and taken.epoch == first.epoch + 1
         with pytest.raises(StaleEpochError) as info:
-            await old_scope.step(_req(step_key(self.run, 1, "t2")))
+            await old_scope.step(_req(step_key(self.run, 1, "t2")), handler)
         assert info.value.epoch == first.epoch and told and told[-1].session_id == self.session
         assert await old.lease.renew(self.session, first.epoch) is False
         assert await new.lease.renew(self.session, taken.epoch) is True
@@ -372,7 +372,7 @@ class DurableRuntimeConformance:
         clock.now += 10
         listed = await scanner.lease.resumable(stale_at=clock.now - 1)
         assert [(r.session_id, r.run_id, r.epoch) for r in listed] == [(self.session, self.run, claim.epoch)]
-        await (await self._scope(runtime, {})).awakeable(step_key(self.run, 3, "approval"))
+        await (await self._scope(runtime)).awakeable(step_key(self.run, 3, "approval"))
         assert await scanner.lease.resumable(stale_at=clock.now - 1) == []  # parked on an awakeable
         await runtime.lease.mark_resumable(self.session, None, claim.epoch)
 
