@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._kernels import NATIVE
 from ._version import __version__
-from .agent import Agent, DurableOptions, resolve_approval
+from .agent import Agent, resolve_approval
 from .checkpoint import (
     CHECKPOINT_VERSION,
     AgentCheckpoint,
@@ -31,11 +31,13 @@ from .errors import (
     RunAbortedError,
     RunLeaseHeldError,
     RunSuspendedError,
+    SessionStateError,
     StaleEpochError,
     StepFailedError,
     StepKeyError,
 )
 from .errors import RUN_TAKEN_OVER_MESSAGE
+from .durable_session import AgentSpec, DurableOptions, DurableSession
 from .generate import (
     StreamChatResult,
     generate_text,
@@ -78,6 +80,7 @@ __all__ = [
     "AbortSignal",
     "Agent",
     "AgentCheckpoint",
+    "AgentSpec",
     "ApprovalSigner",
     "ApprovalSigningError",
     "CHECKPOINT_VERSION",
@@ -90,6 +93,7 @@ __all__ = [
     "ConfigurationError",
     "DurableAgentError",
     "DurableOptions",
+    "DurableSession",
     "FeatureUnavailableError",
     "GenerateTextResult",
     "InMemorySessionStore",
@@ -108,6 +112,7 @@ __all__ = [
     "ScriptedResponse",
     "ScriptedToolCall",
     "Session",
+    "SessionStateError",
     "SessionStore",
     "StaleEpochError",
     "StepFailedError",

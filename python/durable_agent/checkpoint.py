@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ._kernels import kernels
-from .errors import CheckpointCorruptError, CheckpointVersionError, CodecError
+from .errors import CheckpointCorruptError, CheckpointVersionError, CodecError, ConfigurationError
 from .messages import Message
 
 CHECKPOINT_VERSION = 1
@@ -115,6 +115,20 @@ class ToolApprovalResponse:
     reason: str | None = None
     token: str | None = None
 
+    def __post_init__(self) -> None:
+        check_verdict(self.approved)
+
+
+def check_verdict(approved: object) -> bool:
+    """`approved` itself when it is a real bool; anything else (``"false"``, 0, None) is refused.
+
+    Every path that takes a verdict checks it here, so ``approved="false"`` is never honoured
+    as an approval by truthiness.
+    """
+    if type(approved) is not bool:
+        raise ConfigurationError(f"an approval verdict must be True or False, got {approved!r}")
+    return approved
+
 
 @dataclass(frozen=True, slots=True)
 class AgentCheckpoint:
@@ -151,6 +165,16 @@ class AgentCheckpoint:
             data["agent_path"] = list(self.agent_path)
         data["created_at"] = self.created_at
         return data
+
+    def refuse_newer(self) -> AgentCheckpoint:
+        """This checkpoint, unless a newer durable-agent wrote it (`CheckpointVersionError`).
+
+        Stores that decode text refuse such a checkpoint when loading it; stores that keep
+        objects (the in-memory one) do not, so whoever continues a run checks it here too.
+        """
+        if type(self.version) is not int or self.version > CHECKPOINT_VERSION:
+            raise CheckpointVersionError(self.version, CHECKPOINT_VERSION)
+        return self
 
     @classmethod
     def from_dict(cls, data: Any, *, run_id: str | None = None) -> AgentCheckpoint:

@@ -146,6 +146,24 @@ class RunSuspendedError(DurableAgentError, RuntimeError):
         super().__init__("the run was suspended; resume it to continue")
 
 
+class SessionStateError(DurableAgentError, RuntimeError):
+    """A session's stored state cannot be continued (e.g. a run marked in progress has no checkpoint).
+
+    Nothing is changed or dropped: the message names the session, the run and the way out,
+    `Agent.abandon_interrupted()`, which unmarks the run so the session's next run can start.
+    """
+
+    code = "session_state"
+
+    def __init__(self, session_id: str, run_id: str, problem: str) -> None:
+        super().__init__(
+            f"session {session_id!r}: run {run_id!r} {problem}; it cannot be continued. Inspect it, then call "
+            "Agent.abandon_interrupted() to unmark it (its stored data is kept) and start the next run"
+        )
+        self.session_id = session_id
+        self.run_id = run_id
+
+
 class ScopeClosedError(DurableAgentError, RuntimeError):
     """A step was asked of a run scope that was already closed."""
 

@@ -21,8 +21,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._util import maybe_await
-from .checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, ToolApprovalResponse, Usage
-from .errors import CheckpointNotFoundError, ConfigurationError, RunAbortedError, RunSuspendedError, is_control_error
+from .checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, ToolApprovalResponse, Usage, check_verdict
+from .errors import (
+    CheckpointNotFoundError,
+    CheckpointVersionError,
+    ConfigurationError,
+    RunAbortedError,
+    RunSuspendedError,
+    is_control_error,
+)
 from .messages import History, Message, content_parts, extended
 from .models import ModelRequest
 from .runtime.keys import MODEL_CALL, step_key
@@ -49,9 +56,10 @@ class SubAgentSuspended(Exception):
 
     durable_control = True
 
-    def __init__(self, requests: Sequence[ToolApprovalRequest]) -> None:
+    def __init__(self, requests: Sequence[ToolApprovalRequest], usage: Usage | None = None) -> None:
         super().__init__("sub-agent suspended")
         self.requests = tuple(requests)
+        self.usage = usage or Usage()  # what the child spent before suspending: the parent's too
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +78,11 @@ class ToolCallContext:
     tool_call_id: str
     tool_name: str
     staged: list[dict[str, Any]] = field(default_factory=list)
+    usage: list[Usage] = field(default_factory=list)
+
+    def report_usage(self, usage: Usage) -> None:
+        """Count `usage` (a sub-agent's tokens) toward the run: it rides on this call's tool result."""
+        self.usage.append(usage)
 
     @property
     def tool_state(self) -> dict[str, Any]:
@@ -124,6 +137,7 @@ class _Phase:
     approvals: list[ToolApprovalRequest] = field(default_factory=list)
     client_calls: list[dict[str, Any]] = field(default_factory=list)
     child_suspended: bool = False  # a sub-agent suspended (maybe on a client tool, with no approvals)
+    usage: Usage = field(default_factory=Usage)  # what sub-agents of the phase spent
 
     @property
     def suspends(self) -> bool:
@@ -298,14 +312,17 @@ class AgentLoop:
             checkpoint = await maybe_await(store.load(self.run_id))
             if checkpoint is None:
                 raise CheckpointNotFoundError(self.run_id)
-            self.messages = History(checkpoint.messages)
+            self.messages = History(checkpoint.refuse_newer().messages)
         else:
             try:
                 checkpoint = await maybe_await(store.load(self.run_id))
+            except CheckpointVersionError:
+                raise  # a newer durable-agent's run: never overwrite it with an older schema
             except Exception:  # noqa: BLE001 - a fresh run must not die of an unreadable old one
                 logger.exception("could not load the stored checkpoint of run %s; starting its counters at 0", self.run_id)
                 checkpoint = None
         if checkpoint is not None:
+            checkpoint.refuse_newer()
             self._next_index = checkpoint.step_index + 1
             self.total_usage = checkpoint.usage
 
@@ -349,6 +366,7 @@ class AgentLoop:
         self.messages = extended(self.messages, assistant)
         if calls and not phase.suspends:
             phase = await self._execute(calls)
+            self.usage, self.total_usage = self.usage + phase.usage, self.total_usage + phase.usage
             if not phase.suspends:
                 self.messages = extended(self.messages, tool_message(phase.results))
                 for result in phase.results:
@@ -451,6 +469,7 @@ class AgentLoop:
         calls = [_Call(c["tool_call_id"], c["tool_name"], c["input"]) for c in raw_calls]
         await self._decide(calls, settling=True, approval_ids=approval_ids)
         phase = await self._execute(calls)
+        self.usage, self.total_usage = self.usage + phase.usage, self.total_usage + phase.usage
         step_index = self._next_index
         if phase.suspends:
             async for part in self._suspend(phase, step_index):
@@ -533,7 +552,7 @@ class AgentLoop:
                 call.approval = request
             return
         verdict = await maybe_await(approver(request))
-        approved = verdict.approved if isinstance(verdict, ToolApprovalResponse) else bool(verdict)
+        approved = verdict.approved if isinstance(verdict, ToolApprovalResponse) else check_verdict(verdict)
         if not approved:
             reason = verdict.reason if isinstance(verdict, ToolApprovalResponse) else None
             call.result = call.outcome(reason or DENIED_REASON, True)
@@ -566,10 +585,13 @@ class AgentLoop:
             if isinstance(outcome, SubAgentSuspended):
                 phase.approvals.extend(outcome.requests)
                 phase.child_suspended = True
+                phase.usage += outcome.usage
             elif isinstance(outcome, BaseException):
                 raise outcome
             else:
                 phase.results.append(outcome)
+                if "usage" in outcome:
+                    phase.usage += Usage.from_dict(outcome["usage"])
         if phase.child_suspended:
             phase.results = []  # a suspended batch writes no tool message; siblings re-run on resume
             phase.client_calls = []
@@ -610,7 +632,10 @@ class AgentLoop:
             _current_call.reset(token)
         if hasattr(output, "model_dump"):
             output = output.model_dump(mode="json")
-        return call.outcome(output, False)
+        result = call.outcome(output, False)
+        if context.usage:
+            result["usage"] = sum(context.usage, Usage()).to_dict()
+        return result
 
     # ------------------------------------------------------------- suspension
 

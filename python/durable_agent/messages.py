@@ -32,6 +32,7 @@ class ToolResultPart(TypedDict):
     tool_name: str
     output: Any
     is_error: bool
+    usage: NotRequired[dict[str, int]]  # a sub-agent's token usage, counted toward its parent run
 
 
 class ToolApprovalRequestPart(TypedDict):

@@ -12,7 +12,9 @@ Without a session, a child that needs a client-mode verdict cannot wait for one:
 parent model gets an `is_error` result saying so. A child inherits the parent's
 `approve_tool_call`, signer, clock and id generator unless it sets its own.
 
-The child's usage is its own (its checkpoints carry it); it is not added to the parent's.
+The child's usage counts toward its parent: it rides on the call's tool result (``usage``),
+so the parent's usage, `total_usage` and budget stop conditions see it; the child's own
+checkpoints keep the child's usage alone.
 """
 
 from __future__ import annotations
@@ -84,7 +86,8 @@ def agent_tool(
             run_id = child_run_id(context.run_id, name, context.tool_call_id)
             session = Session(parent.session.store, run_id)
             stored = await maybe_await(parent.session.store.load(run_id))
-            if stored is not None and stored.status == "completed":
+            if stored is not None and stored.refuse_newer().status == "completed":
+                context.report_usage(stored.usage)  # the parent's step re-runs: its usage was never saved
                 return final_text(stored.messages)  # the call finished before a crash: don't run it again
             if stored is not None:
                 resume_id = run_id
@@ -98,7 +101,8 @@ def agent_tool(
                     f"sub-agent {name!r} needs a client-mode verdict for {waiting}, which requires a durable "
                     "session on the parent call (or an approve_tool_call callback)"
                 )
-            raise SubAgentSuspended(result.pending_approvals)
+            raise SubAgentSuspended(result.pending_approvals, result.usage)
+        context.report_usage(result.usage)
         return result.text
 
     return Tool(

@@ -32,7 +32,10 @@ from typing import Any, Protocol
 from .._kernels import kernels
 from ..errors import StaleEpochError, SubmissionConflictError, is_control_error
 from ..stores._sql import Dialect as StatementDialect
-from ..stores._sql import Plan, Query, migrate_plan
+from ..stores._history import PrefixCache
+from ..stores._sql import Plan, Query, migrate_plan, save_plan
+from ..stores._sql import schema_plan as checkpoint_schema_plan
+from ..stores._validate import check_checkpoint
 from .leases import Fences, OwnedRuntime, claimed_row, is_listed_resumable, may_claim
 from .records import (
     AwakeableRecord,
@@ -40,6 +43,7 @@ from .records import (
     LeaseRow,
     ResumableRun,
     RunOwner,
+    RunTransition,
     StepErrorRecord,
     StepRecord,
     StreamPartialRecord,
@@ -63,7 +67,7 @@ SCHEMA_VERSION = 1
 class JournalDialect:
     """What differs between SQLite and Postgres in the journal's SQL."""
 
-    statements: StatementDialect  # placeholders (shared with the session stores' driver)
+    statements: StatementDialect  # placeholders and the checkpoint tables (shared with the session stores)
     serial: str  # an auto-numbered integer primary key column
     lock_shared: str  # suffix of a SELECT that must not race a claim ("" where writes are serialized)
     lock_update: str  # suffix of the SELECT of a claim
@@ -112,7 +116,8 @@ MIGRATIONS = {1: _schema_v1}
 
 
 def schema_plan(d: JournalDialect) -> Plan:
-    """Create or migrate the journal tables to `SCHEMA_VERSION`."""
+    """Create or migrate the journal tables to `SCHEMA_VERSION`, and the checkpoint tables the journal writes."""
+    yield from checkpoint_schema_plan(d.statements)
     migrations = {version: make(d) for version, make in MIGRATIONS.items()}
     return (yield from migrate_plan(d.lock_schema, VERSIONS, SCHEMA_VERSION, migrations, "the journal schema"))
 
@@ -369,6 +374,10 @@ def lease_epoch_plan(session_id: str) -> Plan:
 
 def mark_resumable_plan(d: JournalDialect, session_id: str, run_id: str | None, epoch: int | None) -> Plan:
     yield from _fence(d, session_id, epoch)
+    yield from _mark(session_id, run_id)
+
+
+def _mark(session_id: str, run_id: str | None) -> Plan:
     yield from _ensure_lease(session_id)
     yield Query(f"UPDATE {LEASES} SET resumable_run = ? WHERE session_id = ?", (run_id, session_id))
 
@@ -455,11 +464,35 @@ def last_run_plan(session_id: str) -> Plan:
 
 def set_last_run_plan(d: JournalDialect, session_id: str, run_id: str, epoch: int | None) -> Plan:
     yield from _fence(d, session_id, epoch)
+    yield from _set_last_run(session_id, run_id)
+
+
+def _set_last_run(session_id: str, run_id: str) -> Plan:
     yield Query(
         f"INSERT INTO {LAST_RUNS} (session_id, run_id) VALUES (?, ?)"
         " ON CONFLICT (session_id) DO UPDATE SET run_id = excluded.run_id",
         (session_id, run_id),
     )
+
+
+def commit_plan(d: JournalDialect, transition: RunTransition, cache: PrefixCache) -> Plan:
+    """A `RunTransition` as one plan: the fence, then each part it holds; returns the checkpoint's revision."""
+    session_id = transition.session_id
+    yield from _fence(d, session_id, transition.epoch)
+    revision = None
+    if transition.checkpoint is not None:
+        revision = yield from save_plan(cache, transition.checkpoint, None, d.statements)
+    if transition.last_run is not None:
+        yield from _set_last_run(session_id, transition.last_run)
+    if transition.mark is not None or transition.unmark:
+        yield from _mark(session_id, transition.mark)
+    for key, awakeable_id in transition.awakeables:
+        yield Query(
+            f"INSERT INTO {AWAKEABLES} ({_AWAKEABLE_COLUMNS}) VALUES (?, ?, ?, 0, ?, NULL)"
+            " ON CONFLICT (session_id, key) DO NOTHING",
+            (awakeable_id, session_id, key, _text(None)),
+        )
+    return revision
 
 
 # ------------------------------------------------------- the runtime itself
@@ -685,7 +718,8 @@ class SqlRuntime(OwnedRuntime):
         self.clock = clock
         self.fences = Fences()
         self.dialect = driver.dialect
-        self.session_store = session_store
+        self.session_store = session_store  # reads; the runtime's own commits write the same tables
+        self._checkpoints = PrefixCache()
         self.backend = SqlJournal(driver, self.fences)
         self.lease = SqlLease(self)
         self.stores = SqlStores(self)
@@ -706,6 +740,20 @@ class SqlRuntime(OwnedRuntime):
             is_control_error=self.is_control_error,
             clock=self.clock,
         )
+
+    async def commit(self, transition: RunTransition) -> None:
+        """Apply `transition` in one transaction with the lease's epoch checked inside it."""
+        checkpoint = transition.checkpoint
+        if checkpoint is not None:
+            check_checkpoint(checkpoint)
+        try:
+            revision = await self.backend.write(commit_plan(self.dialect, transition, self._checkpoints))
+        except BaseException:
+            if checkpoint is not None:
+                self._checkpoints.forget(checkpoint.run_id)  # unknown outcome: the next save re-reads
+            raise
+        if checkpoint is not None:
+            self._checkpoints.remember(checkpoint.run_id, revision, checkpoint.messages)
 
     async def resolve_awakeable(self, awakeable_id: str, value: Any) -> bool:
         """Resolve from the resumer's side, also while no process runs the run. False: no such id."""

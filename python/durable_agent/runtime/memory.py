@@ -32,6 +32,7 @@ from .records import (
     LeaseRow,
     ResumableRun,
     RunOwner,
+    RunTransition,
     StepRecord,
     StreamPartialRecord,
 )
@@ -322,6 +323,20 @@ class MemoryRuntime(OwnedRuntime):
         return JournalScope(self.backend, session_id=session_id, run_id=run_id,
                             epoch=epoch if epoch is not None else self.fences.epoch(session_id),
                             is_control_error=self.is_control_error, clock=self.clock)
+
+    async def commit(self, transition: RunTransition) -> None:
+        """Apply `transition` at once (nothing awaits in between, so no other task sees half of it)."""
+        session_id = transition.session_id
+        self.backend.guard(session_id, transition.epoch)
+        if transition.checkpoint is not None:
+            self.state.session_store.save(transition.checkpoint)
+        if transition.last_run is not None:
+            self.state.last_runs[session_id] = transition.last_run
+        if transition.mark is not None or transition.unmark:
+            self.state.leases.setdefault(session_id, LeaseRow()).resumable_run = transition.mark
+        for key, awakeable_id in transition.awakeables:
+            if not any(a.session_id == session_id and a.key == key for a in self.state.awakeables.values()):
+                self.state.awakeables[awakeable_id] = AwakeableRecord(awakeable_id, session_id, key)
 
     async def resolve_awakeable(self, awakeable_id: str, value: Any) -> bool:
         """Resolve from the resumer's side, also while no process runs the run. False: no such id."""

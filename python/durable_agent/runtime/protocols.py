@@ -17,6 +17,7 @@ from .records import (
     LeaseClaim,
     ResumableRun,
     RunOwner,
+    RunTransition,
     StepOutcome,
     StepRecord,
     StepRequest,
@@ -159,6 +160,10 @@ class DurableRuntime(Protocol):
     def is_control_error(self, error: BaseException) -> bool: ...
 
     async def open_run(self, *, session_id: str, run_id: str, epoch: int | None = None) -> RunScope: ...
+
+    async def commit(self, transition: RunTransition) -> None:
+        """Apply `transition` in one transaction, fenced by its epoch (`StaleEpochError` when stale)."""
+        ...
 
     async def resolve_awakeable(self, awakeable_id: str, value: Any) -> bool: ...
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from ..checkpoint import AgentCheckpoint
 
 StepStatus = Literal["pending", "done", "failed"]
 StepReplayPolicy = Literal["safe", "unsafe"]
@@ -111,6 +114,32 @@ class LeaseRow:
     renewed_at: int = 0
     released: bool = True
     resumable_run: str | None = None  # the run marked in progress (`DurableLease.mark_resumable`)
+
+
+@dataclass(frozen=True, slots=True)
+class RunTransition:
+    """One step of a session's run lifecycle, committed by `DurableRuntime.commit` as ONE fenced transaction.
+
+    Every part present commits together, with the session's lease `epoch` checked inside the
+    same transaction, or nothing does (`StaleEpochError` when the epoch moved on):
+
+    * `checkpoint`: saved as the session store saves it (append-only);
+    * `last_run`: becomes the session's latest run (its checkpoint holds the session's history);
+    * `mark`: the run marked in progress (what `resume()` continues); `unmark` clears the mark;
+    * `awakeables`: ``(key, awakeable_id)`` pairs opened for the run to park on (no deadline).
+    """
+
+    session_id: str
+    epoch: int
+    checkpoint: AgentCheckpoint | None = None
+    last_run: str | None = None
+    mark: str | None = None
+    unmark: bool = False
+    awakeables: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.mark is not None and self.unmark:
+            raise ValueError("a transition either marks a run or unmarks it, not both")
 
 
 @dataclass(frozen=True, slots=True)

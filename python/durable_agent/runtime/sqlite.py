@@ -6,7 +6,9 @@ readers never block. A lease holder's write checks the session's epoch inside it
 transaction (see `durable_agent.runtime._sql`): a stale writer gets `StaleEpochError` and its
 write is not applied. A ``done`` step record commits its tool-state ops in the same transaction.
 
-Checkpoints go to a `SqliteSessionStore` on the same file (`runtime.stores.session`).
+Checkpoints live in the same file, in the tables of `SqliteSessionStore`: the runtime writes them
+itself, inside its fenced lifecycle transactions (`commit`), and `runtime.stores.session` (a
+`SqliteSessionStore` on the file) reads them.
 
 The database calls are synchronous (they are short, and Pyodide has no threads to move them
 to); a write waiting on another process's write lock blocks the event loop for at most
@@ -111,8 +113,7 @@ class SqliteRuntime(SqlRuntime):
     `path`: the file (created when missing). `busy_timeout_ms`: how long a write waits for
     another process's write. `synchronous`: FULL (default) survives a power loss; NORMAL is
     faster and survives a process crash. `poll_interval_ms`: how often an awakeable wait
-    looks for a resolution made by another process. `session_store`: the checkpoint store
-    (default: a `SqliteSessionStore` on the same file). Close it with `close()` or `with`.
+    looks for a resolution made by another process. Close it with `close()` or `with`.
     """
 
     def __init__(
@@ -123,7 +124,6 @@ class SqliteRuntime(SqlRuntime):
         busy_timeout_ms: int = 10_000,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         poll_interval_ms: int = 20,
-        session_store: Any = None,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ConfigurationError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
@@ -137,25 +137,20 @@ class SqliteRuntime(SqlRuntime):
             synchronous=synchronous,
             poll_interval_ms=poll_interval_ms,
         )
-        self._own_store = session_store is None
-        if session_store is None:
-            from ..stores.sqlite import SqliteSessionStore
+        from ..stores.sqlite import SqliteSessionStore
 
-            try:
-                session_store = SqliteSessionStore(
-                    self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous
-                )
-            except BaseException:
-                driver.close()
-                raise
+        try:
+            session_store = SqliteSessionStore(self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+        except BaseException:
+            driver.close()
+            raise
         self._driver = driver
         super().__init__(driver, session_store, clock=clock)
 
     def close(self) -> None:
-        """Close the database connections (the session store's too, when this runtime opened it)."""
+        """Close the database connections (the session store's too)."""
         self._driver.close()
-        if self._own_store:
-            self.session_store.close()
+        self.session_store.close()
 
     def __enter__(self) -> SqliteRuntime:
         return self

@@ -25,7 +25,7 @@ from . import _sql
 from ._history import PrefixCache
 from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id
 
-_DIALECT = _sql.Dialect(
+DIALECT = _sql.Dialect(
     placeholder="%s",
     text_type='TEXT COLLATE "C"',
     lock_run="SELECT pg_advisory_xact_lock(hashtextextended(?, 20260))",
@@ -67,7 +67,7 @@ class _Common:
     ) -> tuple[AgentCheckpoint, Callable[[], _sql.Plan]]:
         checked = check_checkpoint(checkpoint)
         expected = check_expected(expected_step_index)
-        return checked, lambda: _sql.save_plan(self._cache, checked, expected, _DIALECT)
+        return checked, lambda: _sql.save_plan(self._cache, checked, expected, DIALECT)
 
     def _loaded(self, run_id: str, found: Any) -> AgentCheckpoint | None:
         if found is None:
@@ -121,12 +121,12 @@ class PostgresSessionStore(_Common):
         with self._pool.connection() as conn:
             if not self._migrated:
                 with conn.transaction(), conn.cursor() as cur:
-                    _sql.run_sync(cur, _DIALECT, _sql.schema_plan(_DIALECT))
+                    _sql.run_sync(cur, DIALECT, _sql.schema_plan(DIALECT))
                 self._migrated = True
             with conn.transaction(), conn.cursor() as cur:
                 if snapshot:
                     cur.execute(_READ_SNAPSHOT)
-                return _sql.run_sync(cur, _DIALECT, plan)
+                return _sql.run_sync(cur, DIALECT, plan)
 
     def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
         """Store `checkpoint` as the latest of its run, writing only the messages not stored yet.
@@ -218,12 +218,12 @@ class AsyncPostgresSessionStore(_Common):
         async with self._pool.connection() as conn:
             if not self._migrated:
                 async with conn.transaction(), conn.cursor() as cur:
-                    await _sql.run_async(cur, _DIALECT, _sql.schema_plan(_DIALECT))
+                    await _sql.run_async(cur, DIALECT, _sql.schema_plan(DIALECT))
                 self._migrated = True
             async with conn.transaction(), conn.cursor() as cur:
                 if snapshot:
                     await cur.execute(_READ_SNAPSHOT)
-                return await _sql.run_async(cur, _DIALECT, plan)
+                return await _sql.run_async(cur, DIALECT, plan)
 
     async def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
         """See `PostgresSessionStore.save`."""

@@ -1,0 +1,372 @@
+"""`DurableSession`: one conversation on a durable runtime, its runs, and their lifecycle, phase by phase.
+
+A session is a sequence of runs; each `Agent.run(prompt)` is the next one. Every phase that
+changes what is stored is ONE fenced transaction (`DurableRuntime.commit` of a
+`RunTransition`, the lease's epoch checked inside it), so a process death between two of them
+leaves a state the next call continues from, and a process that lost the lease lands nothing:
+
+1. **claim**: take the session's lease (a new epoch) — every later write is fenced by it;
+2. **recover**: a run still marked in progress was interrupted; it is healed (its step in
+   flight closed from its records, then completed and unmarked: one commit) or, with
+   ``on_interrupted="resume"``, driven on;
+3. **start**: the new run's first checkpoint (history plus prompt), the session's last run,
+   and the mark: one commit;
+4. **drive**: the loop; each checkpoint it saves is one commit (`RunCheckpoints`);
+5. **park**: a ``suspended`` checkpoint commits with one awakeable per pending approval and
+   the unmark;
+6. **finish**: the ``completed`` checkpoint commits with the unmark.
+
+So: before (3) commits, nothing of the run exists and the next `run()` starts it again;
+between (3) and (5)/(6) the run is marked and `resume()` continues it; after them it is
+unmarked, and `resume()` settles a parked run or returns None for a finished one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._util import maybe_await, wall_clock_ms
+from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage
+from .errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, SessionStateError
+from .generate import _consume
+from .loop import TOOL_INTERRUPTED_MESSAGE, AgentLoop, assistant_message, tool_message, unresolved_calls
+from .messages import Message
+from .models import LanguageModel
+from .options import RunOptions, logger, random_id
+from .results import GenerateTextResult
+from .runtime.keys import MODEL_CALL, step_key
+from .runtime.protocols import DurableRuntime, RunScope
+from .runtime.records import RunTransition, StepRecord
+from .session import Session
+from .tools import Tool
+
+
+@dataclass(frozen=True, slots=True)
+class DurableOptions:
+    """The runtime every run of an agent goes through, and what `run()` does with an interrupted run.
+
+    ``on_interrupted="heal"`` (default): `run()` answers the interrupted run's open tool
+    calls as interrupted and starts the new run (call `resume()` first to continue it
+    instead). ``"resume"``: `run()` first continues the interrupted run when its process is
+    gone, then runs the prompt unless the resumed run suspended.
+    `stale_after_ms`: a lease not renewed for this long counts as lapsed.
+    """
+
+    runtime: DurableRuntime
+    on_interrupted: Literal["heal", "resume"] = "heal"
+    stale_after_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if self.on_interrupted not in ("heal", "resume"):
+            raise ConfigurationError("on_interrupted must be 'heal' or 'resume'")
+        if type(self.stale_after_ms) is not int or self.stale_after_ms <= 0:
+            raise ConfigurationError("stale_after_ms must be a positive int")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpec:
+    """What runs on a session: the model, the tools, the call options, and the history a new session starts with."""
+
+    model: LanguageModel
+    tools: Mapping[str, Tool]
+    options: Mapping[str, Any]
+    history: Sequence[Message] = ()
+
+
+def approval_key(run_id: str, step_index: int, approval_id: str) -> str:
+    """The step key of the awakeable a suspended run parks on for one approval."""
+    return step_key(run_id, step_index, f"approval/{approval_id}")
+
+
+def checkpoint_transition(session_id: str, epoch: int, run_id: str, checkpoint: AgentCheckpoint) -> RunTransition:
+    """What saving `checkpoint` commits with it, for the session's run `run_id`. In order:
+
+    * a checkpoint of another run (a sub-agent's) → the checkpoint alone;
+    * ``completed`` → the checkpoint and the unmark (finish);
+    * ``suspended`` → the checkpoint, an awakeable per pending approval (its id the approval
+      id, for `resolve_approval`), and the unmark (park);
+    * ``running`` → the checkpoint alone.
+    """
+    if checkpoint.run_id != run_id:
+        return RunTransition(session_id, epoch, checkpoint=checkpoint)
+    if checkpoint.status == "completed":
+        return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=True)
+    if checkpoint.status == "suspended":
+        parked = tuple(
+            (approval_key(run_id, checkpoint.step_index, r.approval_id), r.approval_id)
+            for r in checkpoint.pending_approvals or ()
+        )
+        return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=True, awakeables=parked)
+    return RunTransition(session_id, epoch, checkpoint=checkpoint)
+
+
+def healed_history(checkpoint: AgentCheckpoint, records: Sequence[StepRecord]) -> list[Message] | None:
+    """The history of an interrupted run with its step in flight closed from its records; None if nothing changes."""
+    messages = list(checkpoint.messages)
+    turn = checkpoint.step_index + 1
+    done = {r.key: r.result for r in records if r.status == "done"}
+    model_answer = done.get(step_key(checkpoint.run_id, turn, MODEL_CALL))
+    if model_answer is not None:
+        messages.append(assistant_message(model_answer["text"], model_answer["tool_calls"]))
+    calls, _ = unresolved_calls(messages)
+    if not calls and model_answer is None:
+        return None
+    if calls:
+        answers = [
+            done.get(step_key(checkpoint.run_id, turn, c["tool_call_id"]))
+            or {"type": "tool-result", "tool_call_id": c["tool_call_id"], "tool_name": c["tool_name"],
+                "output": TOOL_INTERRUPTED_MESSAGE, "is_error": True}
+            for c in calls
+        ]
+        messages.append(tool_message(answers))
+    return messages
+
+
+class RunCheckpoints:
+    """The session store the loop of one run saves through: every save is one fenced commit.
+
+    Reads go to the runtime's session store; a save commits `checkpoint_transition`'s
+    transition, so finishing and parking are atomic with their checkpoint, and a process
+    that lost the lease gets `StaleEpochError` instead of landing the save.
+    """
+
+    def __init__(self, runtime: DurableRuntime, session_id: str, run_id: str, epoch: int) -> None:
+        self._runtime = runtime
+        self._session_id = session_id
+        self._run_id = run_id
+        self._epoch = epoch
+
+    def load(self, run_id: str) -> Any:
+        return self._runtime.stores.session.load(run_id)
+
+    async def save(self, checkpoint: AgentCheckpoint) -> None:
+        await self._runtime.commit(checkpoint_transition(self._session_id, self._epoch, self._run_id, checkpoint))
+
+
+class DurableSession:
+    """One session on one runtime: `run`, `resume`, `suspend`, `abandon_interrupted`, in named phases."""
+
+    def __init__(self, durable: DurableOptions, session_id: str) -> None:
+        if not session_id or not isinstance(session_id, str):
+            raise ConfigurationError("a durable session needs a non-empty str session_id")
+        self.durable = durable
+        self.runtime: DurableRuntime = durable.runtime
+        self.session_id = session_id
+        self._suspend: asyncio.Event | None = None  # created inside the running loop of each run
+
+    # ------------------------------------------------------------------ public
+
+    def suspend(self) -> None:
+        """Stop the run in progress at its next step boundary check (`RunSuspendedError`); it stays resumable."""
+        if self._suspend is not None:
+            self._suspend.set()
+
+    async def run(self, prompt: str, spec: AgentSpec) -> GenerateTextResult:
+        """Recover an interrupted run, then start and drive the session's next run on `prompt`."""
+        listed = await self.runtime.lease.resumable(session_id=self.session_id, stale_at=self._stale_at(spec))
+        epoch = await self.claim(spec)
+        try:
+            resumable = {r.run_id for r in listed}
+            recovered = await self.recover(epoch, spec, resume=self.durable.on_interrupted == "resume",
+                                           resumable=resumable)
+            if recovered is not None and recovered.finish_reason == "suspended":
+                return recovered
+            run_id = await self.start_run(epoch, prompt, spec)
+            return await self.drive(run_id, epoch, (), spec)
+        finally:
+            await self._release(epoch)
+
+    async def resume(
+        self, spec: AgentSpec, run_id: str | None = None, approval_responses: Sequence[ToolApprovalResponse] = ()
+    ) -> GenerateTextResult | None:
+        """Continue the interrupted or parked run (or `run_id`); None when there is nothing to continue."""
+        epoch = await self.claim(spec)
+        try:
+            marked = await self.runtime.lease.marked_run(self.session_id)
+            target = run_id or marked or await self._parked_last_run()
+            if target is None:
+                return None
+            checkpoint = await self._load(target)
+            if checkpoint is None:
+                raise SessionStateError(self.session_id, target, "has no checkpoint")
+            if checkpoint.status == "completed":
+                if target == marked:  # finished, but left marked by an older durable-agent: finish it now
+                    await self.runtime.commit(RunTransition(self.session_id, epoch, unmark=True))
+                return None
+            given = {r.approval_id for r in approval_responses}
+            sent = [v for v in await self._verdicts_from_awakeables(checkpoint) if v.approval_id not in given]
+            return await self.drive(target, epoch, [*approval_responses, *sent], spec)
+        finally:
+            await self._release(epoch)
+
+    async def abandon_interrupted(self, spec: AgentSpec) -> str | None:
+        """Unmark the session's interrupted run without running or changing anything of it; returns its id.
+
+        The way out of a `SessionStateError`: the run's stored data is kept for inspection,
+        and the session's next run starts from the session's last readable history.
+        """
+        epoch = await self.claim(spec)
+        try:
+            marked = await self.runtime.lease.marked_run(self.session_id)
+            if marked is not None:
+                await self.runtime.commit(RunTransition(self.session_id, epoch, unmark=True))
+                logger.warning("session %s: run %s abandoned (unmarked; its data is kept)", self.session_id, marked)
+            return marked
+        finally:
+            await self._release(epoch)
+
+    # ----------------------------------------------------------------- phases
+
+    async def claim(self, spec: AgentSpec) -> int:
+        """Take the session's lease; its epoch fences every later write of this call."""
+        claim = await self.runtime.lease.claim(self.session_id, stale_at=self._stale_at(spec))
+        if not claim.claimed:
+            raise RunLeaseHeldError(self.session_id, claim.owner)
+        assert claim.epoch is not None
+        return claim.epoch
+
+    async def recover(
+        self, epoch: int, spec: AgentSpec, *, resume: bool, resumable: set[str]
+    ) -> GenerateTextResult | None:
+        """Deal with the run an earlier process left marked: drive it on (`resume`, when listed) or heal it."""
+        interrupted = await self.runtime.lease.marked_run(self.session_id)
+        if interrupted is None:
+            return None
+        checkpoint = await self._load(interrupted)
+        if checkpoint is None:
+            raise SessionStateError(self.session_id, interrupted, "is marked in progress but has no checkpoint")
+        if checkpoint.status == "completed":
+            await self.runtime.commit(RunTransition(self.session_id, epoch, unmark=True))
+            return None
+        if resume and interrupted in resumable:
+            return await self.drive(interrupted, epoch, (), spec)
+        await self.heal(epoch, checkpoint, spec)
+        return None
+
+    async def heal(self, epoch: int, checkpoint: AgentCheckpoint, spec: AgentSpec) -> None:
+        """Close an interrupted run without running anything: its step in flight finished from its records.
+
+        The model answer of that step (if its call finished) joins the history; each of its
+        tool calls gets its recorded result, or an interrupted marker when it never finished.
+        The healed checkpoint and the unmark are one commit.
+        """
+        scope = await self.runtime.open_run(session_id=self.session_id, run_id=checkpoint.run_id, epoch=epoch)
+        try:
+            healed = healed_history(checkpoint, await scope.stored_steps())
+        finally:
+            await scope.close()
+        closed = None if healed is None else AgentCheckpoint(
+            run_id=checkpoint.run_id, step_index=checkpoint.step_index + 1, status="completed",
+            usage=checkpoint.usage, messages=healed, created_at=self._now(spec),
+        )
+        await self.runtime.commit(RunTransition(self.session_id, epoch, checkpoint=closed, unmark=True))
+
+    async def start_run(self, epoch: int, prompt: str, spec: AgentSpec) -> str:
+        """Commit the new run's first checkpoint, make it the session's last run, and mark it: one transaction."""
+        history = await self._session_history(spec)
+        run_id = str((spec.options.get("generate_id") or random_id)())
+        start = AgentCheckpoint(run_id=run_id, step_index=0, status="running", usage=Usage(),
+                                messages=[*history, {"role": "user", "content": prompt}], created_at=self._now(spec))
+        await self.runtime.commit(RunTransition(self.session_id, epoch, checkpoint=start, last_run=run_id,
+                                                mark=run_id))
+        return run_id
+
+    async def drive(
+        self, run_id: str, epoch: int, responses: Sequence[ToolApprovalResponse], spec: AgentSpec
+    ) -> GenerateTextResult:
+        """Run the loop on `run_id` from its checkpoint; its saves park or finish the run (see the module docs)."""
+        runtime = self.runtime
+        self._suspend = asyncio.Event()
+        scope = await runtime.open_run(session_id=self.session_id, run_id=run_id, epoch=epoch)
+        checkpoints = RunCheckpoints(runtime, self.session_id, run_id, epoch)
+        renewer = asyncio.ensure_future(self._renew(epoch))
+        try:
+            await self._join_partials(scope, checkpoints, run_id, spec)
+            options = {**spec.options, "approval_responses": list(responses)} if responses else spec.options
+            tool_state = dict(await runtime.stores.tool_state(self.session_id).all())
+            run_options = RunOptions.build(spec.model, Session(checkpoints, run_id),
+                                           {"tools": spec.tools, **options},
+                                           scope=scope, suspend_signal=self._suspend, tool_state=tool_state)
+            return await _consume(AgentLoop(run_options, None, resume_run_id=run_id))
+        except RunSuspendedError:
+            logger.info("run %s suspended; it stays resumable", run_id)
+            raise
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            await scope.close()
+
+    # ----------------------------------------------------------------- helpers
+
+    async def _join_partials(self, scope: RunScope, checkpoints: RunCheckpoints, run_id: str,
+                             spec: AgentSpec) -> None:
+        """Turn the text a crashed model step had streamed into an aborted assistant turn of the history."""
+        checkpoint = await self._load(run_id)
+        if checkpoint is None:
+            return
+        key = step_key(run_id, checkpoint.step_index + 1, MODEL_CALL)
+        partials = [p for p in await scope.stored_partials() if p.step_key == key]
+        if not partials or any(r.key == key and r.status == "done" for r in await scope.stored_steps()):
+            return
+        text = "".join(p.text for p in sorted(partials, key=lambda p: p.seq))
+        aborted: Message = {"role": "assistant", "content": [{"type": "text", "text": text}]}
+        await checkpoints.save(AgentCheckpoint(
+            run_id=run_id, step_index=checkpoint.step_index + 1, status="running", usage=checkpoint.usage,
+            messages=[*checkpoint.messages, aborted], created_at=self._now(spec),
+        ))
+
+    async def _verdicts_from_awakeables(self, checkpoint: AgentCheckpoint) -> list[ToolApprovalResponse]:
+        """The verdicts other processes sent (`resolve_approval`) for the pending approvals of a parked run."""
+        if checkpoint.status != "suspended":
+            return []
+        verdicts = []
+        for request in checkpoint.pending_approvals or ():
+            key = approval_key(checkpoint.run_id, checkpoint.step_index, request.approval_id)
+            record = await self.runtime.find_awakeable(self.session_id, key)
+            if record is None or not record.resolved or not isinstance(record.value, dict):
+                continue
+            value = record.value
+            if type(value.get("approved")) is not bool:  # resolve_approval refuses these: a damaged row
+                logger.warning("approval %s: stored verdict %r is not a bool; treated as unanswered",
+                               request.approval_id, value.get("approved"))
+                continue
+            verdicts.append(ToolApprovalResponse(request.approval_id, value["approved"],
+                                                 reason=value.get("reason"), token=value.get("token")))
+        return verdicts
+
+    async def _load(self, run_id: str) -> AgentCheckpoint | None:
+        checkpoint: AgentCheckpoint | None = await maybe_await(self.runtime.stores.session.load(run_id))
+        return None if checkpoint is None else checkpoint.refuse_newer()
+
+    async def _session_history(self, spec: AgentSpec) -> list[Message]:
+        last = await self.runtime.stores.runs.last(self.session_id)
+        checkpoint = await self._load(last) if last else None
+        return list(checkpoint.messages) if checkpoint is not None else list(spec.history)
+
+    async def _parked_last_run(self) -> str | None:
+        last = await self.runtime.stores.runs.last(self.session_id)
+        checkpoint = await self._load(last) if last else None
+        return last if checkpoint is not None and checkpoint.status == "suspended" else None
+
+    async def _release(self, epoch: int) -> None:
+        with contextlib.suppress(Exception):
+            await self.runtime.lease.release(self.session_id, epoch)
+
+    async def _renew(self, epoch: int) -> None:
+        interval = self.durable.stale_after_ms / 3000
+        while True:
+            await asyncio.sleep(interval)
+            if not await self.runtime.lease.renew(self.session_id, epoch):
+                return  # lost: the next fenced write raises StaleEpochError and stops the run
+
+    def _stale_at(self, spec: AgentSpec) -> int:
+        return self._now(spec) - self.durable.stale_after_ms
+
+    @staticmethod
+    def _now(spec: AgentSpec) -> int:
+        return int((spec.options.get("clock") or wall_clock_ms)())

@@ -1,0 +1,265 @@
+"""The run lifecycle on every runtime: each phase one fenced commit, a death between any two commits
+recoverable, a stale owner landing nothing; and the loop defects found the same way.
+
+A process death is placed exactly where a SIGKILL lands between two commits: a runtime that
+raises a control error (`Crash`, never recorded) right after its k-th write returns. Another
+runtime over the same storage plays the next process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_agent import Crash, agent_on, runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
+from test_runtime_postgres import conninfo, opened  # noqa: F401
+
+from durable_agent import (
+    Agent,
+    AgentCheckpoint,
+    CheckpointVersionError,
+    ConfigurationError,
+    DurableOptions,
+    InMemorySessionStore,
+    ModelRequest,
+    ScriptedModel,
+    Session,
+    SessionStateError,
+    StaleEpochError,
+    Tool,
+    ToolApprovalResponse,
+    Usage,
+    agent_tool,
+    call,
+    generate_text,
+    reply,
+    resolve_approval,
+    resume_from_checkpoint,
+    total_tokens_exceed,
+)
+from durable_agent._util import maybe_await
+from durable_agent.runtime.records import RunOwner, RunTransition
+
+PROMPTS = ("first", "second")
+
+
+def scripted(effects: list[tuple[str, Any]], requests: list[tuple[str, int]]) -> tuple[ScriptedModel, dict[str, Tool]]:
+    """Each prompt: one round of a safe read and an unsafe charge, then a final answer naming the prompt."""
+
+    def answer(request: ModelRequest) -> Any:
+        prompts = [m["content"] for m in request.messages if m["role"] == "user"]
+        last_user = max(i for i, m in enumerate(request.messages) if m["role"] == "user")
+        turn = sum(1 for m in request.messages[last_user:] if m["role"] == "tool")
+        requests.append((prompts[-1], turn))
+        if turn == 0:
+            return reply("Working.", call("read", {"p": prompts[-1]}, f"read-{len(prompts)}"),
+                         call("charge", {"p": prompts[-1]}, f"charge-{len(prompts)}"))
+        return f"Done with {prompts[-1]}."
+
+    def effect(name: str) -> Callable[[Any], str]:
+        def execute(args: Any) -> str:
+            effects.append((name, args["p"]))
+            return f"{name} ok"
+
+        return execute
+
+    return ScriptedModel(answer), {"read": Tool(execute=effect("read"), replay="safe"),
+                                   "charge": Tool(execute=effect("charge"))}
+
+
+def elsewhere(runtime: Any) -> Any:
+    """`runtime` as a process on another host: only staleness decides whether its lease lapsed."""
+    runtime.owner = RunOwner("elsewhere", 1, runtime.owner.token)
+    return runtime
+
+
+def dies_after(runtime: Any, writes: int) -> Any:
+    """`runtime`, made to die (raise `Crash`) right after its `writes`-th write commits."""
+    count = [0]
+    elsewhere(runtime)
+
+    def after_write(method: Callable[..., Any]) -> Callable[..., Any]:
+        async def wrapped(*args: Any, **kwargs: Any) -> Any:
+            value = await method(*args, **kwargs)
+            count[0] += 1
+            if count[0] == writes:
+                raise Crash()
+            return value
+
+        return wrapped
+
+    if hasattr(runtime.backend, "write"):  # the SQL runtimes: every write is one transaction here
+        runtime.backend.write = after_write(runtime.backend.write)
+    else:  # the memory runtime: its lifecycle commits and journal writes
+        runtime.commit = after_write(runtime.commit)
+        for name in ("put_step", "add_partial", "awakeable_for"):
+            setattr(runtime.backend, name, after_write(getattr(runtime.backend, name)))
+    return runtime
+
+
+async def drive_session(agent: Agent, runtime: Any) -> None:
+    """What a worker does: continue what is unfinished, then run the prompts the history lacks."""
+    await agent.resume()
+    for prompt in PROMPTS:
+        last = await runtime.stores.runs.last("chat-1")
+        stored = await maybe_await(runtime.stores.session.load(last)) if last else None
+        asked = [m["content"] for m in stored.messages if m["role"] == "user"] if stored else []
+        if prompt not in asked:
+            await agent.run(prompt)
+
+
+@pytest.mark.parametrize("death", range(1, 23))
+async def test_a_death_after_any_commit_loses_nothing_and_repeats_nothing(
+    runtime_on: Callable[[], Any], death: int  # noqa: F811
+) -> None:
+    effects: list[tuple[str, Any]] = []
+    requests: list[tuple[str, int]] = []
+    model, tools = scripted(effects, requests)
+    doomed = dies_after(runtime_on(), death)
+    crashed = False
+    try:
+        await drive_session(Agent(model=model, tools=tools, session_id="chat-1",
+                                  durable=DurableOptions(doomed, stale_after_ms=1)), doomed)
+    except Crash:
+        crashed = True
+    await asyncio.sleep(0.005)  # the dead process's lease goes stale
+    runtime = runtime_on()
+    agent = Agent(model=model, tools=tools, session_id="chat-1", durable=DurableOptions(runtime, stale_after_ms=1))
+    await drive_session(agent, runtime)  # the next process: never raises, finishes the session
+
+    assert await agent.resume() is None  # nothing left: a finished run is never driven again
+    final = await maybe_await(runtime.stores.session.load(await runtime.stores.runs.last("chat-1")))
+    assert final.status == "completed"
+    kept = [m for i, m in enumerate(final.messages)  # an aborted partial turn is followed by the retried one
+            if not (m["role"] == "assistant" and i + 1 < len(final.messages)
+                    and final.messages[i + 1]["role"] == "assistant")]
+    texts = [p["text"] for m in kept if m["role"] == "assistant" for p in m["content"] if p["type"] == "text"]
+    assert [m["content"] for m in final.messages if m["role"] == "user"] == list(PROMPTS)
+    assert texts.count("Done with first.") == 1 and texts.count("Done with second.") == 1, texts
+    assert effects.count(("charge", "first")) <= 1 and effects.count(("charge", "second")) <= 1
+    for prompt in PROMPTS:  # at most the one model call the death cut short is requested again
+        assert requests.count((prompt, 0)) <= 1 + crashed and requests.count((prompt, 1)) <= 1 + crashed
+
+
+async def test_a_stale_owner_lands_no_lifecycle_write(agent_on: Callable[..., Agent],  # noqa: F811
+                                                      runtime_on: Callable[[], Any]) -> None:  # noqa: F811
+    """Stalled right before a checkpoint commit while another process claimed the session: nothing lands."""
+    runtime, thief = elsewhere(runtime_on()), runtime_on()
+    commit = runtime.commit
+    stolen: list[int] = []
+
+    async def stalls_then_commits(transition: RunTransition) -> None:
+        if transition.checkpoint is not None and transition.checkpoint.step_index == 1 and not stolen:
+            claim = await thief.lease.claim("chat-1", stale_at=10**15)  # the lease lapsed meanwhile
+            assert claim.claimed
+            stolen.append(claim.epoch)
+        await commit(transition)
+
+    runtime.commit = stalls_then_commits
+    model = ScriptedModel([reply("", call("noop", {})), "done"])
+    agent = Agent(model=model, tools={"noop": Tool(execute=lambda a: "ok")}, session_id="chat-1",
+                  durable=DurableOptions(runtime))
+    with pytest.raises(StaleEpochError):
+        await agent.run("go")
+    last = await thief.stores.runs.last("chat-1")
+    stored = await maybe_await(thief.stores.session.load(last))
+    assert stored.step_index == 0 and stored.status == "running"  # the start commit only
+    assert await thief.lease.marked_run("chat-1") == last
+    with pytest.raises(StaleEpochError):  # every other lifecycle write of the old epoch is refused too
+        await runtime.commit(RunTransition("chat-1", stolen[0] - 1, unmark=True))
+    assert await thief.lease.marked_run("chat-1") == last
+
+
+async def test_resume_of_a_completed_run_returns_none_without_a_model_call(
+    agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]  # noqa: F811
+) -> None:
+    model = ScriptedModel([reply("", call("noop", {})), "done", "never asked"])
+    tools = {"noop": Tool(execute=lambda a: "ok")}
+    first = await agent_on(model, tools).run("go")
+    assert await agent_on(model, tools).resume(run_id=first.run_id) is None
+    assert await agent_on(model, tools).resume() is None
+    assert len(model.requests) == 2
+
+
+async def test_a_marked_run_without_checkpoint_is_reported_with_a_way_out(
+    agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]  # noqa: F811
+) -> None:
+    runtime = runtime_on()
+    claim = await runtime.lease.claim("chat-1", stale_at=0)
+    await runtime.commit(RunTransition("chat-1", claim.epoch, mark="ghost-run", last_run="ghost-run"))
+    await runtime.lease.release("chat-1", claim.epoch)  # state an older version could leave behind
+    model = ScriptedModel(["hello"])
+    for attempt in (lambda a: a.resume(), lambda a: a.run("hi")):
+        with pytest.raises(SessionStateError) as info:
+            await attempt(agent_on(model, {}))
+        assert info.value.session_id == "chat-1" and info.value.run_id == "ghost-run"
+        assert "abandon_interrupted" in str(info.value)
+    assert await agent_on(model, {}).abandon_interrupted() == "ghost-run"
+    assert (await agent_on(model, {}).run("hi")).text == "hello"
+
+
+# ---------------------------------------------------------------- loop defects
+
+
+async def test_a_newer_checkpoint_is_refused_on_resume_whatever_the_store() -> None:
+    store = InMemorySessionStore()
+    store.save(AgentCheckpoint(run_id="r", step_index=3, status="suspended", usage=Usage(), created_at=1,
+                               messages=[{"role": "user", "content": "x"}], version=2))
+    model = ScriptedModel(["never"])
+    with pytest.raises(CheckpointVersionError):
+        await resume_from_checkpoint(store, "r", model=model, tools={"t": Tool(execute=lambda a: 1)})
+    with pytest.raises(CheckpointVersionError):  # a new call on that run id must not overwrite it either
+        await generate_text(model=model, tools={"t": Tool(execute=lambda a: 1)}, messages=[{"role": "user",
+                            "content": "x"}], session=Session(store, "r"))
+    assert store.load("r").version == 2 and not model.requests
+
+
+async def test_newer_checkpoint_of_an_agent_session_is_refused(agent_on: Callable[..., Agent],  # noqa: F811
+                                                               runtime_on: Callable[[], Any]) -> None:  # noqa: F811
+    runtime = runtime_on()
+    if not isinstance(runtime.stores.session, InMemorySessionStore):
+        pytest.skip("stores that decode text refuse a newer version on load (tested with the codec)")
+    await agent_on(ScriptedModel(["a"]), {}, runtime=runtime).run("hi")
+    last = await runtime.stores.runs.last("chat-1")
+    old = runtime.stores.session.load(last)
+    runtime.stores.session.save(AgentCheckpoint(run_id=last, step_index=old.step_index, status="completed",
+                                                usage=Usage(), created_at=1, messages=old.messages, version=2))
+    with pytest.raises(CheckpointVersionError):
+        await agent_on(ScriptedModel(["b"]), {}, runtime=runtime).run("again")
+
+
+@pytest.mark.parametrize("verdict", ["false", "true", 0, 1, None])
+async def test_a_verdict_must_be_a_real_bool_on_every_path(verdict: Any) -> None:
+    with pytest.raises(ConfigurationError):
+        ToolApprovalResponse("a-1", verdict)
+    from durable_agent import create_memory_runtime
+
+    with pytest.raises(ConfigurationError):
+        await resolve_approval(create_memory_runtime(), "a-1", approved=verdict)
+    paid: list[Any] = []
+    with pytest.raises(ConfigurationError):  # server mode: an approver's answer is a verdict too
+        await generate_text(
+            model=ScriptedModel([reply("", call("pay", {})), "done"]),
+            messages=[{"role": "user", "content": "pay"}],
+            tools={"pay": Tool(execute=lambda a: paid.append(a) or "paid", needs_approval=True)},
+            approve_tool_call=lambda request: verdict,
+        )
+    assert paid == []
+
+
+async def test_sub_agent_usage_counts_toward_the_parent_and_its_budget() -> None:
+    child = agent_tool(name="helper", model=ScriptedModel([reply("", call("noop", {})), "child done"]),
+                       tools={"noop": Tool(execute=lambda a: "ok")})
+    parent_model = ScriptedModel([reply("", call("helper", {"prompt": "help"})),
+                                  reply("", call("helper", {"prompt": "again"})), "parent done"])
+    store = InMemorySessionStore()
+    result = await generate_text(model=parent_model, tools={"helper": child}, session=Session(store, "p"),
+                                 messages=[{"role": "user", "content": "go"}], stop_when=[total_tokens_exceed(20)])
+    child_usage = store.load("p::helper#" + result.steps[0].tool_calls[0]["tool_call_id"]).usage
+    assert child_usage.total_tokens > 0
+    assert result.finish_reason == "stop-condition" and len(result.steps) == 1  # the child's tokens count
+    assert result.total_usage.total_tokens == result.steps[0].usage.total_tokens + child_usage.total_tokens
+    assert store.load("p").usage == result.total_usage
