@@ -1,12 +1,19 @@
-"""A worker process for the crash-torture test: drives agent sessions on the SQLite runtime until all are done.
+"""A worker process for the crash torture: drives agent sessions on a journal runtime until all are done.
 
-Every model request and every tool effect is appended, one JSON line each, to a shared
-ledger (O_APPEND writes of a single line: whole lines, in the order they happened). A
-supervisor SIGKILLs workers at random moments and starts new ones.
+Each session runs `PROMPTS` prompts, one run each; each run does `TURNS` rounds of a safe read
+and an unsafe charge in parallel, then answers. Every model request and every tool effect is
+appended, one JSON line each, to a ledger that is not the journal (O_APPEND writes of one
+line: whole lines, in the order they happened). The supervisor (tests/test_crash_journal.py,
+benches/soak_crash.py) SIGKILLs and SIGSTOPs workers and starts new ones.
 
-    python tests/torture_worker.py RUNTIME LEDGER SESSION [SESSION ...]
+    python tests/torture_worker.py RUNTIME LEDGER PROMPTS SESSION [SESSION ...]
 
-RUNTIME is ``sqlite:<path>`` or ``postgres:<conninfo>``.
+RUNTIME is ``sqlite:<path>`` or ``postgres:<conninfo>``. Deaths the worker aims at itself:
+
+* ``TORTURE_DIE_AFTER_WRITES=k``: SIGKILL itself right after its k-th committed write (claims,
+  step records, lifecycle commits...), so a death lands exactly between two commits;
+* ``TORTURE_DIE_IN_TOOL=p``: each tool call SIGKILLs itself with probability p, half of the
+  time before its effect, half after it (the effect logged, its done record not yet written).
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,39 +40,61 @@ from durable_agent import (  # noqa: E402
     call,
     reply,
 )
+from durable_agent._util import maybe_await  # noqa: E402
 
-TURNS = 4
-PROMPT = "Reconcile the accounts."
+TURNS = 2
+STALE_AFTER_MS = 1_500
+
+
+def prompt_text(n: int) -> str:
+    return f"Reconcile period {n}."
+
+
+def final_answer(n: int) -> str:
+    return f"Period {n} reconciled."
 
 
 def log(ledger: str, **entry: Any) -> None:
     line = (json.dumps({**entry, "pid": os.getpid()}) + "\n").encode()
-    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line)
     finally:
         os.close(fd)
 
 
-def build(ledger: str | None, session: str, delay: float) -> tuple[ScriptedModel, dict[str, Tool]]:
-    """The agent: each turn reads (safe) and charges (unsafe) in parallel; the model's answer depends
-    only on how many tool rounds the history holds, so an aborted partial turn does not shift it."""
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def build(ledger: str | None, session: str, delay: float, die_in_tool: float = 0.0,
+          rng: random.Random | None = None) -> tuple[ScriptedModel, dict[str, Tool]]:
+    """The agent. Its answer depends only on the prompt number and the tool rounds since that prompt,
+    so an aborted partial turn does not shift it."""
 
     def answer(request: ModelRequest) -> Any:
-        turn = sum(1 for m in request.messages if m["role"] == "tool")
+        prompt = sum(1 for m in request.messages if m["role"] == "user") - 1
+        last_user = max(i for i, m in enumerate(request.messages) if m["role"] == "user")
+        turn = sum(1 for m in request.messages[last_user:] if m["role"] == "tool")
         if ledger:
-            log(ledger, kind="model", session=session, turn=turn)
+            log(ledger, kind="model", session=session, prompt=prompt, turn=turn)
         if turn < TURNS:
-            return reply(f"Turn {turn}: reading the ledger and charging the fee for this period now.",
-                         call("read", {"turn": turn}, f"read-{turn}"),
-                         call("charge", {"turn": turn, "usd": 3}, f"charge-{turn}"))
-        return "All accounts reconciled."
+            args = {"prompt": prompt, "turn": turn}
+            return reply(f"Period {prompt}, round {turn}: reading the ledger and charging the fee now.",
+                         call("read", args, f"read-{prompt}-{turn}"),
+                         call("charge", {**args, "usd": 3}, f"charge-{prompt}-{turn}"))
+        return final_answer(prompt)
 
     async def effect(name: str, args: Any) -> str:
-        await asyncio.sleep(0.04)
+        await asyncio.sleep(0.01)
+        dice = rng.random() if rng is not None and die_in_tool else 1.0
+        if dice < die_in_tool / 2:
+            die()  # before the effect
         if ledger:
-            log(ledger, kind="effect", tool=name, session=session, turn=args["turn"])
-        return f"{name} {args['turn']} ok"
+            log(ledger, kind="effect", tool=name, session=session, prompt=args["prompt"], turn=args["turn"])
+        if dice < die_in_tool:
+            die()  # after the effect, before its done record
+        return f"{name} {args['prompt']}.{args['turn']} ok"
 
     async def read(args: Any) -> str:
         return await effect("read", args)
@@ -89,25 +120,57 @@ def open_runtime(spec: str) -> Any:
     raise ValueError(f"unknown runtime {spec!r}")
 
 
-async def drive(spec: str, ledger: str, sessions: list[str]) -> None:
+def die_after_writes(runtime: Any, writes: int) -> None:
+    """SIGKILL this process right after the runtime's `writes`-th committed write."""
+    write, count = runtime.backend.write, [0]
+
+    async def counted(plan: Any) -> Any:
+        value = await write(plan)
+        count[0] += 1
+        if count[0] >= writes:
+            die()
+        return value
+
+    runtime.backend.write = counted
+
+
+async def prompts_answered(runtime: Any, session: str) -> int:
+    """How many prompts the session's last run has seen through (its final answer stored and unmarked)."""
+    last = await runtime.stores.runs.last(session)
+    stored = await maybe_await(runtime.stores.session.load(last)) if last else None
+    if stored is None:
+        return 0
+    asked = sum(1 for m in stored.messages if m["role"] == "user")
+    finished = stored.status == "completed" and await runtime.lease.marked_run(session) is None
+    return asked if finished else asked - 1
+
+
+async def drive(spec: str, ledger: str, prompts: int, sessions: list[str]) -> None:
     runtime = open_runtime(spec)
+    if os.environ.get("TORTURE_DIE_AFTER_WRITES"):
+        die_after_writes(runtime, int(os.environ["TORTURE_DIE_AFTER_WRITES"]))
+    die_in_tool = float(os.environ.get("TORTURE_DIE_IN_TOOL", "0"))
+    rng = random.Random(os.getpid())
     done: set[str] = set()
     while len(done) < len(sessions):
-        for session in sessions:
+        for session in rng.sample(sessions, len(sessions)):
             if session in done:
                 continue
-            model, tools = build(ledger, session, delay=0.004)
+            model, tools = build(ledger, session, delay=0.003, die_in_tool=die_in_tool, rng=rng)
             agent = Agent(model=model, tools=tools, session_id=session,
-                          durable=DurableOptions(runtime, stale_after_ms=2_000))
+                          durable=DurableOptions(runtime, stale_after_ms=STALE_AFTER_MS))
             try:
-                if await runtime.stores.runs.last(session) is None:
-                    await agent.run(PROMPT)
-                elif await agent.resume() is None:
+                await agent.resume()
+                answered = await prompts_answered(runtime, session)
+                if answered >= prompts:
                     done.add(session)
-            except (RunLeaseHeldError, StaleEpochError):
+                else:
+                    await agent.run(prompt_text(answered))
+            except (RunLeaseHeldError, StaleEpochError) as exc:
+                log(ledger, kind="refused", session=session, error=type(exc).__name__)
                 await asyncio.sleep(0.02)  # another worker has it: come back later
 
 
 if __name__ == "__main__":
-    runtime_spec, ledger_path, *names = sys.argv[1:]
-    asyncio.run(drive(runtime_spec, ledger_path, names))
+    runtime_spec, ledger_path, prompt_count, *names = sys.argv[1:]
+    asyncio.run(drive(runtime_spec, ledger_path, int(prompt_count), names))
