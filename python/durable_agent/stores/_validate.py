@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from typing import Any
 
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
 from ..errors import ConfigurationError
+
+logger = logging.getLogger("durable_agent")
 
 
 def check_checkpoint(checkpoint: Any) -> AgentCheckpoint:
@@ -93,3 +97,25 @@ def page(run_ids: Any, limit: int | None, after: str | None) -> list[str]:
     """Sorted run ids strictly after `after`, at most `limit` of them (keyset paging)."""
     ordered = sorted(r for r in run_ids if after is None or r > after)
     return ordered if limit is None else ordered[:limit]
+
+
+def readable_id(run_id: Any) -> str | None:
+    """A stored run id as str (bytes decoded as UTF-8), or None, logged, when it is unreadable.
+
+    `list` and `prune` skip such an id rather than fail for every run: a damaged index entry
+    stays the problem of the run it belonged to.
+    """
+    if isinstance(run_id, bytes):
+        try:
+            return run_id.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    elif isinstance(run_id, str):
+        return run_id
+    logger.warning("session store: skipping the unreadable run id %r (a damaged index entry)", run_id)
+    return None
+
+
+def readable_ids(run_ids: Iterable[Any]) -> list[str]:
+    """The readable ids of `run_ids`, in order (see `readable_id`)."""
+    return [r for r in map(readable_id, run_ids) if r is not None]

@@ -135,7 +135,11 @@ class PostgresSessionStore(_Common):
         the stored checkpoint of this run is at that step.
         """
         checkpoint, plan = self._save(checkpoint, expected_step_index)
-        revision = self._run(plan)
+        try:
+            revision = self._run(plan)
+        except BaseException:
+            self._cache.forget(checkpoint.run_id)  # the rows are unknown now: the next save re-reads them
+            raise
         self._cache.remember(checkpoint.run_id, revision, checkpoint.messages)
 
     def load(self, run_id: str) -> AgentCheckpoint | None:
@@ -228,7 +232,11 @@ class AsyncPostgresSessionStore(_Common):
     async def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
         """See `PostgresSessionStore.save`."""
         checkpoint, plan = self._save(checkpoint, expected_step_index)
-        revision = await self._run(plan)
+        try:
+            revision = await self._run(plan)
+        except BaseException:
+            self._cache.forget(checkpoint.run_id)
+            raise
         self._cache.remember(checkpoint.run_id, revision, checkpoint.messages)
 
     async def load(self, run_id: str) -> AgentCheckpoint | None:

@@ -32,6 +32,19 @@ from ._history import PrefixCache
 from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id
 
 _DIALECT = _sql.Dialect(placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None)
+_CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+def _text(data: bytes) -> str | bytes:
+    """A TEXT value as str, or its raw bytes when they are not UTF-8 (a damaged row).
+
+    sqlite3's default raises `OperationalError` for the whole query; bytes reach the plans,
+    which report the run as corrupt on load and rewrite the row on save.
+    """
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
 
 
 def _sqlite3() -> ModuleType:
@@ -72,6 +85,8 @@ class SqliteSessionStore:
             )
         except sqlite3.Error as exc:
             raise ConfigurationError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        self._sqlite3 = sqlite3
+        self._conn.text_factory = _text
         self._lock = threading.RLock()
         self._cache = PrefixCache(cache_runs)
         try:
@@ -92,6 +107,16 @@ class SqliteSessionStore:
     def _migrate(self) -> None:
         with self._transaction("IMMEDIATE") as cur:
             _sql.run_sync(cur, _DIALECT, _sql.schema_plan(_DIALECT))
+
+    @contextmanager
+    def _corruption_named(self, run_id: str) -> Iterator[None]:
+        """A damaged database file (SQLITE_CORRUPT, SQLITE_NOTADB) as `CheckpointCorruptError` naming the run."""
+        try:
+            yield
+        except self._sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorname", None) not in _CORRUPT:
+                raise
+            raise CheckpointCorruptError(f"the database file is damaged ({exc})", run_id=run_id) from exc
 
     @contextmanager
     def _transaction(self, mode: Literal["DEFERRED", "IMMEDIATE"]) -> Iterator[Any]:
@@ -116,17 +141,21 @@ class SqliteSessionStore:
         """
         checkpoint = check_checkpoint(checkpoint)
         expected = check_expected(expected_step_index)
-        with self._transaction("IMMEDIATE") as cur:
-            revision = _sql.run_sync(
-                cur, _DIALECT, _sql.save_plan(self._cache, checkpoint, expected, _DIALECT)
-            )
+        try:
+            with self._corruption_named(checkpoint.run_id), self._transaction("IMMEDIATE") as cur:
+                revision = _sql.run_sync(
+                    cur, _DIALECT, _sql.save_plan(self._cache, checkpoint, expected, _DIALECT)
+                )
+        except BaseException:
+            self._cache.forget(checkpoint.run_id)  # the rows are unknown now: the next save re-reads them
+            raise
         self._cache.remember(checkpoint.run_id, revision, checkpoint.messages)
 
     def load(self, run_id: str) -> AgentCheckpoint | None:
         """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
         check_run_id(run_id)
         try:
-            with self._transaction("DEFERRED") as cur:
+            with self._corruption_named(run_id), self._transaction("DEFERRED") as cur:
                 found = _sql.run_sync(cur, _DIALECT, _sql.load_plan(run_id))
         except CheckpointCorruptError:
             self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
