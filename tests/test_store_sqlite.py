@@ -334,3 +334,29 @@ def test_overwritten_file_pages_are_corruption_naming_the_run(db: Path) -> None:
         with pytest.raises(CheckpointCorruptError, match="damaged") as caught:
             store.load("r")
         assert caught.value.run_id == "r"
+
+
+@needs_sqlite3
+@pytest.mark.host_only("POSIX file modes")
+def test_database_files_are_created_owner_only(tmp_path: Path) -> None:
+    """Conversations and approval tokens: the file and its -wal/-shm are 0600 even under umask 022."""
+    import os
+
+    from durable_agent.runtime.sqlite import SqliteRuntime
+
+    old = os.umask(0o022)
+    try:
+        with SqliteSessionStore(tmp_path / "runs.db") as store:
+            store.save(make_checkpoint("r", 1, conversation(2)))
+            names = ["runs.db", "runs.db-wal", "runs.db-shm"]
+            assert {n: oct((tmp_path / n).stat().st_mode & 0o777) for n in names} == dict.fromkeys(names, "0o600")
+        with SqliteRuntime(tmp_path / "journal.db"):
+            names = ["journal.db", "journal.db-wal", "journal.db-shm"]
+            assert {n: oct((tmp_path / n).stat().st_mode & 0o777) for n in names} == dict.fromkeys(names, "0o600")
+    finally:
+        os.umask(old)
+    existing = tmp_path / "shared.db"
+    existing.touch(mode=0o640)
+    existing.chmod(0o640)
+    SqliteSessionStore(existing).close()
+    assert existing.stat().st_mode & 0o777 == 0o640  # a mode the operator chose is kept

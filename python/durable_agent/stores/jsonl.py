@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import re
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +39,7 @@ from typing import Any
 from .._kernels import kernels
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
 from ..errors import CheckpointConflictError, CheckpointCorruptError, CodecError, ConfigurationError
+from ._files import NOFOLLOW, PRIVATE
 from ._history import PrefixCache, header_dict, kept_by_encoding, new_revision, rebuild_decoded
 from ._validate import (
     check_checkpoint,
@@ -137,7 +139,7 @@ class JsonlSessionStore:
 
     def _open(self) -> None:
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, PRIVATE)
         except OSError as exc:
             raise ConfigurationError(f"cannot open JSONL store {str(self.path)!r}: {exc}") from exc
         if self._fd >= 0:
@@ -397,9 +399,13 @@ class JsonlSessionStore:
                     f"cannot compact: runs {broken} are corrupt (pass drop_corrupt=True to drop them)",
                     run_id=broken[0],
                 )
-            tmp = self.path.with_name(f"{self.path.name}.compact-{os.getpid()}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            # A fresh, unguessable name opened with O_EXCL|O_NOFOLLOW: whatever is planted at
+            # a name in this directory (a symlink to a victim file) is refused, never written through.
+            tmp = self.path.with_name(f"{self.path.name}.compact-{os.urandom(8).hex()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, PRIVATE)
             try:
+                if hasattr(os, "fchmod"):  # the compacted file keeps the mode the operator gave the store
+                    os.fchmod(fd, stat.S_IMODE(os.fstat(self._fd).st_mode))
                 for run_id in sorted(self._runs):
                     run = self._runs[run_id]
                     if run.corrupt is not None:

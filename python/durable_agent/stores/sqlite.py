@@ -28,6 +28,7 @@ from typing import Any, Literal
 from ..checkpoint import AgentCheckpoint, RunStatus
 from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from . import _sql
+from ._files import create_private
 from ._history import PrefixCache
 from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id
 
@@ -80,10 +81,12 @@ class SqliteSessionStore:
         sqlite3 = _sqlite3()
         self.path = str(path) if str(path) == ":memory:" else str(Path(path))
         try:
+            if self.path != ":memory:":
+                create_private(self.path)
             self._conn = sqlite3.connect(
                 self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
             )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise ConfigurationError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         self._sqlite3 = sqlite3
         self._conn.text_factory = _text
