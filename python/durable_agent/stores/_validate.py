@@ -20,22 +20,34 @@ def check_checkpoint(checkpoint: Any) -> AgentCheckpoint:
     return checkpoint
 
 
-def check_run_id(run_id: Any) -> str:
-    """A run id every backend can store: a non-empty str of valid Unicode without NUL.
+MAX_RUN_ID_BYTES = 1024
+"""The longest run id, in UTF-8 bytes, every backend stores.
+
+Postgres refuses b-tree index entries over about 2,700 bytes (the run id is in three
+indexes); a Durable Object key holds the store's prefix and the run id within its limit.
+"""
+
+
+def check_run_id(run_id: Any, what: str = "run_id") -> str:
+    """A run id every backend can store: a non-empty str of valid Unicode without NUL, at most
+    `MAX_RUN_ID_BYTES` UTF-8 bytes.
 
     NUL is refused because Postgres text cannot hold it; lone surrogates because they have
     no UTF-8 form. Checking here keeps every backend (memory included) accepting the same ids.
+    `what` names the argument in the error (`list(after=)` is checked the same way).
     """
     if not isinstance(run_id, str) or not run_id:
-        raise ConfigurationError(f"run_id must be a non-empty str, got {run_id!r}")
+        raise ConfigurationError(f"{what} must be a non-empty str, got {run_id!r}")
     if "\x00" in run_id:
-        raise ConfigurationError(f"run_id must not contain NUL, got {run_id!r}")
+        raise ConfigurationError(f"{what} must not contain NUL, got {run_id!r}")
     try:
-        run_id.encode("utf-8")
+        size = len(run_id.encode("utf-8"))
     except UnicodeEncodeError:
+        raise ConfigurationError(f"{what} must be valid Unicode (no lone surrogates), got {run_id!r}") from None
+    if size > MAX_RUN_ID_BYTES:
         raise ConfigurationError(
-            f"run_id must be valid Unicode (no lone surrogates), got {run_id!r}"
-        ) from None
+            f"{what} is {size} UTF-8 bytes, more than the {MAX_RUN_ID_BYTES} every store accepts: {run_id[:40]!r}..."
+        )
     return run_id
 
 
@@ -59,8 +71,8 @@ def check_list_args(status: Any, limit: Any, after: Any) -> tuple[RunStatus | No
     """Checked `list(status=, limit=, after=)` arguments."""
     if limit is not None and (type(limit) is not int or limit < 1):
         raise ConfigurationError(f"limit must be None or a positive int, got {limit!r}")
-    if after is not None and not isinstance(after, str):
-        raise ConfigurationError(f"after must be None or a run id (str), got {after!r}")
+    if after is not None:
+        check_run_id(after, "after")
     return check_status(status), limit, after
 
 
