@@ -51,7 +51,7 @@ def _file_options(query: str, allowed: dict[str, type]) -> dict[str, Any]:
                 raise ConfigurationError(f"option {key!r} must be true or false, got {value!r}")
             options[key] = _BOOL[value.lower()]
         elif kind is int:
-            if not value.isdigit():
+            if not (value.isascii() and value.isdigit()):  # "²".isdigit() is True, int("²") fails
                 raise ConfigurationError(f"option {key!r} must be a non-negative int, got {value!r}")
             options[key] = int(value)
         else:

@@ -39,7 +39,7 @@ from typing import Any
 from .._kernels import kernels
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
 from ..errors import CheckpointConflictError, CheckpointCorruptError, CodecError, ConfigurationError
-from ._files import NOFOLLOW, PRIVATE
+from ._files import NOFOLLOW, PRIVATE, file_path
 from ._history import PrefixCache, header_dict, kept_by_encoding, new_revision, rebuild_decoded
 from ._validate import (
     check_checkpoint,
@@ -128,8 +128,10 @@ class JsonlSessionStore:
     """Checkpoints of every run in one append-only JSON-lines file; synchronous methods."""
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True, cache_runs: int = 256) -> None:
-        self.path = Path(path)
-        self._fsync = bool(fsync)
+        if type(fsync) is not bool:
+            raise ConfigurationError(f"fsync must be a bool, got {fsync!r}")
+        self.path = Path(file_path(path, "JSONL store"))
+        self._fsync = fsync
         self._mutex = threading.RLock()
         self._cache = PrefixCache(cache_runs)
         self._fd = -1

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..checkpoint import AgentCheckpoint, RunStatus
-from ..errors import CheckpointCorruptError, FeatureUnavailableError
+from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from . import _sql
 from ._history import PrefixCache
 from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id
@@ -46,6 +46,24 @@ def _pool_module() -> Any:
     return psycopg_pool
 
 
+def _check_pool_options(psycopg: Any, conninfo: Any, min_size: Any, max_size: Any) -> None:
+    """`ConfigurationError` for pool sizes or a conninfo psycopg_pool would refuse later, or never."""
+    if type(min_size) is not int or type(max_size) is not int or not 0 <= min_size <= max_size or max_size < 1:
+        raise ConfigurationError(
+            f"need ints with 0 <= min_size <= max_size and max_size >= 1, got min_size={min_size!r}, "
+            f"max_size={max_size!r}"
+        )
+    if not isinstance(conninfo, str):
+        raise ConfigurationError(f"conninfo must be a str, got {conninfo!r}")
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(f"bad Postgres conninfo: {exc}") from None
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ConfigurationError(f"bad Postgres port {port!r} (1-65535)")
+
+
 class _Common:
     """Argument checks and plans shared by the sync and async stores (they differ only in I/O)."""
 
@@ -53,9 +71,12 @@ class _Common:
 
     _operational_error: type[Exception]
 
-    def _init_common(self, cache_runs: int) -> Any:
+    def _init_common(self, conninfo: Any, pool: Any, min_size: Any, max_size: Any, cache_runs: int) -> Any:
         psycopg_pool = _pool_module()
         import psycopg
+
+        if pool is None:
+            _check_pool_options(psycopg, conninfo, min_size, max_size)
 
         self._operational_error = psycopg.OperationalError
         self._cache = PrefixCache(cache_runs)
@@ -98,7 +119,7 @@ class PostgresSessionStore(_Common):
         max_size: int = 4,
         cache_runs: int = 256,
     ) -> None:
-        psycopg_pool = self._init_common(cache_runs)
+        psycopg_pool = self._init_common(conninfo, pool, min_size, max_size, cache_runs)
         self._own_pool = pool is None
         self._pool = (
             psycopg_pool.ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=True)
@@ -199,7 +220,7 @@ class AsyncPostgresSessionStore(_Common):
         max_size: int = 4,
         cache_runs: int = 256,
     ) -> None:
-        psycopg_pool = self._init_common(cache_runs)
+        psycopg_pool = self._init_common(conninfo, pool, min_size, max_size, cache_runs)
         self._own_pool = pool is None
         self._pool = (
             psycopg_pool.AsyncConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=False)

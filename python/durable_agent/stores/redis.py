@@ -134,7 +134,14 @@ class RedisSessionStore:
         if not isinstance(prefix, str):
             raise ConfigurationError(f"prefix must be a str, got {prefix!r}")
         self._own_client = client is None
-        self._client = redis.Redis.from_url(url) if client is None else client
+        if client is None:
+            if not isinstance(url, str):
+                raise ConfigurationError(f"url must be a str, got {url!r}")
+            try:  # a bad port ("redis://:notaport", 99999) or scheme is a ValueError in redis-py
+                client = redis.Redis.from_url(url)
+            except (ValueError, TypeError) as exc:
+                raise ConfigurationError(f"bad Redis URL {url!r}: {exc}") from None
+        self._client = client
         self._prefix = prefix
         self._save_script = self._client.register_script(_SAVE)
         self._delete_script = self._client.register_script(_DELETE)

@@ -21,14 +21,13 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
 from ..checkpoint import AgentCheckpoint, RunStatus
 from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from . import _sql
-from ._files import create_private
+from ._files import create_private, file_path
 from ._history import PrefixCache
 from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id
 
@@ -79,7 +78,8 @@ class SqliteSessionStore:
         if type(busy_timeout_ms) is not int or busy_timeout_ms < 0:
             raise ConfigurationError(f"busy_timeout_ms must be a non-negative int, got {busy_timeout_ms!r}")
         sqlite3 = _sqlite3()
-        self.path = str(path) if str(path) == ":memory:" else str(Path(path))
+        self.path = file_path(path, "SQLite database")
+        self._cache = PrefixCache(cache_runs)
         try:
             if self.path != ":memory:":
                 create_private(self.path)
@@ -91,7 +91,6 @@ class SqliteSessionStore:
         self._sqlite3 = sqlite3
         self._conn.text_factory = _text
         self._lock = threading.RLock()
-        self._cache = PrefixCache(cache_runs)
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
             # Only takes effect on a new, empty file. Message rows are ~1-3 KB: 8 KiB pages pack
