@@ -209,3 +209,39 @@ def test_compaction_never_writes_through_a_planted_symlink(path: Path, monkeypat
             store.compact()
         assert victim.read_text() == "precious"
         assert store.load("r") == make_checkpoint("r", 1, conversation(3))
+
+
+def test_a_damaged_line_naming_an_unknown_run_makes_up_no_run(
+    path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with JsonlSessionStore(path) as store:
+        store.save(make_checkpoint("r", 1, conversation(2)))
+    with path.open("ab") as f:
+        f.write(b'{"run_id":"phantom","op":"save" garbage\n')
+    with JsonlSessionStore(path) as store:
+        assert store.list() == ["r"]
+        assert store.load("phantom") is None
+        assert store.damaged_lines == [path.stat().st_size - 40]
+        assert "'phantom', unknown before it" in caplog.text
+        store.compact()
+        assert store.list() == ["r"] and store.damaged_lines == []
+
+
+def test_a_zero_filled_newest_line_rolls_its_run_back_with_a_warning(
+    path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with JsonlSessionStore(path) as store:
+        store.save(make_checkpoint("r", 1, conversation(2)))
+        size = path.stat().st_size
+        store.save(make_checkpoint("r", 2, conversation(3)))
+    data = path.read_bytes()
+    path.write_bytes(data[:size] + b"\x00" * (len(data) - size))  # the newest line and its newline
+    with JsonlSessionStore(path) as store:
+        assert store.load("r") == make_checkpoint("r", 1, conversation(2))
+        assert store.load("r") == make_checkpoint("r", 1, conversation(2))
+        warnings = [r for r in caplog.records if "zeros" in r.getMessage()]
+        assert len(warnings) == 1 and "previous save" in warnings[0].getMessage()
+        store.save(make_checkpoint("r", 3, conversation(4)))
+    with JsonlSessionStore(path) as store:
+        assert store.load("r") == make_checkpoint("r", 3, conversation(4))
+    assert b"\x00" not in path.read_bytes()

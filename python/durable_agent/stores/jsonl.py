@@ -8,10 +8,15 @@ save costs the same at step 10 and at step 10,000, and the file grows by what ch
 
 Crash safety: a line is written with one `write` (and `fsync` unless `fsync=False`) and only
 counts once its newline is on disk. A torn last line left by a crash is ignored when reading
-and cut off by the next writer. A complete line that cannot be read marks its run (named in
-the line's first bytes) corrupt: loading it raises `CheckpointCorruptError`; other runs stay
-readable; the next save of the run rewrites it whole and heals it. A save whose `prev` does not
-match (a lost line in between) also marks its run corrupt rather than loading wrong data.
+and cut off by the next writer. A tail of zero bytes without a newline (what a machine crash
+can leave of acknowledged writes on some file systems) is handled the same way, but is logged
+as a warning: the saves it held are gone and their runs load their previous save.
+A complete line that cannot be read marks its run (named in the line's first bytes) corrupt:
+loading it raises `CheckpointCorruptError`; other runs stay readable; the next save of the run
+rewrites it whole and heals it. A damaged line naming a run that no earlier line holds is
+logged and skipped (listed in `damaged_lines`), like a line naming no run: damage never makes
+up a run in `list()`. A save whose `prev` does not match (a lost line in between) also marks
+its run corrupt rather than loading wrong data.
 
 Several processes: writers take an exclusive `fcntl.flock` on the file and catch up with lines
 other processes appended before writing; readers catch up without locking. Where `fcntl` is
@@ -151,6 +156,7 @@ class JsonlSessionStore:
         self._ident = (st.st_dev, st.st_ino)
         self._runs: dict[str, _Run] = {}
         self._end = 0
+        self._zero_tail_warned = -1  # the offset of a zero-filled tail already logged
         self.damaged_lines: builtins.list[int] = []  # byte offsets of lines no run could be blamed for
         self._scan()
 
@@ -180,6 +186,15 @@ class JsonlSessionStore:
                 self._index_line(offset, line)
                 offset += len(line) + 1
         self._end = offset
+        if b"\x00" in pending and self._zero_tail_warned != offset:
+            self._zero_tail_warned = offset
+            logger.warning(
+                "JSONL store %s: the file ends in %d bytes holding zeros and no newline (writes lost by a crash of "
+                "the machine, or damage): the saves they held are gone and their runs load their previous save; "
+                "the next save cuts them off",
+                self.path,
+                len(pending),
+            )
 
     def _index_line(self, offset: int, line: bytes) -> None:
         try:
@@ -201,11 +216,13 @@ class JsonlSessionStore:
                 run_id = json.loads(found.group(1))
             except ValueError:
                 run_id = None
-        if not isinstance(run_id, str):
+        if not isinstance(run_id, str) or run_id not in self._runs:
+            # A run no earlier line holds is not made up from damage (it would appear in list()).
             self.damaged_lines.append(offset)
-            logger.warning("JSONL store %s: %s; no run can be blamed, line skipped", self.path, why)
+            blame = "no run can be blamed" if run_id is None else f"it names run {run_id!r}, unknown before it"
+            logger.warning("JSONL store %s: %s; %s, line skipped", self.path, why, blame)
             return
-        self._runs.setdefault(run_id, _Run()).corrupt = why
+        self._runs[run_id].corrupt = why
 
     def _apply(self, offset: int, length: int, record: dict[str, Any]) -> None:
         run_id = record["run_id"]
