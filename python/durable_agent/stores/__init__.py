@@ -4,6 +4,7 @@
 * `durable_agent.stores.jsonl.JsonlSessionStore` (one append-only file)
 * `durable_agent.stores.postgres.PostgresSessionStore` / `AsyncPostgresSessionStore` (psycopg 3)
 * `durable_agent.stores.redis.RedisSessionStore` (redis-py)
+* `durable_agent.stores.durable_object.DurableObjectSessionStore` (a Cloudflare Durable Object's storage)
 
 `open_store(url)` picks one from a URL. Importing this package imports no backend.
 """

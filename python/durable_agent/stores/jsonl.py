@@ -22,7 +22,10 @@ Several processes: writers take an exclusive `fcntl.flock` on the file and catch
 other processes appended before writing; readers catch up without locking. Where `fcntl` is
 missing (Windows, Pyodide), the store is for one process only.
 
-`compact()` rewrites the file with one line per run (atomic rename), dropping superseded lines.
+`compact()` rewrites the file with one line per run (atomic rename), dropping superseded lines;
+it writes a fresh file under an unguessable name opened with ``O_EXCL|O_NOFOLLOW`` (a symlink
+planted next to the store is never written through), with the mode of the store's file. The
+file is created 0600 when missing: it holds conversations and approval tokens.
 The store keeps an index of the file in memory (per run: offsets of its live lines, header).
 """
 

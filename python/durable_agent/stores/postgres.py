@@ -10,7 +10,8 @@ lock; `durable_agent_schema_version` records the version.
 
 Connections come from a `psycopg_pool` pool (`min_size`/`max_size`), or pass your own `pool=`.
 A connection lost mid-save rolls the transaction back; the next save finds the stored state
-and heals (no gap, no duplicate message). Install with ``pip install 'durable-agent[postgres]'``.
+and heals (no gap, no duplicate message). Any failed save makes the store forget its view of
+that run, so a stray or damaged row costs one failed save, never every later one. Install with ``pip install 'durable-agent[postgres]'``.
 """
 
 from __future__ import annotations

@@ -9,6 +9,12 @@ use one file: writers queue on SQLite's write lock, readers never block. `synchr
 defaults to FULL: a save that returned survives a power loss; NORMAL is faster and survives
 a crash of the process but may lose the last saves on a power loss.
 
+The file is created 0600 when missing (it holds conversations and approval tokens); SQLite
+gives its -wal and -shm files the same mode. Damage: text that is not UTF-8, rows out of
+place or a damaged page of the file raise `CheckpointCorruptError` naming the run on load; a
+failed save makes the store forget its view of the run, and the next save re-reads the rows
+and replaces what it cannot trust (`_sql.save_plan`).
+
 `sqlite3` is imported when a store is opened; where it is missing (Pyodide 0.28 without its
 CDN package) opening raises `FeatureUnavailableError`.
 """
