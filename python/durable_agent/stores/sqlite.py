@@ -25,7 +25,7 @@ import builtins
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, Literal
@@ -42,11 +42,8 @@ _CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 
 
 def _text(data: bytes) -> str | bytes:
-    """A TEXT value as str, or its raw bytes when they are not UTF-8 (a damaged row).
-
-    sqlite3's default raises `OperationalError` for the whole query; bytes reach the plans,
-    which report the run as corrupt on load and rewrite the row on save.
-    """
+    """A TEXT value as str, or its raw bytes when they are not UTF-8 (a damaged row): bytes
+    reach the plans, which report the run as corrupt on load and rewrite the row on save."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -95,7 +92,6 @@ class SqliteSessionStore:
         except (sqlite3.Error, OSError) as exc:
             raise ConfigurationError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         self._sqlite3 = sqlite3
-        self._conn.text_factory = _text
         self._lock = threading.RLock()
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
@@ -113,18 +109,39 @@ class SqliteSessionStore:
             raise
 
     def _migrate(self) -> None:
-        with self._transaction("IMMEDIATE") as cur:
-            _sql.run_sync(cur, _DIALECT, _sql.schema_plan(_DIALECT))
+        self._run_once("IMMEDIATE", _sql.schema_plan(_DIALECT))
 
-    @contextmanager
-    def _corruption_named(self, run_id: str) -> Iterator[None]:
-        """A damaged database file (SQLITE_CORRUPT, SQLITE_NOTADB) as `CheckpointCorruptError` naming the run."""
-        try:
-            yield
-        except self._sqlite3.DatabaseError as exc:
-            if getattr(exc, "sqlite_errorname", None) not in _CORRUPT:
-                raise
-            raise CheckpointCorruptError(f"the database file is damaged ({exc})", run_id=run_id) from exc
+    def _run(
+        self, mode: Literal["DEFERRED", "IMMEDIATE"], make_plan: Callable[[], _sql.Plan], run_id: str | None = None
+    ) -> Any:
+        """Run a fresh plan in one transaction, the damage of a run's data reported as that run's.
+
+        Text that is not UTF-8 makes sqlite3 raise `OperationalError` for the whole query; the
+        plan then runs once more with such text read as bytes (`_text`), which `load` reports as
+        corruption of the run and `save` replaces. Only that retry pays for the Python-level
+        text decoding. A damaged page (SQLITE_CORRUPT, SQLITE_NOTADB) is `CheckpointCorruptError`
+        naming `run_id`.
+        """
+        with self._lock:
+            try:
+                try:
+                    return self._run_once(mode, make_plan())
+                except self._sqlite3.OperationalError as exc:
+                    if "Could not decode to UTF-8" not in str(exc):
+                        raise
+                self._conn.text_factory = _text
+                try:
+                    return self._run_once(mode, make_plan())
+                finally:
+                    self._conn.text_factory = str
+            except self._sqlite3.DatabaseError as exc:
+                if run_id is None or getattr(exc, "sqlite_errorname", None) not in _CORRUPT:
+                    raise
+                raise CheckpointCorruptError(f"the database file is damaged ({exc})", run_id=run_id) from exc
+
+    def _run_once(self, mode: Literal["DEFERRED", "IMMEDIATE"], plan: _sql.Plan) -> Any:
+        with self._transaction(mode) as cur:
+            return _sql.run_sync(cur, _DIALECT, plan)
 
     @contextmanager
     def _transaction(self, mode: Literal["DEFERRED", "IMMEDIATE"]) -> Iterator[Any]:
@@ -150,10 +167,9 @@ class SqliteSessionStore:
         checkpoint = check_checkpoint(checkpoint)
         expected = check_expected(expected_step_index)
         try:
-            with self._corruption_named(checkpoint.run_id), self._transaction("IMMEDIATE") as cur:
-                revision = _sql.run_sync(
-                    cur, _DIALECT, _sql.save_plan(self._cache, checkpoint, expected, _DIALECT)
-                )
+            revision = self._run(
+                "IMMEDIATE", lambda: _sql.save_plan(self._cache, checkpoint, expected, _DIALECT), checkpoint.run_id
+            )
         except BaseException:
             self._cache.forget(checkpoint.run_id)  # the rows are unknown now: the next save re-reads them
             raise
@@ -163,8 +179,7 @@ class SqliteSessionStore:
         """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
         check_run_id(run_id)
         try:
-            with self._corruption_named(run_id), self._transaction("DEFERRED") as cur:
-                found = _sql.run_sync(cur, _DIALECT, _sql.load_plan(run_id))
+            found = self._run("DEFERRED", lambda: _sql.load_plan(run_id), run_id)
         except CheckpointCorruptError:
             self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
             raise
@@ -177,8 +192,7 @@ class SqliteSessionStore:
 
     def delete(self, run_id: str) -> None:
         check_run_id(run_id)
-        with self._transaction("IMMEDIATE") as cur:
-            _sql.run_sync(cur, _DIALECT, _sql.delete_plan(run_id))
+        self._run("IMMEDIATE", lambda: _sql.delete_plan(run_id))
         self._cache.forget(run_id)
 
     def list(
@@ -189,8 +203,7 @@ class SqliteSessionStore:
         Page with `limit` and `after` (the last id of the previous page).
         """
         status, limit, after = check_list_args(status, limit, after)
-        with self._transaction("DEFERRED") as cur:
-            return _sql.run_sync(cur, _DIALECT, _sql.list_plan(status, limit, after))  # type: ignore[no-any-return]
+        return self._run("DEFERRED", lambda: _sql.list_plan(status, limit, after))  # type: ignore[no-any-return]
 
     def prune(
         self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
@@ -200,10 +213,7 @@ class SqliteSessionStore:
         Suspended runs (awaiting approval) are kept unless `include_suspended=True`.
         """
         before, status, include_suspended = check_prune_args(before, status, include_suspended)
-        with self._transaction("IMMEDIATE") as cur:
-            doomed: builtins.list[str] = _sql.run_sync(
-                cur, _DIALECT, _sql.prune_plan(before, status, include_suspended)
-            )
+        doomed: builtins.list[str] = self._run("IMMEDIATE", lambda: _sql.prune_plan(before, status, include_suspended))
         for run_id in doomed:
             self._cache.forget(run_id)
         return doomed
