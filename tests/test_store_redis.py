@@ -172,3 +172,26 @@ def test_a_key_of_the_wrong_type_is_corruption_of_its_run_and_a_save_replaces_it
     healed = make_checkpoint("bad", 2, conversation(4))
     store.save(healed)
     assert store.load("bad") == healed
+
+
+@pytest.mark.parametrize("revision", [b"abc", b"\xff", b"-1"])
+def test_a_damaged_revision_field_is_healed_not_retried_forever(
+    url: str, prefix: str, raw: Any, revision: bytes
+) -> None:
+    from durable_agent.stores.redis import RedisSessionStore
+
+    with RedisSessionStore(url, prefix=prefix) as writer:
+        writer.save(make_checkpoint("r", 1, conversation(2)))
+    raw.hset(f"{prefix}run:r", "revision", revision)
+    with RedisSessionStore(url, prefix=prefix) as store:
+        script, calls = store._save_script, {"n": 0}
+
+        def counted(**kwargs: Any) -> Any:
+            calls["n"] += 1
+            assert calls["n"] <= 3, "the save keeps finding the run stale"
+            return script(**kwargs)
+
+        store._save_script = counted
+        latest = make_checkpoint("r", 2, conversation(3))
+        store.save(latest)
+        assert store.load("r") == latest

@@ -209,13 +209,14 @@ class RedisSessionStore:
         expected = check_expected(expected_step_index)
         run_id, messages = checkpoint.run_id, checkpoint.messages
         header = encode_header(checkpoint)
-        known = self._cache.revision(run_id)
-        keep = None if known is None else self._cache.kept(run_id, known, messages)
+        cached = self._cache.revision(run_id)
+        keep = None if cached is None else self._cache.kept(run_id, cached, messages)
+        known: bytes = b"" if cached is None else str(cached).encode()
         while True:  # each round trip either saves or learns of a newer save by another writer
             if keep is None:  # read what is stored and compare exactly
                 head, bodies, _ = self._read(run_id)
                 raw = head.get(b"revision")
-                known = int(raw) if raw is not None and raw.isdigit() else None
+                known = raw or b""  # compared as stored: a damaged revision must not make every try stale
                 stored = [body.decode("utf-8", "replace") for body in bodies]
                 keep = kept_by_encoding(stored, messages) if raw is not None else 0
             revision = new_revision()
@@ -224,7 +225,7 @@ class RedisSessionStore:
                 args=[
                     run_id,
                     "" if expected is None else str(expected),
-                    "" if known is None else str(known),
+                    known,
                     keep,
                     revision,
                     checkpoint.step_index,
