@@ -123,3 +123,50 @@ def test_importing_durable_agent_and_stores_imports_no_backend() -> None:
         text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "options"),
+    [
+        ("sqlite:///x.db?busy_timeout_ms=²", {}),  # "²".isdigit(), yet int("²") raises ValueError
+        ("sqlite:///x.db?cache_runs=٣", {}),  # an Arabic-Indic digit
+        ("sqlite:///nul\x00.db", {}),
+        ("jsonl:///nul\x00.jsonl", {}),
+        ("sqlite:///x.db", {"cache_runs": -1}),  # wrote, then raised KeyError
+        ("sqlite:///x.db", {"cache_runs": "5"}),
+        ("jsonl:///x.jsonl", {"cache_runs": 2.5}),
+        ("jsonl:///x.jsonl", {"fsync": "false"}),  # bool("false") kept fsync on
+        ("jsonl:///x.jsonl", {"fsync": 0}),
+    ],
+)
+def test_bad_file_store_options_are_configuration_errors(in_tmp: Path, url: str, options: dict[str, Any]) -> None:
+    if url.startswith("sqlite"):
+        pytest.importorskip("sqlite3")
+    with pytest.raises(ConfigurationError):
+        open_store(url, **options)
+    assert sorted(p.name for p in in_tmp.iterdir()) == []  # nothing was created either
+
+
+@pytest.mark.parametrize(
+    ("url", "options"),
+    [
+        ("redis://:notaport", {}),
+        ("redis://localhost:99999/0", {}),
+        ("redis://localhost/0", {"cache_runs": -1}),
+        ("redis://localhost/0", {"cache_runs": "5"}),
+        ("postgresql://h/db", {"max_size": 0}),
+        ("postgresql://h/db", {"min_size": 3, "max_size": 2}),
+        ("postgresql://h/db", {"min_size": -1}),
+        ("postgresql://h/db", {"max_size": "4"}),
+        ("postgresql://h:99999/db", {}),
+        ("postgresql://h:port/db", {}),
+        ("postgresql+async://h/db", {"max_size": 0}),
+        ("postgresql://h/db", {"cache_runs": -1}),
+        ("postgresql+async://h/db", {"cache_runs": "5"}),
+    ],
+)
+def test_bad_server_store_options_are_configuration_errors(url: str, options: dict[str, Any]) -> None:
+    """Refused when the store is built, before any connection is tried (the hosts do not exist)."""
+    pytest.importorskip("redis" if url.startswith("redis") else "psycopg_pool")
+    with pytest.raises(ConfigurationError):
+        open_store(url, **options)

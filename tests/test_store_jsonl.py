@@ -169,3 +169,79 @@ def test_several_processes_append_to_one_file(path: Path) -> None:
         assert shared is not None and shared.step_index == 39
         assert shared.messages == conversation(39 % 7 + 1)
         assert store.damaged_lines == []
+
+
+@pytest.mark.host_only("POSIX file modes and symlinks")
+def test_the_file_is_created_owner_only_and_compaction_keeps_its_mode(path: Path) -> None:
+    import os
+
+    old = os.umask(0o022)
+    try:
+        with JsonlSessionStore(path) as store:
+            store.save(make_checkpoint("r", 1, conversation(2)))
+            assert path.stat().st_mode & 0o777 == 0o600
+            store.compact()
+            assert path.stat().st_mode & 0o777 == 0o600
+            path.chmod(0o640)
+            store.compact()
+            assert path.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.host_only("POSIX symlinks")
+def test_compaction_never_writes_through_a_planted_symlink(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    victim = path.parent / "victim.txt"
+    victim.write_text("precious")
+    with JsonlSessionStore(path) as store:
+        store.save(make_checkpoint("r", 1, conversation(3)))
+        # the name an older version used, predictable from the pid
+        (path.parent / f"{path.name}.compact-{os.getpid()}").symlink_to(victim)
+        store.compact()
+        assert victim.read_text() == "precious"
+        assert store.load("r") == make_checkpoint("r", 1, conversation(3))
+        # even a symlink planted at the exact name chosen is refused, not followed
+        monkeypatch.setattr(os, "urandom", lambda n: b"\x01" * n)
+        (path.parent / f"{path.name}.compact-{'01' * 8}").symlink_to(victim)
+        with pytest.raises(FileExistsError):
+            store.compact()
+        assert victim.read_text() == "precious"
+        assert store.load("r") == make_checkpoint("r", 1, conversation(3))
+
+
+def test_a_damaged_line_naming_an_unknown_run_makes_up_no_run(
+    path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with JsonlSessionStore(path) as store:
+        store.save(make_checkpoint("r", 1, conversation(2)))
+    with path.open("ab") as f:
+        f.write(b'{"run_id":"phantom","op":"save" garbage\n')
+    with JsonlSessionStore(path) as store:
+        assert store.list() == ["r"]
+        assert store.load("phantom") is None
+        assert store.damaged_lines == [path.stat().st_size - 40]
+        assert "'phantom', unknown before it" in caplog.text
+        store.compact()
+        assert store.list() == ["r"] and store.damaged_lines == []
+
+
+def test_a_zero_filled_newest_line_rolls_its_run_back_with_a_warning(
+    path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with JsonlSessionStore(path) as store:
+        store.save(make_checkpoint("r", 1, conversation(2)))
+        size = path.stat().st_size
+        store.save(make_checkpoint("r", 2, conversation(3)))
+    data = path.read_bytes()
+    path.write_bytes(data[:size] + b"\x00" * (len(data) - size))  # the newest line and its newline
+    with JsonlSessionStore(path) as store:
+        assert store.load("r") == make_checkpoint("r", 1, conversation(2))
+        assert store.load("r") == make_checkpoint("r", 1, conversation(2))
+        warnings = [r for r in caplog.records if "zeros" in r.getMessage()]
+        assert len(warnings) == 1 and "previous save" in warnings[0].getMessage()
+        store.save(make_checkpoint("r", 3, conversation(4)))
+    with JsonlSessionStore(path) as store:
+        assert store.load("r") == make_checkpoint("r", 3, conversation(4))
+    assert b"\x00" not in path.read_bytes()

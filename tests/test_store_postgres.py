@@ -131,3 +131,44 @@ def test_concurrent_writers_of_one_run_queue_on_its_lock(conninfo: str) -> None:
     assert _sql(conninfo, "SELECT seq FROM durable_agent_messages ORDER BY seq") == [
         (i,) for i in range(len(loaded.messages))
     ]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_failed_save_drops_the_cache_so_the_next_save_heals(conninfo: str, asynchronous: bool) -> None:
+    """A stray row at seq = message_count made every later save of this process fail (UniqueViolation)."""
+    import asyncio
+
+    import psycopg
+
+    from durable_agent.stores.postgres import AsyncPostgresSessionStore, PostgresSessionStore
+
+    async def scenario() -> None:
+        store = (AsyncPostgresSessionStore if asynchronous else PostgresSessionStore)(conninfo, max_size=1)
+
+        async def call(result: Any) -> Any:
+            return await result if asynchronous else result
+
+        try:
+            await call(store.save(make_checkpoint("r", 1, conversation(3))))
+            _sql(conninfo, "INSERT INTO durable_agent_messages VALUES ('r', 3, 'stray')")
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                await call(store.save(make_checkpoint("r", 2, conversation(4))))
+            latest = make_checkpoint("r", 3, conversation(5))
+            await call(store.save(latest))
+            assert await call(store.load("r")) == latest
+        finally:
+            await call(store.close())
+
+    asyncio.run(scenario())
+    assert _sql(conninfo, "SELECT seq FROM durable_agent_messages ORDER BY seq") == [(i,) for i in range(5)]
+
+
+def test_a_row_numbered_below_zero_is_removed_by_the_heal(conninfo: str, store: Any) -> None:
+    store.save(make_checkpoint("r", 1, conversation(3)))
+    _sql(conninfo, "INSERT INTO durable_agent_messages VALUES ('r', -1, 'stray')")
+    with pytest.raises(CheckpointCorruptError, match="contiguous"):
+        store.load("r")
+    healed = make_checkpoint("r", 2, conversation(4))
+    store.save(healed)
+    assert store.load("r") == healed
+    assert _sql(conninfo, "SELECT seq FROM durable_agent_messages ORDER BY seq") == [(i,) for i in range(4)]

@@ -134,3 +134,64 @@ def test_exactly_one_of_url_or_client(url: str) -> None:
         RedisSessionStore()
     with pytest.raises(ConfigurationError):
         RedisSessionStore(url, client=object())
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda c, p: c.zadd(f"{p}runs", {b"\xff\xfe": 0}), id="index-member-not-utf8"),
+        pytest.param(lambda c, p: c.hset(f"{p}run:bad", "created_at", b"--5"), id="created-at-not-a-number"),
+        pytest.param(lambda c, p: c.hset(f"{p}run:bad", "status", b"\xff"), id="status-not-utf8"),
+        pytest.param(lambda c, p: (c.delete(f"{p}run:bad"), c.set(f"{p}run:bad", b"x")), id="header-wrong-type"),
+    ],
+)
+def test_one_damaged_run_does_not_break_list_and_prune(
+    store: Any, raw: Any, prefix: str, damage: Callable[[Any, str], Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    for run_id in ("a", "bad", "c"):
+        store.save(make_checkpoint(run_id, 1, conversation(2), created_at=5))
+    damage(raw, prefix)
+    assert set(store.list()) - {"bad"} == {"a", "c"}
+    assert [r for r in store.prune(before=10) if r != "bad"] == ["a", "c"]  # "bad" is fine in one case
+    assert "damaged" in caplog.text
+
+
+@pytest.mark.parametrize("key", ["run", "msgs"])
+def test_a_key_of_the_wrong_type_is_corruption_of_its_run_and_a_save_replaces_it(
+    store: Any, raw: Any, prefix: str, key: str
+) -> None:
+    store.save(make_checkpoint("bad", 1, conversation(3)))
+    other = make_checkpoint("other", 1, conversation(2))
+    store.save(other)
+    raw.delete(f"{prefix}{key}:bad")
+    raw.sadd(f"{prefix}{key}:bad", b"member")
+    with pytest.raises(CheckpointCorruptError, match="another type") as caught:
+        store.load("bad")
+    assert caught.value.run_id == "bad"
+    assert store.load("other") == other
+    healed = make_checkpoint("bad", 2, conversation(4))
+    store.save(healed)
+    assert store.load("bad") == healed
+
+
+@pytest.mark.parametrize("revision", [b"abc", b"\xff", b"-1"])
+def test_a_damaged_revision_field_is_healed_not_retried_forever(
+    url: str, prefix: str, raw: Any, revision: bytes
+) -> None:
+    from durable_agent.stores.redis import RedisSessionStore
+
+    with RedisSessionStore(url, prefix=prefix) as writer:
+        writer.save(make_checkpoint("r", 1, conversation(2)))
+    raw.hset(f"{prefix}run:r", "revision", revision)
+    with RedisSessionStore(url, prefix=prefix) as store:
+        script, calls = store._save_script, {"n": 0}
+
+        def counted(**kwargs: Any) -> Any:
+            calls["n"] += 1
+            assert calls["n"] <= 3, "the save keeps finding the run stale"
+            return script(**kwargs)
+
+        store._save_script = counted
+        latest = make_checkpoint("r", 2, conversation(3))
+        store.save(latest)
+        assert store.load("r") == latest

@@ -233,3 +233,130 @@ def test_sqlite_missing_raises_feature_unavailable(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "sqlite3", None)
     with pytest.raises(FeatureUnavailableError, match="sqlite3"):
         SqliteSessionStore(db)
+
+
+def _damage(db: Path, sql: str, params: tuple[object, ...] = ()) -> None:
+    with sqlite3.connect(db) as conn:
+        assert conn.execute(sql, params).rowcount == 1
+
+
+@needs_sqlite3
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "INSERT INTO durable_agent_messages (run_id, seq, body) VALUES ('r', 3, 'stray')",
+        "UPDATE durable_agent_runs SET message_count = 'three' WHERE run_id = 'r'",
+    ],
+)
+def test_a_failed_or_unknown_save_drops_the_cache_so_the_next_save_heals(db: Path, sql: str) -> None:
+    with SqliteSessionStore(db) as store:
+        store.save(make_checkpoint("r", 1, conversation(3)))
+        _damage(db, sql)  # behind the back of a handle whose cache trusts the stored rows
+        try:
+            store.save(make_checkpoint("r", 2, conversation(4)))
+        except sqlite3.IntegrityError:
+            pass  # the loop logs a failed save and goes on
+        latest = make_checkpoint("r", 3, conversation(5))
+        store.save(latest)
+        assert store.load("r") == latest
+    assert [seq for seq, _ in _rows(db, "r")] == list(range(5))
+
+
+@needs_sqlite3
+def test_a_row_numbered_below_zero_is_removed_by_the_heal(db: Path) -> None:
+    with SqliteSessionStore(db) as store:
+        store.save(make_checkpoint("r", 1, conversation(3)))
+        _damage(db, "INSERT INTO durable_agent_messages (run_id, seq, body) VALUES ('r', -1, 'stray')")
+        with pytest.raises(CheckpointCorruptError, match="contiguous"):
+            store.load("r")
+        healed = make_checkpoint("r", 2, conversation(4))
+        store.save(healed)
+        assert store.load("r") == healed
+    with SqliteSessionStore(db) as fresh:  # a new process, no cache: it heals on its first save
+        fresh.save(make_checkpoint("r", 3, conversation(4)))
+        _damage(db, "INSERT INTO durable_agent_messages (run_id, seq, body) VALUES ('r', -5, 'stray')")
+    with SqliteSessionStore(db) as fresh:
+        fresh.save(make_checkpoint("r", 4, conversation(4)))
+        assert fresh.load("r") == make_checkpoint("r", 4, conversation(4))
+    assert [seq for seq, _ in _rows(db, "r")] == list(range(4))
+
+
+@needs_sqlite3
+@pytest.mark.parametrize(
+    ("sql", "match"),
+    [
+        ("UPDATE durable_agent_messages SET body = CAST(x'7b22ff' AS TEXT) WHERE run_id = 'r' AND seq = 1",
+         "message 1 is not text"),
+        ("UPDATE durable_agent_runs SET header = CAST(x'c328' AS TEXT) WHERE run_id = 'r'", "header is not text"),
+    ],
+)
+def test_text_that_is_not_utf8_is_corruption_of_its_run_and_a_save_heals_it(
+    db: Path, sql: str, match: str
+) -> None:
+    with SqliteSessionStore(db) as store:
+        store.save(make_checkpoint("r", 1, conversation(3)))
+        other = make_checkpoint("other", 1, conversation(2))
+        store.save(other)
+        _damage(db, sql)
+        with pytest.raises(CheckpointCorruptError, match=match) as caught:
+            store.load("r")
+        assert caught.value.run_id == "r"
+        assert store.load("other") == other and store.list() == ["other", "r"]
+        healed = make_checkpoint("r", 2, conversation(4))
+        store.save(healed)
+        assert store.load("r") == healed
+
+
+@needs_sqlite3
+def test_a_run_id_that_is_not_utf8_is_skipped_by_list_and_prune(db: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with SqliteSessionStore(db) as store:
+        store.save(make_checkpoint("a", 1, conversation(1), created_at=5))
+        store.save(make_checkpoint("b", 1, conversation(1), created_at=5))
+        _damage(db, "UPDATE durable_agent_runs SET run_id = CAST(x'62ff' AS TEXT) WHERE run_id = 'b'")
+        assert store.list() == ["a"]
+        assert store.prune(before=10) == ["a"]
+    assert "unreadable run id" in caplog.text
+
+
+@needs_sqlite3
+def test_overwritten_file_pages_are_corruption_naming_the_run(db: Path) -> None:
+    with SqliteSessionStore(db) as store:
+        store.save(make_checkpoint("r", 1, conversation(400)))
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    with open(db, "r+b") as f:  # garbage over the later pages: message rows, not the schema
+        for n in range(pages // 2, pages):
+            f.seek(n * page)
+            f.write(b"\xa5" * page)
+    with SqliteSessionStore(db) as store:
+        with pytest.raises(CheckpointCorruptError, match="damaged") as caught:
+            store.load("r")
+        assert caught.value.run_id == "r"
+
+
+@needs_sqlite3
+@pytest.mark.host_only("POSIX file modes")
+def test_database_files_are_created_owner_only(tmp_path: Path) -> None:
+    """Conversations and approval tokens: the file and its -wal/-shm are 0600 even under umask 022."""
+    import os
+
+    from durable_agent.runtime.sqlite import SqliteRuntime
+
+    old = os.umask(0o022)
+    try:
+        with SqliteSessionStore(tmp_path / "runs.db") as store:
+            store.save(make_checkpoint("r", 1, conversation(2)))
+            names = ["runs.db", "runs.db-wal", "runs.db-shm"]
+            assert {n: oct((tmp_path / n).stat().st_mode & 0o777) for n in names} == dict.fromkeys(names, "0o600")
+        with SqliteRuntime(tmp_path / "journal.db"):
+            names = ["journal.db", "journal.db-wal", "journal.db-shm"]
+            assert {n: oct((tmp_path / n).stat().st_mode & 0o777) for n in names} == dict.fromkeys(names, "0o600")
+    finally:
+        os.umask(old)
+    existing = tmp_path / "shared.db"
+    existing.touch(mode=0o640)
+    existing.chmod(0o640)
+    SqliteSessionStore(existing).close()
+    assert existing.stat().st_mode & 0o777 == 0o640  # a mode the operator chose is kept

@@ -1,15 +1,9 @@
 """The Cloudflare Worker's Python parts (pyodide/worker/src), against a stand-in Durable Object.
 
 workerd cannot run offline here (it downloads its Pyodide bundle at start), so the Worker's
-store, service and entry point run against `FakeDurableObjectStorage`, shaped like the real
-`ctx.storage` of a SQLite-backed Durable Object as Python sees it through Pyodide's bridge:
-
-* `storage.kv` (`SyncKvStorage`): `get(key)` -> value or None (JS undefined), `put(key, value)`,
-  `delete(key)` -> bool, `list(**options)` -> an iterator of `[key, value]` pairs in key order
-  (UTF-8 byte order, i.e. code-point order), options `start`, `end`, `prefix`, `reverse`,
-  `limit` (Python keyword arguments become the JS options object); key and value together at
-  most 2 MB.
-* `setAlarm(ms)`, `getAlarm()`, `deleteAlarm()`: awaitables (JS Promises).
+service and entry point run against `FakeDurableObjectStorage` (tests/durable_object_fake.py),
+which enforces the real storage's limits. The store itself, `durable_agent.stores.durable_object`,
+is tested in tests/test_store_durable_object.py.
 
 Pure Python: runs under CPython and under Pyodide (the project's Pyodide runner).
 """
@@ -20,7 +14,6 @@ import json
 import os
 import sys
 import types
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,177 +25,16 @@ sys.path.insert(0, str(WORKER_SRC))
 from durable_agent import (  # noqa: E402
     ApprovalSigner,
     ScriptedModel,
-    deserialize_checkpoint,
     reply,
     call,
-    serialize_checkpoint,
 )
-from durable_agent.errors import CheckpointCorruptError, CodecError, ConfigurationError  # noqa: E402
-from durable_agent.testing import SessionStoreConformance, conversation, make_checkpoint  # noqa: E402
+from durable_agent.errors import ConfigurationError  # noqa: E402
+from durable_agent.stores.durable_object import DurableObjectSessionStore  # noqa: E402
+from durable_object_fake import FakeDurableObjectStorage  # noqa: E402
 
 import agent_service  # noqa: E402
-from do_store import MAX_ENTRY_BYTES, CheckpointTooLargeError, DurableObjectSessionStore  # noqa: E402
 
 SECRET = "a-test-secret-of-at-least-32-bytes!!"
-
-
-# ------------------------------------------------------------------------------------------------
-# The stand-in for a Durable Object's storage
-# ------------------------------------------------------------------------------------------------
-
-
-class FakeSyncKv:
-    """`ctx.storage.kv` of a SQLite-backed Durable Object."""
-
-    LIST_OPTIONS = {"start", "end", "prefix", "reverse", "limit"}
-
-    def __init__(self) -> None:
-        self.data: dict[str, Any] = {}
-        self.writes = 0
-
-    @staticmethod
-    def _check_key(key: Any) -> None:
-        if not isinstance(key, str):
-            raise TypeError(f"Durable Object keys are strings, got {type(key).__name__}")
-
-    def get(self, key: str) -> Any:
-        self._check_key(key)
-        return self.data.get(key)
-
-    def put(self, key: str, value: Any) -> None:
-        self._check_key(key)
-        if value is None:
-            raise TypeError("undefined is not a storable value")
-        size = len(key.encode("utf-8", "surrogatepass")) + (
-            len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else len(json.dumps(value))
-        )
-        if size > MAX_ENTRY_BYTES:
-            raise RuntimeError("Error: Values cannot be larger than 2097152 bytes (key and value combined).")
-        self.data[key] = value
-        self.writes += 1
-
-    def delete(self, key: str) -> bool:
-        self._check_key(key)
-        return self.data.pop(key, None) is not None
-
-    def list(self, **options: Any) -> Iterator[list[Any]]:
-        unknown = set(options) - self.LIST_OPTIONS
-        if unknown:
-            raise TypeError(f"unknown list() options {sorted(unknown)}")
-        order = lambda k: k.encode("utf-8", "surrogatepass")  # noqa: E731
-        keys = sorted(self.data, key=order, reverse=bool(options.get("reverse")))
-        prefix, start, end = options.get("prefix"), options.get("start"), options.get("end")
-        picked = [
-            k for k in keys
-            if (prefix is None or k.startswith(prefix))
-            and (start is None or order(k) >= order(start))
-            and (end is None or order(k) < order(end))
-        ]
-        if options.get("limit") is not None:
-            picked = picked[: options["limit"]]
-        return iter([[k, self.data[k]] for k in picked])  # a JS iterator of [key, value] arrays
-
-
-class FakeDurableObjectStorage:
-    """`ctx.storage`: the synchronous KV API plus the (async) alarm API."""
-
-    def __init__(self) -> None:
-        self.kv = FakeSyncKv()
-        self.alarm: int | None = None
-
-    async def setAlarm(self, scheduled_ms: int) -> None:  # noqa: N802 (the JS name)
-        self.alarm = int(scheduled_ms)
-
-    async def getAlarm(self) -> int | None:  # noqa: N802
-        return self.alarm
-
-    async def deleteAlarm(self) -> None:  # noqa: N802
-        self.alarm = None
-
-
-# ------------------------------------------------------------------------------------------------
-# The store
-# ------------------------------------------------------------------------------------------------
-
-
-class TestDurableObjectStore(SessionStoreConformance):
-    @pytest.fixture
-    def make_store(self) -> Callable[[], DurableObjectSessionStore]:
-        storage = FakeDurableObjectStorage()
-        return lambda: DurableObjectSessionStore(storage)
-
-
-def test_the_entry_holds_the_codec_text_so_bytes_survive() -> None:
-    storage = FakeDurableObjectStorage()
-    store = DurableObjectSessionStore(storage)
-    history = [*conversation(3), {"role": "user", "content": [
-        {"type": "file", "media_type": "application/octet-stream", "data": b"\x00\xff\x10 raw"}]}]
-    checkpoint = make_checkpoint("run-1", 3, history)
-    store.save(checkpoint)
-    (key, value), = storage.kv.list(prefix="checkpoint:")
-    header, body = value.split("\n", 1)
-    assert key == "checkpoint:run-1"
-    assert json.loads(header) == {"s": checkpoint.status, "i": 3, "t": checkpoint.created_at}
-    assert body == serialize_checkpoint(checkpoint)
-    loaded = store.load("run-1")
-    assert loaded == checkpoint
-    assert loaded.messages[-1]["content"][0]["data"] == b"\x00\xff\x10 raw"
-
-
-def test_runs_of_two_prefixes_do_not_mix() -> None:
-    storage = FakeDurableObjectStorage()
-    a, b = DurableObjectSessionStore(storage, prefix="a:"), DurableObjectSessionStore(storage, prefix="b:")
-    a.save(make_checkpoint("r", 1, conversation(2)))
-    assert b.load("r") is None and b.list() == [] and a.list() == ["r"]
-
-
-def test_a_checkpoint_too_large_for_one_entry_is_refused_and_the_stored_one_stays() -> None:
-    storage = FakeDurableObjectStorage()
-    store = DurableObjectSessionStore(storage, max_entry_bytes=4_000)
-    small = make_checkpoint("big", 1, conversation(2))
-    store.save(small)
-    with pytest.raises(CheckpointTooLargeError) as err:
-        store.save(make_checkpoint("big", 2, [*conversation(2), {"role": "user", "content": "x" * 5_000}]))
-    assert err.value.code == "checkpoint_too_large" and isinstance(err.value, ValueError)
-    assert "4000" in str(err.value)
-    assert store.load("big") == small
-
-
-def test_the_default_limit_is_the_one_of_the_real_storage() -> None:
-    storage = FakeDurableObjectStorage()
-    store = DurableObjectSessionStore(storage)
-    just_over = make_checkpoint("r", 1, [{"role": "user", "content": "y" * MAX_ENTRY_BYTES}])
-    with pytest.raises(CheckpointTooLargeError):
-        store.save(just_over)
-    assert storage.kv.writes == 0
-
-
-def test_unencodable_checkpoints_write_nothing() -> None:
-    storage = FakeDurableObjectStorage()
-    store = DurableObjectSessionStore(storage)
-    with pytest.raises(CodecError):
-        store.save(make_checkpoint("r", 1, [{"role": "user", "content": [{"type": "text", "text": {1, 2}}]}]))
-    assert storage.kv.writes == 0
-
-
-def test_a_damaged_entry_is_reported_as_corrupt() -> None:
-    storage = FakeDurableObjectStorage()
-    store = DurableObjectSessionStore(storage)
-    storage.kv.put("checkpoint:r", "not a checkpoint")
-    with pytest.raises(CheckpointCorruptError, match="'r'"):
-        store.load("r")
-    storage.kv.put("checkpoint:r", '{"s":"running"}\n{}')
-    with pytest.raises(CheckpointCorruptError):
-        store.list()
-
-
-def test_a_storage_without_the_kv_api_is_refused_clearly() -> None:
-    class LegacyKvBackedStorage:  # a Durable Object class declared under new_classes, not new_sqlite_classes
-        async def get(self, key: str) -> Any:
-            return None
-
-    with pytest.raises(ConfigurationError, match="new_sqlite_classes"):
-        DurableObjectSessionStore(LegacyKvBackedStorage())
 
 
 # ------------------------------------------------------------------------------------------------
@@ -241,8 +73,7 @@ async def test_a_verdict_without_a_valid_token_is_a_denial(token: str | None) ->
     (pending,) = started["pending"]
     if token == "wrong-secret":
         forged = ApprovalSigner("another-secret-of-at-least-32-bytes!")
-        token = forged.sign(deserialize_checkpoint(storage.kv.get("checkpoint:r2").split("\n", 1)[1])
-                            .pending_approvals[0], run_id="r2")
+        token = forged.sign(DurableObjectSessionStore(storage).load("r2").pending_approvals[0], run_id="r2")
     verdict = {"approvals": [{"approval_id": pending["approval_id"], "approved": True, "token": token}]}
     status, done = await service(storage).handle("POST", "/runs/r2/approvals", json.dumps(verdict))
     assert status == 200 and done["status"] == "completed"
@@ -365,7 +196,7 @@ class FakeNamespace:
 def entry(monkeypatch: pytest.MonkeyPatch) -> Any:
     """entry.py imported fresh, with os.urandom failing as Workers make it fail at import time."""
     monkeypatch.setitem(sys.modules, "workers", fake_workers_module())
-    for name in ("entry", "agent_service", "do_store"):
+    for name in ("entry", "agent_service"):
         monkeypatch.delitem(sys.modules, name, raising=False)
 
     def no_entropy(n: int) -> bytes:
@@ -412,7 +243,7 @@ async def test_the_alarm_handler_heals_through_the_entry_point(entry: Any) -> No
     storage = FakeDurableObjectStorage()
     storage.kv.put("prompt:r6", "Refund A-1001")
     await entry.AgentRun(types.SimpleNamespace(storage=storage), env).alarm()
-    assert json.loads(storage.kv.get("checkpoint:r6").split("\n", 1)[0])["s"] == "suspended"
+    assert DurableObjectSessionStore(storage).load("r6").status == "suspended"
 
 
 def test_the_scripted_model_is_deterministic() -> None:

@@ -45,8 +45,7 @@ from durable_agent import (
 )
 from durable_agent.errors import ConfigurationError
 from durable_agent.messages import message_text
-
-from do_store import DurableObjectSessionStore
+from durable_agent.stores.durable_object import DurableObjectSessionStore
 
 MAX_STEPS = 10
 HEAL_AFTER_MS = 60_000  # if a leg has not ended by then, the alarm picks the run up again

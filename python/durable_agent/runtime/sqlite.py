@@ -30,6 +30,7 @@ from .._util import wall_clock_ms
 from ..stores._sql import Dialect as StatementDialect
 from ..stores._sql import Plan
 from ..stores._sql import run_sync
+from ..stores._files import create_private
 from ._sql import JournalDialect, SqlRuntime, schema_plan
 
 DIALECT = JournalDialect(
@@ -63,10 +64,12 @@ class _SqliteDriver:
         self._poll = poll_interval_ms / 1000
         self._lock = threading.RLock()
         try:
+            if path != ":memory:":
+                create_private(path)  # conversations and tokens: owner-only, -wal/-shm too
             self._conn = sqlite3.connect(
                 path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
             )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise ConfigurationError(f"cannot open SQLite database {path!r}: {exc}") from exc
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")

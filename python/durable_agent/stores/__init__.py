@@ -4,6 +4,7 @@
 * `durable_agent.stores.jsonl.JsonlSessionStore` (one append-only file)
 * `durable_agent.stores.postgres.PostgresSessionStore` / `AsyncPostgresSessionStore` (psycopg 3)
 * `durable_agent.stores.redis.RedisSessionStore` (redis-py)
+* `durable_agent.stores.durable_object.DurableObjectSessionStore` (a Cloudflare Durable Object's storage)
 
 `open_store(url)` picks one from a URL. Importing this package imports no backend.
 """
@@ -51,7 +52,7 @@ def _file_options(query: str, allowed: dict[str, type]) -> dict[str, Any]:
                 raise ConfigurationError(f"option {key!r} must be true or false, got {value!r}")
             options[key] = _BOOL[value.lower()]
         elif kind is int:
-            if not value.isdigit():
+            if not (value.isascii() and value.isdigit()):  # "²".isdigit() is True, int("²") fails
                 raise ConfigurationError(f"option {key!r} must be a non-negative int, got {value!r}")
             options[key] = int(value)
         else:

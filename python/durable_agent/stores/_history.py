@@ -37,7 +37,7 @@ from typing import Any
 
 from .._kernels import kernels
 from ..checkpoint import AgentCheckpoint
-from ..errors import CheckpointCorruptError, CheckpointVersionError, CodecError
+from ..errors import CheckpointCorruptError, CheckpointVersionError, CodecError, ConfigurationError
 from ..messages import Message
 
 
@@ -124,6 +124,8 @@ class PrefixCache:
     """
 
     def __init__(self, capacity: int = 256) -> None:
+        if type(capacity) is not int or capacity < 0:
+            raise ConfigurationError(f"cache_runs must be a non-negative int, got {capacity!r}")
         self._capacity = capacity
         self._runs: OrderedDict[str, _Saved] = OrderedDict()
 

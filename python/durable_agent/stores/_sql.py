@@ -18,7 +18,7 @@ from typing import Any, Literal
 from ..checkpoint import AgentCheckpoint, RunStatus
 from ..errors import CheckpointConflictError, CheckpointCorruptError, FeatureUnavailableError
 from ._history import PrefixCache, encode_header, encode_messages, kept_by_encoding, new_revision, rebuild
-from ._validate import page, prunable
+from ._validate import page, prunable, readable_id, readable_ids
 
 RUNS = "durable_agent_runs"
 MESSAGES = "durable_agent_messages"
@@ -109,7 +109,12 @@ def save_plan(
     """Write `checkpoint` appending only its new messages; returns the revision written.
 
     The caller runs this inside one transaction and, after the commit, tells the cache
-    (`cache.remember(run_id, revision, messages)`); a failed commit leaves the cache alone.
+    (`cache.remember(run_id, revision, messages)`). When the plan or the commit fails, the
+    caller must `cache.forget(run_id)`: the stored rows are then unknown (a stray row, a
+    damaged header), and only a save that re-reads them can heal the run.
+
+    A header whose `message_count` or `revision` is not an int, and rows numbered below 0,
+    are healed by the save (the rows are re-read and replaced), never kept.
     """
     run_id = checkpoint.run_id
     messages = checkpoint.messages
@@ -123,7 +128,8 @@ def save_plan(
         raise CheckpointConflictError(run_id, expected_step_index, stored_step)
     if head is None:  # rows left by a corrupt or foreign writer must not collide with ours
         yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ?", (run_id,))
-    keep = cache.kept(run_id, stored_revision, messages)
+    trusted = type(stored_count) is int and type(stored_revision) is int
+    keep = cache.kept(run_id, stored_revision, messages) if trusted or head is None else None
     if keep is None:
         rows = yield Query(
             f"SELECT seq, body FROM {MESSAGES} WHERE run_id = ? ORDER BY seq", (run_id,), "all"
@@ -132,7 +138,7 @@ def save_plan(
         stored_count = len(rows)
     bodies = encode_messages(messages, keep)
     if keep < stored_count:
-        yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ? AND seq >= ?", (run_id, keep))
+        yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ? AND (seq >= ? OR seq < 0)", (run_id, keep))
     if bodies:
         yield Query(
             f"INSERT INTO {MESSAGES} (run_id, seq, body) VALUES (?, ?, ?)",
@@ -200,7 +206,7 @@ def list_plan(status: RunStatus | None, limit: int | None, after: str | None) ->
         sql += " LIMIT ?"
         params.append(limit)
     rows = yield Query(sql, params, "all")
-    return [row[0] for row in rows]
+    return readable_ids(row[0] for row in rows)
 
 
 def prune_plan(before: int, status: RunStatus | None, include_suspended: bool) -> Plan:
@@ -209,7 +215,13 @@ def prune_plan(before: int, status: RunStatus | None, include_suspended: bool) -
         f"SELECT run_id, status, created_at FROM {RUNS} WHERE created_at < ?", (before,), "all"
     )
     doomed = page(
-        (run_id for run_id, st, created in rows if prunable(st, created, before, status, include_suspended)),
+        (
+            run_id
+            for run_id, st, created in rows
+            if type(created) is int
+            and readable_id(run_id) is not None
+            and prunable(st, created, before, status, include_suspended)
+        ),
         None,
         None,
     )

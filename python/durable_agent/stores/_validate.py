@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from typing import Any
 
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
 from ..errors import ConfigurationError
+
+logger = logging.getLogger("durable_agent")
 
 
 def check_checkpoint(checkpoint: Any) -> AgentCheckpoint:
@@ -16,22 +20,34 @@ def check_checkpoint(checkpoint: Any) -> AgentCheckpoint:
     return checkpoint
 
 
-def check_run_id(run_id: Any) -> str:
-    """A run id every backend can store: a non-empty str of valid Unicode without NUL.
+MAX_RUN_ID_BYTES = 1024
+"""The longest run id, in UTF-8 bytes, every backend stores.
+
+Postgres refuses b-tree index entries over about 2,700 bytes (the run id is in three
+indexes); a Durable Object key holds the store's prefix and the run id within its limit.
+"""
+
+
+def check_run_id(run_id: Any, what: str = "run_id") -> str:
+    """A run id every backend can store: a non-empty str of valid Unicode without NUL, at most
+    `MAX_RUN_ID_BYTES` UTF-8 bytes.
 
     NUL is refused because Postgres text cannot hold it; lone surrogates because they have
     no UTF-8 form. Checking here keeps every backend (memory included) accepting the same ids.
+    `what` names the argument in the error (`list(after=)` is checked the same way).
     """
     if not isinstance(run_id, str) or not run_id:
-        raise ConfigurationError(f"run_id must be a non-empty str, got {run_id!r}")
+        raise ConfigurationError(f"{what} must be a non-empty str, got {run_id!r}")
     if "\x00" in run_id:
-        raise ConfigurationError(f"run_id must not contain NUL, got {run_id!r}")
+        raise ConfigurationError(f"{what} must not contain NUL, got {run_id!r}")
     try:
-        run_id.encode("utf-8")
+        size = len(run_id.encode("utf-8"))
     except UnicodeEncodeError:
+        raise ConfigurationError(f"{what} must be valid Unicode (no lone surrogates), got {run_id!r}") from None
+    if size > MAX_RUN_ID_BYTES:
         raise ConfigurationError(
-            f"run_id must be valid Unicode (no lone surrogates), got {run_id!r}"
-        ) from None
+            f"{what} is {size} UTF-8 bytes, more than the {MAX_RUN_ID_BYTES} every store accepts: {run_id[:40]!r}..."
+        )
     return run_id
 
 
@@ -55,8 +71,8 @@ def check_list_args(status: Any, limit: Any, after: Any) -> tuple[RunStatus | No
     """Checked `list(status=, limit=, after=)` arguments."""
     if limit is not None and (type(limit) is not int or limit < 1):
         raise ConfigurationError(f"limit must be None or a positive int, got {limit!r}")
-    if after is not None and not isinstance(after, str):
-        raise ConfigurationError(f"after must be None or a run id (str), got {after!r}")
+    if after is not None:
+        check_run_id(after, "after")
     return check_status(status), limit, after
 
 
@@ -93,3 +109,25 @@ def page(run_ids: Any, limit: int | None, after: str | None) -> list[str]:
     """Sorted run ids strictly after `after`, at most `limit` of them (keyset paging)."""
     ordered = sorted(r for r in run_ids if after is None or r > after)
     return ordered if limit is None else ordered[:limit]
+
+
+def readable_id(run_id: Any) -> str | None:
+    """A stored run id as str (bytes decoded as UTF-8), or None, logged, when it is unreadable.
+
+    `list` and `prune` skip such an id rather than fail for every run: a damaged index entry
+    stays the problem of the run it belonged to.
+    """
+    if isinstance(run_id, bytes):
+        try:
+            return run_id.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    elif isinstance(run_id, str):
+        return run_id
+    logger.warning("session store: skipping the unreadable run id %r (a damaged index entry)", run_id)
+    return None
+
+
+def readable_ids(run_ids: Iterable[Any]) -> list[str]:
+    """The readable ids of `run_ids`, in order (see `readable_id`)."""
+    return [r for r in map(readable_id, run_ids) if r is not None]

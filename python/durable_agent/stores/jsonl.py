@@ -8,16 +8,24 @@ save costs the same at step 10 and at step 10,000, and the file grows by what ch
 
 Crash safety: a line is written with one `write` (and `fsync` unless `fsync=False`) and only
 counts once its newline is on disk. A torn last line left by a crash is ignored when reading
-and cut off by the next writer. A complete line that cannot be read marks its run (named in
-the line's first bytes) corrupt: loading it raises `CheckpointCorruptError`; other runs stay
-readable; the next save of the run rewrites it whole and heals it. A save whose `prev` does not
-match (a lost line in between) also marks its run corrupt rather than loading wrong data.
+and cut off by the next writer. A tail of zero bytes without a newline (what a machine crash
+can leave of acknowledged writes on some file systems) is handled the same way, but is logged
+as a warning: the saves it held are gone and their runs load their previous save.
+A complete line that cannot be read marks its run (named in the line's first bytes) corrupt:
+loading it raises `CheckpointCorruptError`; other runs stay readable; the next save of the run
+rewrites it whole and heals it. A damaged line naming a run that no earlier line holds is
+logged and skipped (listed in `damaged_lines`), like a line naming no run: damage never makes
+up a run in `list()`. A save whose `prev` does not match (a lost line in between) also marks
+its run corrupt rather than loading wrong data.
 
 Several processes: writers take an exclusive `fcntl.flock` on the file and catch up with lines
 other processes appended before writing; readers catch up without locking. Where `fcntl` is
 missing (Windows, Pyodide), the store is for one process only.
 
-`compact()` rewrites the file with one line per run (atomic rename), dropping superseded lines.
+`compact()` rewrites the file with one line per run (atomic rename), dropping superseded lines;
+it writes a fresh file under an unguessable name opened with ``O_EXCL|O_NOFOLLOW`` (a symlink
+planted next to the store is never written through), with the mode of the store's file. The
+file is created 0600 when missing: it holds conversations and approval tokens.
 The store keeps an index of the file in memory (per run: offsets of its live lines, header).
 """
 
@@ -28,6 +36,7 @@ import json
 import logging
 import os
 import re
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +47,7 @@ from typing import Any
 from .._kernels import kernels
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
 from ..errors import CheckpointConflictError, CheckpointCorruptError, CodecError, ConfigurationError
+from ._files import NOFOLLOW, PRIVATE, file_path
 from ._history import PrefixCache, header_dict, kept_by_encoding, new_revision, rebuild_decoded
 from ._validate import (
     check_checkpoint,
@@ -126,8 +136,10 @@ class JsonlSessionStore:
     """Checkpoints of every run in one append-only JSON-lines file; synchronous methods."""
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True, cache_runs: int = 256) -> None:
-        self.path = Path(path)
-        self._fsync = bool(fsync)
+        if type(fsync) is not bool:
+            raise ConfigurationError(f"fsync must be a bool, got {fsync!r}")
+        self.path = Path(file_path(path, "JSONL store"))
+        self._fsync = fsync
         self._mutex = threading.RLock()
         self._cache = PrefixCache(cache_runs)
         self._fd = -1
@@ -137,7 +149,7 @@ class JsonlSessionStore:
 
     def _open(self) -> None:
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, PRIVATE)
         except OSError as exc:
             raise ConfigurationError(f"cannot open JSONL store {str(self.path)!r}: {exc}") from exc
         if self._fd >= 0:
@@ -147,6 +159,7 @@ class JsonlSessionStore:
         self._ident = (st.st_dev, st.st_ino)
         self._runs: dict[str, _Run] = {}
         self._end = 0
+        self._zero_tail_warned = -1  # the offset of a zero-filled tail already logged
         self.damaged_lines: builtins.list[int] = []  # byte offsets of lines no run could be blamed for
         self._scan()
 
@@ -176,6 +189,15 @@ class JsonlSessionStore:
                 self._index_line(offset, line)
                 offset += len(line) + 1
         self._end = offset
+        if b"\x00" in pending and self._zero_tail_warned != offset:
+            self._zero_tail_warned = offset
+            logger.warning(
+                "JSONL store %s: the file ends in %d bytes holding zeros and no newline (writes lost by a crash of "
+                "the machine, or damage): the saves they held are gone and their runs load their previous save; "
+                "the next save cuts them off",
+                self.path,
+                len(pending),
+            )
 
     def _index_line(self, offset: int, line: bytes) -> None:
         try:
@@ -197,11 +219,13 @@ class JsonlSessionStore:
                 run_id = json.loads(found.group(1))
             except ValueError:
                 run_id = None
-        if not isinstance(run_id, str):
+        if not isinstance(run_id, str) or run_id not in self._runs:
+            # A run no earlier line holds is not made up from damage (it would appear in list()).
             self.damaged_lines.append(offset)
-            logger.warning("JSONL store %s: %s; no run can be blamed, line skipped", self.path, why)
+            blame = "no run can be blamed" if run_id is None else f"it names run {run_id!r}, unknown before it"
+            logger.warning("JSONL store %s: %s; %s, line skipped", self.path, why, blame)
             return
-        self._runs.setdefault(run_id, _Run()).corrupt = why
+        self._runs[run_id].corrupt = why
 
     def _apply(self, offset: int, length: int, record: dict[str, Any]) -> None:
         run_id = record["run_id"]
@@ -397,9 +421,13 @@ class JsonlSessionStore:
                     f"cannot compact: runs {broken} are corrupt (pass drop_corrupt=True to drop them)",
                     run_id=broken[0],
                 )
-            tmp = self.path.with_name(f"{self.path.name}.compact-{os.getpid()}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            # A fresh, unguessable name opened with O_EXCL|O_NOFOLLOW: whatever is planted at
+            # a name in this directory (a symlink to a victim file) is refused, never written through.
+            tmp = self.path.with_name(f"{self.path.name}.compact-{os.urandom(8).hex()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, PRIVATE)
             try:
+                if hasattr(os, "fchmod"):  # the compacted file keeps the mode the operator gave the store
+                    os.fchmod(fd, stat.S_IMODE(os.fstat(self._fd).st_mode))
                 for run_id in sorted(self._runs):
                     run = self._runs[run_id]
                     if run.corrupt is not None:

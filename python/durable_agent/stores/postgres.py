@@ -10,7 +10,8 @@ lock; `durable_agent_schema_version` records the version.
 
 Connections come from a `psycopg_pool` pool (`min_size`/`max_size`), or pass your own `pool=`.
 A connection lost mid-save rolls the transaction back; the next save finds the stored state
-and heals (no gap, no duplicate message). Install with ``pip install 'durable-agent[postgres]'``.
+and heals (no gap, no duplicate message). Any failed save makes the store forget its view of
+that run, so a stray or damaged row costs one failed save, never every later one. Install with ``pip install 'durable-agent[postgres]'``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..checkpoint import AgentCheckpoint, RunStatus
-from ..errors import CheckpointCorruptError, FeatureUnavailableError
+from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from . import _sql
 from ._history import PrefixCache
 from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id
@@ -46,6 +47,24 @@ def _pool_module() -> Any:
     return psycopg_pool
 
 
+def _check_pool_options(psycopg: Any, conninfo: Any, min_size: Any, max_size: Any) -> None:
+    """`ConfigurationError` for pool sizes or a conninfo psycopg_pool would refuse later, or never."""
+    if type(min_size) is not int or type(max_size) is not int or not 0 <= min_size <= max_size or max_size < 1:
+        raise ConfigurationError(
+            f"need ints with 0 <= min_size <= max_size and max_size >= 1, got min_size={min_size!r}, "
+            f"max_size={max_size!r}"
+        )
+    if not isinstance(conninfo, str):
+        raise ConfigurationError(f"conninfo must be a str, got {conninfo!r}")
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(f"bad Postgres conninfo: {exc}") from None
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ConfigurationError(f"bad Postgres port {port!r} (1-65535)")
+
+
 class _Common:
     """Argument checks and plans shared by the sync and async stores (they differ only in I/O)."""
 
@@ -53,9 +72,12 @@ class _Common:
 
     _operational_error: type[Exception]
 
-    def _init_common(self, cache_runs: int) -> Any:
+    def _init_common(self, conninfo: Any, pool: Any, min_size: Any, max_size: Any, cache_runs: int) -> Any:
         psycopg_pool = _pool_module()
         import psycopg
+
+        if pool is None:
+            _check_pool_options(psycopg, conninfo, min_size, max_size)
 
         self._operational_error = psycopg.OperationalError
         self._cache = PrefixCache(cache_runs)
@@ -98,7 +120,7 @@ class PostgresSessionStore(_Common):
         max_size: int = 4,
         cache_runs: int = 256,
     ) -> None:
-        psycopg_pool = self._init_common(cache_runs)
+        psycopg_pool = self._init_common(conninfo, pool, min_size, max_size, cache_runs)
         self._own_pool = pool is None
         self._pool = (
             psycopg_pool.ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=True)
@@ -135,7 +157,11 @@ class PostgresSessionStore(_Common):
         the stored checkpoint of this run is at that step.
         """
         checkpoint, plan = self._save(checkpoint, expected_step_index)
-        revision = self._run(plan)
+        try:
+            revision = self._run(plan)
+        except BaseException:
+            self._cache.forget(checkpoint.run_id)  # the rows are unknown now: the next save re-reads them
+            raise
         self._cache.remember(checkpoint.run_id, revision, checkpoint.messages)
 
     def load(self, run_id: str) -> AgentCheckpoint | None:
@@ -195,7 +221,7 @@ class AsyncPostgresSessionStore(_Common):
         max_size: int = 4,
         cache_runs: int = 256,
     ) -> None:
-        psycopg_pool = self._init_common(cache_runs)
+        psycopg_pool = self._init_common(conninfo, pool, min_size, max_size, cache_runs)
         self._own_pool = pool is None
         self._pool = (
             psycopg_pool.AsyncConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=False)
@@ -228,7 +254,11 @@ class AsyncPostgresSessionStore(_Common):
     async def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
         """See `PostgresSessionStore.save`."""
         checkpoint, plan = self._save(checkpoint, expected_step_index)
-        revision = await self._run(plan)
+        try:
+            revision = await self._run(plan)
+        except BaseException:
+            self._cache.forget(checkpoint.run_id)
+            raise
         self._cache.remember(checkpoint.run_id, revision, checkpoint.messages)
 
     async def load(self, run_id: str) -> AgentCheckpoint | None:

@@ -11,6 +11,11 @@ messages kept, pushes the new ones and rewrites the header. A process whose view
 with exact knowledge: no gap, no duplicate. A connection lost mid-save leaves the script
 either fully applied or not at all; the next save finds out which.
 
+Damage stays the damaged run's problem: loading it raises `CheckpointCorruptError` naming it
+(undecodable data, counts that disagree, a key holding another Redis type), and its next save
+replaces it. `list` and `prune` skip, and log, an index member that is not UTF-8 and a header
+whose status or created_at is unreadable, and go on with the other runs.
+
 Durability, honestly: Redis acknowledges a write once it is in memory. What survives a crash
 of the Redis server depends on its configuration, not on this store:
 * no persistence (``save ''``, ``appendonly no``): every checkpoint is lost on restart;
@@ -28,6 +33,7 @@ Install with ``pip install 'durable-agent[redis]'``.
 from __future__ import annotations
 
 import builtins
+import re
 from typing import Any
 
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
@@ -44,14 +50,22 @@ from ._validate import (
     check_list_args,
     check_prune_args,
     check_run_id,
+    logger,
     page,
     prunable,
+    readable_ids,
 )
 
 # KEYS: head, msgs, runs, status:running, status:suspended, status:completed
 # ARGV: run_id, expected step ('' = no check), known revision ('' = absent), keep, revision,
 #       step_index, status, created_at, header, bodies...
 _SAVE = """
+-- a key of the wrong type (damage, or another program's key) is replaced, like any corrupt run
+local want = {'hash', 'list'}
+for k = 1, 2 do
+  local t = redis.call('TYPE', KEYS[k])['ok']
+  if t ~= 'none' and t ~= want[k] then redis.call('DEL', KEYS[k]) end
+end
 local head = redis.call('HMGET', KEYS[1], 'revision', 'step_index')
 if ARGV[2] ~= '' and head[2] ~= ARGV[2] then
   return {'conflict', head[2] or ''}
@@ -113,6 +127,19 @@ def _text(value: Any, run_id: str, what: str) -> str:
     raise CheckpointCorruptError(f"{what} is missing", run_id=run_id)
 
 
+def _prune_fields(run_id: str, fields: Any) -> tuple[str, int, bytes] | None:
+    """(status, created_at, revision) of a run's header for `prune`, or None, logged, when damaged."""
+    if not isinstance(fields, Exception):
+        st, created, revision = fields
+        try:
+            if revision is not None and created is not None and re.fullmatch(rb"-?[0-9]+", created):
+                return st.decode("utf-8"), int(created), revision
+        except (AttributeError, UnicodeDecodeError):
+            pass
+    logger.warning("Redis store: prune skips run %r, whose header is damaged (%r)", run_id, fields)
+    return None
+
+
 class RedisSessionStore:
     """Checkpoints in Redis; synchronous methods, safe for many processes (see the durability notes).
 
@@ -134,7 +161,14 @@ class RedisSessionStore:
         if not isinstance(prefix, str):
             raise ConfigurationError(f"prefix must be a str, got {prefix!r}")
         self._own_client = client is None
-        self._client = redis.Redis.from_url(url) if client is None else client
+        if client is None:
+            if not isinstance(url, str):
+                raise ConfigurationError(f"url must be a str, got {url!r}")
+            try:  # a bad port ("redis://:notaport", 99999) or scheme is a ValueError in redis-py
+                client = redis.Redis.from_url(url)
+            except (ValueError, TypeError) as exc:
+                raise ConfigurationError(f"bad Redis URL {url!r}: {exc}") from None
+        self._client = client
         self._prefix = prefix
         self._save_script = self._client.register_script(_SAVE)
         self._delete_script = self._client.register_script(_DELETE)
@@ -149,14 +183,21 @@ class RedisSessionStore:
             *(f"{p}status:{s}" for s in RUN_STATUSES),
         ]
 
-    def _read(self, run_id: str) -> tuple[dict[bytes, bytes], builtins.list[Any]]:
-        """The run's header hash and message list, read in one MULTI (one consistent view)."""
+    def _read(self, run_id: str) -> tuple[dict[bytes, bytes], builtins.list[Any], str | None]:
+        """The run's header hash and message list, read in one MULTI (one consistent view).
+
+        The third item says what is wrong when a key holds another type (WRONGTYPE): then the
+        hash and list read as empty, and a save replaces the keys.
+        """
         head_key, msgs_key = self._keys(run_id)[:2]
         pipe = self._client.pipeline(transaction=True)
         pipe.hgetall(head_key)
         pipe.lrange(msgs_key, 0, -1)
-        head, bodies = pipe.execute()
-        return head, bodies
+        head, bodies = pipe.execute(raise_on_error=False)
+        if isinstance(head, Exception) or isinstance(bodies, Exception):
+            wrong = head if isinstance(head, Exception) else bodies
+            return {}, [], f"a key of the run holds another type ({wrong})"
+        return head, bodies, None
 
     def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
         """Store `checkpoint` atomically as the latest of its run, sending only the new messages.
@@ -168,13 +209,14 @@ class RedisSessionStore:
         expected = check_expected(expected_step_index)
         run_id, messages = checkpoint.run_id, checkpoint.messages
         header = encode_header(checkpoint)
-        known = self._cache.revision(run_id)
-        keep = None if known is None else self._cache.kept(run_id, known, messages)
+        cached = self._cache.revision(run_id)
+        keep = None if cached is None else self._cache.kept(run_id, cached, messages)
+        known: bytes = b"" if cached is None else str(cached).encode()
         while True:  # each round trip either saves or learns of a newer save by another writer
             if keep is None:  # read what is stored and compare exactly
-                head, bodies = self._read(run_id)
+                head, bodies, _ = self._read(run_id)
                 raw = head.get(b"revision")
-                known = int(raw) if raw is not None and raw.isdigit() else None
+                known = raw or b""  # compared as stored: a damaged revision must not make every try stale
                 stored = [body.decode("utf-8", "replace") for body in bodies]
                 keep = kept_by_encoding(stored, messages) if raw is not None else 0
             revision = new_revision()
@@ -183,7 +225,7 @@ class RedisSessionStore:
                 args=[
                     run_id,
                     "" if expected is None else str(expected),
-                    "" if known is None else str(known),
+                    known,
                     keep,
                     revision,
                     checkpoint.step_index,
@@ -204,7 +246,10 @@ class RedisSessionStore:
     def load(self, run_id: str) -> AgentCheckpoint | None:
         """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
         check_run_id(run_id)
-        head, bodies = self._read(run_id)
+        head, bodies, wrong = self._read(run_id)
+        if wrong is not None:
+            self._cache.forget(run_id)
+            raise CheckpointCorruptError(wrong, run_id=run_id)
         if not head:
             return None
         try:
@@ -231,11 +276,11 @@ class RedisSessionStore:
         self._delete_script(keys=self._keys(run_id), args=[run_id, ""])
         self._cache.forget(run_id)
 
-    def _ids(self, status: RunStatus | None, limit: int | None, after: str | None) -> builtins.list[str]:
+    def _members(self, status: RunStatus | None, limit: int | None, after: bytes | None) -> builtins.list[bytes]:
+        """Raw members of the run index (all runs, or those of `status`) after `after`, in byte order."""
         key = f"{self._prefix}{'runs' if status is None else 'status:' + status}"
-        low = "-" if after is None else "(" + after
-        found = self._client.zrangebylex(key, low, "+", *((0, limit) if limit is not None else ()))
-        return [member.decode("utf-8") for member in found]
+        low = b"-" if after is None else b"(" + after
+        return self._client.zrangebylex(key, low, b"+", *((0, limit) if limit is not None else ()))  # type: ignore[no-any-return]
 
     def list(
         self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
@@ -244,7 +289,8 @@ class RedisSessionStore:
 
         Page with `limit` and `after` (the last id of the previous page).
         """
-        return self._ids(*check_list_args(status, limit, after))
+        status, limit, after = check_list_args(status, limit, after)
+        return readable_ids(self._members(status, limit, None if after is None else after.encode("utf-8")))
 
     def prune(
         self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
@@ -257,16 +303,16 @@ class RedisSessionStore:
         before, status, include_suspended = check_prune_args(before, status, include_suspended)
         doomed: builtins.list[str] = []
         after = None
-        while page_ids := self._ids(None, 500, after):
-            after = page_ids[-1]
+        while members := self._members(None, 500, after):
+            after = members[-1]
+            page_ids = readable_ids(members)
             pipe = self._client.pipeline(transaction=False)
             for run_id in page_ids:
                 pipe.hmget(self._keys(run_id)[0], "status", "created_at", "revision")
-            for run_id, (st, created, revision) in zip(page_ids, pipe.execute(), strict=True):
-                if st is None or revision is None or created is None or not created.lstrip(b"-").isdigit():
-                    continue
-                if prunable(st.decode(), int(created), before, status, include_suspended):
-                    if self._delete_script(keys=self._keys(run_id), args=[run_id, revision]):
+            for run_id, fields in zip(page_ids, pipe.execute(raise_on_error=False), strict=True):
+                found = _prune_fields(run_id, fields)
+                if found is not None and prunable(found[0], found[1], before, status, include_suspended):
+                    if self._delete_script(keys=self._keys(run_id), args=[run_id, found[2]]):
                         doomed.append(run_id)
                         self._cache.forget(run_id)
         return page(doomed, None, None)

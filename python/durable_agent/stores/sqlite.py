@@ -9,6 +9,12 @@ use one file: writers queue on SQLite's write lock, readers never block. `synchr
 defaults to FULL: a save that returned survives a power loss; NORMAL is faster and survives
 a crash of the process but may lose the last saves on a power loss.
 
+The file is created 0600 when missing (it holds conversations and approval tokens); SQLite
+gives its -wal and -shm files the same mode. Damage: text that is not UTF-8, rows out of
+place or a damaged page of the file raise `CheckpointCorruptError` naming the run on load; a
+failed save makes the store forget its view of the run, and the next save re-reads the rows
+and replaces what it cannot trust (`_sql.save_plan`).
+
 `sqlite3` is imported when a store is opened; where it is missing (Pyodide 0.28 without its
 CDN package) opening raises `FeatureUnavailableError`.
 """
@@ -19,19 +25,29 @@ import builtins
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
 from ..checkpoint import AgentCheckpoint, RunStatus
 from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from . import _sql
+from ._files import create_private, file_path
 from ._history import PrefixCache
 from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id
 
 _DIALECT = _sql.Dialect(placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None)
+_CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+def _text(data: bytes) -> str | bytes:
+    """A TEXT value as str, or its raw bytes when they are not UTF-8 (a damaged row): bytes
+    reach the plans, which report the run as corrupt on load and rewrite the row on save."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
 
 
 def _sqlite3() -> ModuleType:
@@ -65,15 +81,18 @@ class SqliteSessionStore:
         if type(busy_timeout_ms) is not int or busy_timeout_ms < 0:
             raise ConfigurationError(f"busy_timeout_ms must be a non-negative int, got {busy_timeout_ms!r}")
         sqlite3 = _sqlite3()
-        self.path = str(path) if str(path) == ":memory:" else str(Path(path))
+        self.path = file_path(path, "SQLite database")
+        self._cache = PrefixCache(cache_runs)
         try:
+            if self.path != ":memory:":
+                create_private(self.path)
             self._conn = sqlite3.connect(
                 self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
             )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise ConfigurationError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        self._sqlite3 = sqlite3
         self._lock = threading.RLock()
-        self._cache = PrefixCache(cache_runs)
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
             # Only takes effect on a new, empty file. Message rows are ~1-3 KB: 8 KiB pages pack
@@ -90,8 +109,39 @@ class SqliteSessionStore:
             raise
 
     def _migrate(self) -> None:
-        with self._transaction("IMMEDIATE") as cur:
-            _sql.run_sync(cur, _DIALECT, _sql.schema_plan(_DIALECT))
+        self._run_once("IMMEDIATE", _sql.schema_plan(_DIALECT))
+
+    def _run(
+        self, mode: Literal["DEFERRED", "IMMEDIATE"], make_plan: Callable[[], _sql.Plan], run_id: str | None = None
+    ) -> Any:
+        """Run a fresh plan in one transaction, the damage of a run's data reported as that run's.
+
+        Text that is not UTF-8 makes sqlite3 raise `OperationalError` for the whole query; the
+        plan then runs once more with such text read as bytes (`_text`), which `load` reports as
+        corruption of the run and `save` replaces. Only that retry pays for the Python-level
+        text decoding. A damaged page (SQLITE_CORRUPT, SQLITE_NOTADB) is `CheckpointCorruptError`
+        naming `run_id`.
+        """
+        with self._lock:
+            try:
+                try:
+                    return self._run_once(mode, make_plan())
+                except self._sqlite3.OperationalError as exc:
+                    if "Could not decode to UTF-8" not in str(exc):
+                        raise
+                self._conn.text_factory = _text
+                try:
+                    return self._run_once(mode, make_plan())
+                finally:
+                    self._conn.text_factory = str
+            except self._sqlite3.DatabaseError as exc:
+                if run_id is None or getattr(exc, "sqlite_errorname", None) not in _CORRUPT:
+                    raise
+                raise CheckpointCorruptError(f"the database file is damaged ({exc})", run_id=run_id) from exc
+
+    def _run_once(self, mode: Literal["DEFERRED", "IMMEDIATE"], plan: _sql.Plan) -> Any:
+        with self._transaction(mode) as cur:
+            return _sql.run_sync(cur, _DIALECT, plan)
 
     @contextmanager
     def _transaction(self, mode: Literal["DEFERRED", "IMMEDIATE"]) -> Iterator[Any]:
@@ -116,18 +166,20 @@ class SqliteSessionStore:
         """
         checkpoint = check_checkpoint(checkpoint)
         expected = check_expected(expected_step_index)
-        with self._transaction("IMMEDIATE") as cur:
-            revision = _sql.run_sync(
-                cur, _DIALECT, _sql.save_plan(self._cache, checkpoint, expected, _DIALECT)
+        try:
+            revision = self._run(
+                "IMMEDIATE", lambda: _sql.save_plan(self._cache, checkpoint, expected, _DIALECT), checkpoint.run_id
             )
+        except BaseException:
+            self._cache.forget(checkpoint.run_id)  # the rows are unknown now: the next save re-reads them
+            raise
         self._cache.remember(checkpoint.run_id, revision, checkpoint.messages)
 
     def load(self, run_id: str) -> AgentCheckpoint | None:
         """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
         check_run_id(run_id)
         try:
-            with self._transaction("DEFERRED") as cur:
-                found = _sql.run_sync(cur, _DIALECT, _sql.load_plan(run_id))
+            found = self._run("DEFERRED", lambda: _sql.load_plan(run_id), run_id)
         except CheckpointCorruptError:
             self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
             raise
@@ -140,8 +192,7 @@ class SqliteSessionStore:
 
     def delete(self, run_id: str) -> None:
         check_run_id(run_id)
-        with self._transaction("IMMEDIATE") as cur:
-            _sql.run_sync(cur, _DIALECT, _sql.delete_plan(run_id))
+        self._run("IMMEDIATE", lambda: _sql.delete_plan(run_id))
         self._cache.forget(run_id)
 
     def list(
@@ -152,8 +203,7 @@ class SqliteSessionStore:
         Page with `limit` and `after` (the last id of the previous page).
         """
         status, limit, after = check_list_args(status, limit, after)
-        with self._transaction("DEFERRED") as cur:
-            return _sql.run_sync(cur, _DIALECT, _sql.list_plan(status, limit, after))  # type: ignore[no-any-return]
+        return self._run("DEFERRED", lambda: _sql.list_plan(status, limit, after))  # type: ignore[no-any-return]
 
     def prune(
         self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
@@ -163,10 +213,7 @@ class SqliteSessionStore:
         Suspended runs (awaiting approval) are kept unless `include_suspended=True`.
         """
         before, status, include_suspended = check_prune_args(before, status, include_suspended)
-        with self._transaction("IMMEDIATE") as cur:
-            doomed: builtins.list[str] = _sql.run_sync(
-                cur, _DIALECT, _sql.prune_plan(before, status, include_suspended)
-            )
+        doomed: builtins.list[str] = self._run("IMMEDIATE", lambda: _sql.prune_plan(before, status, include_suspended))
         for run_id in doomed:
             self._cache.forget(run_id)
         return doomed

@@ -50,6 +50,7 @@ import pytest
 
 from ..checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, Usage
 from ..errors import CheckpointConflictError, CodecError, ConfigurationError
+from ..stores._validate import MAX_RUN_ID_BYTES
 
 
 def message(i: int) -> Any:
@@ -413,7 +414,17 @@ class SessionStoreConformance:
         assert driver(store.list(status="running", limit=2, after="run-00")) == ["run-03", "run-06"]
 
     @pytest.mark.parametrize(
-        "kwargs", [{"limit": 0}, {"limit": -1}, {"limit": "5"}, {"status": "done"}, {"after": 3}]
+        "kwargs",
+        [
+            {"limit": 0},
+            {"limit": -1},
+            {"limit": "5"},
+            {"status": "done"},
+            {"after": 3},
+            {"after": "lone\ud800"},
+            {"after": "nul\x00"},
+            {"after": "x" * (MAX_RUN_ID_BYTES + 1)},
+        ],
     )
     def test_list_rejects_bad_arguments(
         self, store: Any, driver: StoreDriver, kwargs: dict[str, Any]
@@ -478,6 +489,20 @@ class SessionStoreConformance:
             with pytest.raises(ConfigurationError):
                 driver(store.delete(run_id))
         assert driver(store.list()) == []
+
+    def test_one_run_id_length_rule_for_every_backend(self, store: Any, driver: StoreDriver) -> None:
+        longest = "é" * (MAX_RUN_ID_BYTES // 2)  # MAX_RUN_ID_BYTES bytes in UTF-8
+        cp = make_checkpoint(longest, 1, conversation(2))
+        driver(store.save(cp))
+        assert driver(store.load(longest)) == cp
+        assert driver(store.list(after="é")) == [longest]
+        too_long = longest + "x"
+        with pytest.raises(ConfigurationError, match=str(MAX_RUN_ID_BYTES)):
+            driver(store.save(make_checkpoint(too_long, 1)))
+        for method in (store.load, store.delete):
+            with pytest.raises(ConfigurationError):
+                driver(method(too_long))
+        assert driver(store.list()) == [longest]
 
 
 def hammer_one_run(stores: Sequence[Any], steps: int = 15, run_id: str = "hot") -> AgentCheckpoint:
