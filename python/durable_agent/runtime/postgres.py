@@ -12,13 +12,13 @@ async API. Every plan runs in one READ COMMITTED transaction:
   run ``LISTEN``s on a connection of its own and re-reads at once (`wait_for_change`), with
   a poll of at most a second as the fallback.
 
-Checkpoints live in the same database, in the tables of `AsyncPostgresSessionStore`: the runtime
-writes them itself, inside its fenced lifecycle transactions (`commit`), and
-`runtime.stores.session` (an `AsyncPostgresSessionStore` on the runtime's connection) reads them.
+Checkpoints live in the same database, in the tables of `AsyncPostgresSessionStore` (which can
+open the database too): the runtime writes them itself, inside its fenced lifecycle transactions
+(`commit`), and `runtime.stores.session` reads them through the runtime's connection.
 
 Connections: by default one connection (its transactions, the session store's too, take
 turns) plus one for LISTEN, opened on first use inside the running event loop; or pass a
-`psycopg_pool.AsyncConnectionPool` as `pool=` (shared with the session store). Close with
+`psycopg_pool.AsyncConnectionPool` as `pool=`. Close with
 ``await runtime.close()``.
 Install with ``pip install 'durable-agent[postgres]'``.
 """
@@ -133,10 +133,7 @@ class _PostgresDriver:
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Any]:
-        """A connection for one transaction: the pool's, or this driver's own (transactions take turns).
-
-        Also what the session store uses as its "pool", so checkpoints share the connection.
-        """
+        """A connection for one transaction: the pool's, or this driver's own (transactions take turns)."""
         if self._pool is not None:
             async with self._pool.connection() as conn:
                 yield conn
@@ -190,19 +187,13 @@ class PostgresRuntime(SqlRuntime):
         pool: Any = None,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        from ..stores.postgres import AsyncPostgresSessionStore
-
         driver = _PostgresDriver(conninfo, pool)
-        # The store takes anything with an async `connection()`: the driver's own connection
-        # when there is no pool, so a runtime holds one connection (plus LISTEN's), not a pool.
-        session_store = AsyncPostgresSessionStore(pool=pool if pool is not None else driver)
         self._driver = driver
-        super().__init__(driver, session_store, clock=clock)
+        super().__init__(driver, clock=clock)
 
     async def close(self) -> None:
         """Close the connections this runtime opened (a pool passed in stays open)."""
         await self._driver.close()
-        await self.session_store.close()
 
     async def __aenter__(self) -> PostgresRuntime:
         return self
