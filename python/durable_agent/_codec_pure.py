@@ -13,6 +13,10 @@ is written down in ``docs/codec.md``. In short:
   the object they become, and an escaped dict counts twice) and integers of more than
   ``MAX_INT_DIGITS`` decimal digits are refused, on both sides, so both sides agree on every
   input: whatever decodes re-encodes to the same text.
+* user objects are read by their data, once: a ``str`` subclass by its characters (never its
+  methods), a dict subclass by one pass over its ``items()``, each container when it is reached
+  (see "User objects" in the docs); and a value within the limits works however deep in its
+  stack the caller already is.
 
 Decoding never executes or imports anything: it only ever builds dicts, lists, strings,
 numbers, booleans, None and bytes.
@@ -44,8 +48,9 @@ MAX_INT_DIGITS = 4300
 # An int of at most this many bits has at most 640 digits: within any digit limit the
 # interpreter can be set to (sys.set_int_max_str_digits accepts 0 or 640 and up).
 _SAFE_INT_BITS = 2126
-# Frames the pure codec needs per nesting level, with room to spare: _prepare and json's C
-# encoder (or json's C scanner, _resolve and _too_deep) each take one per level.
+# Recursion headroom for the second try when the caller's stack was too deep: the pure codec
+# takes about two frames per nesting level (_prepare and json's C encoder; json's C scanner and
+# _resolve or _too_deep), so MAX_DEPTH levels fit twice over.
 _HEADROOM = 4 * MAX_DEPTH
 _HEADROOM_LOCK = threading.RLock()
 _SURROGATE = re.compile("[\ud800-\udfff]")
