@@ -54,8 +54,8 @@ struct Entry<V> {
     value: V,
 }
 
-enum Probe {
-    Found(usize),
+enum Probe<V> {
+    Found(V),
     Free(usize),
     Full,
 }
@@ -92,10 +92,7 @@ impl<V: Clone> KeyCache<V> {
             self.grow();
         }
         match self.probe(hash, key) {
-            Probe::Found(at) => match &self.slots[at] {
-                Some(entry) => entry.value.clone(),
-                None => make(),
-            },
+            Probe::Found(value) => value,
             Probe::Free(at) => {
                 let value = make();
                 self.slots[at] = Some(Entry { hash, key: key.into(), value: value.clone() });
@@ -107,14 +104,14 @@ impl<V: Clone> KeyCache<V> {
     }
 
     /// Look for `key` in at most `PROBES` slots from its home: found, or the first free slot.
-    fn probe(&mut self, hash: u64, key: &str) -> Probe {
+    fn probe(&mut self, hash: u64, key: &str) -> Probe<V> {
         let (home, mask) = home_of(hash, self.slots.len());
         for step in 0..PROBES.min(self.slots.len()) {
             self.stats.probes += 1;
             let at = (home + step) & mask;
             match &self.slots[at] {
                 None => return Probe::Free(at),
-                Some(entry) if entry.hash == hash && *entry.key == *key => return Probe::Found(at),
+                Some(entry) if entry.hash == hash && *entry.key == *key => return Probe::Found(entry.value.clone()),
                 Some(_) => {}
             }
         }
