@@ -35,7 +35,7 @@ from .models import ModelRequest
 from .runtime.keys import MODEL_CALL, step_key
 from .runtime.records import apply_tool_state
 from .runtime.records import StepRequest
-from .runtime.scope import StepContext
+from .runtime.scope import StepContext, StepLive
 from .options import PrepareStepContext, RunOptions, StepOverrides, logger
 from .results import FinishReason, Part, StepResult
 from .signing import APPROVAL_TOKEN_DENIED_REASON
@@ -403,7 +403,8 @@ class AgentLoop:
 
         step_request = StepRequest(step_key(self.run_id or "run", step_index, MODEL_CALL), "model", "safe",
                                    {"model": model.model_id})
-        async for part in _drain(parts, scope.step(step_request, live), turn):
+        deferred = StepLive(defer_done=True)  # its done record rides on the next write (scope docs)
+        async for part in _drain(parts, scope.step(step_request, live, deferred), turn):
             yield part
 
     async def _stream_model(self, model: Any, request: ModelRequest, turn: _ModelTurn, context: Any) -> AsyncIterator[Part]:
@@ -568,6 +569,7 @@ class AgentLoop:
     async def _execute(self, calls: list[_Call]) -> _Phase:
         """Run every call not decided yet, in parallel up to `max_tool_concurrency`; results in call order."""
         self._check_abort()
+        await self._begin_tools(calls)
         limit = self.options.max_tool_concurrency
         gate = asyncio.Semaphore(limit) if limit else None
 
@@ -598,15 +600,24 @@ class AgentLoop:
         self._check_abort()
         return phase
 
+    async def _begin_tools(self, calls: list[_Call]) -> None:
+        """On a journal: the unsafe calls' intents (and the deferred model answer) durable in one write."""
+        scope = self.options.scope
+        if scope is not None:
+            await scope.begin([self._tool_request(c) for c in calls if c.result is None and c.tool is not None])
+
+    def _tool_request(self, call: _Call) -> StepRequest:
+        assert call.tool is not None
+        return StepRequest(step_key(self.run_id or "run", self._next_index, call.tool_call_id), "tool",
+                           call.tool.replay, {"tool_name": call.tool_name, "tool_call_id": call.tool_call_id})
+
     async def _run_tool(self, call: _Call) -> dict[str, Any]:
         """Run one tool call, through the run scope's journal when there is one."""
         assert call.tool is not None
         scope = self.options.scope
         if scope is None:
             return await self._execute_tool(call)
-        request = StepRequest(step_key(self.run_id or "run", self._next_index, call.tool_call_id), "tool",
-                              call.tool.replay, {"tool_name": call.tool_name, "tool_call_id": call.tool_call_id})
-        outcome = await scope.step(request, lambda context: self._execute_tool(call, context))
+        outcome = await scope.step(self._tool_request(call), lambda context: self._execute_tool(call, context))
         if outcome.status == "interrupted":
             return call.outcome(TOOL_INTERRUPTED_MESSAGE, True)
         apply_tool_state(self.options.tool_state, outcome.tool_state)

@@ -182,6 +182,40 @@ class DurableRuntimeConformance:
         assert (await resumed.step(_req(unsafe_key), works)).status == "interrupted"
         assert ran == [safe_key]
 
+    async def test_a_deferred_done_record_rides_on_the_next_write(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
+        runtime = make_runtime(clock)
+        model_key, tool_key = step_key(self.run, 0, "model"), step_key(self.run, 0, "t1")
+        ran: list[str] = []
+
+        async def answer(ctx: StepContext) -> str:
+            return "call t1"
+
+        async def tool(ctx: StepContext) -> str:
+            ran.append([r.status for r in await runtime.inspect.steps(self.run) if r.key == tool_key][0])
+            return "done"
+
+        scope = await self._scope(runtime)
+        first = await scope.step(_req(model_key, "safe", "model"), answer, StepLive(defer_done=True))
+        assert first.value == "call t1" and await runtime.inspect.steps(self.run) == []  # not written yet
+        assert (await scope.step(_req(model_key, "safe", "model"), answer)).replayed  # the scope knows it
+        await scope.begin([_req(tool_key)])  # one write: the deferred answer and the tool's intent
+        assert [(r.key, r.status) for r in await runtime.inspect.steps(self.run)] == [
+            (model_key, "done"), (tool_key, "pending")
+        ]
+        outcome = await scope.step(_req(tool_key), tool)  # begun: it runs (not interrupted), pending already there
+        assert (outcome.status, outcome.value, ran) == ("completed", "done", ["pending"])
+        again = await (await self._scope(make_runtime(clock))).step(_req(model_key, "safe", "model"), answer)
+        assert again.replayed and again.value == "call t1"
+
+        later = step_key(self.run, 1, "model")
+        await scope.step(_req(later, "safe", "model"), answer, StepLive(defer_done=True))
+        assert [r.key for r in scope.take_deferred()] == [later] and scope.take_deferred() == ()
+        await scope.step(_req(step_key(self.run, 2, "model"), "safe", "model"), answer, StepLive(defer_done=True))
+        await scope.close()  # a closing scope writes what it still defers
+        assert step_key(self.run, 2, "model") in [r.key for r in await runtime.inspect.steps(self.run)]
+
     async def test_another_fingerprint_is_interrupted(
         self, make_runtime: RuntimeFactory, clock: Clock
     ) -> None:
