@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from .._kernels import kernels
 from ..errors import CodecError, ScopeClosedError, StepFailedError, is_control_error
-from .keys import parse_step_key
+from .keys import parse_step_key, run_key_prefix
 from .records import (
     AwakeableRecord,
     StepCompleted,
@@ -178,6 +178,7 @@ class JournalScope:
         self._closed = False
         self._partial_seq: dict[str, int] = {}
         self._records: dict[str, StepRecord] | None = None  # this run's records, read once, then kept
+        self._prefix = run_key_prefix(run_id)
         self._deferred: list[StepRecord] = []
         self._begun: set[str] = set()  # unsafe steps whose pending record `begin` wrote
 
@@ -246,7 +247,7 @@ class JournalScope:
         return taken
 
     async def _record(self, key: str) -> StepRecord | None:
-        if parse_step_key(key).run != self.run_id:  # another run's step: ask the backend
+        if not key.startswith(self._prefix):  # another run's step: ask the backend
             return await self._backend.get_step(self.session_id, key)
         if self._records is None:
             self._records = {r.key: r for r in await self._backend.run_steps(self.session_id, self.run_id)}
@@ -272,7 +273,7 @@ class JournalScope:
         await self._backend.put_steps(batch, epoch=self.epoch)
         known = self._known()
         for record in batch:
-            if parse_step_key(record.key).run == self.run_id:
+            if record.key.startswith(self._prefix):
                 known[record.key] = record
 
     def _progress_writer(
