@@ -27,11 +27,31 @@ class ToolCallPart(TypedDict):
 
 
 class ToolResultPart(TypedDict):
+    """A tool's result. `attachments` are images or files the tool returned beside its output
+    (a screenshot, a PDF); adapters send them the way their provider takes them."""
+
     type: Literal["tool-result"]
     tool_call_id: str
     tool_name: str
     output: Any
     is_error: bool
+    attachments: NotRequired[list[ImagePart | FilePart]]
+
+
+class ReasoningPart(TypedDict):
+    """A reasoning (thinking) block of an assistant message, first in its content.
+
+    `text` is what the provider showed of the reasoning (a summary, or the thinking itself;
+    may be empty). `provider` names the wire API that produced it (``anthropic``,
+    ``openai-responses``, ``openai-chat``) and `metadata` is opaque: that adapter sends it back
+    unchanged on later calls (Anthropic's thinking signature or redacted data, an OpenAI
+    reasoning item with its encrypted content); other providers' adapters skip the part.
+    """
+
+    type: Literal["reasoning"]
+    text: str
+    provider: str
+    metadata: dict[str, Any]
 
 
 class ToolApprovalRequestPart(TypedDict):
@@ -55,7 +75,7 @@ class FilePart(TypedDict):
     filename: NotRequired[str]
 
 
-ContentPart = TextPart | ToolCallPart | ToolResultPart | ToolApprovalRequestPart | ImagePart | FilePart
+ContentPart = TextPart | ToolCallPart | ToolResultPart | ToolApprovalRequestPart | ImagePart | FilePart | ReasoningPart
 
 
 class Message(TypedDict):

@@ -1,0 +1,142 @@
+"""The adapters over recorded provider streams, through an in-memory transport (pure: runs under
+Pyodide too). The same recordings go over real sockets in test_providers_sockets.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from replay import ReplayTransport
+
+from durable_agent import ModelCallError, ModelRequest, ToolSpec, Usage
+from durable_agent.providers import ModelSettings, OpenAIChatModel
+
+LOOKUP = ToolSpec("lookup", "Find an invoice.", {"type": "object", "properties": {"id": {"type": "string"}}})
+ASK = ModelRequest(messages=({"role": "user", "content": "Pay invoice inv-7."},), tools=(LOOKUP,))
+
+
+async def collect(model: Any, request: ModelRequest = ASK) -> list[dict[str, Any]]:
+    return [event async for event in model.stream(request)]
+
+
+def chat(*names: str, chunk: int = 37, **options: Any) -> tuple[OpenAIChatModel, ReplayTransport]:
+    transport = ReplayTransport([f"openai_chat/{n}" for n in names], chunk=chunk)
+    return OpenAIChatModel("gpt-4o-mini", base_url="https://llm.test/v1", api_key="sk-test",
+                           transport=transport, **options), transport
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 37, 100_000])
+async def test_chat_text_streams_in_deltas_with_the_usage_chunk(chunk: int) -> None:
+    model, _ = chat("text", chunk=chunk)
+    events = await collect(model)
+    assert "".join(e["text"] for e in events if e["type"] == "text-delta") == (
+        "Invoice inv-7 is 42 € — both invoices are ready.")
+    assert events[-1] == {"type": "finish", "finish_reason": "stop",
+                          "usage": Usage(96, 12, 108, cache_read_tokens=64)}
+
+
+async def test_chat_parallel_tool_calls_are_assembled_from_fragments() -> None:
+    model, _ = chat("tools")
+    events = await collect(model)
+    assert [e for e in events if e["type"] == "tool-call"] == [
+        {"type": "tool-call", "tool_call_id": "call_Q1w2E3", "tool_name": "lookup", "input": {"id": "inv-7"}},
+        {"type": "tool-call", "tool_call_id": "call_R4t5Y6", "tool_name": "lookup", "input": {"id": "inv-8"}},
+    ]
+    assert events[-1]["finish_reason"] == "tool-calls" and events[-1]["usage"] == Usage(81, 46, 127)
+
+
+async def test_chat_reasoning_content_of_compatible_servers_becomes_a_reasoning_event() -> None:
+    model, _ = chat("reasoning")
+    events = await collect(model)
+    assert {"type": "reasoning", "text": "The user asks for 6×7; that is 42.", "provider": "openai-chat",
+            "metadata": {}} in events
+    assert events[-1]["usage"].reasoning_tokens == 24
+
+
+async def test_chat_request_body_carries_history_tools_and_settings() -> None:
+    model, transport = chat("text", settings=ModelSettings(temperature=0.2, max_tokens=300, tool_choice="lookup",
+                                                           parallel_tool_calls=False, seed=7),
+                            extra_body={"user": "u-1"}, headers={"x-trace": "t1"})
+    history: Any = (
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                     {"type": "image", "data": b"\x89PNG", "media_type": "image/png"}]},
+        {"role": "assistant", "content": [
+            {"type": "reasoning", "text": "hm", "provider": "anthropic", "metadata": {"signature": "s"}},
+            {"type": "text", "text": "Looking."},
+            {"type": "tool-call", "tool_call_id": "c1", "tool_name": "lookup", "input": {"id": "inv-7"}}]},
+        {"role": "tool", "content": [{"type": "tool-result", "tool_call_id": "c1", "tool_name": "lookup",
+                                      "output": {"amount": 42}, "is_error": False,
+                                      "attachments": [{"type": "image", "data": b"GIF8", "media_type": "image/gif"}]}]},
+    )
+    await collect(model, ModelRequest(messages=history, tools=(LOOKUP,)))
+    request = transport.requests[0]
+    assert request.url == "https://llm.test/v1/chat/completions"
+    assert request.headers["authorization"] == "Bearer sk-test" and request.headers["x-trace"] == "t1"
+    body = transport.bodies()[0]
+    assert body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw=="}}]},
+        {"role": "assistant", "content": "Looking.", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"id": "inv-7"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": '{"amount": 42}'},
+        {"role": "user", "content": [{"type": "text", "text": "Attachments of tool call c1:"},
+                                     {"type": "image_url", "image_url": {"url": "data:image/gif;base64,R0lGOA=="}}]},
+    ]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["tools"][0]["function"]["name"] == "lookup"
+    assert (body["temperature"], body["max_tokens"], body["seed"], body["parallel_tool_calls"]) == (0.2, 300, 7, False)
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "lookup"}}
+    assert body["user"] == "u-1"
+
+
+def test_azure_url_shape_api_version_and_api_key_header() -> None:
+    model = OpenAIChatModel.azure("gpt4o-prod", endpoint="https://acme.openai.azure.com/", api_key="az-key",
+                                  api_version="2024-10-21")
+    request = model.http_request(ASK)
+    assert request.url == ("https://acme.openai.azure.com/openai/deployments/gpt4o-prod/chat/completions"
+                           "?api-version=2024-10-21")
+    assert request.headers["api-key"] == "az-key" and "authorization" not in request.headers
+
+
+def test_the_api_key_is_read_from_the_environment_when_the_model_is_built(monkeypatch: Any) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    model = OpenAIChatModel("gpt-4o-mini")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-later")
+    assert model.http_request(ASK).headers["authorization"] == "Bearer sk-from-env"
+    assert model.url() == "https://api.openai.com/v1/chat/completions"
+    assert "max_completion_tokens" in model.with_settings(max_tokens=5).body(ASK)
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(ValueError, match="OPENAI_API_KEY"):
+        OpenAIChatModel("gpt-4o-mini")
+
+
+# --- failures, classified ---------------------------------------------------------------------
+
+FAILURES = [
+    # (recording, kind, status, retryable, retry_after_ms, context_exceeded, error_code)
+    ("rate_limited", "rate_limited", 429, True, 19_500, False, "rate_limit_exceeded"),
+    ("server_error", "server_error", 500, True, None, False, "server_error"),
+    ("unauthorized", "auth", 401, False, None, False, "invalid_api_key"),
+    ("context_length", "context_length", 400, False, None, True, "context_length_exceeded"),
+    ("context_length_vllm", "context_length", 400, False, None, True, "400"),
+    ("cut", "stream_cut", None, True, None, False, None),
+    ("malformed", "malformed_chunk", None, True, None, False, None),
+    ("stream_error", "server_error", None, True, None, False, "server_error"),
+]
+
+
+@pytest.mark.parametrize(("name", "kind", "status", "retryable", "retry_after", "context", "code"), FAILURES)
+async def test_chat_failures_are_classified(name: str, kind: str, status: int | None, retryable: bool,
+                                            retry_after: int | None, context: bool, code: str | None) -> None:
+    model, _ = chat(name)
+    with pytest.raises(ModelCallError) as caught:
+        await collect(model)
+    error = caught.value
+    assert (error.kind, error.status, error.retryable, error.retry_after_ms, error.context_exceeded,
+            error.error_code) == (kind, status, retryable, retry_after, context, code), error
+    assert error.provider == "openai-chat" and error.code == "model_call_failed"
+    if status is not None and name != "context_length_vllm":
+        assert error.request_id == f"req_err_{name}"

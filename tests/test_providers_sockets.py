@@ -1,0 +1,111 @@
+"""Every CPython transport against a local HTTP server replaying recorded provider streams over real
+sockets: streams, failures, timeouts, and full agent runs whose checkpoints round-trip."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from replay import ReplayServer
+from test_providers_replay import FAILURES, collect
+
+from durable_agent import (
+    InMemorySessionStore,
+    ModelCallError,
+    Session,
+    Tool,
+    Usage,
+    deserialize_checkpoint,
+    generate_text,
+    serialize_checkpoint,
+)
+from durable_agent._transport import HttpTransport, HttpxTransport, StdlibTransport, Timeouts
+from durable_agent.providers import OpenAIChatModel
+
+pytestmark = pytest.mark.host_only("runs an HTTP server on 127.0.0.1 and real sockets")
+
+TRANSPORTS: dict[str, Callable[[], HttpTransport]] = {"stdlib": StdlibTransport, "httpx": HttpxTransport}
+
+
+@pytest.fixture(params=sorted(TRANSPORTS))
+def transport(request: Any) -> HttpTransport:
+    return TRANSPORTS[request.param]()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ReplayServer]:
+    with ReplayServer() as running:
+        yield running
+
+
+def chat(server: ReplayServer, transport: HttpTransport, *names: str, **options: Any) -> OpenAIChatModel:
+    return OpenAIChatModel("gpt-4o-mini", base_url=server.base_url(*(f"openai_chat/{n}" for n in names)),
+                           api_key="sk-test", transport=transport, **options)
+
+
+async def test_chat_text_and_tool_calls_over_sockets(server: ReplayServer, transport: HttpTransport) -> None:
+    events = await collect(chat(server, transport, "text"))
+    assert "".join(e["text"] for e in events if e["type"] == "text-delta").endswith("42 € — both invoices are ready.")
+    assert events[-1]["usage"] == Usage(96, 12, 108, cache_read_tokens=64)
+    events = await collect(chat(server, transport, "tools"))
+    assert [e["input"] for e in events if e["type"] == "tool-call"] == [{"id": "inv-7"}, {"id": "inv-8"}]
+
+
+@pytest.mark.parametrize(("name", "kind", "status", "retryable", "retry_after", "context", "code"), FAILURES)
+async def test_chat_failures_over_sockets(server: ReplayServer, transport: HttpTransport, name: str, kind: str,
+                                          status: int | None, retryable: bool, retry_after: int | None,
+                                          context: bool, code: str | None) -> None:
+    with pytest.raises(ModelCallError) as caught:
+        await collect(chat(server, transport, name))
+    error = caught.value
+    assert (error.kind, error.status, error.retryable, error.retry_after_ms, error.context_exceeded,
+            error.error_code) == (kind, status, retryable, retry_after, context, code), error
+
+
+async def test_a_stalled_stream_is_a_retryable_read_timeout(server: ReplayServer, transport: HttpTransport) -> None:
+    model = chat(server, transport, "stall", timeouts=Timeouts(connect=2, read=0.3, total=30))
+    with pytest.raises(ModelCallError) as caught:
+        await collect(model)
+    assert (caught.value.kind, caught.value.retryable) == ("timeout", True)
+
+
+async def test_a_refused_connection_is_a_retryable_connection_error(transport: HttpTransport) -> None:
+    with socket.socket() as probe:  # a port nobody listens on: bound, never listening
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        model = OpenAIChatModel("m", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", transport=transport,
+                                timeouts=Timeouts(connect=2, read=2, total=5))
+        with pytest.raises(ModelCallError) as caught:
+            await collect(model)
+    assert (caught.value.kind, caught.value.retryable) == ("connection", True)
+
+
+def lookup_tools(seen: list[str]) -> dict[str, Tool]:
+    def lookup(args: Any) -> Any:
+        seen.append(args["id"])
+        return {"id": args["id"], "amount": 42}
+
+    return {"lookup": Tool(description="Find an invoice.", execute=lookup,
+                           parameters={"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]})}
+
+
+async def run_agent(model: Any) -> tuple[Any, Any, list[str]]:
+    seen: list[str] = []
+    store = InMemorySessionStore()
+    result = await generate_text(model=model, tools=lookup_tools(seen), max_steps=5,
+                                 messages=[{"role": "user", "content": "Pay invoices inv-7 and inv-8."}],
+                                 session=Session(store, run_id="run-1"))
+    checkpoint = store.load("run-1")
+    assert checkpoint is not None
+    assert deserialize_checkpoint(serialize_checkpoint(checkpoint)) == checkpoint
+    return result, checkpoint, seen
+
+
+async def test_a_full_agent_run_with_the_chat_adapter(server: ReplayServer, transport: HttpTransport) -> None:
+    result, checkpoint, seen = await run_agent(chat(server, transport, "tools", "text"))
+    assert result.finish_reason == "stop" and seen == ["inv-7", "inv-8"]
+    assert result.text == "Invoice inv-7 is 42 € — both invoices are ready."
+    assert result.total_usage == Usage(81 + 96, 46 + 12, 127 + 108, cache_read_tokens=64)
+    assert checkpoint.status == "completed" and len(checkpoint.messages) == 4
