@@ -82,6 +82,11 @@ class ReplayTransport:
         return [json.loads(r.body) for r in self.requests]
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client dropping its kept-alive connection is not news; a real fault fails the test
+
+
 class ReplayServer:
     """A threaded HTTP server on 127.0.0.1. The first path segment of a request names the
     recordings to serve, comma-separated, ``/`` replaced by ``~``, then ``@`` and a nonce
@@ -130,7 +135,7 @@ class ReplayServer:
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -141,6 +146,11 @@ class ReplayServer:
             self._urls += 1
             nonce = self._urls
         return f"http://127.0.0.1:{self.port}/{','.join(n.replace('/', '~') for n in names)}@{nonce}{suffix}"
+
+    def requests_to(self, base_url: str) -> list[dict[str, Any]]:
+        """The requests received under `base_url` (from `base_url()`), in order."""
+        segment = base_url.split("/")[3]
+        return [r for r in self.requests if r["path"].split("/")[1] == segment]
 
     def __enter__(self) -> ReplayServer:
         self._thread.start()

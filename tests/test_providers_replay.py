@@ -9,7 +9,7 @@ import pytest
 from replay import ReplayTransport
 
 from durable_agent import ModelCallError, ModelRequest, ToolSpec, Usage
-from durable_agent.providers import ModelSettings, OpenAIChatModel
+from durable_agent.providers import AnthropicModel, ModelSettings, OpenAIChatModel
 
 LOOKUP = ToolSpec("lookup", "Find an invoice.", {"type": "object", "properties": {"id": {"type": "string"}}})
 ASK = ModelRequest(messages=({"role": "user", "content": "Pay invoice inv-7."},), tools=(LOOKUP,))
@@ -19,10 +19,21 @@ async def collect(model: Any, request: ModelRequest = ASK) -> list[dict[str, Any
     return [event async for event in model.stream(request)]
 
 
+ADAPTERS: dict[str, Any] = {
+    "openai_chat": lambda **o: OpenAIChatModel("gpt-4o-mini", api_key="sk-test", **o),
+    "anthropic": lambda **o: AnthropicModel("claude-sonnet-4-5", api_key="sk-ant-test", **o),
+}
+
+
+def adapter(api: str, *names: str, chunk: int = 37, **options: Any) -> tuple[Any, ReplayTransport]:
+    """The `api` adapter (openai_chat, anthropic, openai_responses) replaying `names` from memory."""
+    transport = ReplayTransport([f"{api}/{n}" for n in names], chunk=chunk)
+    return ADAPTERS[api](base_url="https://llm.test/v1", transport=transport, **options), transport
+
+
 def chat(*names: str, chunk: int = 37, **options: Any) -> tuple[OpenAIChatModel, ReplayTransport]:
-    transport = ReplayTransport([f"openai_chat/{n}" for n in names], chunk=chunk)
-    return OpenAIChatModel("gpt-4o-mini", base_url="https://llm.test/v1", api_key="sk-test",
-                           transport=transport, **options), transport
+    model, transport = adapter("openai_chat", *names, chunk=chunk, **options)
+    return model, transport
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 37, 100_000])
@@ -113,30 +124,112 @@ def test_the_api_key_is_read_from_the_environment_when_the_model_is_built(monkey
         OpenAIChatModel("gpt-4o-mini")
 
 
+# --- Anthropic ---------------------------------------------------------------------------------
+
+
+async def test_anthropic_thinking_text_and_tool_use_fragments() -> None:
+    model, _ = adapter("anthropic", "tools")
+    events = await collect(model)
+    assert events[0] == {"type": "reasoning", "provider": "anthropic",
+                         "text": "The user wants two invoices paid; I should look both up first.",
+                         "metadata": {"signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"}}
+    assert "".join(e["text"] for e in events if e["type"] == "text-delta") == "Looking up both invoices."
+    assert [(e["tool_call_id"], e["input"]) for e in events if e["type"] == "tool-call"] == [
+        ("toolu_01T1x1fJ34qAmk2tNTrN7Up6", {"id": "inv-7"}), ("toolu_01A09q90qw90lq917835lq9", {"id": "inv-8"})]
+    assert events[-1] == {"type": "finish", "finish_reason": "tool-calls",
+                          "usage": Usage(472 + 1024 + 2048, 89, 472 + 1024 + 2048 + 89,
+                                         cache_read_tokens=2048, cache_write_tokens=1024)}
+
+
+async def test_anthropic_redacted_thinking_and_max_tokens() -> None:
+    model, _ = adapter("anthropic", "redacted")
+    events = await collect(model)
+    assert events[0]["metadata"] == {"redacted_data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"}
+    assert events[-1]["finish_reason"] == "length"
+
+
+async def test_anthropic_request_sends_thinking_back_verbatim_and_tool_results_in_a_user_turn() -> None:
+    model, transport = adapter("anthropic", "text", settings=ModelSettings(max_tokens=1024, tool_choice="required",
+                                                                          parallel_tool_calls=False),
+                               thinking_budget=2048)
+    history: Any = (
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Read this."},
+                                     {"type": "file", "data": b"%PDF", "media_type": "application/pdf"}]},
+        {"role": "assistant", "content": [
+            {"type": "reasoning", "text": "think", "provider": "anthropic", "metadata": {"signature": "sig=="}},
+            {"type": "reasoning", "text": "", "provider": "anthropic", "metadata": {"redacted_data": "opaque"}},
+            {"type": "reasoning", "text": "other", "provider": "openai-responses", "metadata": {"item": {}}},
+            {"type": "tool-call", "tool_call_id": "toolu_1", "tool_name": "lookup", "input": {"id": "inv-7"}}]},
+        {"role": "tool", "content": [{"type": "tool-result", "tool_call_id": "toolu_1", "tool_name": "lookup",
+                                      "output": "42 EUR", "is_error": False,
+                                      "attachments": [{"type": "image", "data": b"GIF8", "media_type": "image/gif"}]}]},
+        {"role": "user", "content": "And now?"},
+    )
+    await collect(model, ModelRequest(messages=history, tools=(LOOKUP,)))
+    request = transport.requests[0]
+    assert request.url == "https://llm.test/v1/v1/messages"
+    assert request.headers["x-api-key"] == "sk-ant-test" and request.headers["anthropic-version"] == "2023-06-01"
+    body = transport.bodies()[0]
+    assert body["system"] == "Be brief." and body["max_tokens"] == 1024 and body["stream"] is True
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert body["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
+    assert body["tools"] == [{"name": "lookup", "description": "Find an invoice.",
+                              "input_schema": dict(LOOKUP.parameters)}]
+    assert body["messages"] == [
+        {"role": "user", "content": [
+            {"type": "text", "text": "Read this."},
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERg=="}}]},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "think", "signature": "sig=="},
+            {"type": "redacted_thinking", "data": "opaque"},
+            {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"id": "inv-7"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": False, "content": [
+                {"type": "text", "text": "42 EUR"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/gif", "data": "R0lGOA=="}}]},
+            {"type": "text", "text": "And now?"}]},
+    ]
+
+
 # --- failures, classified ---------------------------------------------------------------------
 
-FAILURES = [
-    # (recording, kind, status, retryable, retry_after_ms, context_exceeded, error_code)
-    ("rate_limited", "rate_limited", 429, True, 19_500, False, "rate_limit_exceeded"),
-    ("server_error", "server_error", 500, True, None, False, "server_error"),
-    ("unauthorized", "auth", 401, False, None, False, "invalid_api_key"),
-    ("context_length", "context_length", 400, False, None, True, "context_length_exceeded"),
-    ("context_length_vllm", "context_length", 400, False, None, True, "400"),
-    ("cut", "stream_cut", None, True, None, False, None),
-    ("malformed", "malformed_chunk", None, True, None, False, None),
-    ("stream_error", "server_error", None, True, None, False, "server_error"),
+FAILURES: list[tuple[str, str, str, int | None, bool, int | None, bool, str | None]] = [
+    # (api, recording, kind, status, retryable, retry_after_ms, context_exceeded, error_code)
+    ("openai_chat", "rate_limited", "rate_limited", 429, True, 19_500, False, "rate_limit_exceeded"),
+    ("openai_chat", "server_error", "server_error", 500, True, None, False, "server_error"),
+    ("openai_chat", "unauthorized", "auth", 401, False, None, False, "invalid_api_key"),
+    ("openai_chat", "context_length", "context_length", 400, False, None, True, "context_length_exceeded"),
+    ("openai_chat", "context_length_vllm", "context_length", 400, False, None, True, "400"),
+    ("openai_chat", "cut", "stream_cut", None, True, None, False, None),
+    ("openai_chat", "malformed", "malformed_chunk", None, True, None, False, None),
+    ("openai_chat", "stream_error", "server_error", None, True, None, False, "server_error"),
+    ("anthropic", "overloaded", "overloaded", 529, True, None, False, "overloaded_error"),
+    ("anthropic", "rate_limited", "rate_limited", 429, True, 17_000, False, "rate_limit_error"),
+    ("anthropic", "server_error", "server_error", 500, True, None, False, "api_error"),
+    ("anthropic", "unauthorized", "auth", 401, False, None, False, "authentication_error"),
+    ("anthropic", "context_length", "context_length", 400, False, None, True, "invalid_request_error"),
+    ("anthropic", "stream_overloaded", "overloaded", None, True, None, False, "overloaded_error"),
+    ("anthropic", "cut", "stream_cut", None, True, None, False, None),
+    ("anthropic", "malformed", "malformed_chunk", None, True, None, False, None),
+    ("anthropic", "ended_early", "stream_cut", None, True, None, False, None),
 ]
+FAILURE_FIELDS = ("api", "name", "kind", "status", "retryable", "retry_after", "context", "code")
+PROVIDERS = {"openai_chat": "openai-chat", "anthropic": "anthropic", "openai_responses": "openai-responses"}
 
 
-@pytest.mark.parametrize(("name", "kind", "status", "retryable", "retry_after", "context", "code"), FAILURES)
-async def test_chat_failures_are_classified(name: str, kind: str, status: int | None, retryable: bool,
-                                            retry_after: int | None, context: bool, code: str | None) -> None:
-    model, _ = chat(name)
+def check_failure(error: ModelCallError, api: str, name: str, *expected: Any) -> None:
+    assert (error.kind, error.status, error.retryable, error.retry_after_ms, error.context_exceeded,
+            error.error_code) == expected, error
+    assert error.provider == PROVIDERS[api] and error.code == "model_call_failed"
+    if error.status is not None and name != "context_length_vllm":
+        assert error.request_id == f"req_err_{name}"
+
+
+@pytest.mark.parametrize(FAILURE_FIELDS, FAILURES)
+async def test_failures_are_classified(api: str, name: str, kind: str, status: int | None, retryable: bool,
+                                       retry_after: int | None, context: bool, code: str | None) -> None:
+    model, _ = adapter(api, name)
     with pytest.raises(ModelCallError) as caught:
         await collect(model)
-    error = caught.value
-    assert (error.kind, error.status, error.retryable, error.retry_after_ms, error.context_exceeded,
-            error.error_code) == (kind, status, retryable, retry_after, context, code), error
-    assert error.provider == "openai-chat" and error.code == "model_call_failed"
-    if status is not None and name != "context_length_vllm":
-        assert error.request_id == f"req_err_{name}"
+    check_failure(caught.value, api, name, kind, status, retryable, retry_after, context, code)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from replay import ReplayServer
-from test_providers_replay import FAILURES, collect
+from test_providers_replay import ADAPTERS, FAILURE_FIELDS, FAILURES, check_failure, collect
 
 from durable_agent import (
     InMemorySessionStore,
@@ -40,9 +40,18 @@ def server() -> Iterator[ReplayServer]:
         yield running
 
 
+SUFFIXES = {"openai_chat": "/v1", "openai_responses": "/v1", "anthropic": ""}
+
+
+def adapter(server: ReplayServer, transport: HttpTransport, api: str, *names: str, **options: Any) -> Any:
+    """The `api` adapter replaying `names` from the server, through `transport`."""
+    url = server.base_url(*(f"{api}/{n}" for n in names), suffix=SUFFIXES[api])
+    return ADAPTERS[api](base_url=url, transport=transport, **options)
+
+
 def chat(server: ReplayServer, transport: HttpTransport, *names: str, **options: Any) -> OpenAIChatModel:
-    return OpenAIChatModel("gpt-4o-mini", base_url=server.base_url(*(f"openai_chat/{n}" for n in names)),
-                           api_key="sk-test", transport=transport, **options)
+    model: OpenAIChatModel = adapter(server, transport, "openai_chat", *names, **options)
+    return model
 
 
 async def test_chat_text_and_tool_calls_over_sockets(server: ReplayServer, transport: HttpTransport) -> None:
@@ -53,15 +62,13 @@ async def test_chat_text_and_tool_calls_over_sockets(server: ReplayServer, trans
     assert [e["input"] for e in events if e["type"] == "tool-call"] == [{"id": "inv-7"}, {"id": "inv-8"}]
 
 
-@pytest.mark.parametrize(("name", "kind", "status", "retryable", "retry_after", "context", "code"), FAILURES)
-async def test_chat_failures_over_sockets(server: ReplayServer, transport: HttpTransport, name: str, kind: str,
-                                          status: int | None, retryable: bool, retry_after: int | None,
-                                          context: bool, code: str | None) -> None:
+@pytest.mark.parametrize(FAILURE_FIELDS, FAILURES)
+async def test_failures_over_sockets(server: ReplayServer, transport: HttpTransport, api: str, name: str, kind: str,
+                                     status: int | None, retryable: bool, retry_after: int | None,
+                                     context: bool, code: str | None) -> None:
     with pytest.raises(ModelCallError) as caught:
-        await collect(chat(server, transport, name))
-    error = caught.value
-    assert (error.kind, error.status, error.retryable, error.retry_after_ms, error.context_exceeded,
-            error.error_code) == (kind, status, retryable, retry_after, context, code), error
+        await collect(adapter(server, transport, api, name))
+    check_failure(caught.value, api, name, kind, status, retryable, retry_after, context, code)
 
 
 async def test_a_stalled_stream_is_a_retryable_read_timeout(server: ReplayServer, transport: HttpTransport) -> None:
@@ -109,3 +116,20 @@ async def test_a_full_agent_run_with_the_chat_adapter(server: ReplayServer, tran
     assert result.text == "Invoice inv-7 is 42 € — both invoices are ready."
     assert result.total_usage == Usage(81 + 96, 46 + 12, 127 + 108, cache_read_tokens=64)
     assert checkpoint.status == "completed" and len(checkpoint.messages) == 4
+
+
+async def test_a_full_agent_run_with_the_anthropic_adapter_sends_thinking_back(
+    server: ReplayServer, transport: HttpTransport
+) -> None:
+    model = adapter(server, transport, "anthropic", "tools", "text")
+    result, checkpoint, seen = await run_agent(model)
+    assert result.finish_reason == "stop" and seen == ["inv-7", "inv-8"]
+    assert result.text == "Invoice inv-7 is 42 € — both invoices are ready."
+    assistant = checkpoint.messages[1]["content"]
+    assert assistant[0] == {"type": "reasoning", "provider": "anthropic",
+                            "text": "The user wants two invoices paid; I should look both up first.",
+                            "metadata": {"signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"}}
+    sent = server.requests_to(model.base_url)[1]["body"]["messages"][1]["content"]
+    assert sent[0] == {"type": "thinking", "thinking": assistant[0]["text"],
+                       "signature": assistant[0]["metadata"]["signature"]}
+    assert [b["type"] for b in sent] == ["thinking", "text", "tool_use", "tool_use"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .._transport import HttpTransport, Timeouts
 from ._base import HttpModel, ModelSettings
+from .anthropic import AnthropicModel
 from .openai_chat import OpenAIChatModel
 
-__all__ = ["HttpModel", "HttpTransport", "ModelSettings", "OpenAIChatModel", "Timeouts"]
+__all__ = ["AnthropicModel", "HttpModel", "HttpTransport", "ModelSettings", "OpenAIChatModel", "Timeouts"]
