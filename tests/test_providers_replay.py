@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from replay import ReplayTransport
+from replay import ReplayTransport, load
 
 from durable_agent import ModelCallError, ModelRequest, ToolSpec, Usage
-from durable_agent.providers import AnthropicModel, ModelSettings, OpenAIChatModel
+from durable_agent.providers import AnthropicModel, ModelSettings, OpenAIChatModel, OpenAIResponsesModel
 
 LOOKUP = ToolSpec("lookup", "Find an invoice.", {"type": "object", "properties": {"id": {"type": "string"}}})
 ASK = ModelRequest(messages=({"role": "user", "content": "Pay invoice inv-7."},), tools=(LOOKUP,))
@@ -22,6 +22,7 @@ async def collect(model: Any, request: ModelRequest = ASK) -> list[dict[str, Any
 ADAPTERS: dict[str, Any] = {
     "openai_chat": lambda **o: OpenAIChatModel("gpt-4o-mini", api_key="sk-test", **o),
     "anthropic": lambda **o: AnthropicModel("claude-sonnet-4-5", api_key="sk-ant-test", **o),
+    "openai_responses": lambda **o: OpenAIResponsesModel("o4-mini", api_key="sk-test", **o),
 }
 
 
@@ -192,6 +193,71 @@ async def test_anthropic_request_sends_thinking_back_verbatim_and_tool_results_i
     ]
 
 
+# --- OpenAI Responses --------------------------------------------------------------------------
+
+REASONING_ITEM = {
+    "id": "rs_68a1f0c3", "type": "reasoning",
+    "encrypted_content": load("openai_responses/tools").body.decode().split('"encrypted_content":"')[1].split('"')[0],
+    "summary": [{"type": "summary_text", "text": "**Looking up invoices**\n\nI need both invoices before paying."}],
+}
+
+
+async def test_responses_reasoning_item_function_calls_and_usage() -> None:
+    model, _ = adapter("openai_responses", "tools")
+    events = await collect(model)
+    assert events[0] == {"type": "reasoning", "provider": "openai-responses",
+                         "text": "**Looking up invoices**\n\nI need both invoices before paying.",
+                         "metadata": {"item": REASONING_ITEM}}
+    assert [(e["tool_call_id"], e["input"]) for e in events if e["type"] == "tool-call"] == [
+        ("call_Jq8ZBv3l", {"id": "inv-7"}), ("call_Kx2Wn5Rt", {"id": "inv-8"})]
+    assert events[-1] == {"type": "finish", "finish_reason": "tool-calls",
+                          "usage": Usage(310, 190, 500, reasoning_tokens=128, cache_read_tokens=128)}
+
+
+async def test_responses_text_and_an_incomplete_response() -> None:
+    model, _ = adapter("openai_responses", "text")
+    events = await collect(model)
+    assert "".join(e["text"] for e in events if e["type"] == "text-delta") == (
+        "Invoice inv-7 is 42 € — both invoices are ready.")
+    assert events[-1]["finish_reason"] == "stop"
+    model, _ = adapter("openai_responses", "incomplete")
+    assert (await collect(model))[-1]["finish_reason"] == "length"
+
+
+async def test_responses_request_is_stateless_and_sends_reasoning_items_back_unchanged() -> None:
+    model, transport = adapter("openai_responses", "text", reasoning={"effort": "low", "summary": "auto"},
+                               settings=ModelSettings(max_tokens=500, tool_choice="none", parallel_tool_calls=True))
+    history: Any = (
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Look."},
+                                     {"type": "image", "data": b"\x89PNG", "media_type": "image/png"}]},
+        {"role": "assistant", "content": [
+            {"type": "reasoning", "text": "s", "provider": "openai-responses", "metadata": {"item": REASONING_ITEM}},
+            {"type": "reasoning", "text": "t", "provider": "anthropic", "metadata": {"signature": "x"}},
+            {"type": "text", "text": "Looking."},
+            {"type": "tool-call", "tool_call_id": "call_1", "tool_name": "lookup", "input": {"id": "inv-7"}}]},
+        {"role": "tool", "content": [{"type": "tool-result", "tool_call_id": "call_1", "tool_name": "lookup",
+                                      "output": {"amount": 42}, "is_error": False}]},
+    )
+    await collect(model, ModelRequest(messages=history, tools=(LOOKUP,)))
+    assert transport.requests[0].url == "https://llm.test/v1/responses"
+    body = transport.bodies()[0]
+    assert (body["store"], body["stream"], body["include"]) == (False, True, ["reasoning.encrypted_content"])
+    assert body["input"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "input_text", "text": "Look."},
+                                     {"type": "input_image", "image_url": "data:image/png;base64,iVBORw=="}]},
+        REASONING_ITEM,
+        {"role": "assistant", "content": "Looking."},
+        {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": '{"id": "inv-7"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": '{"amount": 42}'},
+    ]
+    assert body["tools"] == [{"type": "function", "name": "lookup", "description": "Find an invoice.",
+                              "parameters": dict(LOOKUP.parameters), "strict": False}]
+    assert (body["tool_choice"], body["parallel_tool_calls"], body["max_output_tokens"]) == ("none", True, 500)
+    assert body["reasoning"] == {"effort": "low", "summary": "auto"}
+
+
 # --- failures, classified ---------------------------------------------------------------------
 
 FAILURES: list[tuple[str, str, str, int | None, bool, int | None, bool, str | None]] = [
@@ -213,6 +279,14 @@ FAILURES: list[tuple[str, str, str, int | None, bool, int | None, bool, str | No
     ("anthropic", "cut", "stream_cut", None, True, None, False, None),
     ("anthropic", "malformed", "malformed_chunk", None, True, None, False, None),
     ("anthropic", "ended_early", "stream_cut", None, True, None, False, None),
+    ("openai_responses", "rate_limited", "rate_limited", 429, True, 1_200, False, "rate_limit_exceeded"),
+    ("openai_responses", "server_error", "server_error", 503, True, None, False, "server_error"),
+    ("openai_responses", "unauthorized", "auth", 401, False, None, False, "invalid_api_key"),
+    ("openai_responses", "context_length", "context_length", 400, False, None, True, "context_length_exceeded"),
+    ("openai_responses", "stream_failed", "server_error", None, True, None, False, "server_error"),
+    ("openai_responses", "stream_error", "rate_limited", None, True, None, False, "rate_limit_exceeded"),
+    ("openai_responses", "cut", "stream_cut", None, True, None, False, None),
+    ("openai_responses", "malformed", "malformed_chunk", None, True, None, False, None),
 ]
 FAILURE_FIELDS = ("api", "name", "kind", "status", "retryable", "retry_after", "context", "code")
 PROVIDERS = {"openai_chat": "openai-chat", "anthropic": "anthropic", "openai_responses": "openai-responses"}

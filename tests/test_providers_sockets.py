@@ -133,3 +133,17 @@ async def test_a_full_agent_run_with_the_anthropic_adapter_sends_thinking_back(
     assert sent[0] == {"type": "thinking", "thinking": assistant[0]["text"],
                        "signature": assistant[0]["metadata"]["signature"]}
     assert [b["type"] for b in sent] == ["thinking", "text", "tool_use", "tool_use"]
+
+
+async def test_a_full_agent_run_with_the_responses_adapter_sends_reasoning_back(
+    server: ReplayServer, transport: HttpTransport
+) -> None:
+    model = adapter(server, transport, "openai_responses", "tools", "text")
+    result, checkpoint, seen = await run_agent(model)
+    assert result.finish_reason == "stop" and seen == ["inv-7", "inv-8"]
+    assert result.total_usage == Usage(310 + 702, 190 + 19, 500 + 721, reasoning_tokens=128, cache_read_tokens=640)
+    item = checkpoint.messages[1]["content"][0]["metadata"]["item"]
+    sent = server.requests_to(model.base_url)[1]["body"]["input"]
+    assert sent[1] == item and item["encrypted_content"].startswith("gAAAAAB")
+    assert [i.get("type") for i in sent[2:]] == ["function_call", "function_call", "function_call_output",
+                                                 "function_call_output"]

@@ -16,5 +16,6 @@ from .._transport import HttpTransport, Timeouts
 from ._base import HttpModel, ModelSettings
 from .anthropic import AnthropicModel
 from .openai_chat import OpenAIChatModel
+from .openai_responses import OpenAIResponsesModel
 
-__all__ = ["AnthropicModel", "HttpModel", "HttpTransport", "ModelSettings", "OpenAIChatModel", "Timeouts"]
+__all__ = ["AnthropicModel", "HttpModel", "HttpTransport", "ModelSettings", "OpenAIChatModel", "OpenAIResponsesModel", "Timeouts"]
