@@ -3,6 +3,11 @@
 Messages are plain JSON-compatible dicts so a checkpoint is plain data. These TypedDicts
 describe them for type checkers and readers; nothing checks them at run time.
 
+What real providers add: an assistant message starts with its ``reasoning`` parts (kept
+exactly as the provider's adapter produced them, and sent back by that adapter only); user
+messages may carry ``image`` and ``file`` parts (raw bytes; the checkpoint codec stores
+them losslessly); a tool result may carry images or files as ``attachments``.
+
 History is immutable by contract: the loop never mutates a message or a message list it
 has handed out; every step builds a new list. Callers must not mutate them either.
 """
