@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+from contextlib import aclosing
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -109,8 +110,9 @@ class HttpModel:
         transport = self._transport if self._transport is not None else default_transport()
         events = sse_events(transport, self.http_request(request), provider=self.provider,
                             classify=self.classify_http, request_id_header=self.request_id_header)
-        async for event in self.parse(events):
-            yield event
+        async with aclosing(events):  # the response is released here, not when the generator is collected
+            async for event in self.parse(events):
+                yield event
 
 
 def data_url(part: ImagePart | FilePart) -> str:
