@@ -15,7 +15,7 @@ The rules:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 
 
 from .._transport import HttpRequest, HttpTransport
@@ -46,7 +46,7 @@ async def sse_events(
     provider: str,
     classify: HttpClassifier,
     request_id_header: str,
-) -> AsyncIterator[SSEEvent]:
+) -> AsyncGenerator[SSEEvent, None]:
     """The SSE events of one streamed call, by the rules in the module docstring."""
     timeouts = request.timeouts
     deadline = _Deadline(timeouts.total)
