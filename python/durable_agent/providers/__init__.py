@@ -6,16 +6,45 @@
 * `AnthropicModel` (`anthropic`) — Anthropic's Messages API.
 
 Building requests and parsing the streams is pure standard library; the HTTP call goes
-through a transport (`durable_agent._transport`): httpx when installed, the standard
-library otherwise, JS fetch under Pyodide and in Workers. Failures raise `ModelCallError`.
+through a transport (`HttpTransport`, one method): `HttpxTransport` (httpx, when installed),
+`StdlibTransport` (standard library, CPython), `FetchTransport` (JS fetch under Pyodide and in
+Workers); `default_transport()` picks one. Failures raise `ModelCallError`.
 """
 
 from __future__ import annotations
 
-from .._transport import HttpTransport, Timeouts
+from typing import TYPE_CHECKING
+
+from .._transport import HttpRequest, HttpResponse, HttpTransport, Timeouts, default_transport
 from ._base import HttpModel, ModelSettings
 from .anthropic import AnthropicModel
 from .openai_chat import OpenAIChatModel
 from .openai_responses import OpenAIResponsesModel
 
-__all__ = ["AnthropicModel", "HttpModel", "HttpTransport", "ModelSettings", "OpenAIChatModel", "OpenAIResponsesModel", "Timeouts"]
+if TYPE_CHECKING:
+    from .._transport import FetchTransport, HttpxTransport, StdlibTransport
+
+__all__ = [
+    "AnthropicModel",
+    "FetchTransport",
+    "HttpModel",
+    "HttpRequest",
+    "HttpResponse",
+    "HttpTransport",
+    "HttpxTransport",
+    "ModelSettings",
+    "OpenAIChatModel",
+    "OpenAIResponsesModel",
+    "StdlibTransport",
+    "Timeouts",
+    "default_transport",
+]
+
+
+def __getattr__(name: str) -> object:
+    """The transports are imported on first use (httpx's, the stdlib one's ssl, Pyodide's js)."""
+    if name in ("FetchTransport", "HttpxTransport", "StdlibTransport"):
+        from .. import _transport
+
+        return getattr(_transport, name)
+    raise AttributeError(name)
