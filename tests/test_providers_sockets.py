@@ -147,3 +147,20 @@ async def test_a_full_agent_run_with_the_responses_adapter_sends_reasoning_back(
     assert sent[1] == item and item["encrypted_content"].startswith("gAAAAAB")
     assert [i.get("type") for i in sent[2:]] == ["function_call", "function_call", "function_call_output",
                                                  "function_call_output"]
+
+
+def test_the_real_model_example_runs_the_tour_against_an_openai_compatible_server(server: ReplayServer) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "real_model.py"
+    base = server.base_url("openai_chat/tools", "openai_chat/pay", "openai_chat/text")
+    env = {"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": base, "OPENAI_MODEL": "m"}
+    done = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "needs approval: pay {'id': 'inv-7'}" in done.stdout
+    assert "both invoices are ready. | paid: ['inv-7']" in done.stdout
+    skipped = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=60,
+                             env={"PATH": "/usr/bin:/bin"})
+    assert skipped.returncode == 0 and "SKIPPED" in skipped.stdout
