@@ -307,3 +307,42 @@ async def test_failures_are_classified(api: str, name: str, kind: str, status: i
     with pytest.raises(ModelCallError) as caught:
         await collect(model)
     check_failure(caught.value, api, name, kind, status, retryable, retry_after, context, code)
+
+
+async def test_the_consumers_time_between_events_does_not_count_against_the_read_timeout() -> None:
+    import asyncio
+
+    from durable_agent.providers import Timeouts
+
+    model, _ = chat("text", timeouts=Timeouts(connect=1, read=0.05, total=0.2))
+    texts = []
+    async for event in model.stream(ASK):  # 16 events, 0.06 s each: longer than `read`, and than `total`
+        await asyncio.sleep(0.06)
+        texts.append(event.get("text", ""))
+    assert "".join(texts).endswith("ready.")
+
+
+async def test_a_stalled_transport_times_out_after_read_seconds() -> None:
+    import asyncio
+
+    from durable_agent._transport import HttpRequest, HttpResponse
+    from durable_agent.providers import Timeouts
+
+    class Stalls:
+        async def handle_async_request(self, request: HttpRequest) -> HttpResponse:
+            async def stream() -> Any:
+                yield b"data: {}\n\n"
+                await asyncio.sleep(30)
+                yield b""
+
+            async def aclose() -> None:
+                return None
+
+            return HttpResponse(200, {}, stream(), aclose)
+
+    model = OpenAIChatModel("m", base_url="https://llm.test/v1", api_key="k", transport=Stalls(),
+                            timeouts=Timeouts(connect=1, read=0.05, total=5))
+    with pytest.raises(ModelCallError) as caught:
+        await collect(model)
+    assert (caught.value.kind, caught.value.retryable) == ("timeout", True)
+    assert asyncio.current_task() is None or asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
