@@ -1,8 +1,8 @@
 """The README's tour against a live model: a tool call, an approval, a resume from the stored checkpoint.
 
-    OPENAI_API_KEY=sk-...    python examples/real_model.py     # OpenAI (gpt-4o-mini, or OPENAI_MODEL)
+    OPENAI_API_KEY=sk-...    python examples/real_model.py     # OpenAI (gpt-5.5, or OPENAI_MODEL)
     OPENAI_BASE_URL=http://localhost:11434/v1 OPENAI_API_KEY=none OPENAI_MODEL=llama3.1 python examples/real_model.py
-    ANTHROPIC_API_KEY=sk-ant-... python examples/real_model.py # Anthropic (claude-sonnet-4-5, or ANTHROPIC_MODEL)
+    ANTHROPIC_API_KEY=sk-ant-... python examples/real_model.py # Anthropic (claude-sonnet-5-5, or ANTHROPIC_MODEL)
 
 Without any of those keys it prints that it was skipped and exits 0. A real model decides for
 itself: it may pay at once (the run then suspends for your approval, granted here), or only look
@@ -37,9 +37,9 @@ INVOICE = {"type": "object", "properties": {"id": {"type": "string"}}, "required
 def live_model() -> LanguageModel | None:
     """A model from the environment, or None when no provider key is set."""
     if os.environ.get("ANTHROPIC_API_KEY"):
-        return AnthropicModel(os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-4-5"))
+        return AnthropicModel(os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-5-5"))
     if os.environ.get("OPENAI_API_KEY"):
-        return OpenAIChatModel(os.environ.get("OPENAI_MODEL", "gpt-4o-mini"))
+        return OpenAIChatModel(os.environ.get("OPENAI_MODEL", "gpt-5.5"))
     return None
 
 

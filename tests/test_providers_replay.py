@@ -152,7 +152,7 @@ async def test_anthropic_redacted_thinking_and_max_tokens() -> None:
 async def test_anthropic_request_sends_thinking_back_verbatim_and_tool_results_in_a_user_turn() -> None:
     model, transport = adapter("anthropic", "text", settings=ModelSettings(max_tokens=1024, tool_choice="required",
                                                                           parallel_tool_calls=False),
-                               thinking_budget=2048)
+                               thinking={"type": "enabled", "budget_tokens": 2048})
     history: Any = (
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": [{"type": "text", "text": "Read this."},

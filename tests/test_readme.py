@@ -34,4 +34,4 @@ def test_the_readme_real_model_snippet_builds_its_models(monkeypatch: Any) -> No
     assert blocks, "the README has no real-model snippet"
     scope: dict[str, Any] = {"__name__": "readme"}
     exec(compile(blocks[0], "README.md", "exec"), scope)  # noqa: S102
-    assert scope["model"].model_id == "anthropic:claude-sonnet-4-5" and scope["model"].settings.max_tokens == 2048
+    assert scope["model"].model_id == "anthropic:claude-sonnet-5-5" and scope["model"].settings.max_tokens == 2048

@@ -78,7 +78,7 @@ def model_factory_from(env: Any) -> Callable[[], LanguageModel]:
     if not key:
         return scripted_support_model
     base_url = getattr(env, "OPENAI_BASE_URL", None)
-    name = str(getattr(env, "OPENAI_MODEL", None) or "gpt-4o-mini")
+    name = str(getattr(env, "OPENAI_MODEL", None) or "gpt-5.5")
 
     def openai_model() -> LanguageModel:
         return OpenAIChatModel(name, base_url=str(base_url) if base_url else None, api_key=str(key),

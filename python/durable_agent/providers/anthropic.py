@@ -143,8 +143,8 @@ class AnthropicModel(HttpModel):
 
     `api_key` defaults to ``ANTHROPIC_API_KEY`` (read when the model is built), `base_url` to
     ``ANTHROPIC_BASE_URL`` else Anthropic's. The API requires `max_tokens`:
-    `settings.max_tokens`, else `DEFAULT_MAX_TOKENS`. `thinking_budget` turns on extended
-    thinking with that many tokens.
+    `settings.max_tokens`, else `DEFAULT_MAX_TOKENS`. `thinking` is sent as the request's
+    ``thinking`` (``{"type": "adaptive"}``, or ``{"type": "enabled", "budget_tokens": 2048}``).
     """
 
     provider = "anthropic"
@@ -161,7 +161,7 @@ class AnthropicModel(HttpModel):
         settings: ModelSettings | None = None,
         transport: HttpTransport | None = None,
         timeouts: Timeouts | None = None,
-        thinking_budget: int | None = None,
+        thinking: Mapping[str, Any] | None = None,
         anthropic_version: str = ANTHROPIC_VERSION,
     ) -> None:
         base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_BASE_URL
@@ -170,7 +170,7 @@ class AnthropicModel(HttpModel):
         self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
         if not self.api_key and self.base_url == ANTHROPIC_BASE_URL:
             raise ConfigurationError("AnthropicModel needs an API key: pass api_key= or set ANTHROPIC_API_KEY")
-        self.thinking_budget = thinking_budget
+        self.thinking = dict(thinking) if thinking is not None else None
         self.anthropic_version = anthropic_version
 
     def url(self) -> str:
@@ -200,8 +200,8 @@ class AnthropicModel(HttpModel):
                 choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
             if choice is not None:
                 body["tool_choice"] = choice
-        if self.thinking_budget is not None:
-            body["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
+        if self.thinking is not None:
+            body["thinking"] = self.thinking
         if s.temperature is not None:
             body["temperature"] = s.temperature
         if s.top_p is not None:
