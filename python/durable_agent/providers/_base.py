@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from contextlib import aclosing
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from .._transport import HttpRequest, HttpTransport, Timeouts, default_transport
 from ..errors import ConfigurationError, ModelCallError
@@ -41,23 +42,47 @@ class ModelSettings:
     top_p: float | None = None
 
 
+class HttpOptions(TypedDict, total=False):
+    """What every adapter takes besides its model name (see `HttpModel`)."""
+
+    base_url: str | None
+    api_key: str | None
+    headers: Mapping[str, str] | None
+    extra_body: Mapping[str, Any] | None
+    settings: ModelSettings | None
+    transport: HttpTransport | None
+    timeouts: Timeouts | None
+
+
 class HttpModel:
-    """A `LanguageModel` over a streamed HTTP API. See the module docstring."""
+    """A `LanguageModel` over a streamed HTTP API. See the module docstring.
+
+    `base_url` defaults to the environment variable `base_url_env`, else `default_base_url`;
+    `api_key` to `api_key_env`, read when the model is built (never at import). Without a key
+    no credential is sent (local servers need none), but the provider's own endpoint refuses
+    to be built without one. `headers` and `extra_body` are merged over what the adapter
+    builds; `transport` defaults to `default_transport()` at call time.
+    """
 
     provider = "http"
     request_id_header = "x-request-id"
+    default_base_url = ""
+    base_url_env = ""
+    api_key_env = ""
 
     def __init__(
         self,
         model: str,
         *,
-        base_url: str,
-        headers: Mapping[str, str] | None,
-        extra_body: Mapping[str, Any] | None,
-        settings: ModelSettings | None,
-        transport: HttpTransport | None,
-        timeouts: Timeouts | None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        settings: ModelSettings | None = None,
+        transport: HttpTransport | None = None,
+        timeouts: Timeouts | None = None,
     ) -> None:
+        base_url = base_url or os.environ.get(self.base_url_env) or self.default_base_url
         if not isinstance(model, str) or not model:
             raise ConfigurationError(f"{type(self).__name__} needs a model name, got {model!r}")
         if not base_url.startswith(("http://", "https://")):
@@ -70,6 +95,10 @@ class HttpModel:
         self.settings = settings or ModelSettings()
         self.timeouts = timeouts or Timeouts()
         self._transport = transport
+        self.api_key = api_key if api_key is not None else os.environ.get(self.api_key_env)
+        if not self.api_key and self.base_url == self.default_base_url:
+            raise ConfigurationError(
+                f"{type(self).__name__} needs an API key: pass api_key= or set {self.api_key_env}")
 
     def with_settings(self, **changes: Any) -> Any:
         """A copy of this model with some settings changed (``temperature=0``, ``tool_choice="none"``)."""

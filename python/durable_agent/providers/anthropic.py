@@ -18,17 +18,15 @@ PDFs attached to them ride inside); consecutive turns of one role are merged.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
-from .._transport import HttpTransport, Timeouts
 from ..checkpoint import Usage
-from ..errors import ConfigurationError, ModelCallError
+from ..errors import ModelCallError
 from ..messages import ContentPart, FilePart, ImagePart, content_parts
 from ..models import ModelEvent, ModelFinishReason, ModelRequest
-from ._base import HttpModel, ModelSettings, b64, output_text, parse_arguments
+from ._base import HttpModel, HttpOptions, b64, output_text, parse_arguments
 from ._errors import classify, error_body, transport_error
 from ._sse import SSEEvent
 
@@ -147,6 +145,9 @@ class AnthropicModel(HttpModel):
     ``thinking`` (``{"type": "adaptive"}``, or ``{"type": "enabled", "budget_tokens": 2048}``).
     """
 
+    default_base_url = ANTHROPIC_BASE_URL
+    base_url_env = "ANTHROPIC_BASE_URL"
+    api_key_env = "ANTHROPIC_API_KEY"
     provider = "anthropic"
     request_id_header = "request-id"
 
@@ -154,22 +155,11 @@ class AnthropicModel(HttpModel):
         self,
         model: str,
         *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        settings: ModelSettings | None = None,
-        transport: HttpTransport | None = None,
-        timeouts: Timeouts | None = None,
         thinking: Mapping[str, Any] | None = None,
         anthropic_version: str = ANTHROPIC_VERSION,
+        **options: Unpack[HttpOptions],
     ) -> None:
-        base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_BASE_URL
-        super().__init__(model, base_url=base_url, headers=headers, extra_body=extra_body, settings=settings,
-                         transport=transport, timeouts=timeouts)
-        self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
-        if not self.api_key and self.base_url == ANTHROPIC_BASE_URL:
-            raise ConfigurationError("AnthropicModel needs an API key: pass api_key= or set ANTHROPIC_API_KEY")
+        super().__init__(model, **options)
         self.thinking = dict(thinking) if thinking is not None else None
         self.anthropic_version = anthropic_version
 

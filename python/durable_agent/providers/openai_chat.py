@@ -20,14 +20,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Unpack
 
-from .._transport import HttpTransport, Timeouts
 from ..checkpoint import Usage
 from ..errors import ConfigurationError, ModelCallError
 from ..messages import ContentPart, Message, content_parts
 from ..models import ModelEvent, ModelFinishReason, ModelRequest
-from ._base import HttpModel, ModelSettings, data_url, output_text, parse_arguments
+from ._base import HttpModel, HttpOptions, data_url, output_text, parse_arguments
 from ._errors import classify, error_body, parse_duration_ms, transport_error
 from ._sse import SSEEvent
 
@@ -161,30 +160,22 @@ class OpenAIChatModel(HttpModel):
     elsewhere (what compatible servers read), unless `max_tokens_field` says otherwise.
     """
 
+    default_base_url = OPENAI_BASE_URL
+    base_url_env = "OPENAI_BASE_URL"
+    api_key_env = "OPENAI_API_KEY"
     provider = "openai-chat"
 
     def __init__(
         self,
         model: str,
         *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        settings: ModelSettings | None = None,
-        transport: HttpTransport | None = None,
-        timeouts: Timeouts | None = None,
         include_usage: bool = True,
         max_tokens_field: str | None = None,
         query: Mapping[str, str] | None = None,
         api_key_header: str = "authorization",
+        **options: Unpack[HttpOptions],
     ) -> None:
-        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
-        super().__init__(model, base_url=base_url, headers=headers, extra_body=extra_body, settings=settings,
-                         transport=transport, timeouts=timeouts)
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        if not self.api_key and self.base_url == OPENAI_BASE_URL:
-            raise ConfigurationError("OpenAIChatModel needs an API key: pass api_key= or set OPENAI_API_KEY")
+        super().__init__(model, **options)
         self.include_usage = include_usage
         self.max_tokens_field = max_tokens_field or (
             "max_completion_tokens" if self.base_url == OPENAI_BASE_URL else "max_tokens")

@@ -18,16 +18,14 @@ report a failure inside the stream.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Unpack
 
-from .._transport import HttpTransport, Timeouts
 from ..checkpoint import Usage
-from ..errors import ConfigurationError, ModelCallError
+from ..errors import ModelCallError
 from ..messages import ContentPart, content_parts
 from ..models import ModelEvent, ModelFinishReason, ModelRequest
-from ._base import HttpModel, ModelSettings, data_url, output_text, parse_arguments
+from ._base import HttpModel, HttpOptions, data_url, output_text, parse_arguments
 from ._errors import transport_error
 from ._sse import SSEEvent
 from .openai_chat import OPENAI_BASE_URL, classify_openai
@@ -98,28 +96,20 @@ class OpenAIResponsesModel(HttpModel):
     responses; the reasoning items are still carried in the history.
     """
 
+    default_base_url = OPENAI_BASE_URL
+    base_url_env = "OPENAI_BASE_URL"
+    api_key_env = "OPENAI_API_KEY"
     provider = "openai-responses"
 
     def __init__(
         self,
         model: str,
         *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        settings: ModelSettings | None = None,
-        transport: HttpTransport | None = None,
-        timeouts: Timeouts | None = None,
         reasoning: Mapping[str, Any] | None = None,
         store: bool = False,
+        **options: Unpack[HttpOptions],
     ) -> None:
-        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
-        super().__init__(model, base_url=base_url, headers=headers, extra_body=extra_body, settings=settings,
-                         transport=transport, timeouts=timeouts)
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        if not self.api_key and self.base_url == OPENAI_BASE_URL:
-            raise ConfigurationError("OpenAIResponsesModel needs an API key: pass api_key= or set OPENAI_API_KEY")
+        super().__init__(model, **options)
         self.reasoning = dict(reasoning) if reasoning is not None else None
         self.store = store
 
