@@ -71,6 +71,20 @@ async def test_failures_over_sockets(server: ReplayServer, transport: HttpTransp
     check_failure(caught.value, api, name, kind, status, retryable, retry_after, context, code)
 
 
+async def test_the_httpx_transport_pools_per_loop_and_closes_its_client(server: ReplayServer) -> None:
+    import httpx
+
+    transport = HttpxTransport()
+    for _ in range(2):  # the second call reuses the pooled client of this loop
+        assert [e["type"] for e in await collect(chat(server, transport, "text"))][-1] == "finish"
+    await transport.aclose()
+    assert [e["type"] for e in await collect(chat(server, transport, "text"))][-1] == "finish"  # a new client
+    mine = httpx.AsyncClient()
+    await collect(chat(server, HttpxTransport(mine), "text"))
+    assert not mine.is_closed  # a client you pass in is yours to close
+    await mine.aclose()
+
+
 async def test_a_stalled_stream_is_a_retryable_read_timeout(server: ReplayServer, transport: HttpTransport) -> None:
     model = chat(server, transport, "stall", timeouts=Timeouts(connect=2, read=0.3, total=30))
     with pytest.raises(ModelCallError) as caught:

@@ -11,7 +11,8 @@ from ._base import HttpRequest, HttpResponse, lower_headers
 
 
 class HttpxTransport:
-    """Streams through an `httpx.AsyncClient`: yours, or one per event loop that this transport owns."""
+    """Streams through an `httpx.AsyncClient`: yours (you close it), or one per event loop that this
+    transport owns (connections are pooled across calls; `aclose()` closes the running loop's)."""
 
     def __init__(self, client: Any = None) -> None:
         import httpx  # noqa: F401  # fail here, clearly, when the extra is not installed
@@ -29,6 +30,11 @@ class HttpxTransport:
         if client is None:
             client = self._owned[loop] = httpx.AsyncClient()
         return client
+
+    async def aclose(self) -> None:
+        client = self._owned.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
 
     async def handle_async_request(self, request: HttpRequest) -> HttpResponse:
         import httpx

@@ -4,6 +4,7 @@ Each request gets a daemon thread that connects, sends, reads the response head 
 the body in chunks as they arrive (``read1``), handing each to the event loop with
 ``call_soon_threadsafe``. The loop only ever awaits a queue, so it is never blocked.
 Closing the response shuts the socket down, which wakes the thread from a blocked read.
+One connection per call (no pooling) and no proxy support: install httpx for those.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Unpack
 
@@ -204,7 +205,7 @@ class OpenAIChatModel(HttpModel):
                    max_tokens_field=options.pop("max_tokens_field", "max_completion_tokens"), **options)
 
     def url(self) -> str:
-        query = "&".join(f"{k}={v}" for k, v in self.query.items())
+        query = urllib.parse.urlencode(self.query)
         return f"{self.base_url}/chat/completions" + (f"?{query}" if query else "")
 
     def request_headers(self) -> dict[str, str]:
