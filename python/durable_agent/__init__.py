@@ -28,6 +28,7 @@ from .errors import (
     ConfigurationError,
     DurableAgentError,
     FeatureUnavailableError,
+    ModelCallError,
     RunAbortedError,
     RunLeaseHeldError,
     RunSuspendedError,
@@ -53,12 +54,14 @@ from .models import (
     ScriptedModel,
     ScriptedResponse,
     ScriptedToolCall,
+    ReasoningEvent,
     ToolSpec,
     call,
     reply,
 )
 from .options import AbortSignal, PrepareStepContext, StepOverrides
 from .results import GenerateTextResult, StepResult
+from .retry import RetryPolicy
 from .session import InMemorySessionStore, Session, SessionStore
 from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
 from .stores import open_store
@@ -100,11 +103,14 @@ __all__ = [
     "LanguageModel",
     "MODEL_CALL",
     "Message",
+    "ModelCallError",
     "ModelPrice",
     "ModelRequest",
     "NATIVE",
     "PrepareStepContext",
     "RUN_TAKEN_OVER_MESSAGE",
+    "ReasoningEvent",
+    "RetryPolicy",
     "RunAbortedError",
     "RunLeaseHeldError",
     "RunSuspendedError",

@@ -149,10 +149,11 @@ def tool_message(results: list[dict[str, Any]]) -> Message:
 
 
 def assistant_message(
-    text: str, tool_calls: Sequence[dict[str, Any]], approvals: Sequence[ToolApprovalRequest] = ()
+    text: str, tool_calls: Sequence[dict[str, Any]], approvals: Sequence[ToolApprovalRequest] = (),
+    reasoning: Sequence[dict[str, Any]] = (),
 ) -> Message:
-    """The assistant message of a step: its text, its tool calls, and a marker per call awaiting a verdict."""
-    content: list[Any] = [{"type": "text", "text": text}] if text else []
+    """The assistant message of a step: its reasoning parts, text, tool calls, and a marker per call awaiting a verdict."""
+    content: list[Any] = [*reasoning, *([{"type": "text", "text": text}] if text else [])]
     content.extend({"type": "tool-call", **{k: c[k] for k in ("tool_call_id", "tool_name", "input")}}
                    for c in tool_calls)
     content.extend(
@@ -195,15 +196,17 @@ class _ModelTurn:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = "stop"
+    reasoning: list[dict[str, Any]] = field(default_factory=list)  # reasoning parts, kept in the history
 
     def to_json(self) -> dict[str, Any]:
         return {"text": self.text, "tool_calls": self.tool_calls, "usage": self.usage.to_dict(),
-                "finish_reason": self.finish_reason}
+                "finish_reason": self.finish_reason, **({"reasoning": self.reasoning} if self.reasoning else {})}
 
     def replay(self, stored: dict[str, Any]) -> list[Part]:
         """Take a replayed model step's stored result; the parts a live call would have streamed."""
         self.text, self.tool_calls = stored["text"], list(stored["tool_calls"])
         self.usage, self.finish_reason = Usage.from_dict(stored["usage"]), stored["finish_reason"]
+        self.reasoning = list(stored.get("reasoning", ()))
         text = [{"type": "text-delta", "text": self.text}] if self.text else []
         return [*text, *({"type": "tool-call", **c} for c in self.tool_calls)]
 
@@ -362,7 +365,7 @@ class AgentLoop:
         if calls:
             await self._decide(calls, settling=False)
             phase = self._pending_of(calls)
-        assistant = assistant_message(text, [c.as_part() for c in calls], phase.approvals)
+        assistant = assistant_message(text, [c.as_part() for c in calls], phase.approvals, turn.reasoning)
         self.messages = extended(self.messages, assistant)
         if calls and not phase.suspends:
             phase = await self._execute(calls)
@@ -421,6 +424,8 @@ class AgentLoop:
                 yield {"type": "tool-call", **call}
             elif event["type"] == "finish":
                 turn.usage, turn.finish_reason = event["usage"], event["finish_reason"]
+            elif event["type"] == "reasoning":
+                turn.reasoning.append({"type": "reasoning", **{k: event[k] for k in ("text", "provider", "metadata")}})
 
     async def _prepare(self, step_index: int) -> StepOverrides:
         if self.options.prepare_step is None:
