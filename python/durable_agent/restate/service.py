@@ -1,0 +1,127 @@
+"""Serve an `Agent` on Restate: `agent_app(agent)` is the whole setup (an ASGI app for any ASGI server).
+
+Two Virtual Objects are served, named after `name` (default ``"agent"``):
+
+* ``<name>``, keyed by session id: ``run`` (exclusive: one run at a time per session, queued by
+  the engine) takes a prompt and returns the run's outcome; a run that asks for client-mode
+  approvals parks on one Restate awakeable per approval and suspends with no process holding
+  it, and goes on once every verdict is in. ``status`` (shared: answers while a run is
+  parked) tells the session's last run and the approvals it waits on, with their tokens;
+* ``<name>Approvals``, keyed by approval id: maps the approval id to its Restate awakeable id,
+  so ``resolve`` (what `RestateIngress.resolve_awakeable` calls) can complete it from any process.
+
+Register the app's URL with the Restate admin API (``POST /deployments``).
+"""
+
+from datetime import timedelta
+from typing import Any
+
+import restate
+
+from ..agent import Agent
+from ..checkpoint import check_verdict
+from ..durable_session import DurableOptions
+from ..errors import ConfigurationError
+from ..results import GenerateTextResult
+from .runtime import CHECKPOINT_PREFIX, LAST_RUN, RestateRuntime
+
+
+def approvals_name(name: str) -> str:
+    """The name of the Virtual Object that maps approval ids of agent `name` to awakeable ids."""
+    return f"{name}Approvals"
+
+
+def result_json(result: GenerateTextResult) -> dict[str, Any]:
+    """What the ``run`` handler returns: the run's outcome as JSON."""
+    return {
+        "run_id": result.run_id,
+        "text": result.text,
+        "finish_reason": result.finish_reason,
+        "messages": list(result.messages),
+        "usage": result.total_usage.to_dict(),
+        "steps": len(result.steps),
+        "pending_approvals": [r.to_dict() for r in result.pending_approvals],
+        "client_tool_calls": list(result.client_tool_calls),
+    }
+
+
+async def run_agent(ctx: restate.ObjectContext, agent: Agent, prompt: str, *, approvals: str | None) -> dict[str, Any]:
+    """One ``run`` invocation: the session's next run, waiting out its approvals (parked, suspended)."""
+    runtime = await RestateRuntime(ctx, approvals=approvals).start()
+    durable = agent.durable_copy(DurableOptions(runtime), ctx.key(), clock=runtime.clock, generate_id=runtime.uuid)
+    result: GenerateTextResult | None = await durable.run(prompt)
+    while result is not None and result.finish_reason == "suspended" and await runtime.wait_parked():
+        result = await durable.resume() or result
+    assert result is not None
+    return result_json(result)
+
+
+async def session_status(ctx: restate.ObjectSharedContext) -> dict[str, Any]:
+    """The session's last run, its status, and the approvals it waits on (tokens included)."""
+    from ..checkpoint import deserialize_checkpoint
+
+    last = await ctx.get(LAST_RUN, type_hint=str)
+    text = await ctx.get(CHECKPOINT_PREFIX + last, type_hint=str) if last else None
+    if text is None:
+        return {"run_id": last, "status": None, "step_index": None, "pending_approvals": []}
+    checkpoint = deserialize_checkpoint(text, run_id=last)
+    return {"run_id": last, "status": checkpoint.status, "step_index": checkpoint.step_index,
+            "pending_approvals": [r.to_dict() for r in checkpoint.pending_approvals or ()]}
+
+
+def agent_services(
+    agent: Agent,
+    *,
+    name: str = "agent",
+    retry_policy: restate.InvocationRetryPolicy | None = None,
+    inactivity_timeout: timedelta | None = None,
+) -> list[restate.VirtualObject]:
+    """The Virtual Objects serving `agent` (a template: not durable itself) — see the module docs.
+
+    `retry_policy` and `inactivity_timeout` are Restate's, for the ``run`` handler's object:
+    how soon a crashed invocation is retried, and how long a parked run stays ``running`` on
+    its HTTP/2 stream before Restate asks it to suspend.
+    """
+    if not isinstance(agent, Agent):
+        raise ConfigurationError("agent_services needs an Agent")
+    if agent.durable is not None:
+        raise ConfigurationError("serve a non-durable Agent: on Restate its runtime is the engine's journal")
+    if not name or not name.isidentifier():
+        raise ConfigurationError(f"a Restate service name must be an identifier, not {name!r}")
+    obj = restate.VirtualObject(name, invocation_retry_policy=retry_policy, inactivity_timeout=inactivity_timeout)
+    approvals = restate.VirtualObject(approvals_name(name))
+
+    @obj.handler()
+    async def run(ctx: restate.ObjectContext, prompt: str) -> dict[str, Any]:
+        return await run_agent(ctx, agent, prompt, approvals=approvals_name(name))
+
+    @obj.handler(kind="shared")
+    async def status(ctx: restate.ObjectSharedContext) -> dict[str, Any]:
+        return await session_status(ctx)
+
+    @approvals.handler()
+    async def register(ctx: restate.ObjectContext, awakeable_id: str) -> None:
+        ctx.set("awakeable", awakeable_id)
+
+    @approvals.handler()
+    async def resolve(ctx: restate.ObjectContext, verdict: dict[str, Any]) -> bool:
+        awakeable_id = await ctx.get("awakeable", type_hint=str)
+        if awakeable_id is None:
+            return False
+        try:
+            check_verdict(verdict.get("approved"))
+        except ConfigurationError as exc:
+            raise restate.TerminalError(str(exc), status_code=400) from exc
+        if not await ctx.get("resolved", type_hint=bool):
+            ctx.resolve_awakeable(awakeable_id, verdict)
+            ctx.set("resolved", True)
+        return True
+
+    return [obj, approvals]
+
+
+def agent_app(agent: Agent, *, name: str = "agent", retry_policy: restate.InvocationRetryPolicy | None = None,
+              inactivity_timeout: timedelta | None = None) -> Any:
+    """An ASGI app serving `agent` on Restate (`agent_services`), for hypercorn or any ASGI server."""
+    return restate.app(agent_services(agent, name=name, retry_policy=retry_policy,
+                                      inactivity_timeout=inactivity_timeout))

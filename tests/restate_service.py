@@ -1,0 +1,146 @@
+"""The agents tests/test_restate.py serves on Restate, in a process of their own (hypercorn in-process).
+
+    python tests/restate_service.py PORT LEDGER_DIR
+
+Every effect and every model request is appended to a ledger file under LEDGER_DIR (the counts
+the tests check survive SIGKILLs). A kill point named in LEDGER_DIR/kill-points fires once: the
+process SIGKILLs itself there and writes ``killed <point>`` first, so its successor goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+
+import restate  # noqa: E402
+from hypercorn.asyncio import serve  # noqa: E402
+from hypercorn.config import Config  # noqa: E402
+from restate.server import install_shutdown_hook  # noqa: E402
+
+from durable_agent import Agent, ApprovalSigner, ModelRequest, ScriptedModel, Tool, call, reply  # noqa: E402
+from durable_agent.restate import agent_services  # noqa: E402
+
+SECRET = "restate-test-secret-0123456789abcdef0123456789"
+LEDGER = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(".")
+RETRY = restate.InvocationRetryPolicy(initial_interval=timedelta(milliseconds=50),
+                                      max_interval=timedelta(milliseconds=500), exponentiation_factor=2.0)
+INACTIVITY = timedelta(seconds=2)
+SCHEMA = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+
+
+def note(*words: Any) -> None:
+    """Append one line to the ledger, durably (it must survive this process's SIGKILL)."""
+    fd = os.open(LEDGER / "ledger", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (" ".join(str(w) for w in words) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def kill_point(name: str) -> None:
+    """SIGKILL this process here, once per point listed in LEDGER/kill-points."""
+    points = (LEDGER / "kill-points").read_text().split() if (LEDGER / "kill-points").exists() else []
+    ledger = (LEDGER / "ledger").read_text() if (LEDGER / "ledger").exists() else ""
+    if name in points and f"killed {name}\n" not in ledger:
+        note("killed", name)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def session_of(request: ModelRequest) -> str:
+    first = next(m for m in request.messages if m["role"] == "user")
+    return str(first["content"]).split()[0]
+
+
+class LedgerModel(ScriptedModel):
+    """A scripted model that writes ``model <session> <turn> begin|end`` around every request."""
+
+    async def stream(self, request: ModelRequest) -> Any:
+        turn = sum(1 for m in request.messages if m["role"] == "assistant")
+        who = session_of(request)
+        note("model", who, turn, "begin")
+        async for event in super().stream(request):
+            yield event
+        note("model", who, turn, "end")
+
+
+# The README's invoice agent: lookup, then pay (needs a client-mode approval), then a final answer.
+readme = Agent(
+    model=LedgerModel([
+        reply("Looking it up.", call("lookup", {"id": "inv-7"})),
+        reply("It is 42 EUR; paying it needs your approval.", call("pay", {"id": "inv-7"})),
+        "Invoice inv-7 is paid.",
+    ]),
+    tools={
+        "lookup": Tool(description="Find an invoice.", parameters=SCHEMA, replay="safe",
+                       execute=lambda args: {"id": args["id"], "amount": 42}),
+        "pay": Tool(description="Pay an invoice.", parameters=SCHEMA, needs_approval=True,
+                    execute=lambda args: note("effect", "pay", args["id"]) or "paid"),
+    },
+    max_steps=10,
+    approval_signer=ApprovalSigner(SECRET),
+)
+
+
+async def slow_stream(request: ModelRequest) -> Any:
+    """Turn 0 streams words (a kill point after the second), then asks for the unsafe `charge`."""
+    turn = sum(1 for m in request.messages if m["role"] == "assistant")
+    if turn == 0:
+        return reply("one two three four", call("charge", {"id": session_of(request)}))
+    return reply("finished")
+
+
+class KilledMidStream(LedgerModel):
+    async def stream(self, request: ModelRequest) -> Any:
+        count = 0
+        async for event in super().stream(request):
+            yield event
+            if event["type"] == "text-delta":
+                count += 1
+                if count == 2:
+                    kill_point("model-stream")
+
+
+def charge(args: dict[str, Any]) -> str:
+    note("effect", "charge", args["id"])
+    kill_point("unsafe-tool")
+    return "charged"
+
+
+crashy = Agent(model=KilledMidStream(slow_stream), tools={"charge": Tool(parameters=SCHEMA, execute=charge)},
+               max_steps=5)
+
+
+async def echo(request: ModelRequest) -> Any:
+    await asyncio.sleep(0.3)  # long enough that two unserialised runs would overlap
+    return reply(f"seen {sum(1 for m in request.messages if m['role'] == 'user')} prompts")
+
+
+serial = Agent(model=LedgerModel(echo), max_steps=2)
+
+
+def app() -> Any:
+    services = [*agent_services(readme, name="readme", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
+                *agent_services(crashy, name="crashy", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
+                *agent_services(serial, name="serial", retry_policy=RETRY, inactivity_timeout=INACTIVITY)]
+    return restate.app(services)
+
+
+async def main(port: int) -> None:
+    config = Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.loglevel = "WARNING"
+    stop = asyncio.Event()
+    install_shutdown_hook(asyncio.get_running_loop(), stop.set)
+    await serve(app(), config, shutdown_trigger=stop.wait)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1])))
