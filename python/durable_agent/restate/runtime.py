@@ -17,9 +17,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Sequence
-from typing import Any, Literal
-
-import restate
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._util import wall_clock_ms
 from ..checkpoint import AgentCheckpoint, deserialize_checkpoint, serialize_checkpoint
@@ -35,7 +33,11 @@ from ..runtime.records import (
     ToolStateOp,
     apply_tool_state,
 )
-from .scope import RestateScope
+from ._sdk import sdk
+from .scope import RestateScope, json_run
+
+if TYPE_CHECKING:
+    import restate
 
 EPOCH = 1
 """The one epoch of every claim: the Virtual Object's lock is the fence."""
@@ -43,8 +45,6 @@ EPOCH = 1
 CHECKPOINT_PREFIX = "checkpoint/"
 LAST_RUN, MARKED, TOOL_STATE, QUEUE, SUBMISSIONS, AWAKEABLES = (
     "last_run", "marked_run", "tool_state", "queue", "submissions", "awakeables")
-
-_JSON: restate.RunOptions[dict[str, Any]] = restate.RunOptions(type_hint=dict)
 
 
 class RestateLease:
@@ -269,7 +269,7 @@ class RestateRuntime:
                 async def signed() -> dict[str, Any]:
                     return {"checkpoint": text}
 
-                text = (await self.ctx.run_typed(f"checkpoint {checkpoint.step_id}", signed, _JSON))["checkpoint"]
+                text = (await self.ctx.run_typed(f"checkpoint {checkpoint.step_id}", signed, json_run()))["checkpoint"]
             self.set_state(CHECKPOINT_PREFIX + checkpoint.run_id, text)
         if transition.last_run is not None:
             self.set_state(LAST_RUN, transition.last_run)
@@ -341,7 +341,7 @@ class RestateRuntime:
         """Wait (suspended, no process holding the run) until every parked awakeable is resolved; how many."""
         parked, self.parked = self.parked, []
         if parked:
-            await restate.gather(*(future for _, future in parked))
+            await sdk().gather(*(future for _, future in parked))
             for record, future in parked:
                 self.settle_awakeable(record, await future)
         return len(parked)

@@ -28,8 +28,6 @@ from dataclasses import asdict
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-import restate
-
 from .._util import wall_clock_ms
 from ..errors import ScopeClosedError, is_control_error
 from ..runtime.records import (
@@ -53,10 +51,15 @@ from ..runtime.scope import (
     rebuilt_error,
 )
 
+from ._sdk import sdk
+
 if TYPE_CHECKING:
     from .runtime import RestateRuntime
 
-_ENVELOPE: restate.RunOptions[dict[str, Any]] = restate.RunOptions(type_hint=dict)
+
+def json_run() -> Any:
+    """Run options whose value is JSON (a dict): every action of this package returns one."""
+    return sdk().RunOptions(type_hint=dict)
 
 
 class RestateScope:
@@ -89,7 +92,7 @@ class RestateScope:
                 intent_ran.append(True)
                 return {"intent": request.key}
 
-            await self._ctx.run_typed(f"intent {request.key}", intent, _ENVELOPE)
+            await self._ctx.run_typed(f"intent {request.key}", intent, json_run())
             may_start = bool(intent_ran)  # replayed intent, no journaled result: it started and never finished
         ran: list[bool] = []
 
@@ -107,7 +110,7 @@ class RestateScope:
             return {"value": json_form(value, request.key), "tool_state": list(context.staged),
                     "fingerprint": request.fingerprint, "at": wall_clock_ms()}
 
-        envelope = await self._ctx.run_typed(request.key, action, _ENVELOPE)
+        envelope = await self._ctx.run_typed(request.key, action, json_run())
         self._runtime.advance_clock(envelope.get("at"))
         if envelope.get("interrupted"):
             return StepInterrupted()
@@ -146,7 +149,7 @@ class RestateScope:
             if timeout_ms is None or timeout_ms <= 0:
                 value = await future
             else:
-                which, value = await restate.select(value=future, timeout=self._ctx.sleep(timedelta(milliseconds=timeout_ms)))
+                which, value = await sdk().select(value=future, timeout=self._ctx.sleep(timedelta(milliseconds=timeout_ms)))
                 if which == "timeout":
                     return AwakeableOutcome(True)
             self._runtime.settle_awakeable(record, value)
@@ -178,7 +181,7 @@ class RestateScope:
     async def gather(*aws: Awaitable[Any]) -> list[Any]:
         """All of `aws`, in order (`Promise.all`): the engine's combinator when all are journal futures."""
         if _durable(aws):
-            done = await restate.gather(*aws)  # type: ignore[arg-type]
+            done = await sdk().gather(*aws)
             return [await f for f in done]
         return await JournalScope.gather(*aws)
 
@@ -186,7 +189,7 @@ class RestateScope:
     async def gather_settled(*aws: Awaitable[Any]) -> list[Any]:
         """Every outcome, value or exception, in order (`Promise.allSettled`)."""
         if _durable(aws):
-            done = await restate.gather(*aws)  # type: ignore[arg-type]
+            done = await sdk().gather(*aws)
             return list(await asyncio.gather(*(_awaited(f) for f in done), return_exceptions=True))
         return await JournalScope.gather_settled(*aws)
 
@@ -194,7 +197,7 @@ class RestateScope:
     async def race(*aws: Awaitable[Any]) -> Any:
         """The first to settle (`Promise.race`): Restate's `select` when all are journal futures."""
         if _durable(aws):
-            _, value = await restate.select(**{str(i): f for i, f in enumerate(aws)})  # type: ignore[arg-type]
+            _, value = await sdk().select(**{str(i): f for i, f in enumerate(aws)})
             return value
         return await JournalScope.race(*aws)
 
@@ -204,7 +207,7 @@ class RestateScope:
 
 
 def _durable(aws: tuple[Awaitable[Any], ...]) -> bool:
-    return bool(aws) and all(isinstance(a, restate.RestateDurableFuture) for a in aws)
+    return bool(aws) and all(isinstance(a, sdk().RestateDurableFuture) for a in aws)
 
 
 async def _awaited(future: Awaitable[Any]) -> Any:

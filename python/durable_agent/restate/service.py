@@ -11,19 +11,24 @@ Two Virtual Objects are served, named after `name` (default ``"agent"``):
   so ``resolve`` (what `RestateIngress.resolve_awakeable` calls) can complete it from any process.
 
 Register the app's URL with the Restate admin API (``POST /deployments``).
+
+(No ``from __future__ import annotations`` here: the SDK reads the handlers' annotations,
+which name the SDK's own types, imported when the services are built.)
 """
 
 from datetime import timedelta
-from typing import Any
-
-import restate
+from typing import TYPE_CHECKING, Any
 
 from ..agent import Agent
 from ..checkpoint import check_verdict
 from ..durable_session import DurableOptions
 from ..errors import ConfigurationError
 from ..results import GenerateTextResult
+from ._sdk import sdk
 from .runtime import CHECKPOINT_PREFIX, LAST_RUN, RestateRuntime
+
+if TYPE_CHECKING:
+    import restate
 
 
 def approvals_name(name: str) -> str:
@@ -45,7 +50,7 @@ def result_json(result: GenerateTextResult) -> dict[str, Any]:
     }
 
 
-async def run_agent(ctx: restate.ObjectContext, agent: Agent, prompt: str, *, approvals: str | None) -> dict[str, Any]:
+async def run_agent(ctx: "restate.ObjectContext", agent: Agent, prompt: str, *, approvals: str | None) -> dict[str, Any]:
     """One ``run`` invocation: the session's next run, waiting out its approvals (parked, suspended)."""
     runtime = await RestateRuntime(ctx, approvals=approvals).start()
     durable = agent.durable_copy(DurableOptions(runtime), ctx.key(), clock=runtime.clock, generate_id=runtime.uuid)
@@ -56,7 +61,7 @@ async def run_agent(ctx: restate.ObjectContext, agent: Agent, prompt: str, *, ap
     return result_json(result)
 
 
-async def session_status(ctx: restate.ObjectSharedContext) -> dict[str, Any]:
+async def session_status(ctx: "restate.ObjectSharedContext") -> dict[str, Any]:
     """The session's last run, its status, and the approvals it waits on (tokens included)."""
     from ..checkpoint import deserialize_checkpoint
 
@@ -73,9 +78,9 @@ def agent_services(
     agent: Agent,
     *,
     name: str = "agent",
-    retry_policy: restate.InvocationRetryPolicy | None = None,
+    retry_policy: "restate.InvocationRetryPolicy | None" = None,
     inactivity_timeout: timedelta | None = None,
-) -> list[restate.VirtualObject]:
+) -> "list[restate.VirtualObject]":
     """The Virtual Objects serving `agent` (a template: not durable itself) — see the module docs.
 
     `retry_policy` and `inactivity_timeout` are Restate's, for the ``run`` handler's object:
@@ -88,6 +93,9 @@ def agent_services(
         raise ConfigurationError("serve a non-durable Agent: on Restate its runtime is the engine's journal")
     if not name or not name.isidentifier():
         raise ConfigurationError(f"a Restate service name must be an identifier, not {name!r}")
+    sdk()  # a clear FeatureUnavailableError without the SDK
+    import restate
+
     obj = restate.VirtualObject(name, invocation_retry_policy=retry_policy, inactivity_timeout=inactivity_timeout)
     approvals = restate.VirtualObject(approvals_name(name))
 
@@ -120,8 +128,8 @@ def agent_services(
     return [obj, approvals]
 
 
-def agent_app(agent: Agent, *, name: str = "agent", retry_policy: restate.InvocationRetryPolicy | None = None,
+def agent_app(agent: Agent, *, name: str = "agent", retry_policy: "restate.InvocationRetryPolicy | None" = None,
               inactivity_timeout: timedelta | None = None) -> Any:
     """An ASGI app serving `agent` on Restate (`agent_services`), for hypercorn or any ASGI server."""
-    return restate.app(agent_services(agent, name=name, retry_policy=retry_policy,
+    return sdk().app(agent_services(agent, name=name, retry_policy=retry_policy,
                                       inactivity_timeout=inactivity_timeout))
