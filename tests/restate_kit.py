@@ -39,6 +39,14 @@ def admin_query(admin: str, sql: str) -> list[dict[str, Any]]:
         return list(json.loads(answer.read())["rows"])
 
 
+def ingress_call(ingress: str, service: str, key: str, handler: str, body: Any) -> Any:
+    """Call a handler through the ingress and wait for its answer."""
+    request = urllib.request.Request(f"{ingress}/{service}/{key}/{handler}", data=json.dumps(body).encode(),
+                                     method="POST", headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        return json.loads(answer.read())
+
+
 class ServiceProcess:
     """tests/restate_service.py in a process of its own, on a fixed port, registered with the server once."""
 

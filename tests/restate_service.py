@@ -13,6 +13,7 @@ import asyncio
 import os
 import signal
 import sys
+import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from hypercorn.config import Config  # noqa: E402
 from restate.server import install_shutdown_hook  # noqa: E402
 
 from durable_agent import Agent, ApprovalSigner, ModelRequest, ScriptedModel, Tool, call, reply  # noqa: E402
-from durable_agent.restate import agent_services  # noqa: E402
+from durable_agent.restate import RestateRuntime, agent_services  # noqa: E402
+from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance  # noqa: E402
 
 SECRET = "restate-test-secret-0123456789abcdef0123456789"
 LEDGER = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(".")
@@ -126,8 +128,27 @@ async def echo(request: ModelRequest) -> Any:
 serial = Agent(model=LedgerModel(echo), max_steps=2)
 
 
+class ReplayConformance(DurableRuntimeConformance):
+    mode = "replay"
+
+
+conformance = restate.VirtualObject("conformance")
+
+
+@conformance.handler()
+async def case(ctx: restate.ObjectContext, name: str) -> dict[str, Any]:
+    """Run one case of the runtime conformance suite inside this invocation; its outcome as data."""
+    suite = ReplayConformance()
+    suite.session = ctx.key()
+    try:
+        await getattr(suite, name)(lambda clock: RestateRuntime(ctx), Clock())
+    except Exception:  # noqa: BLE001 - the failure goes back to the test as text
+        return {"failed": traceback.format_exc()}
+    return {"passed": name}
+
+
 def app() -> Any:
-    services = [*agent_services(readme, name="readme", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
+    services = [conformance, *agent_services(readme, name="readme", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(crashy, name="crashy", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(serial, name="serial", retry_policy=RETRY, inactivity_timeout=INACTIVITY)]
     return restate.app(services)

@@ -20,7 +20,8 @@ from durable_agent import resolve_approval  # noqa: E402
 from durable_agent.loop import TOOL_INTERRUPTED_MESSAGE  # noqa: E402
 from durable_agent.restate import RestateIngress  # noqa: E402
 
-from restate_kit import ServiceProcess, admin_query, restate_urls  # noqa: E402
+from durable_agent.testing.runtime_conformance import DurableRuntimeConformance  # noqa: E402
+from restate_kit import ServiceProcess, admin_query, ingress_call, restate_urls  # noqa: E402
 
 pytestmark = pytest.mark.host_only("a real restate-server and a service process")
 
@@ -146,3 +147,17 @@ async def test_two_clients_sending_to_one_session_are_serialised_by_the_engine(s
         f"{session} two", f"{session} one"]
 
 
+
+
+CASES = sorted(name for name in dir(DurableRuntimeConformance) if name.startswith("test_"))
+
+
+@pytest.mark.parametrize("case", CASES)
+async def test_runtime_conformance_in_replay_mode(service: ServiceProcess, case: str) -> None:
+    """Each case runs inside a Restate invocation of the test service, on a `RestateRuntime`."""
+    reason = getattr(getattr(DurableRuntimeConformance, case), "checkpoint_only", None)
+    if reason is not None:
+        pytest.skip(f"replay mode: {reason}")
+    outcome = await asyncio.to_thread(ingress_call, restate_urls()[0], "conformance", f"{case}-{uuid.uuid4().hex[:8]}",
+                                      "case", case)
+    assert outcome == {"passed": case}, outcome.get("failed")
