@@ -132,6 +132,17 @@ async def test_sigkills_mid_model_stream_and_mid_unsafe_tool_each_effect_once_no
     assert calls.count(f"model {session} 0 begin") == 2  # the first was killed mid-stream...
     assert calls.count(f"model {session} 0 end") == 1  # ...the one that finished was not requested again
     assert calls.count(f"model {session} 1 begin") == calls.count(f"model {session} 1 end") == 1
+    # The engine's journal: the unsafe step's intent was acknowledged before its handler's entry; the
+    # handler's entry holds `interrupted`; no model step has an intent.
+    rows = admin_query(service.admin, f"SELECT index, entry_type, name FROM sys_journal WHERE id = '{invocation}' "
+                                      "ORDER BY index")
+    runs = [(r["index"], r.get("name") or "") for r in rows if r["entry_type"] == "Command: Run"]
+    intents = [(i, name) for i, name in runs if name.startswith("intent ")]
+    assert len(intents) == 1 and ":model:" not in intents[0][1]
+    intent_at, intent_name = intents[0]
+    handler_at = next(i for i, name in runs if name == intent_name.removeprefix("intent "))
+    acks = [r["index"] for r in rows if r["entry_type"] == "Notification: Run"]
+    assert any(intent_at < ack < handler_at for ack in acks)
 
 
 async def test_two_clients_sending_to_one_session_are_serialised_by_the_engine(service: ServiceProcess) -> None:
