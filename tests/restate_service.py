@@ -21,12 +21,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 import restate  # noqa: E402
-from hypercorn.asyncio import serve  # noqa: E402
-from hypercorn.config import Config  # noqa: E402
-from restate.server import install_shutdown_hook  # noqa: E402
 
 from durable_agent import Agent, ApprovalSigner, ModelRequest, ScriptedModel, Tool, call, reply  # noqa: E402
-from durable_agent.restate import RestateRuntime, agent_services  # noqa: E402
+from durable_agent.restate import RestateRuntime, agent_services, serve  # noqa: E402
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance  # noqa: E402
 
 SECRET = "restate-test-secret-0123456789abcdef0123456789"
@@ -154,14 +151,5 @@ def app() -> Any:
     return restate.app(services)
 
 
-async def main(port: int) -> None:
-    config = Config()
-    config.bind = [f"127.0.0.1:{port}"]
-    config.loglevel = "WARNING"
-    stop = asyncio.Event()
-    install_shutdown_hook(asyncio.get_running_loop(), stop.set)
-    await serve(app(), config, shutdown_trigger=stop.wait)
-
-
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1])))
+    asyncio.run(serve(app(), port=int(sys.argv[1])))

@@ -10,6 +10,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,15 +22,16 @@ from durable_agent.loop import TOOL_INTERRUPTED_MESSAGE  # noqa: E402
 from durable_agent.restate import RestateIngress  # noqa: E402
 
 from durable_agent.testing.runtime_conformance import DurableRuntimeConformance  # noqa: E402
-from restate_kit import ServiceProcess, admin_query, ingress_call, restate_urls  # noqa: E402
+from durable_agent.testing.restate import ServiceProcess, admin_query, ingress_call, restate_urls  # noqa: E402
 
+SERVICE = Path(__file__).resolve().parent / "restate_service.py"
 pytestmark = pytest.mark.host_only("a real restate-server and a service process")
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     _, admin = restate_urls()
-    process = ServiceProcess(admin, tmp_path_factory.mktemp("restate-ledger"))
+    process = ServiceProcess(admin, tmp_path_factory.mktemp("restate-ledger"), SERVICE)
     process.start()
     yield process
     process.stop()
@@ -40,7 +42,7 @@ def ingress(name: str) -> RestateIngress:
 
 
 def ledger(service: ServiceProcess) -> list[str]:
-    path = service.ledger / "ledger"
+    path = service.workdir / "ledger"
     return path.read_text().splitlines() if path.exists() else []
 
 
@@ -113,7 +115,7 @@ async def test_sigkills_mid_model_stream_and_mid_unsafe_tool_each_effect_once_no
     service: ServiceProcess,
 ) -> None:
     client, session = ingress("crashy"), session_id()
-    (service.ledger / "kill-points").write_text("model-stream unsafe-tool\n")
+    (service.workdir / "kill-points").write_text("model-stream unsafe-tool\n")
     try:
         invocation = await client.send(session, f"{session} charge me")
         for point in ("model-stream", "unsafe-tool"):
@@ -122,7 +124,7 @@ async def test_sigkills_mid_model_stream_and_mid_unsafe_tool_each_effect_once_no
             service.start()  # Restate retries the invocation on the new process
         result = await client.output(invocation)
     finally:
-        (service.ledger / "kill-points").unlink()
+        (service.workdir / "kill-points").unlink()
     assert (result["finish_reason"], result["text"]) == ("stop", "finished")
     lines = ledger(service)
     assert lines.count(f"effect charge {session}") == 1  # the unsafe effect: once

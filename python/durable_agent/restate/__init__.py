@@ -11,7 +11,7 @@ from __future__ import annotations
 from .client import RestateIngress, RestateIngressError
 from .runtime import RestateRuntime
 from .scope import RestateScope
-from .service import agent_app, agent_services, approvals_name, result_json, run_agent
+from .service import agent_app, agent_services, approvals_name, result_json, run_agent, serve
 
 __all__ = [
     "RestateIngress",
@@ -23,4 +23,5 @@ __all__ = [
     "approvals_name",
     "result_json",
     "run_agent",
+    "serve",
 ]

@@ -133,3 +133,24 @@ def agent_app(agent: Agent, *, name: str = "agent", retry_policy: "restate.Invoc
     """An ASGI app serving `agent` on Restate (`agent_services`), for hypercorn or any ASGI server."""
     return sdk().app(agent_services(agent, name=name, retry_policy=retry_policy,
                                       inactivity_timeout=inactivity_timeout))
+
+
+async def serve(app: Any, *, host: str = "127.0.0.1", port: int = 9080) -> None:
+    """Serve an ASGI app (`agent_app`) with hypercorn (HTTP/2, what Restate speaks) until SIGTERM.
+
+    The SDK installs its own SIGTERM handler; the stop is hooked into it, so SIGTERM stops the
+    server here too (a bare in-process hypercorn would ignore it).
+    """
+    import asyncio
+
+    sdk()
+    from hypercorn.asyncio import serve as hypercorn_serve
+    from hypercorn.config import Config
+    from restate.server import install_shutdown_hook
+
+    config = Config()
+    config.bind = [f"{host}:{port}"]
+    config.loglevel = "WARNING"
+    stop = asyncio.Event()
+    install_shutdown_hook(asyncio.get_running_loop(), stop.set)
+    await hypercorn_serve(app, config, shutdown_trigger=stop.wait)
