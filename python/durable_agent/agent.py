@@ -77,6 +77,11 @@ class Agent:
         self.history: list[Message] = [{"role": "system", "content": system}] if system else []
         self.session = DurableSession(durable, session_id) if durable is not None and session_id else None
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """The call options this agent was built with (a copy)."""
+        return dict(self._options)
+
     def durable_copy(self, durable: DurableOptions, session_id: str, **overrides: Any) -> Agent:
         """This agent (model, tools, system, options) on `durable` as session `session_id`; `overrides`
         replace call options (a runtime in replay mode passes its journaled ``clock`` and ``generate_id``)."""

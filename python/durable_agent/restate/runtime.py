@@ -9,7 +9,8 @@ run marked in progress, tool state, queue, submissions — is the object's state
 A replay re-runs the handler's code and Restate compares what it writes with the journal, so
 everything written must come out the same: the clock is journaled (`clock`), ids come from
 Restate's deterministic random (`uuid`), and a transition that carries signed approval tokens
-(minted by the signer's own clock) is journaled as an action before its state is written.
+(minted by the signer's clock: a custom signer's may be its own) is journaled as an action before
+its state is written.
 """
 
 from __future__ import annotations
@@ -344,4 +345,5 @@ class RestateRuntime:
             await sdk().gather(*(future for _, future in parked))
             for record, future in parked:
                 self.settle_awakeable(record, await future)
+            self.advance_clock(int(await self.ctx.time() * 1000))  # the verdicts came now, not when the run parked
         return len(parked)

@@ -24,6 +24,7 @@ from ..checkpoint import check_verdict
 from ..durable_session import DurableOptions
 from ..errors import ConfigurationError
 from ..results import GenerateTextResult
+from ..signing import ApprovalSigner
 from ._sdk import sdk
 from .runtime import CHECKPOINT_PREFIX, LAST_RUN, RestateRuntime
 
@@ -53,7 +54,11 @@ def result_json(result: GenerateTextResult) -> dict[str, Any]:
 async def run_agent(ctx: "restate.ObjectContext", agent: Agent, prompt: str, *, approvals: str | None) -> dict[str, Any]:
     """One ``run`` invocation: the session's next run, waiting out its approvals (parked, suspended)."""
     runtime = await RestateRuntime(ctx, approvals=approvals).start()
-    durable = agent.durable_copy(DurableOptions(runtime), ctx.key(), clock=runtime.clock, generate_id=runtime.uuid)
+    overrides: dict[str, Any] = {"clock": runtime.clock, "generate_id": runtime.uuid}
+    signer = agent.options.get("approval_signer")
+    if isinstance(signer, ApprovalSigner):  # tokens and their age judged on the journaled clock
+        overrides["approval_signer"] = signer.with_clock(runtime.clock)
+    durable = agent.durable_copy(DurableOptions(runtime), ctx.key(), **overrides)
     result: GenerateTextResult | None = await durable.run(prompt)
     while result is not None and result.finish_reason == "suspended" and await runtime.wait_parked():
         result = await durable.resume() or result
