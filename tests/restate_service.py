@@ -125,6 +125,13 @@ async def echo(request: ModelRequest) -> Any:
 serial = Agent(model=LedgerModel(echo), max_steps=2)
 
 
+async def model_down(request: ModelRequest) -> Any:
+    raise ValueError("model down")
+
+
+failing = Agent(model=LedgerModel(model_down), max_steps=2)
+
+
 class ReplayConformance(DurableRuntimeConformance):
     mode = "replay"
 
@@ -147,7 +154,8 @@ async def case(ctx: restate.ObjectContext, name: str) -> dict[str, Any]:
 def app() -> Any:
     services = [conformance, *agent_services(readme, name="readme", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(crashy, name="crashy", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
-                *agent_services(serial, name="serial", retry_policy=RETRY, inactivity_timeout=INACTIVITY)]
+                *agent_services(serial, name="serial", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
+                *agent_services(failing, name="failing", retry_policy=RETRY, inactivity_timeout=INACTIVITY)]
     return restate.app(services)
 
 

@@ -19,7 +19,7 @@ pytest.importorskip("restate", reason="needs restate-sdk: pip install 'durable-a
 
 from durable_agent import resolve_approval  # noqa: E402
 from durable_agent.loop import TOOL_INTERRUPTED_MESSAGE  # noqa: E402
-from durable_agent.restate import RestateIngress  # noqa: E402
+from durable_agent.restate import RestateIngress, RestateIngressError  # noqa: E402
 
 from durable_agent.testing.runtime_conformance import DurableRuntimeConformance  # noqa: E402
 from durable_agent.testing.restate import ServiceProcess, admin_query, ingress_call, restate_urls  # noqa: E402
@@ -155,9 +155,16 @@ async def test_two_clients_sending_to_one_session_are_serialised_by_the_engine(s
     calls = [line.rsplit(" ", 1)[1] for line in ledger(service) if line.startswith(f"model {session} ")]
     assert calls == ["begin", "end", "begin", "end"]  # never two model calls of the session at once
     later = first if first["text"] == "seen 2 prompts" else second
-    assert [m["content"] for m in later["messages"] if m["role"] == "user"] == [
-        f"{session} one", f"{session} two"] or [m["content"] for m in later["messages"] if m["role"] == "user"] == [
-        f"{session} two", f"{session} one"]
+    prompts = [m["content"] for m in later["messages"] if m["role"] == "user"]
+    assert prompts in ([f"{session} one", f"{session} two"], [f"{session} two", f"{session} one"])
+
+
+async def test_a_failing_model_fails_the_invocation_for_good_and_is_asked_once(service: ServiceProcess) -> None:
+    session = session_id()
+    with pytest.raises(RestateIngressError) as info:
+        await ingress("failing").run(session, f"{session} hello")
+    assert "StepFailedError" in str(info.value) and "model down" in str(info.value)
+    assert [line for line in ledger(service) if line.startswith(f"model {session} ")] == [f"model {session} 0 begin"]
 
 
 

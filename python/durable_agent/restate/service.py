@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..agent import Agent
 from ..checkpoint import check_verdict
 from ..durable_session import DurableOptions
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, is_control_error
 from ..results import GenerateTextResult
 from ..signing import ApprovalSigner
 from ._sdk import sdk
@@ -59,9 +59,15 @@ async def run_agent(ctx: "restate.ObjectContext", agent: Agent, prompt: str, *, 
     if isinstance(signer, ApprovalSigner):  # tokens and their age judged on the journaled clock
         overrides["approval_signer"] = signer.with_clock(runtime.clock)
     durable = agent.durable_copy(DurableOptions(runtime), ctx.key(), **overrides)
-    result: GenerateTextResult | None = await durable.run(prompt)
-    while result is not None and result.finish_reason == "suspended" and await runtime.wait_parked():
-        result = await durable.resume() or result
+    try:
+        result: GenerateTextResult | None = await durable.run(prompt)
+        while result is not None and result.finish_reason == "suspended" and await runtime.wait_parked():
+            result = await durable.resume() or result
+    except Exception as exc:
+        if is_control_error(exc):
+            raise
+        # A failure here comes back the same from the journal on every retry: fail the invocation for good.
+        raise sdk().TerminalError(f"{type(exc).__name__}: {exc}", status_code=500) from exc
     assert result is not None
     return result_json(result)
 
