@@ -125,6 +125,35 @@ async def echo(request: ModelRequest) -> Any:
 serial = Agent(model=LedgerModel(echo), max_steps=2)
 
 
+async def fan_out(request: ModelRequest) -> Any:
+    """Turn 0: three unsafe tools at once (slow, finishing out of order); turn 1: a tool that kills the
+    process once (so everything before is replayed); then an answer."""
+    turn = sum(1 for m in request.messages if m["role"] == "assistant")
+    who = session_of(request)
+    if turn == 0:
+        return reply("", *(call("work", {"id": f"{who}-{n}", "delay": d}) for n, d in ((1, 0.3), (2, 0.0), (3, 0.15))))
+    if turn == 1:
+        return reply("", call("halt", {"id": who}))
+    return reply("fanned out")
+
+
+async def work(args: dict[str, Any]) -> str:
+    await asyncio.sleep(args["delay"])
+    note("effect", "work", args["id"])
+    return f"worked {args['id']}"
+
+
+def halt(args: dict[str, Any]) -> str:
+    kill_point("after-fan-out")
+    return "halted"
+
+
+WORK_SCHEMA = {"type": "object", "properties": {"id": {"type": "string"}, "delay": {"type": "number"}}}
+parallel = Agent(model=LedgerModel(fan_out), max_steps=5,
+                 tools={"work": Tool(parameters=WORK_SCHEMA, execute=work),
+                        "halt": Tool(parameters=SCHEMA, execute=halt, replay="safe")})
+
+
 async def model_down(request: ModelRequest) -> Any:
     raise ValueError("model down")
 
@@ -155,7 +184,8 @@ def app() -> Any:
     services = [conformance, *agent_services(readme, name="readme", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(crashy, name="crashy", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(serial, name="serial", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
-                *agent_services(failing, name="failing", retry_policy=RETRY, inactivity_timeout=INACTIVITY)]
+                *agent_services(failing, name="failing", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
+                *agent_services(parallel, name="parallel", retry_policy=RETRY, inactivity_timeout=INACTIVITY)]
     return restate.app(services)
 
 

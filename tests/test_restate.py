@@ -147,6 +147,23 @@ async def test_sigkills_mid_model_stream_and_mid_unsafe_tool_each_effect_once_no
     assert any(intent_at < ack < handler_at for ack in acks)
 
 
+async def test_parallel_unsafe_tools_replay_in_the_journal_order_after_a_sigkill(service: ServiceProcess) -> None:
+    client, session = ingress("parallel"), session_id()
+    (service.workdir / "kill-points").write_text("after-fan-out\n")
+    try:
+        invocation = await client.send(session, f"{session} fan out")
+        await asyncio.to_thread(service.wait_killed)
+        service.start()  # the new process replays three concurrent unsafe steps from the journal
+        result = await client.output(invocation)
+    finally:
+        (service.workdir / "kill-points").unlink()
+    assert (result["finish_reason"], result["text"]) == ("stop", "fanned out")
+    effects = [line for line in ledger(service) if line.startswith(f"effect work {session}-")]
+    assert sorted(effects) == [f"effect work {session}-{n}" for n in (1, 2, 3)]  # each once
+    tool_results = [p for m in result["messages"] if m["role"] == "tool" for p in m["content"]]
+    assert [p["output"] for p in tool_results[:3]] == [f"worked {session}-{n}" for n in (1, 2, 3)]
+
+
 async def test_two_clients_sending_to_one_session_are_serialised_by_the_engine(service: ServiceProcess) -> None:
     session = session_id()
     first, second = await asyncio.gather(ingress("serial").run(session, f"{session} one"),
