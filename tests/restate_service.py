@@ -180,6 +180,15 @@ async def case(ctx: restate.ObjectContext, name: str) -> dict[str, Any]:
     return {"passed": name}
 
 
+@conformance.handler()
+async def durable_sleep(ctx: restate.ObjectContext, ms: int) -> int:
+    """`RunScope.sleep` in replay mode: what a model retry policy waits through between attempts."""
+    scope = await RestateRuntime(ctx).open_run(session_id=ctx.key(), run_id="r")
+    before = scope.now()
+    await scope.sleep(ms)
+    return before
+
+
 def app() -> Any:
     services = [conformance, *agent_services(readme, name="readme", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(crashy, name="crashy", retry_policy=RETRY, inactivity_timeout=INACTIVITY),

@@ -198,3 +198,13 @@ async def test_runtime_conformance_in_replay_mode(service: ServiceProcess, case:
     outcome = await asyncio.to_thread(ingress_call, restate_urls()[0], "conformance", f"{case}-{uuid.uuid4().hex[:8]}",
                                       "case", case)
     assert outcome == {"passed": case}, outcome.get("failed")
+
+
+async def test_scope_sleep_is_a_durable_timer_of_the_engine(service: ServiceProcess) -> None:
+    """The seam a model retry policy waits through: on Restate it is `ctx.sleep`, a journaled timer."""
+    ingress_url, admin = restate_urls()
+    key = f"sleep-{uuid.uuid4().hex[:8]}"
+    await asyncio.to_thread(ingress_call, ingress_url, "conformance", key, "durable_sleep", 50)
+    rows = admin_query(admin, "SELECT j.entry_type AS entry_type FROM sys_journal j JOIN sys_invocation i "
+                              f"ON j.id = i.id WHERE i.target_service_key = '{key}'")
+    assert "Command: Sleep" in [r["entry_type"] for r in rows]
