@@ -34,8 +34,8 @@ from ..runtime.records import (
     ToolStateOp,
     apply_tool_state,
 )
-from ._sdk import sdk
-from .scope import RestateScope, json_run
+from ._sdk import codec_run, decoded, encoded, raw_serde, sdk
+from .scope import RestateScope
 
 if TYPE_CHECKING:
     import restate
@@ -46,6 +46,12 @@ EPOCH = 1
 CHECKPOINT_PREFIX = "checkpoint/"
 LAST_RUN, MARKED, TOOL_STATE, QUEUE, SUBMISSIONS, AWAKEABLES = (
     "last_run", "marked_run", "tool_state", "queue", "submissions", "awakeables")
+
+
+async def state_text(ctx: restate.ObjectSharedContext | restate.ObjectContext, name: str) -> str | None:
+    """The codec text of a state entry this package wrote (also from a shared handler), None when unset."""
+    raw = await ctx.get(name, serde=raw_serde())
+    return None if raw is None else bytes(raw).decode()
 
 
 class RestateLease:
@@ -87,11 +93,11 @@ class RestateCheckpoints:
         self._runtime = runtime
 
     async def load(self, run_id: str) -> AgentCheckpoint | None:
-        text = await self._runtime.get_state(CHECKPOINT_PREFIX + run_id)
+        text = await state_text(self._runtime.ctx, CHECKPOINT_PREFIX + run_id)
         return None if text is None else deserialize_checkpoint(text, run_id=run_id)
 
     async def save(self, checkpoint: AgentCheckpoint) -> None:
-        self._runtime.set_state(CHECKPOINT_PREFIX + checkpoint.run_id, serialize_checkpoint(checkpoint))
+        self._runtime.set_text(CHECKPOINT_PREFIX + checkpoint.run_id, serialize_checkpoint(checkpoint))
 
 
 class RestateQueue:
@@ -267,11 +273,11 @@ class RestateRuntime:
         if checkpoint is not None:
             text = serialize_checkpoint(checkpoint)
             if checkpoint.pending_approvals:
-                async def signed() -> dict[str, Any]:
-                    return {"checkpoint": text}
+                async def signed() -> bytes:
+                    return text.encode()
 
-                text = (await self.ctx.run_typed(f"checkpoint {checkpoint.step_id}", signed, json_run()))["checkpoint"]
-            self.set_state(CHECKPOINT_PREFIX + checkpoint.run_id, text)
+                text = (await self.ctx.run_typed(f"checkpoint {checkpoint.step_id}", signed, codec_run())).decode()
+            self.set_text(CHECKPOINT_PREFIX + checkpoint.run_id, text)
         if transition.last_run is not None:
             self.set_state(LAST_RUN, transition.last_run)
         if transition.mark is not None or transition.unmark:
@@ -313,13 +319,19 @@ class RestateRuntime:
                 f"this Restate runtime serves session {self.session_id!r} (its object key), not {session_id!r}")
 
     async def get_state(self, name: str) -> Any:
-        return await self.ctx.get(name)
+        """A state value (codec data), None when unset."""
+        text = await state_text(self.ctx, name)
+        return None if text is None else decoded(text.encode())
 
     def set_state(self, name: str, value: Any) -> None:
-        if value is None:
+        """Set a state value (codec data); None clears it."""
+        self.set_text(name, None if value is None else encoded(value).decode())
+
+    def set_text(self, name: str, text: str | None) -> None:
+        if text is None:
             self.ctx.clear(name)
         else:
-            self.ctx.set(name, value)
+            self.ctx.set(name, text.encode(), serde=raw_serde())
 
     async def apply_tool_state(self, ops: Sequence[ToolStateOp]) -> None:
         state = dict(await self.get_state(TOOL_STATE) or {})

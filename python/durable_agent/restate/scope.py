@@ -7,8 +7,8 @@ Every step is an entry of the engine's journal (``ctx.run_typed``), named by its
   it, then runs its handler as a second action. When the intent comes back from the journal
   and the handler's action did not (the process died while the handler ran), the second
   action journals ``interrupted`` instead of running the handler again;
-* the value a step returns is always its recorded (JSON) form, live or replayed, so a replay
-  takes the same branches as the first execution;
+* the value a step returns is always its recorded form (the checkpoint codec's data: JSON that
+  keeps bytes), live or replayed, so a replay takes the same branches as the first execution;
 * a handler's error is journaled as the step's value and raised rebuilt (`StepFailedError`),
   live and replayed alike; a control error is not journaled (the engine retries the attempt);
 * tool-state ops staged by a handler come back with its value and are written to the Virtual
@@ -51,15 +51,10 @@ from ..runtime.scope import (
     rebuilt_error,
 )
 
-from ._sdk import sdk
+from ._sdk import codec_run, decoded, encoded, sdk
 
 if TYPE_CHECKING:
     from .runtime import RestateRuntime
-
-
-def json_run() -> Any:
-    """Run options whose value is JSON (a dict): every action of this package returns one."""
-    return sdk().RunOptions(type_hint=dict)
 
 
 class RestateScope:
@@ -88,29 +83,29 @@ class RestateScope:
         if request.replay == "unsafe":
             intent_ran: list[bool] = []
 
-            async def intent() -> dict[str, Any]:
+            async def intent() -> bytes:
                 intent_ran.append(True)
-                return {"intent": request.key}
+                return encoded({"intent": request.key})
 
-            await self._ctx.run_typed(f"intent {request.key}", intent, json_run())
+            await self._ctx.run_typed(f"intent {request.key}", intent, codec_run())
             may_start = bool(intent_ran)  # replayed intent, no journaled result: it started and never finished
         ran: list[bool] = []
 
-        async def action() -> dict[str, Any]:
+        async def action() -> bytes:
             ran.append(True)
             if not may_start:
-                return {"interrupted": True, "at": wall_clock_ms()}
+                return encoded({"interrupted": True, "at": wall_clock_ms()})
             context = StepContext(request, live.signal, _forwarder(live.on_progress))
             try:
                 value = await run(context)
             except Exception as exc:
                 if is_control_error(exc) or self._runtime.is_control_error(exc):
                     raise  # not journaled: the engine retries the attempt
-                return {"error": asdict(error_record(exc)), "at": wall_clock_ms()}
-            return {"value": json_form(value, request.key), "tool_state": list(context.staged),
-                    "fingerprint": request.fingerprint, "at": wall_clock_ms()}
+                return encoded({"error": asdict(error_record(exc)), "at": wall_clock_ms()})
+            return encoded({"value": json_form(value, request.key), "tool_state": list(context.staged),
+                            "fingerprint": request.fingerprint, "at": wall_clock_ms()})
 
-        envelope = await self._ctx.run_typed(request.key, action, json_run())
+        envelope = decoded(await self._ctx.run_typed(request.key, action, codec_run()))
         self._runtime.advance_clock(envelope.get("at"))
         if envelope.get("interrupted"):
             return StepInterrupted()

@@ -25,8 +25,8 @@ from ..durable_session import DurableOptions
 from ..errors import ConfigurationError, is_control_error
 from ..results import GenerateTextResult
 from ..signing import ApprovalSigner
-from ._sdk import sdk
-from .runtime import CHECKPOINT_PREFIX, LAST_RUN, RestateRuntime
+from ._sdk import decoded, sdk
+from .runtime import CHECKPOINT_PREFIX, LAST_RUN, RestateRuntime, state_text
 
 if TYPE_CHECKING:
     import restate
@@ -76,8 +76,9 @@ async def session_status(ctx: "restate.ObjectSharedContext") -> dict[str, Any]:
     """The session's last run, its status, and the approvals it waits on (tokens included)."""
     from ..checkpoint import deserialize_checkpoint
 
-    last = await ctx.get(LAST_RUN, type_hint=str)
-    text = await ctx.get(CHECKPOINT_PREFIX + last, type_hint=str) if last else None
+    last_text = await state_text(ctx, LAST_RUN)
+    last = None if last_text is None else str(decoded(last_text.encode()))
+    text = await state_text(ctx, CHECKPOINT_PREFIX + last) if last else None
     if text is None:
         return {"run_id": last, "status": None, "step_index": None, "pending_approvals": []}
     checkpoint = deserialize_checkpoint(text, run_id=last)

@@ -192,12 +192,13 @@ class DurableRuntimeConformance:
         self, make_runtime: RuntimeFactory, clock: Clock
     ) -> None:
         async def handler(ctx: StepContext) -> Any:
-            return {"pair": (1, 2)}
+            return {"pair": (1, 2), "raw": b"\x00\xff"}
 
         scope = await self._scope(make_runtime(clock))
         outcome = await scope.step(_req(step_key(self.run, 0, "t9")), handler)
         # checkpoint: the handler's own value; replay: the recorded form, so a replay takes the same branches
-        expected: dict[str, Any] = {"pair": (1, 2)} if self.mode == "checkpoint" else {"pair": [1, 2]}
+        # (the stored form keeps bytes)
+        expected: dict[str, Any] = {"pair": (1, 2) if self.mode == "checkpoint" else [1, 2], "raw": b"\x00\xff"}
         assert outcome.value == expected and type(outcome.value["pair"]) is type(expected["pair"])
         assert outcome.replayed is False
 
