@@ -189,6 +189,16 @@ async def durable_sleep(ctx: restate.ObjectContext, ms: int) -> int:
     return before
 
 
+@conformance.handler()
+async def awakeable_outcomes(ctx: restate.ObjectContext, timeout_ms: int) -> list[Any]:
+    """An awakeable nobody resolves times out on a durable timer; one resolved through the journal is answered."""
+    scope = await RestateRuntime(ctx).open_run(session_id=ctx.key(), run_id="r")
+    lonely = await scope.awakeable("r:0:lonely:0", timeout_ms=timeout_ms)
+    answered = await scope.awakeable("r:0:answered:0", timeout_ms=60_000)
+    ctx.resolve_awakeable(answered.id, {"approved": True})  # as another process would, through Restate
+    return [(await lonely.wait()).timed_out, (await answered.wait()).value]
+
+
 def app() -> Any:
     services = [conformance, *agent_services(readme, name="readme", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(crashy, name="crashy", retry_policy=RETRY, inactivity_timeout=INACTIVITY),

@@ -208,3 +208,9 @@ async def test_scope_sleep_is_a_durable_timer_of_the_engine(service: ServiceProc
     rows = admin_query(admin, "SELECT j.entry_type AS entry_type FROM sys_journal j JOIN sys_invocation i "
                               f"ON j.id = i.id WHERE i.target_service_key = '{key}'")
     assert "Command: Sleep" in [r["entry_type"] for r in rows]
+
+
+async def test_an_awakeable_times_out_on_a_durable_timer_or_takes_its_value(service: ServiceProcess) -> None:
+    outcome = await asyncio.to_thread(ingress_call, restate_urls()[0], "conformance",
+                                      f"awk-{uuid.uuid4().hex[:8]}", "awakeable_outcomes", 100)
+    assert outcome == [True, {"approved": True}]
