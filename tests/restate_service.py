@@ -155,7 +155,11 @@ parallel = Agent(model=LedgerModel(fan_out), max_steps=5,
 
 
 async def model_down(request: ModelRequest) -> Any:
-    raise ValueError("model down")
+    """Down for a prompt that says "fail"; otherwise it tells how many prompts it sees."""
+    last = [m for m in request.messages if m["role"] == "user"][-1]
+    if "fail" in str(last["content"]):
+        raise ValueError("model down")
+    return reply(f"fine, {sum(1 for m in request.messages if m['role'] == 'user')} prompts")
 
 
 failing = Agent(model=LedgerModel(model_down), max_steps=2)

@@ -176,12 +176,16 @@ async def test_two_clients_sending_to_one_session_are_serialised_by_the_engine(s
     assert prompts in ([f"{session} one", f"{session} two"], [f"{session} two", f"{session} one"])
 
 
-async def test_a_failing_model_fails_the_invocation_for_good_and_is_asked_once(service: ServiceProcess) -> None:
-    session = session_id()
+async def test_a_failing_model_fails_the_invocation_for_good_and_the_next_run_heals_it(
+    service: ServiceProcess,
+) -> None:
+    client, session = ingress("failing"), session_id()
     with pytest.raises(RestateIngressError) as info:
-        await ingress("failing").run(session, f"{session} hello")
+        await client.run(session, f"{session} please fail")
     assert "StepFailedError" in str(info.value) and "model down" in str(info.value)
     assert [line for line in ledger(service) if line.startswith(f"model {session} ")] == [f"model {session} 0 begin"]
+    result = await client.run(session, f"{session} hello")  # the failed run is healed, the session goes on
+    assert (result["finish_reason"], result["text"]) == ("stop", "fine, 2 prompts")
 
 
 
