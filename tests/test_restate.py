@@ -7,7 +7,9 @@ Run under `DURABLE_AGENT_SERVICES="postgres redis restate" scripts/services run 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,6 +77,7 @@ async def test_the_readme_agent_parks_on_an_approval_and_an_ingress_call_from_an
     assert status["status"] == "suspended"
     (request,) = status["pending_approvals"]
     assert (request["tool_name"], request["input"]) == ("pay", {"id": "inv-7"}) and request["token"]
+    assert request["awakeable_id"].startswith("sign_")  # the Restate awakeable the approval id maps to
 
     async def suspended() -> bool:
         rows = admin_query(service.admin, f"SELECT status FROM sys_invocation WHERE id = '{invocation}'")
@@ -104,7 +107,11 @@ async def test_a_forged_token_is_refused_as_on_the_other_runtimes(service: Servi
 
     (request,) = await until(parked, "the run to park on its approval")
     forged = request["token"][:-4] + ("AAAA" if not request["token"].endswith("AAAA") else "BBBB")
-    assert await resolve_approval(client, request["approval_id"], approved=True, token=forged) is True
+    # This time through Restate's own awakeable endpoint, by the awakeable id `status` maps the approval to.
+    verdict = json.dumps({"approved": True, "reason": None, "token": forged}).encode()
+    resolve = urllib.request.Request(f"{restate_urls()[0]}/restate/awakeables/{request['awakeable_id']}/resolve",
+                                     data=verdict, method="POST", headers={"content-type": "application/json"})
+    await asyncio.to_thread(lambda: urllib.request.urlopen(resolve, timeout=30).close())
     result = await client.output(invocation)
     tool_results = [p for m in result["messages"] if m["role"] == "tool" for p in m["content"]]
     assert tool_results[-1]["tool_name"] == "pay" and tool_results[-1]["is_error"] is True

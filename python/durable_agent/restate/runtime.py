@@ -282,13 +282,15 @@ class RestateRuntime:
             self.set_state(LAST_RUN, transition.last_run)
         if transition.mark is not None or transition.unmark:
             self.set_state(MARKED, transition.mark)
+        parked: dict[str, str] = {}
         for key, approval_id in transition.awakeables:
             record, future = self.open_awakeable(key)
             self.parked.append((record, future))
+            parked[approval_id] = record.id
             if self._approvals is not None:
                 self.ctx.generic_send(self._approvals, "register", json.dumps(record.id).encode(), key=approval_id)
-        if transition.awakeables:
-            self.set_state(AWAKEABLES, {k: r.id for k, r in self.awakeable_records.items()})
+        if parked:  # what `status` shows: approval id -> Restate awakeable id
+            self.set_state(AWAKEABLES, parked)
 
     async def resolve_awakeable(self, awakeable_id: str, value: Any) -> bool:
         """Resolve an awakeable through the journal (never from the run that waits on it). Always True:

@@ -26,7 +26,7 @@ from ..errors import ConfigurationError, is_control_error
 from ..results import GenerateTextResult
 from ..signing import ApprovalSigner
 from ._sdk import decoded, sdk
-from .runtime import CHECKPOINT_PREFIX, LAST_RUN, RestateRuntime, state_text
+from .runtime import AWAKEABLES, CHECKPOINT_PREFIX, LAST_RUN, RestateRuntime, state_text
 
 if TYPE_CHECKING:
     import restate
@@ -73,7 +73,8 @@ async def run_agent(ctx: "restate.ObjectContext", agent: Agent, prompt: str, *, 
 
 
 async def session_status(ctx: "restate.ObjectSharedContext") -> dict[str, Any]:
-    """The session's last run, its status, and the approvals it waits on (tokens included)."""
+    """The session's last run, its status, and the approvals it waits on (tokens and Restate awakeable ids
+    included: Restate's own ``/restate/awakeables/{id}/resolve`` completes one too)."""
     from ..checkpoint import deserialize_checkpoint
 
     last_text = await state_text(ctx, LAST_RUN)
@@ -82,8 +83,13 @@ async def session_status(ctx: "restate.ObjectSharedContext") -> dict[str, Any]:
     if text is None:
         return {"run_id": last, "status": None, "step_index": None, "pending_approvals": []}
     checkpoint = deserialize_checkpoint(text, run_id=last)
+    pending = [r.to_dict() for r in checkpoint.pending_approvals or ()]
+    awakeables_text = await state_text(ctx, AWAKEABLES) if pending else None
+    awakeables = {} if awakeables_text is None else decoded(awakeables_text.encode())
+    for request in pending:
+        request["awakeable_id"] = awakeables.get(request["approval_id"])
     return {"run_id": last, "status": checkpoint.status, "step_index": checkpoint.step_index,
-            "pending_approvals": [r.to_dict() for r in checkpoint.pending_approvals or ()]}
+            "pending_approvals": pending}
 
 
 def agent_services(
