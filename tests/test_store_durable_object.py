@@ -14,6 +14,8 @@ from durable_object_fake import ENTRY_LIMIT, FakeDurableObjectStorage
 
 
 class TestDurableObjectStore(SessionStoreConformance):
+    keeps_step_log = False  # fork at the latest step only (durable_agent.fork)
+
     @pytest.fixture
     def make_store(self) -> Callable[[], DurableObjectSessionStore]:
         storage = FakeDurableObjectStorage()
