@@ -44,8 +44,6 @@ def prefix(url: str) -> Iterator[str]:
 
 
 class TestRedisStore(SessionStoreConformance):
-    keeps_step_log = False  # fork at the latest step only (durable_agent.fork)
-
     @pytest.fixture
     def make_store(self, url: str, prefix: str) -> Callable[[], Any]:
         from durable_agent.stores.redis import RedisSessionStore

@@ -10,11 +10,13 @@ N continues with boundary N + 1: nothing up to N runs again, nothing after N is 
 saved boundaries exist: a step interrupted before its checkpoint has no state.
 
 **Where it comes from.** The latest step is the run's checkpoint (`load`). An earlier one is
-read from the store's step log, `store.load_step(run_id, N)`, which the in-memory, SQLite,
-Postgres and JSONL stores keep (`durable_agent.stores._steps` states when a step is dropped:
-a later save at an earlier step, a rewritten history, a JSONL `compact()`). Redis, the Durable
-Object store and stores without `load_step` fork at their latest step only; an earlier step
-raises `StepNotFoundError`, as does a step the log no longer holds.
+read from the store's step log, `store.load_step(run_id, N)`, which every bundled store keeps
+(one small entry per save: the header and the history's length; the messages are the run's
+own append-only rows). `durable_agent.stores._steps` states when a step is dropped: a later
+save at an earlier step, a save that rewrote the messages it covered, a JSONL `compact()`.
+Runs saved before the step log existed (SQL schema 1) fork at their latest step only. A store
+of your own without `load_step` forks at its latest step; an earlier step raises
+`StepNotFoundError`, as does a step the log no longer holds.
 
 **Cost.** A fork is one `save` of a new run: its messages are written under the new run id,
 so the shared prefix is copied once, O(prefix). No bundled backend shares message rows
