@@ -72,9 +72,10 @@ class CheckpointConflictError(DurableAgentError, RuntimeError):
 
     code = "checkpoint_conflict"
 
-    def __init__(self, run_id: str, expected: int | None, actual: int | None) -> None:
+    def __init__(self, run_id: str, expected: int | None, actual: int | None, message: str | None = None) -> None:
         super().__init__(
-            f"run {run_id!r}: expected the stored checkpoint at step {expected!r}, found {actual!r}; "
+            message
+            or f"run {run_id!r}: expected the stored checkpoint at step {expected!r}, found {actual!r}; "
             "another writer saved this run"
         )
         self.run_id = run_id

@@ -110,7 +110,9 @@ async def fork_run(
     source = await checkpoint_at_step(store, run_id, at_step)
     existing = await maybe_await(store.load(new_run_id))
     if existing is not None:
-        raise CheckpointConflictError(new_run_id, None, existing.step_index)
+        raise CheckpointConflictError(
+            new_run_id, None, existing.step_index, f"run {new_run_id!r} exists already (at step {existing.step_index})"
+        )
     forked = _edited(source, edit, new_run_id, approval_signer, clock)
     await maybe_await(store.save(forked))
     return forked

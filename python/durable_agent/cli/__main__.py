@@ -1,0 +1,7 @@
+"""``python -m durable_agent.cli``: the ``durable-agent`` console script."""
+
+from __future__ import annotations
+
+from . import main
+
+raise SystemExit(main())
