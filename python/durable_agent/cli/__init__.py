@@ -156,7 +156,7 @@ def _message(error: BaseException) -> str:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    backends = Backends.open(args.store, args.runtime)
+    backends = await Backends.open(args.store, args.runtime)
     handler: Command = args.handler
     try:
         return await handler(args, backends)

@@ -42,14 +42,14 @@ class Backends:
     runtime: Any = None
 
     @classmethod
-    def open(cls, store_url: str | None, runtime_url: str | None) -> Backends:
+    async def open(cls, store_url: str | None, runtime_url: str | None) -> Backends:
         runtime = open_runtime(runtime_url) if runtime_url else None
         if store_url:
             try:
                 store = open_store(store_url)
             except BaseException:
                 if runtime is not None:
-                    runtime.close()  # the SQLite runtime closes synchronously; Postgres has not connected yet
+                    await maybe_await(runtime.close())
                 raise
         elif runtime is not None:
             store = runtime.session_store
