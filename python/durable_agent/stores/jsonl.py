@@ -347,16 +347,21 @@ class JsonlSessionStore:
             self._apply(offset, len(line) - 1, record)
         self._cache.remember(run_id, revision, messages)
 
+    def _current(self, run_id: str) -> _Run | None:
+        """The run's index entry once caught up with the file (under the mutex); a corrupt run raises."""
+        self._refresh()
+        run = self._runs.get(run_id)
+        if run is not None and run.corrupt is not None:
+            raise CheckpointCorruptError(run.corrupt, run_id=run_id)
+        return run
+
     def load(self, run_id: str) -> AgentCheckpoint | None:
         """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
         check_run_id(run_id)
         with self._mutex:
-            self._refresh()
-            run = self._runs.get(run_id)
+            run = self._current(run_id)
             if run is None:
                 return None
-            if run.corrupt is not None:
-                raise CheckpointCorruptError(run.corrupt, run_id=run_id)
             checkpoint = rebuild_decoded(run_id, run.header, self._messages(run_id, run))
             assert run.revision is not None
             self._cache.remember(run_id, run.revision, checkpoint.messages)
@@ -368,14 +373,9 @@ class JsonlSessionStore:
         check_run_id(run_id)
         check_step_index(step_index)
         with self._mutex:
-            self._refresh()
-            run = self._runs.get(run_id)
-            if run is None:
-                return None
-            if run.corrupt is not None:
-                raise CheckpointCorruptError(run.corrupt, run_id=run_id)
-            found = run.steps.at(step_index)
-            if found is None:
+            run = self._current(run_id)
+            found = None if run is None else run.steps.at(step_index)
+            if run is None or found is None:
                 return None
             count, header = found
             return rebuild_decoded(run_id, header, self._messages(run_id, run)[:count])
