@@ -56,8 +56,10 @@ class StepLog(Generic[H]):
 def common_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:
     """How many leading messages `new` shares with `old` (the same object, or equal).
 
-    O(1)-ish when `new` extends `old` with the same message objects (the loop's case: the
-    list comparison compares pointers); a rewritten history is compared message by message.
+    When `new` extends `old` with the same message objects (the loop's case) this is the C-speed
+    list comparison of pointers, O(history) but tiny (about 20 µs for 2,000 messages): the same
+    exact rewrite check the persistent stores make (`_history.PrefixCache`). A rewritten history
+    is compared message by message.
     """
     n = len(old)
     if n and len(new) >= n and new[n - 1] is old[n - 1]:
