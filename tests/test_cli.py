@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cli_agent
 import pytest
 
 from durable_agent import Session, generate_text, open_store
@@ -23,8 +24,6 @@ from durable_agent._util import maybe_await
 pytestmark = pytest.mark.host_only("runs the CLI in subprocesses")
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-import cli_agent  # noqa: E402
 
 
 def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

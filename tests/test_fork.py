@@ -58,3 +58,20 @@ def test_a_fork_resumes_from_its_step_and_the_source_is_untouched() -> None:
         assert done.text == "Done."
 
     asyncio.run(main())
+
+
+def test_bad_steps_and_ids_are_configuration_errors() -> None:
+    import pytest
+
+    from durable_agent import ConfigurationError
+    from durable_agent.testing import make_checkpoint
+
+    store = InMemorySessionStore()
+    store.save(make_checkpoint("r", 1))
+    for bad in (True, "1", -1, 1.0):
+        with pytest.raises(ConfigurationError):
+            asyncio.run(checkpoint_at_step(store, "r", bad))  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        asyncio.run(fork_run(store, "r", new_run_id=""))
+    with pytest.raises(ConfigurationError):
+        asyncio.run(fork_run(store, "r", new_run_id="s", edit=lambda h: "not a history"))  # type: ignore[arg-type,return-value]

@@ -64,13 +64,14 @@ async def checkpoint_at_step(store: Any, run_id: str, step_index: int | None = N
     store holds no state of (not reached yet, replaced, or not kept by this store).
     """
     check_run_id(run_id)
+    if step_index is not None:
+        check_step_index(step_index)
     latest = await maybe_await(store.load(run_id))
     if latest is None:
         raise CheckpointNotFoundError(run_id)
     latest.refuse_newer()
     if step_index is None or step_index == latest.step_index:
         return latest  # type: ignore[no-any-return]
-    check_step_index(step_index)
     if step_index > latest.step_index:
         raise StepNotFoundError(run_id, step_index, f"the run's latest step is {latest.step_index}")
     reader = getattr(store, "load_step", None)
