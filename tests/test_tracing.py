@@ -27,6 +27,7 @@ from durable_agent import (
     reply,
     resume_from_checkpoint,
 )
+from durable_agent import tracing
 from durable_agent.tracing import RunContextFilter
 
 pytest.importorskip("opentelemetry.sdk", reason="tracing tests need opentelemetry-sdk (scripts/requirements-dev.txt)")
@@ -36,8 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def exporter() -> Any:
-    from opentelemetry import trace
+def provider() -> Any:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -45,15 +45,17 @@ def exporter() -> Any:
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    trace.set_tracer_provider(provider)
-    return memory
+    provider.memory = memory
+    return provider
 
 
 @pytest.fixture
-def spans(exporter: Any) -> Iterator[Any]:
-    exporter.clear()
-    yield exporter
-    exporter.clear()
+def spans(provider: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The package's tracer on an SDK provider of this module only (the global provider is left alone)."""
+    monkeypatch.setattr(tracing, "_tracer", provider.get_tracer("durable_agent"))
+    provider.memory.clear()
+    yield provider.memory
+    provider.memory.clear()
 
 
 def tools() -> dict[str, Tool]:
