@@ -28,6 +28,7 @@ from .errors import (
     ConfigurationError,
     DurableAgentError,
     FeatureUnavailableError,
+    ModelCallError,
     RunAbortedError,
     RunLeaseHeldError,
     RunSuspendedError,
@@ -55,12 +56,14 @@ from .models import (
     ScriptedModel,
     ScriptedResponse,
     ScriptedToolCall,
+    ReasoningEvent,
     ToolSpec,
     call,
     reply,
 )
 from .options import AbortSignal, PrepareStepContext, StepOverrides
 from .results import GenerateTextResult, StepResult
+from .retry import RetryPolicy
 from .session import InMemorySessionStore, Session, SessionStore
 from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
 from .stores import open_store
@@ -102,11 +105,14 @@ __all__ = [
     "LanguageModel",
     "MODEL_CALL",
     "Message",
+    "ModelCallError",
     "ModelPrice",
     "ModelRequest",
     "NATIVE",
     "PrepareStepContext",
     "RUN_TAKEN_OVER_MESSAGE",
+    "ReasoningEvent",
+    "RetryPolicy",
     "RunAbortedError",
     "RunLeaseHeldError",
     "RunSuspendedError",

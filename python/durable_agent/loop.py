@@ -35,7 +35,7 @@ from .models import ModelRequest
 from .runtime.keys import MODEL_CALL, step_key
 from .runtime.records import apply_tool_state
 from .runtime.records import StepRequest
-from .runtime.scope import StepContext
+from .runtime.scope import StepContext, StepLive
 from .options import PrepareStepContext, RunOptions, StepOverrides, logger
 from .results import FinishReason, Part, StepResult
 from .signing import APPROVAL_TOKEN_DENIED_REASON
@@ -150,10 +150,11 @@ def tool_message(results: list[dict[str, Any]]) -> Message:
 
 
 def assistant_message(
-    text: str, tool_calls: Sequence[dict[str, Any]], approvals: Sequence[ToolApprovalRequest] = ()
+    text: str, tool_calls: Sequence[dict[str, Any]], approvals: Sequence[ToolApprovalRequest] = (),
+    reasoning: Sequence[dict[str, Any]] = (),
 ) -> Message:
-    """The assistant message of a step: its text, its tool calls, and a marker per call awaiting a verdict."""
-    content: list[Any] = [{"type": "text", "text": text}] if text else []
+    """The assistant message of a step: its reasoning parts, text, tool calls, and a marker per call awaiting a verdict."""
+    content: list[Any] = [*reasoning, *([{"type": "text", "text": text}] if text else [])]
     content.extend({"type": "tool-call", **{k: c[k] for k in ("tool_call_id", "tool_name", "input")}}
                    for c in tool_calls)
     content.extend(
@@ -196,15 +197,17 @@ class _ModelTurn:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = "stop"
+    reasoning: list[dict[str, Any]] = field(default_factory=list)  # reasoning parts, kept in the history
 
     def to_json(self) -> dict[str, Any]:
         return {"text": self.text, "tool_calls": self.tool_calls, "usage": self.usage.to_dict(),
-                "finish_reason": self.finish_reason}
+                "finish_reason": self.finish_reason, **({"reasoning": self.reasoning} if self.reasoning else {})}
 
     def replay(self, stored: dict[str, Any]) -> list[Part]:
         """Take a replayed model step's stored result; the parts a live call would have streamed."""
         self.text, self.tool_calls = stored["text"], list(stored["tool_calls"])
         self.usage, self.finish_reason = Usage.from_dict(stored["usage"]), stored["finish_reason"]
+        self.reasoning = list(stored.get("reasoning", ()))
         text = [{"type": "text-delta", "text": self.text}] if self.text else []
         return [*text, *({"type": "tool-call", **c} for c in self.tool_calls)]
 
@@ -369,7 +372,7 @@ class AgentLoop:
         if calls:
             await self._decide(calls, settling=False)
             phase = self._pending_of(calls)
-        assistant = assistant_message(text, [c.as_part() for c in calls], phase.approvals)
+        assistant = assistant_message(text, [c.as_part() for c in calls], phase.approvals, turn.reasoning)
         self.messages = extended(self.messages, assistant)
         if calls and not phase.suspends:
             phase = await self._execute(calls)
@@ -415,7 +418,8 @@ class AgentLoop:
 
         step_request = StepRequest(step_key(self.run_id or "run", step_index, MODEL_CALL), "model", "safe",
                                    {"model": model.model_id})
-        async for part in _drain(parts, scope.step(step_request, live), turn):
+        deferred = StepLive(defer_done=True)  # its done record rides on the next write (scope docs)
+        async for part in _drain(parts, scope.step(step_request, live, deferred), turn):
             yield part
         self.trace.end_model(turn.usage, turn.finish_reason, replayed=not called)
 
@@ -433,6 +437,8 @@ class AgentLoop:
                 yield {"type": "tool-call", **call}
             elif event["type"] == "finish":
                 turn.usage, turn.finish_reason = event["usage"], event["finish_reason"]
+            elif event["type"] == "reasoning":
+                turn.reasoning.append({"type": "reasoning", **{k: event[k] for k in ("text", "provider", "metadata")}})
 
     async def _prepare(self, step_index: int) -> StepOverrides:
         if self.options.prepare_step is None:
@@ -584,6 +590,7 @@ class AgentLoop:
     async def _execute(self, calls: list[_Call]) -> _Phase:
         """Run every call not decided yet, in parallel up to `max_tool_concurrency`; results in call order."""
         self._check_abort()
+        await self._begin_tools(calls)
         limit = self.options.max_tool_concurrency
         gate = asyncio.Semaphore(limit) if limit else None
 
@@ -614,15 +621,24 @@ class AgentLoop:
         self._check_abort()
         return phase
 
+    async def _begin_tools(self, calls: list[_Call]) -> None:
+        """On a journal: the unsafe calls' intents (and the deferred model answer) durable in one write."""
+        scope = self.options.scope
+        if scope is not None:
+            await scope.begin([self._tool_request(c) for c in calls if c.result is None and c.tool is not None])
+
+    def _tool_request(self, call: _Call) -> StepRequest:
+        assert call.tool is not None
+        return StepRequest(step_key(self.run_id or "run", self._next_index, call.tool_call_id), "tool",
+                           call.tool.replay, {"tool_name": call.tool_name, "tool_call_id": call.tool_call_id})
+
     async def _run_tool(self, call: _Call) -> dict[str, Any]:
         """Run one tool call, through the run scope's journal when there is one."""
         assert call.tool is not None
         scope = self.options.scope
         if scope is None:
             return await self._execute_tool(call)
-        request = StepRequest(step_key(self.run_id or "run", self._next_index, call.tool_call_id), "tool",
-                              call.tool.replay, {"tool_name": call.tool_name, "tool_call_id": call.tool_call_id})
-        outcome = await scope.step(request, lambda context: self._execute_tool(call, context))
+        outcome = await scope.step(self._tool_request(call), lambda context: self._execute_tool(call, context))
         if outcome.status == "interrupted":
             return call.outcome(TOOL_INTERRUPTED_MESSAGE, True)
         apply_tool_state(self.options.tool_state, outcome.tool_state)

@@ -25,17 +25,18 @@ owner, renewal, the run marked in progress), ``durable_agent_queues``,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from .._kernels import kernels
-from ..errors import StaleEpochError, SubmissionConflictError, is_control_error
+from ..checkpoint import AgentCheckpoint
+from ..errors import CheckpointCorruptError, StaleEpochError, SubmissionConflictError, is_control_error
 from ..stores._sql import Dialect as StatementDialect
 from ..stores._history import PrefixCache
-from ..stores._sql import Plan, Query, migrate_plan, save_plan
+from ..stores._sql import Plan, Query, load_plan, migrate_plan, save_plan
 from ..stores._sql import schema_plan as checkpoint_schema_plan
-from ..stores._validate import check_checkpoint
+from ..stores._validate import check_checkpoint, check_expected, check_run_id
 from .leases import Fences, OwnedRuntime, claimed_row, is_listed_resumable, may_claim
 from .records import (
     AwakeableRecord,
@@ -168,9 +169,18 @@ def steps_plan(session_id: str | None, run_id: str | None) -> Plan:
     return [_step(r) for r in rows]
 
 
-def put_step_plan(d: JournalDialect, record: StepRecord, epoch: int | None) -> Plan:
-    """Write `record` (fenced); a ``done`` record commits its tool-state ops, a finished one drops its partials."""
-    yield from _fence(d, record.session_id, epoch)
+def put_steps_plan(d: JournalDialect, records: Sequence[StepRecord], epoch: int | None) -> Plan:
+    """Write the `records` of one session, fenced, in one transaction (see `_write_step`)."""
+    sessions = {record.session_id for record in records}
+    if len(sessions) != 1:
+        raise ValueError("put_steps writes the records of one session")
+    yield from _fence(d, sessions.pop(), epoch)
+    for record in records:
+        yield from _write_step(record)
+
+
+def _write_step(record: StepRecord) -> Plan:
+    """Upsert `record`; a ``done`` record commits its tool-state ops, a finished one drops its partials."""
     if record.status == "done" and record.tool_state:
         yield from _apply_tool_state(record.session_id, record.tool_state)
     yield Query(
@@ -479,6 +489,8 @@ def commit_plan(d: JournalDialect, transition: RunTransition, cache: PrefixCache
     """A `RunTransition` as one plan: the fence, then each part it holds; returns the checkpoint's revision."""
     session_id = transition.session_id
     yield from _fence(d, session_id, transition.epoch)
+    for record in transition.steps:
+        yield from _write_step(record)
     revision = None
     if transition.checkpoint is not None:
         revision = yield from save_plan(cache, transition.checkpoint, None, d.statements)
@@ -529,8 +541,8 @@ class SqlJournal:
     async def get_step(self, session_id: str, key: str) -> StepRecord | None:
         return await self.read(get_step_plan(session_id, key))  # type: ignore[no-any-return]
 
-    async def put_step(self, record: StepRecord, *, epoch: int | None) -> None:
-        await self.write(put_step_plan(self._d, record, epoch))
+    async def put_steps(self, records: Sequence[StepRecord], *, epoch: int | None) -> None:
+        await self.write(put_steps_plan(self._d, records, epoch))
 
     async def run_steps(self, session_id: str, run_id: str) -> list[StepRecord]:
         return await self.read(steps_plan(session_id, run_id))  # type: ignore[no-any-return]
@@ -679,15 +691,55 @@ class SqlInspector:
         return await self._journal.read(awakeables_plan())  # type: ignore[no-any-return]
 
 
+class SqlCheckpoints:
+    """The runtime's checkpoints, read through its own connection (off the event loop's thread on SQLite).
+
+    The runtime writes them itself, fenced, in its lifecycle commits (`SqlRuntime.commit`);
+    `save` here is the plain, unfenced store save (with the optional `expected_step_index` guard).
+    """
+
+    def __init__(self, runtime: SqlRuntime) -> None:
+        self._runtime = runtime
+
+    async def load(self, run_id: str) -> AgentCheckpoint | None:
+        check_run_id(run_id)
+        try:
+            found = await self._runtime.backend.read(load_plan(run_id))
+        except CheckpointCorruptError:
+            raise
+        except Exception as exc:
+            if "decode" in str(exc):  # SQLite text that is not UTF-8: a damaged row
+                raise CheckpointCorruptError(f"stored text is not UTF-8 ({exc})", run_id=run_id) from None
+            raise
+        if found is None:
+            return None
+        checkpoint, revision = found
+        if type(revision) is int:
+            self._runtime.checkpoint_cache.remember(run_id, revision, checkpoint.messages)
+        return checkpoint  # type: ignore[no-any-return]
+
+    async def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
+        checked, expected = check_checkpoint(checkpoint), check_expected(expected_step_index)
+        cache = self._runtime.checkpoint_cache
+        try:
+            revision = await self._runtime.backend.write(
+                save_plan(cache, checked, expected, self._runtime.dialect.statements)
+            )
+        except BaseException:
+            cache.forget(checked.run_id)
+            raise
+        cache.remember(checked.run_id, revision, checked.messages)
+
+
 @dataclass(frozen=True, slots=True)
 class SqlStores:
-    """Everything a run persists, behind one runtime: the session store shares its database."""
+    """Everything a run persists, behind one runtime, in its one database."""
 
     runtime: SqlRuntime
 
     @property
-    def session(self) -> Any:
-        return self.runtime.session_store
+    def session(self) -> SqlCheckpoints:
+        return SqlCheckpoints(self.runtime)
 
     @property
     def queue(self) -> SqlQueueStore:
@@ -714,12 +766,11 @@ class SqlRuntime(OwnedRuntime):
 
     mode = "checkpoint"
 
-    def __init__(self, driver: SqlDriver, session_store: Any, *, clock: Callable[[], int]) -> None:
+    def __init__(self, driver: SqlDriver, *, clock: Callable[[], int]) -> None:
         self.clock = clock
         self.fences = Fences()
         self.dialect = driver.dialect
-        self.session_store = session_store  # reads; the runtime's own commits write the same tables
-        self._checkpoints = PrefixCache()
+        self.checkpoint_cache = PrefixCache()  # what this "process" last wrote or read of each run
         self.backend = SqlJournal(driver, self.fences)
         self.lease = SqlLease(self)
         self.stores = SqlStores(self)
@@ -747,13 +798,13 @@ class SqlRuntime(OwnedRuntime):
         if checkpoint is not None:
             check_checkpoint(checkpoint)
         try:
-            revision = await self.backend.write(commit_plan(self.dialect, transition, self._checkpoints))
+            revision = await self.backend.write(commit_plan(self.dialect, transition, self.checkpoint_cache))
         except BaseException:
             if checkpoint is not None:
-                self._checkpoints.forget(checkpoint.run_id)  # unknown outcome: the next save re-reads
+                self.checkpoint_cache.forget(checkpoint.run_id)  # unknown outcome: the next save re-reads
             raise
         if checkpoint is not None:
-            self._checkpoints.remember(checkpoint.run_id, revision, checkpoint.messages)
+            self.checkpoint_cache.remember(checkpoint.run_id, revision, checkpoint.messages)
 
     async def resolve_awakeable(self, awakeable_id: str, value: Any) -> bool:
         """Resolve from the resumer's side, also while no process runs the run. False: no such id."""

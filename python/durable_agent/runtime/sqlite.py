@@ -6,13 +6,14 @@ readers never block. A lease holder's write checks the session's epoch inside it
 transaction (see `durable_agent.runtime._sql`): a stale writer gets `StaleEpochError` and its
 write is not applied. A ``done`` step record commits its tool-state ops in the same transaction.
 
-Checkpoints live in the same file, in the tables of `SqliteSessionStore`: the runtime writes them
-itself, inside its fenced lifecycle transactions (`commit`), and `runtime.stores.session` (a
-`SqliteSessionStore` on the file) reads them.
+Checkpoints live in the same file, in the tables of `SqliteSessionStore` (which can open the file
+too): the runtime writes them itself, inside its fenced lifecycle transactions (`commit`), and
+`runtime.stores.session` reads them through the runtime's connection.
 
-The database calls are synchronous (they are short, and Pyodide has no threads to move them
-to); a write waiting on another process's write lock blocks the event loop for at most
-`busy_timeout_ms`. `sqlite3` is imported when a runtime is opened; where it is missing
+No database call runs on the event loop's thread: plans go to the runtime's connection on a
+thread of its own, and the writes of concurrent runs share one commit (group commit, see
+`durable_agent.runtime._group_commit`); each waiter is released once its own write is durable.
+Under Pyodide, which has no threads, each plan runs at once on the caller's thread. `sqlite3` is imported when a runtime is opened; where it is missing
 (Pyodide 0.28 without its CDN package) opening raises `FeatureUnavailableError`.
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
+import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Literal
@@ -29,8 +30,8 @@ from ..errors import ConfigurationError, FeatureUnavailableError
 from .._util import wall_clock_ms
 from ..stores._sql import Dialect as StatementDialect
 from ..stores._sql import Plan
-from ..stores._sql import run_sync
 from ..stores._files import create_private
+from ._group_commit import GroupCommitSqlite, InlineSqlite
 from ._sql import JournalDialect, SqlRuntime, schema_plan
 
 DIALECT = JournalDialect(
@@ -55,14 +56,13 @@ def _sqlite3() -> ModuleType:
 
 
 class _SqliteDriver:
-    """Runs journal plans on one connection, each in its own transaction (IMMEDIATE for writes)."""
+    """Runs journal plans on one connection: on its own thread with group commit, or inline under Pyodide."""
 
     dialect = DIALECT
 
     def __init__(self, path: str, *, busy_timeout_ms: int, synchronous: str, poll_interval_ms: int) -> None:
         sqlite3 = _sqlite3()
         self._poll = poll_interval_ms / 1000
-        self._lock = threading.RLock()
         try:
             if path != ":memory:":
                 create_private(path)  # conversations and tokens: owner-only, -wal/-shm too
@@ -75,7 +75,7 @@ class _SqliteDriver:
             self._conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
             self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
             self._conn.execute(f"PRAGMA synchronous = {synchronous}")
-            self._transaction(schema_plan(DIALECT), "IMMEDIATE")
+            InlineSqlite(self._conn, DIALECT.statements).transaction(schema_plan(DIALECT), write=True)
         except sqlite3.Error as exc:
             self._conn.close()
             raise ConfigurationError(f"cannot use SQLite database {path!r}: {exc}") from exc
@@ -83,31 +83,18 @@ class _SqliteDriver:
             self._conn.close()
             raise
 
-    def _transaction(self, plan: Plan, mode: str) -> Any:
-        with self._lock:
-            cur = self._conn.cursor()
-            cur.execute(f"BEGIN {mode}")
-            try:
-                result = run_sync(cur, DIALECT.statements, plan)
-            except BaseException:
-                self._conn.rollback()
-                raise
-            else:
-                self._conn.commit()
-            finally:
-                cur.close()
-            return result
+        threaded = sys.platform != "emscripten"
+        self._runner = (GroupCommitSqlite if threaded else InlineSqlite)(self._conn, DIALECT.statements)
 
     async def run(self, plan: Plan, *, write: bool) -> Any:
-        return self._transaction(plan, "IMMEDIATE" if write else "DEFERRED")
+        return await self._runner.run(plan, write=write)
 
     async def wait_for_change(self, timeout: float) -> None:
         """SQLite cannot tell another connection of a change: wait one polling interval."""
         await asyncio.sleep(min(timeout, self._poll))
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._runner.close()
 
 
 class SqliteRuntime(SqlRuntime):
@@ -140,20 +127,12 @@ class SqliteRuntime(SqlRuntime):
             synchronous=synchronous,
             poll_interval_ms=poll_interval_ms,
         )
-        from ..stores.sqlite import SqliteSessionStore
-
-        try:
-            session_store = SqliteSessionStore(self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
-        except BaseException:
-            driver.close()
-            raise
         self._driver = driver
-        super().__init__(driver, session_store, clock=clock)
+        super().__init__(driver, clock=clock)
 
     def close(self) -> None:
-        """Close the database connections (the session store's too)."""
+        """Finish the queued writes and close the database connection."""
         self._driver.close()
-        self.session_store.close()
 
     def __enter__(self) -> SqliteRuntime:
         return self

@@ -1,0 +1,224 @@
+"""Many durable runs on one event loop: throughput, event-loop lag, commits per step, peak memory.
+
+N sessions run at once in one process, each 10 steps (a model call of 20 ms latency, then one
+tool call), side by side with the same agent and no durability. Each variant runs in a fresh
+subprocess (so peak RSS is its own):
+
+* ``none``: `generate_text` without a session;
+* ``sqlite-store``: `generate_text` with a `SqliteSessionStore` session (checkpoints only);
+* ``memory``, ``sqlite``, ``postgres``: `Agent` on the memory, SQLite and Postgres runtimes
+  (Postgres when DURABLE_AGENT_BENCH_POSTGRES_URL is set);
+* ``dbos``: the anchor, the same agent as DBOS async workflows on SQLite (``pip install dbos``).
+
+Loop lag: a ticker sleeping 5 ms measures how late it wakes (p50 / p99 / max). Commits: the
+transactions a runtime wrote, per step.
+
+    .venv/bin/python benches/bench_concurrency.py [--n 1,10,100,1000] [--variants none,sqlite-store,memory,sqlite]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+
+from durable_agent import (  # noqa: E402
+    Agent,
+    DurableOptions,
+    ModelRequest,
+    Session,
+    Tool,
+    Usage,
+    create_memory_runtime,
+    generate_text,
+)
+
+STEPS = 10
+LATENCY_S = 0.020
+TOOLS = {"noop": Tool(parameters={"type": "object"}, execute=lambda args: "ok")}
+
+
+class SlowModel:
+    """A model with a fixed latency: a tool call for the first STEPS-1 turns, then an answer."""
+
+    model_id = "slow"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        await asyncio.sleep(LATENCY_S)
+        turn = sum(1 for m in request.messages if m["role"] == "tool")
+        if turn < STEPS - 1:
+            yield {"type": "tool-call", "tool_call_id": f"c{turn}", "tool_name": "noop", "input": {"i": turn}}
+            yield {"type": "finish", "finish_reason": "tool-calls", "usage": Usage(10, 5, 15)}
+        else:
+            yield {"type": "text-delta", "text": "done"}
+            yield {"type": "finish", "finish_reason": "stop", "usage": Usage(10, 5, 15)}
+
+
+async def ticker(lags: list[float], stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        start = loop.time()
+        await asyncio.sleep(0.005)
+        lags.append(max(0.0, loop.time() - start - 0.005))
+
+
+def count_commits(runtime: Any, counter: list[int]) -> Any:
+    if hasattr(runtime, "backend") and hasattr(runtime.backend, "write"):
+        write = runtime.backend.write
+
+        async def counted(plan: Any) -> Any:
+            counter[0] += 1
+            return await write(plan)
+
+        runtime.backend.write = counted
+    return runtime
+
+
+async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
+    commits = [0]
+    runtime: Any = None
+    store: Any = None
+    if name == "memory":
+        runtime = create_memory_runtime()
+    elif name == "sqlite":
+        from durable_agent.runtime.sqlite import sqlite_runtime
+
+        runtime = count_commits(sqlite_runtime(Path(tmp) / "journal.db"), commits)
+    elif name == "postgres":
+        from durable_agent.runtime.postgres import postgres_runtime
+
+        runtime = count_commits(postgres_runtime(os.environ["DURABLE_AGENT_BENCH_POSTGRES_URL"]), commits)
+    elif name == "sqlite-store":
+        from durable_agent.stores.sqlite import SqliteSessionStore
+
+        store = SqliteSessionStore(Path(tmp) / "store.db")
+
+    async def one(i: int) -> None:
+        if runtime is not None:
+            agent = Agent(model=SlowModel(), tools=TOOLS, max_steps=STEPS + 1, session_id=f"s-{i}",
+                          durable=DurableOptions(runtime))
+            result = await agent.run("go")
+        else:
+            session = Session(store, f"r-{i}") if store is not None else None
+            result = await generate_text(model=SlowModel(), tools=TOOLS, max_steps=STEPS + 1, session=session,
+                                         messages=[{"role": "user", "content": "go"}])
+        assert len(result.steps) == STEPS, result.finish_reason
+
+    lags: list[float] = []
+    stop = asyncio.Event()
+    tick = asyncio.ensure_future(ticker(lags, stop))
+    start = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(n)))
+    wall = time.perf_counter() - start
+    stop.set()
+    await tick
+    if runtime is not None and hasattr(runtime, "close"):
+        closed = runtime.close()
+        if asyncio.iscoroutine(closed):
+            await closed
+    lags.sort()
+    return {
+        "wall": wall, "steps_per_s": n * STEPS / wall,
+        "lag_p50": statistics.median(lags) if lags else 0.0,
+        "lag_p99": lags[int(len(lags) * 0.99) - 1] if lags else 0.0,
+        "lag_max": lags[-1] if lags else 0.0,
+        "commits_per_step": commits[0] / (n * STEPS),
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def dbos_variant(n: int, tmp: str) -> dict[str, Any]:
+    from dbos import DBOS
+
+    DBOS(config={"name": "bench-concurrency", "system_database_url": f"sqlite:///{tmp}/dbos.sqlite",
+                 "log_level": "WARNING"})
+
+    @DBOS.step()
+    async def model_step(turn: int) -> dict[str, Any]:
+        await asyncio.sleep(LATENCY_S)
+        return {"tool": turn < STEPS - 1}
+
+    @DBOS.step()
+    async def tool_step(turn: int) -> str:
+        return "ok"
+
+    @DBOS.workflow()
+    async def agent_workflow() -> int:
+        for turn in range(STEPS):
+            if (await model_step(turn))["tool"]:
+                await tool_step(turn)
+        return STEPS
+
+    DBOS.launch()
+
+    async def go() -> dict[str, Any]:
+        lags: list[float] = []
+        stop = asyncio.Event()
+        tick = asyncio.ensure_future(ticker(lags, stop))
+        start = time.perf_counter()
+        await asyncio.gather(*(agent_workflow() for _ in range(n)))
+        wall = time.perf_counter() - start
+        stop.set()
+        await tick
+        lags.sort()
+        return {"wall": wall, "steps_per_s": n * STEPS / wall, "lag_p50": statistics.median(lags),
+                "lag_p99": lags[int(len(lags) * 0.99) - 1], "lag_max": lags[-1], "commits_per_step": float("nan"),
+                "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+    result = asyncio.run(go())
+    DBOS.destroy()
+    return result
+
+
+def run_child(name: str, n: int) -> dict[str, Any] | None:
+    out = subprocess.run([sys.executable, __file__, "--child", name, "--n", str(n)], capture_output=True, text=True,
+                         timeout=1800)
+    if out.returncode != 0:
+        print(f"  {name} N={n}: failed: {out.stderr.strip().splitlines()[-1:]}")
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", default="1,10,100,1000")
+    parser.add_argument("--variants", default="none,sqlite-store,memory,sqlite,postgres,dbos")
+    parser.add_argument("--child")
+    args = parser.parse_args()
+    if args.child:
+        with tempfile.TemporaryDirectory() as tmp:
+            n = int(args.n)
+            result = dbos_variant(n, tmp) if args.child == "dbos" else asyncio.run(variant(args.child, n, tmp))
+        print(json.dumps(result))
+        return
+    wanted = args.variants.split(",")
+    if "postgres" in wanted and not os.environ.get("DURABLE_AGENT_BENCH_POSTGRES_URL"):
+        print("postgres: skipped (set DURABLE_AGENT_BENCH_POSTGRES_URL)")
+        wanted.remove("postgres")
+    print(f"{'N':>5} {'variant':<13} {'steps/s':>9} {'wall vs none':>13} {'lag p50':>9} {'p99':>9} {'max':>9}"
+          f" {'commits/step':>13} {'peak RSS':>9}")
+    for n in (int(x) for x in args.n.split(",")):
+        base = run_child("none", n)
+        for name in wanted:
+            row = base if name == "none" else run_child(name, n)
+            if row is None or base is None:
+                continue
+            print(f"{n:>5} {name:<13} {row['steps_per_s']:9.0f} {row['wall'] / base['wall']:12.2f}x"
+                  f" {row['lag_p50'] * 1000:7.1f}ms {row['lag_p99'] * 1000:7.1f}ms {row['lag_max'] * 1000:7.1f}ms"
+                  f" {row['commits_per_step']:13.2f} {row['rss_mb']:7.0f}MB", flush=True)
+
+
+if __name__ == "__main__":
+    main()
