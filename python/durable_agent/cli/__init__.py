@@ -10,7 +10,8 @@
 
 `--store URL` takes every `open_store` URL; `--runtime URL` (``sqlite:///journal.db`` or
 ``postgresql://...``) is an `Agent`'s journal: it adds the journal steps to ``show``, sends
-verdicts to the run's awakeables, and without `--store` its own checkpoint tables are the store.
+verdicts to the run's awakeables, and without `--store` the store is opened on the runtime's database (the
+runtime keeps its checkpoints in the session store's tables).
 The environment variables ``DURABLE_AGENT_STORE`` and ``DURABLE_AGENT_RUNTIME`` stand in for the
 options. Output is human-readable tables; `--json` prints JSON instead (one document, or one
 line per event for ``watch``; bytes as ``{"$bytes": ...}``, the checkpoint codec's form).

@@ -36,32 +36,30 @@ def open_runtime(url: str) -> Any:
 
 @dataclass
 class Backends:
-    """The store (and runtime) of one CLI call. Without `--store`, the runtime's own checkpoint store."""
+    """The store (and runtime) of one CLI call."""
 
     store: Any
     runtime: Any = None
 
     @classmethod
     async def open(cls, store_url: str | None, runtime_url: str | None) -> Backends:
-        runtime = open_runtime(runtime_url) if runtime_url else None
-        if store_url:
-            try:
-                store = open_store(store_url)
-            except BaseException:
-                if runtime is not None:
-                    await maybe_await(runtime.close())
-                raise
-        elif runtime is not None:
-            store = runtime.session_store
-        else:
+        """Without `store_url`, the store is opened on the runtime's database: the runtime keeps its
+        checkpoints in the session store's tables (same URL), which also list, prune and fork."""
+        url = store_url or runtime_url
+        if not url:
             raise CliError(2, "no store: pass --store URL (or --runtime URL), or set DURABLE_AGENT_STORE")
+        runtime = open_runtime(runtime_url) if runtime_url else None
+        try:
+            store = open_store(url)
+        except BaseException:
+            if runtime is not None:
+                await maybe_await(runtime.close())
+            raise
         return cls(store, runtime)
 
     async def close(self) -> None:
         if self.runtime is not None:
-            await maybe_await(self.runtime.close())  # closes its own checkpoint store too
-            if self.store is self.runtime.session_store:
-                return
+            await maybe_await(self.runtime.close())
         close = getattr(self.store, "close", None)
         if close is not None:
             await maybe_await(close())
