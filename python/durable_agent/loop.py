@@ -41,6 +41,7 @@ from .results import FinishReason, Part, StepResult
 from .signing import APPROVAL_TOKEN_DENIED_REASON
 from .stop import StopContext
 from .tools import Tool
+from .tracing import RunLogger, RunTrace
 
 DENIED_REASON = "The user denied this tool call."
 UNANSWERED_REASON = "No verdict was given for this tool call, so it was denied."
@@ -279,20 +280,24 @@ class AgentLoop:
         self._next_index = 0
         self._recent_batches: list[str] = []
         self._responses = {r.approval_id: r for r in options.approval_responses}
+        self.trace = RunTrace()
+        self.log = RunLogger(logger, lambda: (self.run_id, self._next_index, getattr(options.scope, "session_id", None)))
 
     # ----------------------------------------------------------------- driving
 
     async def parts(self) -> AsyncIterator[Part]:
         """Run the loop, yielding stream parts. Failures become one final ``error`` part."""
         self.finished = asyncio.Event()
+        self.trace.start_run(self.run_id, self.options.model.model_id, self.options.agent_path)
         try:
             async for part in self._drive():
                 yield part
         except Exception as exc:  # noqa: BLE001 - every failure is reported as an error part
             self.error = exc
-            logger.debug("run %s failed: %r", self.run_id, exc)
+            self.log.debug("run %s failed: %r", self.run_id, exc)
             yield {"type": "error", "error": exc}
         finally:
+            self.trace.end_run(self.run_id, self.finish_reason, self.usage, self.total_usage, self.error)
             self.finished.set()
 
     async def _drive(self) -> AsyncIterator[Part]:
@@ -322,12 +327,13 @@ class AgentLoop:
             except CheckpointVersionError:
                 raise  # a newer durable-agent's run: never overwrite it with an older schema
             except Exception:  # noqa: BLE001 - a fresh run must not die of an unreadable old one
-                logger.exception("could not load the stored checkpoint of run %s; starting its counters at 0", self.run_id)
+                self.log.exception("could not load the stored checkpoint of run %s; starting its counters at 0", self.run_id)
                 checkpoint = None
         if checkpoint is not None:
             checkpoint.refuse_newer()
             self._next_index = checkpoint.step_index + 1
             self.total_usage = checkpoint.usage
+        self.trace.run_loaded(self.run_id, getattr(self.options.scope, "session_id", None), checkpoint)
 
     def _check_abort(self) -> None:
         signal = self.options.signal
@@ -342,6 +348,7 @@ class AgentLoop:
     async def _step(self) -> AsyncIterator[Part]:
         self._check_abort()
         step_index = self._next_index
+        self.trace.start_step(step_index, "model")
         overrides = await self._prepare(step_index)
         model = overrides.model or self.options.model
         yield {"type": "step-start", "step_index": step_index}
@@ -383,6 +390,7 @@ class AgentLoop:
         finish = self._finish_reason_after(calls, model_finish, phase)
         if not phase.suspends:
             await self._save(step_index, "completed" if finish else "running")
+        self.trace.end_step()
         yield {"type": "step-finish", "step_index": step_index, "usage": usage, "finish_reason": model_finish}
         self._next_index = step_index + 1
         if finish is not None:
@@ -393,13 +401,17 @@ class AgentLoop:
     ) -> AsyncIterator[Part]:
         """Stream one model call into `turn`, through the run scope's journal when there is one."""
         scope = self.options.scope
+        self.trace.start_model(model.model_id)
         if scope is None:
             async for part in self._stream_model(model, request, turn, None):
                 yield part
+            self.trace.end_model(turn.usage, turn.finish_reason)
             return
         parts: asyncio.Queue[Part] = asyncio.Queue()
+        called = []
 
         async def live(context: StepContext) -> dict[str, Any]:
+            called.append(True)
             async for part in self._stream_model(model, request, turn, context):
                 parts.put_nowait(part)
             return turn.to_json()
@@ -409,6 +421,7 @@ class AgentLoop:
         deferred = StepLive(defer_done=True)  # its done record rides on the next write (scope docs)
         async for part in _drain(parts, scope.step(step_request, live, deferred), turn):
             yield part
+        self.trace.end_model(turn.usage, turn.finish_reason, replayed=not called)
 
     async def _stream_model(self, model: Any, request: ModelRequest, turn: _ModelTurn, context: Any) -> AsyncIterator[Part]:
         async for event in model.stream(request):
@@ -449,7 +462,7 @@ class AgentLoop:
         if any(condition(context) for condition in self.options.stop_when):
             return "stop-condition"
         if self._is_runaway(calls):
-            logger.warning("run %s repeated the same tool calls %d times; stopping it", self.run_id, self.options.runaway_limit)
+            self.log.warning("run %s repeated the same tool calls %d times; stopping it", self.run_id, self.options.runaway_limit)
             return "runaway"
         return None
 
@@ -473,6 +486,7 @@ class AgentLoop:
     async def _settle(self, raw_calls: list[dict[str, Any]], approval_ids: dict[str, str]) -> AsyncIterator[Part]:
         """Answer the unanswered calls of the last assistant message, before any new step."""
         calls = [_Call(c["tool_call_id"], c["tool_name"], c["input"]) for c in raw_calls]
+        self.trace.start_step(self._next_index, "settle")
         await self._decide(calls, settling=True, approval_ids=approval_ids)
         phase = await self._execute(calls)
         self.usage, self.total_usage = self.usage + phase.usage, self.total_usage + phase.usage
@@ -480,6 +494,7 @@ class AgentLoop:
         if phase.suspends:
             async for part in self._suspend(phase, step_index):
                 yield part
+            self.trace.end_step()
             self._next_index = step_index + 1
             yield self._finish("suspended")
             return
@@ -487,6 +502,7 @@ class AgentLoop:
         for result in phase.results:
             yield result
         await self._save(step_index, "running")
+        self.trace.end_step()
         self._next_index = step_index + 1
 
     # -------------------------------------------------------------- decisions
@@ -634,16 +650,19 @@ class AgentLoop:
         context = ToolCallContext(self.options, self.run_id, call.tool_call_id, call.tool_name)
         token = _current_call.set(context)
         try:
-            output = await maybe_await(call.tool.execute(call.parsed))
-            if step is not None:
-                step.stage_tool_state(context.staged)  # committed with the done record
-            else:
-                apply_tool_state(self.options.tool_state, context.staged)
-        except Exception as exc:  # noqa: BLE001 - a failing tool is a result the model can react to
-            if is_control_error(exc):
-                raise
-            logger.info("tool %s (%s) failed: %r", call.tool_name, call.tool_call_id, exc)
-            return call.outcome(f"{type(exc).__name__}: {exc}", True)
+            with self.trace.tool(call.tool_name, call.tool_call_id) as span:
+                try:
+                    output = await maybe_await(call.tool.execute(call.parsed))
+                    if step is not None:
+                        step.stage_tool_state(context.staged)  # committed with the done record
+                    else:
+                        apply_tool_state(self.options.tool_state, context.staged)
+                except Exception as exc:  # noqa: BLE001 - a failing tool is a result the model can react to
+                    if is_control_error(exc):
+                        raise
+                    self.trace.tool_failed(span, exc)
+                    self.log.info("tool %s (%s) failed: %r", call.tool_name, call.tool_call_id, exc)
+                    return call.outcome(f"{type(exc).__name__}: {exc}", True)
         finally:
             _current_call.reset(token)
         if hasattr(output, "model_dump"):
@@ -670,7 +689,7 @@ class AgentLoop:
         try:
             token = signer.sign(request, run_id=self.run_id)
         except Exception:  # noqa: BLE001 - signing is best-effort; an unsigned request is denied on resume
-            logger.exception("signing approval %s failed; the request goes out unsigned", request.approval_id)
+            self.log.exception("signing approval %s failed; the request goes out unsigned", request.approval_id)
             return request
         return ToolApprovalRequest(
             request.approval_id, request.tool_call_id, request.tool_name, request.input, request.agent_path, token
@@ -698,4 +717,4 @@ class AgentLoop:
         except Exception as exc:  # noqa: BLE001 - durability must never kill a run...
             if is_control_error(exc):
                 raise  # ...but a writer that lost its lease must stop at once
-            logger.exception("saving checkpoint %s failed; the run continues", checkpoint.step_id)
+            self.log.exception("saving checkpoint %s failed; the run continues", checkpoint.step_id)
