@@ -31,11 +31,11 @@ from .errors import (
     is_control_error,
 )
 from .messages import History, Message, content_parts, extended
+from .model_call import ModelCaller, ModelTurn
 from .models import ModelRequest
-from .runtime.keys import MODEL_CALL, step_key
+from .runtime.keys import step_key
 from .runtime.records import apply_tool_state
 from .runtime.records import StepRequest
-from .runtime.scope import StepContext, StepLive
 from .options import PrepareStepContext, RunOptions, StepOverrides, logger
 from .results import FinishReason, Part, StepResult
 from .signing import APPROVAL_TOKEN_DENIED_REASON
@@ -189,54 +189,6 @@ def unresolved_calls(messages: Sequence[Message]) -> tuple[list[dict[str, Any]],
     return calls, approvals
 
 
-@dataclass(slots=True)
-class _ModelTurn:
-    """What one model call produced; its JSON form is the model step's stored result."""
-
-    text: str = ""
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-    finish_reason: str = "stop"
-    reasoning: list[dict[str, Any]] = field(default_factory=list)  # reasoning parts, kept in the history
-
-    def to_json(self) -> dict[str, Any]:
-        return {"text": self.text, "tool_calls": self.tool_calls, "usage": self.usage.to_dict(),
-                "finish_reason": self.finish_reason, **({"reasoning": self.reasoning} if self.reasoning else {})}
-
-    def replay(self, stored: dict[str, Any]) -> list[Part]:
-        """Take a replayed model step's stored result; the parts a live call would have streamed."""
-        self.text, self.tool_calls = stored["text"], list(stored["tool_calls"])
-        self.usage, self.finish_reason = Usage.from_dict(stored["usage"]), stored["finish_reason"]
-        self.reasoning = list(stored.get("reasoning", ()))
-        text = [{"type": "text-delta", "text": self.text}] if self.text else []
-        return [*text, *({"type": "tool-call", **c} for c in self.tool_calls)]
-
-
-async def _drain(parts: asyncio.Queue[Part], step: Any, turn: _ModelTurn) -> AsyncIterator[Part]:
-    """Yield the parts a journaled model step streams while it runs; for a replayed step, its stored ones."""
-    task = asyncio.ensure_future(step)
-    try:
-        while not task.done() or not parts.empty():
-            if not parts.empty():
-                yield parts.get_nowait()
-                continue
-            getter = asyncio.ensure_future(parts.get())
-            await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
-                yield getter.result()
-            else:
-                getter.cancel()
-        outcome = task.result()
-    finally:
-        if not task.done():
-            task.cancel()
-    if outcome.status != "completed":
-        raise RuntimeError("a model step cannot be interrupted: it is always safe to run again")
-    if outcome.replayed:
-        for part in turn.replay(outcome.value):
-            yield part
-
-
 def approval_part(request: ToolApprovalRequest) -> Part:
     """The ``tool-approval-request`` stream part of a request (every field present, None when unset)."""
     return {
@@ -281,6 +233,7 @@ class AgentLoop:
         self._recent_batches: list[str] = []
         self._responses = {r.approval_id: r for r in options.approval_responses}
         self.trace = RunTrace()
+        self._models = ModelCaller(options, self.run_id, self.trace, self._check_abort)
         self.log = RunLogger(logger, lambda: (self.run_id, self._next_index, getattr(options.scope, "session_id", None)))
 
     # ----------------------------------------------------------------- driving
@@ -360,8 +313,8 @@ class AgentLoop:
                 if overrides.active_tools is None or name in overrides.active_tools
             ),
         )
-        turn = _ModelTurn()
-        async for part in self._call_model(model, request, step_index, turn):
+        turn = ModelTurn()
+        async for part in self._models.call(model, request, step_index, turn):
             yield part
         self._check_abort()
         usage, model_finish, text = turn.usage, turn.finish_reason, turn.text
@@ -395,50 +348,6 @@ class AgentLoop:
         self._next_index = step_index + 1
         if finish is not None:
             yield self._finish(finish)
-
-    async def _call_model(
-        self, model: Any, request: ModelRequest, step_index: int, turn: _ModelTurn
-    ) -> AsyncIterator[Part]:
-        """Stream one model call into `turn`, through the run scope's journal when there is one."""
-        scope = self.options.scope
-        self.trace.start_model(model.model_id)
-        if scope is None:
-            async for part in self._stream_model(model, request, turn, None):
-                yield part
-            self.trace.end_model(turn.usage, turn.finish_reason)
-            return
-        parts: asyncio.Queue[Part] = asyncio.Queue()
-        called = []
-
-        async def live(context: StepContext) -> dict[str, Any]:
-            called.append(True)
-            async for part in self._stream_model(model, request, turn, context):
-                parts.put_nowait(part)
-            return turn.to_json()
-
-        step_request = StepRequest(step_key(self.run_id or "run", step_index, MODEL_CALL), "model", "safe",
-                                   {"model": model.model_id})
-        deferred = StepLive(defer_done=True)  # its done record rides on the next write (scope docs)
-        async for part in _drain(parts, scope.step(step_request, live, deferred), turn):
-            yield part
-        self.trace.end_model(turn.usage, turn.finish_reason, replayed=not called)
-
-    async def _stream_model(self, model: Any, request: ModelRequest, turn: _ModelTurn, context: Any) -> AsyncIterator[Part]:
-        async for event in model.stream(request):
-            self._check_abort()
-            if event["type"] == "text-delta":
-                turn.text += event["text"]
-                if context is not None and context.on_progress is not None:
-                    await context.on_progress({"type": "text", "delta": event["text"]})
-                yield {"type": "text-delta", "text": event["text"]}
-            elif event["type"] == "tool-call":
-                call = {"tool_call_id": event["tool_call_id"], "tool_name": event["tool_name"], "input": event["input"]}
-                turn.tool_calls.append(call)
-                yield {"type": "tool-call", **call}
-            elif event["type"] == "finish":
-                turn.usage, turn.finish_reason = event["usage"], event["finish_reason"]
-            elif event["type"] == "reasoning":
-                turn.reasoning.append({"type": "reasoning", **{k: event[k] for k in ("text", "provider", "metadata")}})
 
     async def _prepare(self, step_index: int) -> StepOverrides:
         if self.options.prepare_step is None:
