@@ -33,7 +33,9 @@ from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage
 from .errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, SessionStateError
 from .generate import _consume
-from .loop import TOOL_INTERRUPTED_MESSAGE, AgentLoop, assistant_message, tool_message, unresolved_calls
+from .loop import AgentLoop
+from .tool_calls import TOOL_INTERRUPTED_MESSAGE
+from .transcript import assistant_message, tool_message, unresolved_calls
 from .messages import Message
 from .models import LanguageModel
 from .options import RunOptions, logger, random_id
