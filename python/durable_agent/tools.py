@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._schema import validate
+from ._schema import Validator, compile_schema
 from ._util import maybe_await
 from .errors import ConfigurationError
 from .models import ToolSpec
@@ -37,6 +37,7 @@ class Tool:
     execute: Callable[[Any], Any] | None = None
     needs_approval: bool | ApprovalPredicate = False
     replay: Literal["safe", "unsafe"] = "unsafe"
+    _validator: Validator | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.replay not in ("safe", "unsafe"):
@@ -45,6 +46,8 @@ class Tool:
             raise ConfigurationError("Tool parameters must be a JSON-Schema dict or a pydantic model class")
         if self.execute is not None and not callable(self.execute):
             raise ConfigurationError("Tool execute must be callable")
+        if not _is_pydantic_model(self.parameters):
+            object.__setattr__(self, "_validator", compile_schema(self.parameters))
 
     @property
     def is_client_tool(self) -> bool:
@@ -61,12 +64,12 @@ class Tool:
 
     def parse_input(self, raw: Any) -> tuple[Any, str | None]:
         """The input `execute` receives, or an error message for the model when it is invalid."""
-        if _is_pydantic_model(self.parameters):
+        if self._validator is None:  # a pydantic model: it validates and converts
             try:
                 return self.parameters.model_validate(raw), None
             except ValueError as exc:  # pydantic's ValidationError is a ValueError
                 return None, f"Invalid input: {exc}"
-        problems = validate(raw, self.parameters)
+        problems = self._validator(raw)
         if problems:
             return None, "Invalid input: " + "; ".join(problems)
         return raw, None
