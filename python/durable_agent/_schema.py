@@ -389,13 +389,18 @@ def _reject(value: Any, path: str, errors: list[str]) -> None:
 
 
 def _combine(types: list[str] | None, kinds: dict[str, list[Check]], generic: list[Check]) -> Check:
+    """One node's check: its type first (nothing else is checked on a value of the wrong type), then
+    the keywords for the value's kind, then the ones for any value."""
+    if types is None and not kinds and not generic:
+        return _accept
+    typed = types is not None
     allowed = frozenset(types or ()) - {"integer"}
-    integer = types is not None and "integer" in types and "number" not in types
+    integer = "integer" in (types or ()) and "number" not in allowed  # 1.0 is an integer
     expected = " or ".join(types or ())
 
     def check(value: Any, path: str, errors: list[str]) -> None:
         kind = _KINDS.get(type(value)) or _kind(value)
-        if types is not None and kind not in allowed and not (integer and kind == "number" and _is_integral(value)):
+        if typed and kind not in allowed and not (integer and kind == "number" and _is_integral(value)):
             errors.append(f"{path}: expected {expected}, got {_kind_word(value, kind)}")
             return
         for sub in kinds.get(kind, ()):
@@ -403,14 +408,6 @@ def _combine(types: list[str] | None, kinds: dict[str, list[Check]], generic: li
         for sub in generic:
             sub(value, path, errors)
 
-    if not kinds and not generic:
-
-        def check_type(value: Any, path: str, errors: list[str]) -> None:
-            kind = _KINDS.get(type(value)) or _kind(value)
-            if kind not in allowed and not (integer and kind == "number" and _is_integral(value)):
-                errors.append(f"{path}: expected {expected}, got {_kind_word(value, kind)}")
-
-        return _accept if types is None else check_type
     return check
 
 

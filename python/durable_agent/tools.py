@@ -11,7 +11,21 @@ by accident) reports it to the model as interrupted; ``"safe"`` (reads, pure com
 runs it again.
 
 Input that fails validation never reaches `execute`: the model gets an `is_error` result
-describing what was wrong, and can try again.
+describing what was wrong (``path: reason``, e.g. ``input.items[2].qty: must be at least 1``),
+and can try again.
+
+A JSON-Schema `parameters` is checked and compiled when the `Tool` is built (see `_schema`):
+draft 2020-12 keywords are enforced (type, enum, const; properties, required,
+additionalProperties, patternProperties, propertyNames, min/maxProperties, dependentRequired,
+dependentSchemas; items, prefixItems, min/maxItems, uniqueItems, contains, min/maxContains;
+min/maxLength, pattern; minimum, maximum, exclusiveMinimum/Maximum, multipleOf; allOf, anyOf,
+oneOf, not, if/then/else; $ref to ``#``/``#/$defs/...``/``#/definitions/...`` inside the schema).
+title, description, default, examples, deprecated, readOnly, writeOnly, $comment, $schema, $id
+(root), format, content*, discriminator and ``x-`` keywords are annotations. Anything else raises
+`ConfigurationError` naming the keyword and its JSON pointer: a keyword is never silently ignored.
+A bool is not an integer or a number; 1.0 is an integer; multipleOf is exact on the decimal a
+number was written as (0.3 is a multiple of 0.1); pattern is a Python regular expression.
+A pydantic model validates its own input (and converts it).
 """
 
 from __future__ import annotations
@@ -30,7 +44,7 @@ ApprovalPredicate = Callable[[Any], bool | Awaitable[bool]]
 
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """A tool the model can call. See the module docstring."""
+    """A tool the model can call. See the module docstring (which JSON Schema keywords are supported)."""
 
     description: str = ""
     parameters: Any = field(default_factory=lambda: {"type": "object"})
