@@ -213,10 +213,17 @@ def test_a_union_reports_the_branch_that_fits() -> None:
 
 
 def test_deep_input_on_a_recursive_schema_is_an_error_not_a_crash() -> None:
+    # 1,000 levels: more than the validator's recursion can take, and what Pyodide can still build.
     deep: dict[str, Any] = {"v": 1, "kids": []}
-    for _ in range(5000):
+    for _ in range(1000):
         deep = {"kids": [deep]}
     assert problems(TREE, deep) == ["input: nested too deeply to validate"]
+    nested: list[Any] = []
+    for _ in range(1000):
+        nested = [nested]
+    for schema in ({"enum": [1]}, {"const": [1]}, {"uniqueItems": True}):
+        assert problems(schema, [nested, 1]) == ["input: nested too deeply to validate"], schema
+    assert problems({"const": 1}, [[[[[["x" * 500]]]]]]) == ["input: must be 1"]
 
 
 def test_the_schema_is_checked_once_when_the_tool_is_built() -> None:

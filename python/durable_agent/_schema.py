@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import operator
 import re
+import reprlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -67,6 +68,8 @@ _KINDS: dict[type, str] = {
     dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean",
     type(None): "null",
 }
+_REPR = reprlib.Repr()  # (keyword arguments need Python 3.12)
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 3, 8, 8, 60, 60
 _TYPE_NAMES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 _BOUNDS: tuple[tuple[str, Callable[[Any, Any], bool], str], ...] = (
     ("minimum", operator.ge, "at least"),
@@ -112,34 +115,28 @@ def _refuse(where: Where, reason: str) -> ConfigurationError:
     return ConfigurationError(f"JSON Schema {_pointer(where)}: {reason}")
 
 
-class _Ref:
-    """A $ref target, compiled once; the check is filled in after the target is compiled (cycles)."""
-
-    __slots__ = ("check",)
-
-    def __init__(self) -> None:
-        self.check: Check = _accept
-
-    def __call__(self, value: Any, path: str, errors: list[str]) -> None:
-        self.check(value, path, errors)
-
-
 class _Compiler:
     """Compiles one schema document. `frame` collects the $ref targets a node reaches without
     descending into the input; `refuse_cycles` finds a cycle among them (rule 5)."""
 
     def __init__(self, root: Any) -> None:
         self._root = root  # the document a $ref points into
-        self._targets: dict[Where, _Ref] = {}
+        self._targets: dict[Where, Check] = {}
         self._in_place: dict[Where, set[Where]] = {}
 
-    def target(self, where: Where, schema: Any) -> _Ref:
-        """The compiled check of `schema`, found at `where` (compiled once, so cycles end)."""
+    def target(self, where: Where, schema: Any) -> Check:
+        """The compiled check of `schema`, found at `where`: compiled once, and callable before it is
+        compiled (a recursive schema reaches itself)."""
         ref = self._targets.get(where)
         if ref is None:
-            ref = self._targets[where] = _Ref()
+            compiled: list[Check] = []
+
+            def ref(value: Any, path: str, errors: list[str]) -> None:
+                compiled[0](value, path, errors)
+
+            self._targets[where] = ref
             frame: set[Where] = set()
-            ref.check = self._node(schema, where, frame)
+            compiled.append(self._node(schema, where, frame))
             self._in_place[where] = frame
         return ref
 
@@ -416,7 +413,8 @@ def _kind_word(value: Any, kind: str) -> str:
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
+    """A repr for a message: a few levels and items deep (so a deep input costs no deep recursion)."""
+    text = _REPR.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -430,10 +428,17 @@ def _canon(value: Any) -> Any:
         return ("bool", value)
     if isinstance(value, (str, int, float)) or value is None:
         return value
+    # Plain loops, not tuple(generator): as in the codec, a nesting level costs Python frames only,
+    # not C stack (which under WebAssembly is small), so a deep value ends in RecursionError.
+    parts = []
     if isinstance(value, list):
-        return ("array", tuple(_canon(v) for v in value))
+        for item in value:
+            parts.append(_canon(item))
+        return ("array", tuple(parts))
     if isinstance(value, dict):
-        return ("object", frozenset((k, _canon(v)) for k, v in value.items()))
+        for key, item in value.items():
+            parts.append((key, _canon(item)))
+        return ("object", frozenset(parts))
     return ("other", id(value))
 
 
@@ -555,7 +560,9 @@ def _unique(value: list[Any], path: str, errors: list[str]) -> None:
 
 def _contains(sub: Check, low: int, high: int | None) -> Check:
     def check(value: list[Any], path: str, errors: list[str]) -> None:
-        found = sum(1 for i, item in enumerate(value) if _passes(sub, item, f"{path}[{i}]"))
+        found = 0
+        for i, item in enumerate(value):
+            found += _passes(sub, item, f"{path}[{i}]")
         if found < low:
             errors.append(f"{path}: needs at least {low} item(s) matching 'contains', has {found}")
         elif high is not None and found > high:
