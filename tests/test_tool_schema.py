@@ -226,6 +226,28 @@ def test_deep_input_on_a_recursive_schema_is_an_error_not_a_crash() -> None:
     assert problems({"const": 1}, [[[[[["x" * 500]]]]]]) == ["input: must be 1"]
 
 
+class CountingDict(dict[str, Any]):
+    """An input object that counts how often the validator walks its properties."""
+
+    walks = 0
+
+    def items(self) -> Any:
+        CountingDict.walks += 1
+        return super().items()
+
+
+def test_unions_over_the_same_input_stay_linear() -> None:
+    # Both branches descend into "x": tried naively, each level doubles the work (2**depth walks).
+    either = {"type": "object", "properties": {"x": {"$ref": "#/$defs/N"}}}
+    schema = {"$defs": {"N": {"anyOf": [either, {**either, "minProperties": 1}]}}, "$ref": "#/$defs/N"}
+    value: Any = 1
+    for _ in range(16):
+        value = CountingDict(x=value)
+    CountingDict.walks = 0
+    assert problems(schema, value) == ["input: matches none of the allowed shapes (anyOf)"]
+    assert CountingDict.walks <= 4 * 16
+
+
 def test_the_schema_is_checked_once_when_the_tool_is_built() -> None:
     schema: dict[str, Any] = {"type": "object", "properties": {"n": {"type": "integer"}}}
     tool = Tool(parameters=schema)

@@ -43,11 +43,12 @@ from urllib.parse import unquote
 
 from .errors import ConfigurationError
 
-Check = Callable[[Any, str, list[str]], None]  # (value, path, errors): appends what is wrong
+Check = Callable[[Any, str, "_Errors"], None]  # (value, path, errors): appends what is wrong
 Where = tuple[str, ...]  # a JSON pointer's tokens
 
 ROOT_PATH = "input"
 
+_MISSING = object()  # what a $ref pointing nowhere finds
 _ANNOTATIONS = frozenset({
     "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "$comment",
     "$schema", "$id", "format", "contentEncoding", "contentMediaType", "contentSchema", "discriminator",
@@ -88,12 +89,12 @@ class Validator:
         self._check = check
 
     def __call__(self, value: Any) -> list[str]:
-        errors: list[str] = []
+        errors = _Errors()
         try:
             self._check(value, ROOT_PATH, errors)
         except RecursionError:
             return [f"{ROOT_PATH}: nested too deeply to validate"]
-        return errors
+        return list(errors) if errors else []
 
 
 def compile_schema(schema: Any) -> Validator:
@@ -109,6 +110,11 @@ def compile_schema(schema: Any) -> Validator:
 
 def _pointer(where: Where) -> str:
     return "#" + "".join("/" + token.replace("~", "~0").replace("/", "~1") for token in where)
+
+
+def _pointer_tokens(ref: str) -> Where:
+    """The tokens of a '#/...' $ref: percent-decoded, then split, then ~1 and ~0 unescaped."""
+    return tuple(t.replace("~1", "/").replace("~0", "~") for t in unquote(ref[1:]).split("/")[1:])
 
 
 def _refuse(where: Where, reason: str) -> ConfigurationError:
@@ -131,7 +137,7 @@ class _Compiler:
         if ref is None:
             compiled: list[Check] = []
 
-            def ref(value: Any, path: str, errors: list[str]) -> None:
+            def ref(value: Any, path: str, errors: _Errors) -> None:
                 compiled[0](value, path, errors)
 
             self._targets[where] = ref
@@ -165,7 +171,14 @@ class _Compiler:
         fragment = unquote(ref[1:])
         if fragment and not fragment.startswith("/"):
             raise _refuse(where, f"anchor $ref {ref!r} is not supported (only '#/...' JSON pointers)")
-        tokens = tuple(t.replace("~1", "/").replace("~0", "~") for t in fragment.split("/")[1:])
+        tokens = _pointer_tokens(ref)
+        node = self._lookup(tokens)
+        if node is _MISSING:
+            raise _refuse(where, f"$ref {ref!r} points to nothing in the schema")
+        frame.add(tokens)
+        return self.target(tokens, node)
+
+    def _lookup(self, tokens: Where) -> Any:
         node = self._root
         for token in tokens:
             if isinstance(node, Mapping) and token in node:
@@ -173,9 +186,22 @@ class _Compiler:
             elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
                 node = node[int(token)]
             else:
-                raise _refuse(where, f"$ref {ref!r} points to nothing in the schema")
-        frame.add(tokens)
-        return self.target(tokens, node)
+                return _MISSING
+        return node
+
+    def _static_types(self, schema: Any) -> tuple[str, ...] | None:
+        """The types `schema` admits at most by its own 'type' (or its $ref chain's); None: not said.
+        Called on compiled (so valid) schemas only."""
+        seen: set[str] = set()
+        while isinstance(schema, Mapping):
+            if "type" in schema:
+                return _types(schema, ())
+            ref = schema.get("$ref")
+            if not isinstance(ref, str) or ref in seen:
+                return None
+            seen.add(ref)
+            schema = self._lookup(_pointer_tokens(ref))
+        return None
 
     def _node(self, schema: Any, where: Where, frame: set[Where]) -> Check:
         if schema is True:
@@ -233,8 +259,9 @@ class _Compiler:
             checks.extend(self._list(schema, "allOf", where, frame))
         for keyword in ("anyOf", "oneOf"):
             if keyword in schema:
-                pick = self._discriminator(schema, where, frame)
-                checks.append(_union(keyword, self._list(schema, keyword, where, frame), pick))
+                branches = self._list(schema, keyword, where, frame)
+                types = [self._static_types(sub) for sub in schema[keyword]]
+                checks.append(_union(keyword, branches, types, self._discriminator(schema, where, frame)))
         if "not" in schema:
             checks.append(_not(self._sub(schema, "not", where, frame)))
         if "if" in schema and ("then" in schema or "else" in schema):
@@ -319,14 +346,14 @@ class _Compiler:
 # --- keyword values (checked at compile time) ---------------------------------------------------
 
 
-def _types(schema: Mapping[str, Any], where: Where) -> list[str] | None:
+def _types(schema: Mapping[str, Any], where: Where) -> tuple[str, ...] | None:
     if "type" not in schema:
         return None
     names = schema["type"]
     names = [names] if isinstance(names, str) else names
     if not isinstance(names, list) or not names or not all(isinstance(n, str) and n in _TYPE_NAMES for n in names):
         raise _refuse((*where, "type"), f"must name JSON types among {sorted(_TYPE_NAMES)}")
-    return list(dict.fromkeys(names))
+    return tuple(dict.fromkeys(names))
 
 
 def _count(schema: Mapping[str, Any], keyword: str, where: Where) -> int:
@@ -377,27 +404,24 @@ def _is_integral(value: Any) -> bool:
     return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
 
 
-def _accept(value: Any, path: str, errors: list[str]) -> None:
+def _accept(value: Any, path: str, errors: _Errors) -> None:
     return None
 
 
-def _reject(value: Any, path: str, errors: list[str]) -> None:
+def _reject(value: Any, path: str, errors: _Errors) -> None:
     errors.append(f"{path}: not allowed")
 
 
-def _combine(types: list[str] | None, kinds: dict[str, list[Check]], generic: list[Check]) -> Check:
+def _combine(types: tuple[str, ...] | None, kinds: dict[str, list[Check]], generic: list[Check]) -> Check:
     """One node's check: its type first (nothing else is checked on a value of the wrong type), then
     the keywords for the value's kind, then the ones for any value."""
     if types is None and not kinds and not generic:
         return _accept
-    typed = types is not None
-    allowed = frozenset(types or ()) - {"integer"}
-    integer = "integer" in (types or ()) and "number" not in allowed  # 1.0 is an integer
     expected = " or ".join(types or ())
 
-    def check(value: Any, path: str, errors: list[str]) -> None:
+    def check(value: Any, path: str, errors: _Errors) -> None:
         kind = _KINDS.get(type(value)) or _kind(value)
-        if typed and kind not in allowed and not (integer and kind == "number" and _is_integral(value)):
+        if types is not None and not _admits(types, kind, value):
             errors.append(f"{path}: expected {expected}, got {_kind_word(value, kind)}")
             return
         for sub in kinds.get(kind, ()):
@@ -408,13 +432,18 @@ def _combine(types: list[str] | None, kinds: dict[str, list[Check]], generic: li
     return check
 
 
+def _admits(types: tuple[str, ...], kind: str, value: Any) -> bool:
+    """Whether a value of JSON `kind` is of one of `types` (rule 1: 1.0 is an integer, a bool is not)."""
+    return kind in types or (kind == "number" and "integer" in types and _is_integral(value))
+
+
 def _kind_word(value: Any, kind: str) -> str:
     return "integer" if kind == "number" and isinstance(value, int) else kind
 
 
 def _short(value: Any, limit: int = 60) -> str:
     """A repr for a message: a few levels and items deep (so a deep input costs no deep recursion)."""
-    text = _REPR.repr(value)
+    text = repr(value) if isinstance(value, (str, int, float)) or value is None else _REPR.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -445,7 +474,7 @@ def _canon(value: Any) -> Any:
 def _enum(options: list[Any]) -> Check:
     keys = frozenset(_canon(o) for o in options)
 
-    def check(value: Any, path: str, errors: list[str]) -> None:
+    def check(value: Any, path: str, errors: _Errors) -> None:
         if _canon(value) not in keys:
             errors.append(f"{path}: {_short(value)} is not one of {_short(options, 120)}")
 
@@ -455,7 +484,7 @@ def _enum(options: list[Any]) -> Check:
 def _const(expected: Any) -> Check:
     key = _canon(expected)
 
-    def check(value: Any, path: str, errors: list[str]) -> None:
+    def check(value: Any, path: str, errors: _Errors) -> None:
         if _canon(value) != key:
             errors.append(f"{path}: must be {_short(expected)}")
 
@@ -466,7 +495,7 @@ def _size(keyword: str, limit: int, message: str) -> Check:
     holds = operator.ge if keyword.startswith("min") else operator.le
     text = message.format(limit)
 
-    def check(value: Any, path: str, errors: list[str]) -> None:
+    def check(value: Any, path: str, errors: _Errors) -> None:
         if not holds(len(value), limit):
             errors.append(f"{path}: {text}")
 
@@ -474,7 +503,7 @@ def _size(keyword: str, limit: int, message: str) -> Check:
 
 
 def _required(names: list[str]) -> Check:
-    def check(value: dict[str, Any], path: str, errors: list[str]) -> None:
+    def check(value: dict[str, Any], path: str, errors: _Errors) -> None:
         for name in names:
             if name not in value:
                 errors.append(f"{path}: missing required property {name!r}")
@@ -483,7 +512,7 @@ def _required(names: list[str]) -> Check:
 
 
 def _dependent_required(deps: dict[str, list[str]]) -> Check:
-    def check(value: dict[str, Any], path: str, errors: list[str]) -> None:
+    def check(value: dict[str, Any], path: str, errors: _Errors) -> None:
         for trigger, names in deps.items():
             if trigger in value:
                 for name in names:
@@ -494,7 +523,7 @@ def _dependent_required(deps: dict[str, list[str]]) -> Check:
 
 
 def _dependent_schemas(deps: dict[str, Check]) -> Check:
-    def check(value: Any, path: str, errors: list[str]) -> None:
+    def check(value: Any, path: str, errors: _Errors) -> None:
         if isinstance(value, dict):
             for trigger, sub in deps.items():
                 if trigger in value:
@@ -504,7 +533,7 @@ def _dependent_schemas(deps: dict[str, Check]) -> Check:
 
 
 def _property_names(sub: Check) -> Check:
-    def check(value: dict[str, Any], path: str, errors: list[str]) -> None:
+    def check(value: dict[str, Any], path: str, errors: _Errors) -> None:
         for name in value:
             sub(name, f"{path} key {_short(name)}", errors)
 
@@ -514,7 +543,7 @@ def _property_names(sub: Check) -> Check:
 def _properties(
     props: dict[str, tuple[Check, str]], patterns: list[tuple[re.Pattern[str], Check]], rest: Check | None, closed: bool
 ) -> Check:
-    def check(value: dict[str, Any], path: str, errors: list[str]) -> None:
+    def check(value: dict[str, Any], path: str, errors: _Errors) -> None:
         for name, item in value.items():
             known = props.get(name)
             if known is not None:
@@ -535,7 +564,7 @@ def _properties(
 
 
 def _items(prefix: list[Check], rest: Check | None, closed: bool) -> Check:
-    def check(value: list[Any], path: str, errors: list[str]) -> None:
+    def check(value: list[Any], path: str, errors: _Errors) -> None:
         for i, (sub, item) in enumerate(zip(prefix, value)):
             sub(item, f"{path}[{i}]", errors)
         if rest is None or len(value) <= len(prefix):
@@ -549,7 +578,7 @@ def _items(prefix: list[Check], rest: Check | None, closed: bool) -> Check:
     return check
 
 
-def _unique(value: list[Any], path: str, errors: list[str]) -> None:
+def _unique(value: list[Any], path: str, errors: _Errors) -> None:
     seen: dict[Any, int] = {}
     for i, item in enumerate(value):
         first = seen.setdefault(_canon(item), i)
@@ -559,10 +588,10 @@ def _unique(value: list[Any], path: str, errors: list[str]) -> None:
 
 
 def _contains(sub: Check, low: int, high: int | None) -> Check:
-    def check(value: list[Any], path: str, errors: list[str]) -> None:
+    def check(value: list[Any], path: str, errors: _Errors) -> None:
         found = 0
         for i, item in enumerate(value):
-            found += _passes(sub, item, f"{path}[{i}]")
+            found += _passes(sub, item, f"{path}[{i}]", errors)
         if found < low:
             errors.append(f"{path}: needs at least {low} item(s) matching 'contains', has {found}")
         elif high is not None and found > high:
@@ -581,7 +610,7 @@ def _string(schema: Mapping[str, Any], where: Where) -> list[Check]:
     if "pattern" in schema:
         regex = _regex(schema["pattern"], (*where, "pattern"))
 
-        def pattern(value: str, path: str, errors: list[str]) -> None:
+        def pattern(value: str, path: str, errors: _Errors) -> None:
             if regex.search(value) is None:
                 errors.append(f"{path}: does not match pattern {regex.pattern!r}")
 
@@ -590,7 +619,7 @@ def _string(schema: Mapping[str, Any], where: Where) -> list[Check]:
 
 
 def _length(holds: Callable[[int, int], bool], limit: int, message: str) -> Check:
-    def check(value: str, path: str, errors: list[str]) -> None:
+    def check(value: str, path: str, errors: _Errors) -> None:
         if not holds(len(value), limit):
             errors.append(f"{path}: {message}")
 
@@ -611,7 +640,7 @@ def _number(schema: Mapping[str, Any], where: Where) -> list[Check]:
 
 
 def _bound(holds: Callable[[Any, Any], bool], limit: float, words: str) -> Check:
-    def check(value: float, path: str, errors: list[str]) -> None:
+    def check(value: float, path: str, errors: _Errors) -> None:
         if not holds(value, limit):
             errors.append(f"{path}: must be {words} {limit!r}")
 
@@ -631,7 +660,7 @@ def _exact(number: float) -> Fraction | None:
 def _multiple_of(step: float) -> Check:
     exact_step = _exact(step)
 
-    def check(value: float, path: str, errors: list[str]) -> None:
+    def check(value: float, path: str, errors: _Errors) -> None:
         if isinstance(value, int) and isinstance(step, int):
             ok = value % step == 0
         else:
@@ -650,8 +679,23 @@ class _Failed(Exception):
     """A branch tried by `_passes` has failed (its first error was recorded)."""
 
 
-class _FailFast(list[str]):
-    """An error list that stops the check at the first error: `_passes` only needs yes or no."""
+class _Errors(list[str]):
+    """The problems found so far, and (`memo`, shared by one validation, made by the first union)
+    which branch already passed or failed on which value: each is tried once, so unions over the
+    same input stay linear."""
+
+    memo: dict[tuple[int, int], bool] | None = None
+
+    @classmethod
+    def sharing(cls, errors: _Errors) -> _Errors:
+        """An empty list of this class sharing the memo of `errors`."""
+        fresh = cls()
+        fresh.memo = errors.memo
+        return fresh
+
+
+class _FailFast(_Errors):
+    """Errors that stop the check at the first one: `_passes` only needs yes or no."""
 
     def append(self, message: str, /) -> None:
         raise _Failed
@@ -661,12 +705,20 @@ class _FailFast(list[str]):
             self.append(message)
 
 
-def _passes(check: Check, value: Any, path: str) -> bool:
-    try:
-        check(value, path, _FailFast())
-    except _Failed:
-        return False
-    return True
+def _passes(check: Check, value: Any, path: str, errors: _Errors) -> bool:
+    key = (id(check), id(value))  # the input outlives the validation, so its ids are stable
+    memo = errors.memo
+    if memo is None:
+        memo = errors.memo = {}
+    known = memo.get(key)
+    if known is None:
+        try:
+            check(value, path, _FailFast.sharing(errors))
+            known = True
+        except _Failed:
+            known = False
+        memo[key] = known
+    return known
 
 
 class _Pick:
@@ -682,18 +734,20 @@ class _Pick:
         return self.branches.get(tag) if isinstance(tag, str) else None
 
 
-def _union(keyword: str, branches: Sequence[Check], pick: _Pick | None) -> Check:
+def _union(
+    keyword: str, branches: Sequence[Check], types: Sequence[tuple[str, ...] | None], pick: _Pick | None
+) -> Check:
     exactly_one = keyword == "oneOf"
 
-    def check(value: Any, path: str, errors: list[str]) -> None:
+    def check(value: Any, path: str, errors: _Errors) -> None:
         matched = 0
         for branch in branches:
-            if _passes(branch, value, path):
+            if _passes(branch, value, path, errors):
                 matched += 1
                 if not exactly_one or matched > 1:
                     break
         if matched == 0:
-            _no_match(keyword, branches, pick, value, path, errors)
+            _no_match(keyword, branches, types, pick, value, path, errors)
         elif exactly_one and matched > 1:
             errors.append(f"{path}: matches more than one allowed shape (oneOf)")
 
@@ -701,48 +755,48 @@ def _union(keyword: str, branches: Sequence[Check], pick: _Pick | None) -> Check
 
 
 def _no_match(
-    keyword: str, branches: Sequence[Check], pick: _Pick | None, value: Any, path: str, errors: list[str]
+    keyword: str,
+    branches: Sequence[Check],
+    types: Sequence[tuple[str, ...] | None],
+    pick: _Pick | None,
+    value: Any,
+    path: str,
+    errors: _Errors,
 ) -> None:
     """Report a union nothing matched, as precisely as can be told: the errors of the branch the
-    discriminator tag names; else of the one branch of the right type (an Optional model, say);
-    else the types expected when every branch wants another type; else one line."""
+    discriminator tag names; else of the one branch whose type fits (an Optional model, say); else
+    the types expected when none fits; else one line. At most one branch runs again (for its
+    messages), so reporting stays linear too."""
     if isinstance(errors, _FailFast):
         raise _Failed  # the caller only needs to know it failed
+    kind = _kind(value)
+    fitting = [b for b, t in zip(branches, types) if t is None or _admits(t, kind, value)]
+    if not fitting:
+        expected = " or ".join(dict.fromkeys(name for t in types if t is not None for name in t))
+        errors.append(f"{path}: expected {expected}, got {_kind_word(value, kind)}")
+        return
     chosen = pick(value) if pick is not None else None
+    if chosen is None and len(fitting) == 1:
+        chosen = fitting[0]
     if chosen is not None:
-        found: list[str] = []
+        found = _Errors.sharing(errors)
         chosen(value, path, found)
-        if found:  # (a mapping may name a schema outside the union, which may pass)
+        if found:  # (a discriminator may name a schema outside the union, which may pass)
             errors.extend(found)
             return
-    wrong_type = f"{path}: expected "
-    typed: list[list[str]] = []
-    expected: list[str] = []
-    for branch in branches:
-        found = []
-        branch(value, path, found)
-        if found and found[0].startswith(wrong_type):
-            expected.append(found[0][len(wrong_type) :].rsplit(", got ", 1)[0])
-        elif found:
-            typed.append(found)
-    if len(typed) == 1:
-        errors.extend(typed[0])
-    elif not typed and expected:
-        errors.append(f"{wrong_type}{' or '.join(dict.fromkeys(expected))}, got {_kind_word(value, _kind(value))}")
-    else:
-        errors.append(f"{path}: matches none of the allowed shapes ({keyword})")
+    errors.append(f"{path}: matches none of the allowed shapes ({keyword})")
 
 
 def _not(sub: Check) -> Check:
-    def check(value: Any, path: str, errors: list[str]) -> None:
-        if _passes(sub, value, path):
+    def check(value: Any, path: str, errors: _Errors) -> None:
+        if _passes(sub, value, path, errors):
             errors.append(f"{path}: must not match the 'not' schema")
 
     return check
 
 
 def _if(condition: Check, then: Check, otherwise: Check) -> Check:
-    def check(value: Any, path: str, errors: list[str]) -> None:
-        (then if _passes(condition, value, path) else otherwise)(value, path, errors)
+    def check(value: Any, path: str, errors: _Errors) -> None:
+        (then if _passes(condition, value, path, errors) else otherwise)(value, path, errors)
 
     return check
