@@ -29,6 +29,9 @@ Where JSON Schema and Python differ, the rules are:
 4. pattern and patternProperties are Python regular expressions, searched (not anchored).
 5. A $ref cycle must pass through a keyword that descends into the input (properties, items,
    ...): one that does not would loop forever on any input, and is refused.
+6. anyOf, oneOf, not, if and contains decide a subschema on a value once per validation, so
+   overlapping branches cost linear time, not exponential; an input nested deeper than the
+   recursion limit allows gets "input: nested too deeply to validate".
 """
 
 from __future__ import annotations
