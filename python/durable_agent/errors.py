@@ -158,6 +158,17 @@ class RunSuspendedError(DurableAgentError, RuntimeError):
         super().__init__("the run was suspended; resume it to continue")
 
 
+class OutputValidationError(DurableAgentError, ValueError):
+    """The final answer did not match `output=` even after the repairs `output_retries` allows."""
+
+    code = "output_invalid"
+
+    def __init__(self, problem: str, text: str) -> None:
+        super().__init__(f"the final answer does not match the required output: {problem}")
+        self.problem = problem
+        self.text = text
+
+
 class SessionStateError(DurableAgentError, RuntimeError):
     """A session's stored state cannot be continued (e.g. a run marked in progress has no checkpoint).
 

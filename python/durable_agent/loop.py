@@ -25,6 +25,7 @@ from .errors import (
     CheckpointNotFoundError,
     CheckpointVersionError,
     ConfigurationError,
+    OutputValidationError,
     RunAbortedError,
     RunSuspendedError,
     is_control_error,
@@ -35,6 +36,7 @@ from .models import ModelRequest
 from .options import PrepareStepContext, RunOptions, StepOverrides, logger
 from .results import FinishReason, Part, StepResult
 from .stop import StopContext
+from .structured_output import REPAIR_PROMPT, OutputSpec
 from .tool_calls import ToolCall, ToolDecider, ToolPhase, ToolRunner
 from .tracing import RunLogger, RunTrace
 from .transcript import approval_part, assistant_message, tool_message, unresolved_calls
@@ -73,6 +75,9 @@ class AgentLoop:
         self.log = RunLogger(logger, lambda: (self.run_id, self._next_index, getattr(options.scope, "session_id", None)))
         self._models = ModelCaller(options, self.run_id, self.trace, self._check_abort)
         self._decider = ToolDecider(options, self.run_id)
+        self._output = OutputSpec.build(options.output) if options.output is not None else None
+        self._repairs = 0
+        self.output: Any = None
         self._runner = ToolRunner(options, self.run_id, self.trace, self.log, self._check_abort)
 
     # ----------------------------------------------------------------- driving
@@ -151,6 +156,8 @@ class AgentLoop:
                 for name, tool in self.options.tools.items()
                 if overrides.active_tools is None or name in overrides.active_tools
             ),
+            output_schema=self._output.schema if self._output is not None else None,
+            output_name=self._output.name if self._output is not None else "output",
         )
         turn = ModelTurn()
         async for part in self._models.call(model, request, step_index, turn):
@@ -180,6 +187,8 @@ class AgentLoop:
             StepResult(step_index, text, tuple(c.as_part() for c in calls), tuple(phase.results), usage, model_finish)
         )
         finish = self._finish_reason_after(calls, model_finish, phase)
+        if finish == "stop" and self._output is not None:
+            finish = self._take_output(text)
         if not phase.suspends:
             await self._save(step_index, "completed" if finish else "running")
         self.trace.end_step()
@@ -212,6 +221,20 @@ class AgentLoop:
         if self._is_runaway(calls):
             self.log.warning("run %s repeated the same tool calls %d times; stopping it", self.run_id, self.options.runaway_limit)
             return "runaway"
+        return None
+
+    def _take_output(self, text: str) -> FinishReason | None:
+        """Check the final answer against `output=`: keep it, send it back for a repair, or fail the run."""
+        assert self._output is not None
+        value, problem = self._output.check(text)
+        if problem is None:
+            self.output = value
+            return "stop"
+        if self._repairs >= self.options.output_retries:
+            raise OutputValidationError(problem, text)
+        self._repairs += 1
+        self.log.info("run %s: the answer does not match the output (%s); asking again", self.run_id, problem)
+        self.messages = extended(self.messages, {"role": "user", "content": REPAIR_PROMPT.format(problem=problem)})
         return None
 
     def _is_runaway(self, calls: list[ToolCall]) -> bool:

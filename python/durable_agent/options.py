@@ -14,6 +14,7 @@ from .errors import ConfigurationError
 from .messages import Message
 from .models import LanguageModel
 from .retry import RetryPolicy
+from .structured_output import OutputSpec
 from .session import Session
 from .stop import StopCondition
 from .tools import Tool
@@ -74,6 +75,8 @@ class CallOptions(TypedDict, total=False):
     runaway_limit: int
     retry: RetryPolicy
     fallback: Sequence[LanguageModel]
+    output: Any
+    output_retries: int
 
 
 def random_id() -> str:
@@ -102,6 +105,8 @@ class RunOptions:
     runaway_limit: int = 3
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     fallback: Sequence[LanguageModel] = ()
+    output: Any = None  # a JSON Schema or a pydantic model the final answer must match
+    output_retries: int = 2
     agent_path: tuple[str, ...] = ()  # internal: set for sub-agents
     scope: RunScope | None = None  # internal: the run scope of a durable runtime (Agent)
     suspend_signal: AbortSignal | None = None  # internal: Agent.suspend()
@@ -136,6 +141,10 @@ class RunOptions:
             type(self.approval_max_age_ms) is not int or self.approval_max_age_ms <= 0
         ):
             raise ConfigurationError("approval_max_age_ms must be None or a positive int (milliseconds)")
+        if type(self.output_retries) is not int or self.output_retries < 0:
+            raise ConfigurationError("output_retries must be a non-negative int")
+        if self.output is not None:
+            OutputSpec.build(self.output)  # refuses what cannot be checked, now
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigurationError("retry must be a RetryPolicy")
         if not all(isinstance(m, LanguageModel) for m in self.fallback):

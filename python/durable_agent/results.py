@@ -57,3 +57,4 @@ class GenerateTextResult:
     pending_approvals: tuple[ToolApprovalRequest, ...]
     client_tool_calls: tuple[dict[str, Any], ...]
     run_id: str | None
+    output: Any = None  # the parsed final answer, when the call asked for `output=`
