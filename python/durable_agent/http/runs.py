@@ -1,0 +1,205 @@
+"""`RunDriver`: the runs this server process drives, and the events they write to the log.
+
+A run is driven by an `Agent` the app's factory builds for the run's session; every part it
+streams becomes keyed events (`durable_agent.http.progress`) appended to the event log before
+the loop goes on, so what a reader is sent has been stored first.
+
+Which process drives a run is the lease's business (`durable_agent.runtime.leases`): a reader
+of a run that no live process drives any more (its server was killed) makes this process take
+it over (`ensure_driven`): first the events the stored run proves but the log lacks are
+appended (`missing_events`), then the run is resumed from its journal and its new events
+follow. Two processes that race for it settle it by the lease: one resumes, the other's claim
+is refused and it only reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._util import maybe_await, wall_clock_ms
+from ..agent import Agent, resolve_approval
+from ..checkpoint import AgentCheckpoint, ToolApprovalRequest
+from ..durable_session import approval_key
+from ..errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, StaleEpochError
+from ..runtime.protocols import DurableRuntime
+from .events import EventLog, RunInfo
+from .progress import TERMINAL, ProgressKeys, error_event, missing_events
+
+logger = logging.getLogger("durable_agent.http")
+
+__all__ = ["AgentFactory", "RunDriver"]
+
+AgentFactory = Callable[[str], Agent]
+"""Builds the durable `Agent` of a session (its model, tools, options) for a session id."""
+
+
+class RunDriver:
+    """Starts, resumes and takes over runs in this process; writes their events (see the module docs)."""
+
+    def __init__(self, agent_factory: AgentFactory, runtime: DurableRuntime, log: EventLog) -> None:
+        self.agent_factory = agent_factory
+        self.runtime = runtime
+        self.log = log
+        self._tasks: dict[str, asyncio.Task[BaseException | None]] = {}
+
+    def agent(self, session_id: str) -> Agent:
+        """The session's agent, checked to run on this endpoint's runtime."""
+        agent = self.agent_factory(session_id)
+        if not isinstance(agent, Agent) or agent.durable is None or agent.durable.runtime is not self.runtime:
+            raise ConfigurationError("the agent factory must return a durable Agent on the endpoint's runtime")
+        if agent.session_id != session_id:
+            raise ConfigurationError(f"the agent factory built an Agent of session {agent.session_id!r} "
+                                     f"when asked for {session_id!r}")
+        return agent
+
+    def driving(self, run_id: str) -> bool:
+        """Whether this process drives `run_id` now."""
+        return run_id in self._tasks
+
+    async def checkpoint(self, run_id: str) -> AgentCheckpoint | None:
+        checkpoint: AgentCheckpoint | None = await maybe_await(self.runtime.stores.session.load(run_id))
+        return checkpoint
+
+    # ------------------------------------------------------------ driving
+
+    async def start(self, run_id: str, session_id: str, prompt: str, meta: Mapping[str, Any]) -> None:
+        """Start `run_id` on `prompt` in the background; return once its start is committed.
+
+        Raises what stopped it before that (`RunLeaseHeldError`: the session runs another run).
+        """
+        agent = self.agent(session_id)
+        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        sink = self._sink(run_id, session_id, meta, started)
+        task = self._spawn(run_id, agent.run(prompt, run_id=run_id, on_part=sink))
+        waiting: set[asyncio.Future[Any]] = {started, task}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not started.done():
+            started.cancel()
+            error = task.result()
+            if error is not None:
+                raise error  # what ended the run before its start committed
+
+    def resume(self, info: RunInfo) -> None:
+        """Drive the stored run `info` on from its journal, in the background, after the leg this process drives."""
+        agent = self.agent(info.session_id)
+        earlier = self._tasks.get(info.run_id)
+
+        async def work() -> None:
+            if earlier is not None:
+                await asyncio.wait({earlier})  # its lease is released when it ends
+            await agent.resume(run_id=info.run_id, on_part=self._sink(info.run_id, info.session_id, info.meta, None))
+
+        self._spawn(info.run_id, work())
+
+    async def ensure_driven(self, info: RunInfo) -> None:
+        """Take `info`'s run over when no live process drives it and its log is not at a leg's end."""
+        if info.run_id in self._tasks:
+            return
+        logged = await self.log.read(info.run_id)
+        if logged and logged[-1].data.get("type") in TERMINAL:
+            return
+        lease = self.runtime.lease
+        if await lease.marked_run(info.session_id) == info.run_id:
+            stale_at = wall_clock_ms() - self.agent(info.session_id).durable.stale_after_ms  # type: ignore[union-attr]
+            if info.run_id not in {r.run_id for r in await lease.resumable(stale_at=stale_at,
+                                                                            session_id=info.session_id)}:
+                return  # a live process drives it: its events arrive through the log
+            await self.reconcile(info.run_id)
+            if info.run_id not in self._tasks:
+                logger.info("run %s: no live process drives it; taking it over", info.run_id)
+                self.resume(info)
+        else:
+            await self.reconcile(info.run_id)
+
+    async def reconcile(self, run_id: str) -> None:
+        """Append the events the stored run proves but the log lacks (see `missing_events`)."""
+        logged = await self.log.read(run_id)
+        checkpoint = await self.checkpoint(run_id)
+        inspect = self.runtime.inspect
+        missing = missing_events(run_id, logged, checkpoint, await inspect.steps(run_id),
+                                 await inspect.partials(run_id))
+        if missing:
+            await self.log.append(run_id, missing)
+
+    async def approve(self, info: RunInfo, request: ToolApprovalRequest, step_index: int, *, approved: bool,
+                      reason: str | None, token: str | None) -> bool:
+        """Record a verdict; resume the run once every pending approval has one. False: already answered."""
+        key = approval_key(info.run_id, step_index, request.approval_id)
+        record = await self.runtime.find_awakeable(info.session_id, key)
+        if record is None or record.resolved:
+            return False
+        if not await resolve_approval(self.runtime, request.approval_id, approved=approved, reason=reason,
+                                      token=token):
+            return False
+        checkpoint = await self.checkpoint(info.run_id)
+        if checkpoint is not None and checkpoint.status == "suspended" and await self._all_answered(info, checkpoint):
+            self.resume(info)
+        return True
+
+    async def stop(self) -> None:
+        """Cancel the runs in flight (server shutdown): they stay marked, and another process resumes them."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+    # ----------------------------------------------------------- helpers
+
+    async def _all_answered(self, info: RunInfo, checkpoint: AgentCheckpoint) -> bool:
+        for request in checkpoint.pending_approvals or ():
+            key = approval_key(info.run_id, checkpoint.step_index, request.approval_id)
+            record = await self.runtime.find_awakeable(info.session_id, key)
+            if record is None or not record.resolved:
+                return False
+        return True
+
+    def _spawn(self, run_id: str, work: Any) -> asyncio.Task[BaseException | None]:
+        task = asyncio.ensure_future(self._guarded(run_id, work))
+        self._tasks[run_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(run_id, None) if self._tasks.get(run_id) is task else None)
+        return task
+
+    async def _guarded(self, run_id: str, work: Any) -> BaseException | None:
+        """Await a run; returns what stopped it. A failure becomes the leg's ``error`` event; a lost lease does not."""
+        try:
+            await work
+        except (StaleEpochError, RunLeaseHeldError, RunSuspendedError) as exc:
+            logger.info("run %s stopped in this process: %s", run_id, exc)
+            return exc
+        except Exception as exc:  # noqa: BLE001 - a failed run is an event its readers get, never a crash
+            logger.exception("run %s failed", run_id)
+            if await self.log.run_info(run_id) is not None:
+                await self.log.append(run_id, [error_event(exc, f"{wall_clock_ms()}-{id(exc)}")])
+            return exc
+        return None
+
+    def _sink(self, run_id: str, session_id: str, meta: Mapping[str, Any],
+              started: asyncio.Future[None] | None) -> Any:
+        keys: dict[str, ProgressKeys] = {}
+
+        async def on_part(part_run_id: str | None, part: dict[str, Any]) -> None:
+            rid = part_run_id or run_id
+            progress = keys.get(rid)
+            if progress is None:
+                if await self.log.run_info(rid) is None:
+                    if rid != run_id:
+                        return  # a run the endpoint never served (recovered by Agent.run first): not logged
+                    await self.log.create_run(rid, session_id, meta)
+                progress = keys[rid] = ProgressKeys(await self.log.read(rid))
+            leg_step = None
+            if part["type"] == "finish":
+                checkpoint = await self.checkpoint(rid)
+                leg_step = checkpoint.step_index if checkpoint is not None else None
+            events = progress.events(part, leg_step=leg_step)
+            if events:
+                await self.log.append(rid, events)
+            if started is not None and rid == run_id and not started.done():
+                started.set_result(None)
+
+        return on_part
