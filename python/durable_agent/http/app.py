@@ -254,8 +254,13 @@ class ChatEndpoint:
             max_age_ms=self.driver.agent(info.session_id).options.get("approval_max_age_ms"),
         ):
             raise HttpError(403, "token_refused", "the approval token is missing, invalid, expired or for another run")
-        if not await self.driver.approve(info, pending, checkpoint.step_index, approved=approved, reason=reason,
-                                         token=token):
+        try:
+            answered = await self.driver.approve(info, pending, checkpoint.step_index, approved=approved,
+                                                 reason=reason, token=token)
+        except RunLeaseHeldError as exc:
+            raise HttpError(409, "session_busy", f"session {info.session_id!r} is running another run; "
+                            "nothing was recorded: send the verdict again when it ends") from exc
+        if not answered:
             raise HttpError(409, "already_answered", f"approval {approval_id!r} has a verdict already")
         await send_json(send, 202, {"run_id": info.run_id, "approval_id": approval_id, "approved": approved}, cors)
 

@@ -45,6 +45,7 @@ class RunDriver:
         self.runtime = runtime
         self.log = log
         self._tasks: dict[str, asyncio.Task[BaseException | None]] = {}
+        self._sessions: dict[str, str] = {}  # session id -> the run this process drives in it
 
     def agent(self, session_id: str) -> Agent:
         """The session's agent, checked to run on this endpoint's runtime."""
@@ -72,9 +73,10 @@ class RunDriver:
         Raises what stopped it before that (`RunLeaseHeldError`: the session runs another run).
         """
         agent = self.agent(session_id)
+        self._check_free(session_id, run_id)
         started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         sink = self._sink(run_id, session_id, meta, started)
-        task = self._spawn(run_id, agent.run(prompt, run_id=run_id, on_part=sink))
+        task = self._spawn(run_id, session_id, agent.run(prompt, run_id=run_id, on_part=sink))
         waiting: set[asyncio.Future[Any]] = {started, task}
         await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if not started.done():
@@ -84,8 +86,13 @@ class RunDriver:
                 raise error  # what ended the run before its start committed
 
     def resume(self, info: RunInfo) -> None:
-        """Drive the stored run `info` on from its journal, in the background, after the leg this process drives."""
+        """Drive the stored run `info` on from its journal, in the background, after the leg this process drives.
+
+        Raises `RunLeaseHeldError` when this process drives another run of the session: a lease
+        claim from the same process would succeed and fence that run out.
+        """
         agent = self.agent(info.session_id)
+        self._check_free(info.session_id, info.run_id)
         earlier = self._tasks.get(info.run_id)
 
         async def work() -> None:
@@ -93,7 +100,7 @@ class RunDriver:
                 await asyncio.wait({earlier})  # its lease is released when it ends
             await agent.resume(run_id=info.run_id, on_part=self._sink(info.run_id, info.session_id, info.meta, None))
 
-        self._spawn(info.run_id, work())
+        self._spawn(info.run_id, info.session_id, work())
 
     async def ensure_driven(self, info: RunInfo) -> None:
         """Take `info`'s run over when no live process drives it and its log is not at a leg's end."""
@@ -109,7 +116,7 @@ class RunDriver:
                                                                             session_id=info.session_id)}:
                 return  # a live process drives it: its events arrive through the log
             await self.reconcile(info.run_id)
-            if info.run_id not in self._tasks:
+            if info.run_id not in self._tasks and info.session_id not in self._sessions:
                 logger.info("run %s: no live process drives it; taking it over", info.run_id)
                 self.resume(info)
         else:
@@ -127,7 +134,11 @@ class RunDriver:
 
     async def approve(self, info: RunInfo, request: ToolApprovalRequest, step_index: int, *, approved: bool,
                       reason: str | None, token: str | None) -> bool:
-        """Record a verdict; resume the run once every pending approval has one. False: already answered."""
+        """Record a verdict; resume the run once every pending approval has one. False: already answered.
+
+        Raises `RunLeaseHeldError` (nothing recorded) while this process drives another run of the session.
+        """
+        self._check_free(info.session_id, info.run_id)
         key = approval_key(info.run_id, step_index, request.approval_id)
         record = await self.runtime.find_awakeable(info.session_id, key)
         if record is None or record.resolved:
@@ -159,10 +170,23 @@ class RunDriver:
                 return False
         return True
 
-    def _spawn(self, run_id: str, work: Any) -> asyncio.Task[BaseException | None]:
+    def _check_free(self, session_id: str, run_id: str) -> None:
+        busy = self._sessions.get(session_id)
+        if busy is not None and busy != run_id:
+            raise RunLeaseHeldError(session_id, self.runtime.owner)
+
+    def _spawn(self, run_id: str, session_id: str, work: Any) -> asyncio.Task[BaseException | None]:
         task = asyncio.ensure_future(self._guarded(run_id, work))
         self._tasks[run_id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(run_id, None) if self._tasks.get(run_id) is task else None)
+        self._sessions[session_id] = run_id
+
+        def done(_: object) -> None:
+            if self._tasks.get(run_id) is task:
+                del self._tasks[run_id]
+                if self._sessions.get(session_id) == run_id:
+                    del self._sessions[session_id]
+
+        task.add_done_callback(done)
         return task
 
     async def _guarded(self, run_id: str, work: Any) -> BaseException | None:

@@ -1,0 +1,266 @@
+"""The endpoint's pure core: progress keys, rebuilding missed events from stored records, the UI
+message stream mapping (against frames recorded from the protocol's documentation), the event
+logs, and the ASGI app in process (mounting, disconnects)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ui_message_stream_schema import check_chunk
+
+from durable_agent import Agent, AgentCheckpoint, DurableOptions, ScriptedModel, ToolApprovalRequest, Usage, reply
+from durable_agent.errors import ConfigurationError
+from durable_agent.http import ChatEndpoint, MemoryEventLog, RunEvent, SqliteEventLog, UiMessageStream
+from durable_agent.http.asgi import sse_frame
+from durable_agent.http.progress import ProgressKeys, missing_events
+from durable_agent.runtime import create_memory_runtime
+from durable_agent.runtime.keys import MODEL_CALL, step_key
+from durable_agent.runtime.records import StepRecord, StreamPartialRecord
+
+VECTORS = Path(__file__).parent / "vectors"
+
+
+def logged(*pairs: tuple[str, dict[str, Any]]) -> list[RunEvent]:
+    return [RunEvent(i + 1, key, data) for i, (key, data) in enumerate(pairs)]
+
+
+def text(step: int, offset: int, value: str) -> tuple[str, dict[str, Any]]:
+    return f"step/{step}/text/{offset}", {"type": "text-delta", "step_index": step, "offset": offset, "text": value}
+
+
+START1 = ("step/1/start", {"type": "step-start", "step_index": 1})
+
+# ------------------------------------------------------------- progress keys
+
+
+def test_a_replayed_model_answer_is_cut_to_what_the_log_lacks() -> None:
+    keys = ProgressKeys(logged(START1, text(1, 0, "Hello "), text(1, 6, "wor")))
+    assert keys.events({"type": "step-start", "step_index": 1}) == [START1]
+    assert keys.events({"type": "text-delta", "text": "Hello world"}) == [text(1, 9, "ld")]
+    assert keys.events({"type": "text-delta", "text": "!"}) == [text(1, 11, "!")]
+
+
+def test_live_deltas_the_log_holds_are_dropped() -> None:
+    keys = ProgressKeys(logged(START1, text(1, 0, "Hello "), text(1, 6, "world")))
+    keys.events({"type": "step-start", "step_index": 1})
+    assert keys.events({"type": "text-delta", "text": "Hello "}) == []
+    assert keys.events({"type": "text-delta", "text": "world"}) == []
+    assert keys.events({"type": "text-delta", "text": "."}) == [text(1, 11, ".")]
+
+
+def test_every_part_is_keyed_by_progress() -> None:
+    keys = ProgressKeys([])
+    keys.events({"type": "step-start", "step_index": 2})
+    call = {"type": "tool-call", "tool_call_id": "c1", "tool_name": "t", "input": {}}
+    result = {"type": "tool-result", "tool_call_id": "c1", "tool_name": "t", "output": 1, "is_error": False}
+    approval = {"type": "tool-approval-request", "approval_id": "a1", "tool_call_id": "c1", "tool_name": "t",
+                "input": {}, "agent_path": None, "token": None}
+    finish = {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 2, 3), "total_usage": Usage(1, 2, 3)}
+    step_finish = {"type": "step-finish", "step_index": 2, "usage": Usage(), "finish_reason": "stop"}
+    assert [k for part in (call, result, approval, step_finish) for k, _ in keys.events(part)] == [
+        "call/c1", "result/c1", "approval/a1", "step/2/finish"]
+    assert keys.events(finish, leg_step=4)[0][0] == "finish/4"
+    assert keys.events({"type": "something-new"}) == []
+
+
+# ------------------------------------------------------- missed events rebuilt
+
+
+def record(run: str, step: int, name: str, result: Any) -> StepRecord:
+    return StepRecord("s", run, step_key(run, step, name), "model", "safe", "done", result=result)
+
+
+def partial(run: str, step: int, seq: int, value: str) -> StreamPartialRecord:
+    return StreamPartialRecord("s", run, step_key(run, step, MODEL_CALL), seq, value)
+
+
+def checkpoint(step: int, status: str, messages: list[Any], pending: tuple[ToolApprovalRequest, ...] | None = None
+               ) -> AgentCheckpoint:
+    return AgentCheckpoint(run_id="r", step_index=step, status=status, messages=messages,  # type: ignore[arg-type]
+                           usage=Usage(3, 4, 7), pending_approvals=pending, created_at=0)
+
+
+MODEL = {"text": "Hi there", "tool_calls": [{"tool_call_id": "c1", "tool_name": "t", "input": {}}],
+         "usage": {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}, "finish_reason": "tool-calls"}
+
+
+def test_a_step_the_resumed_run_replays_gets_only_its_unlogged_text_and_calls() -> None:
+    events = missing_events("r", logged(START1, text(1, 0, "Hi ")), checkpoint(0, "running", []),
+                            [record("r", 1, MODEL_CALL, MODEL)], [])
+    assert [k for k, _ in events] == ["step/1/text/3", "call/c1"]
+    assert events[0][1]["text"] == "there"
+
+
+def test_text_streamed_by_a_model_call_that_never_finished_closes_as_aborted() -> None:
+    events = missing_events("r", logged(START1, text(1, 0, "Hi ")), checkpoint(0, "running", []), [],
+                            [partial("r", 1, 1, "there"), partial("r", 1, 0, "Hi ")])
+    assert [(k, d.get("text", d.get("finish_reason"))) for k, d in events] == [
+        ("step/1/text/3", "there"), ("step/1/finish", "aborted")]
+    assert missing_events("r", logged(START1), checkpoint(0, "running", []), [], []) == []  # it runs again
+
+
+def test_a_finished_run_gets_its_results_step_finish_and_finish() -> None:
+    messages = [{"role": "user", "content": "x"},
+                {"role": "tool", "content": [{"type": "tool-result", "tool_call_id": "c1", "tool_name": "t",
+                                              "output": "ok", "is_error": False}]}]
+    done = logged(START1, text(1, 0, "Hi there"), ("call/c1", {"type": "tool-call"}))
+    events = missing_events("r", done, checkpoint(1, "completed", messages), [record("r", 1, MODEL_CALL, MODEL)], [])
+    assert [k for k, _ in events] == ["result/c1", "step/1/finish", "finish/1"]
+    assert events[-1][1]["finish_reason"] == "stop" and events[-1][1]["total_usage"]["total_tokens"] == 7
+    assert missing_events("r", logged(*[(e.key, e.data) for e in done], *events),
+                          checkpoint(1, "completed", messages), [record("r", 1, MODEL_CALL, MODEL)], []) == []
+
+
+def test_a_parked_run_gets_its_approval_requests_and_a_suspended_finish() -> None:
+    request = ToolApprovalRequest("a1", "c1", "t", {}, None, "tok")
+    events = missing_events("r", logged(START1, text(1, 0, "Hi there"), ("call/c1", {"type": "tool-call"})),
+                            checkpoint(1, "suspended", [], (request,)), [record("r", 1, MODEL_CALL, MODEL)], [])
+    assert [k for k, _ in events] == ["approval/a1", "step/1/finish", "finish/1"]
+    assert events[0][1]["token"] == "tok" and events[-1][1]["finish_reason"] == "suspended"
+
+
+# ---------------------------------------------------------- UI message stream
+
+
+def recorded_frames() -> list[tuple[str | None, Any]]:
+    frames = []
+    for block in (VECTORS / "ui_message_stream_v5.sse").read_text().split("\n\n"):
+        if not block.strip():
+            continue
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        data = lines["data"]
+        frames.append((lines.get("id"), data if data == "[DONE]" else json.loads(data)))
+    return frames
+
+
+def test_the_ui_message_stream_matches_the_recorded_frames() -> None:
+    events = [
+        {"type": "step-start", "step_index": 1},
+        {"type": "text-delta", "step_index": 1, "offset": 0, "text": "Let me "},
+        {"type": "text-delta", "step_index": 1, "offset": 7, "text": "check."},
+        {"type": "tool-call", "step_index": 1, "tool_call_id": "call_1", "tool_name": "weather",
+         "input": {"city": "Paris"}},
+        {"type": "tool-call", "step_index": 1, "tool_call_id": "call_2", "tool_name": "deploy",
+         "input": {"env": "prod"}},
+        {"type": "tool-result", "tool_call_id": "call_1", "tool_name": "weather", "output": {"sky": "clear"},
+         "is_error": False},
+        {"type": "tool-approval-request", "approval_id": "ap-1", "tool_call_id": "call_2", "tool_name": "deploy",
+         "input": {"env": "prod"}, "agent_path": None, "token": "t0k"},
+        {"type": "step-finish", "step_index": 1, "usage": {}, "finish_reason": "tool-calls"},
+        {"type": "finish", "step_index": 1, "finish_reason": "suspended",
+         "usage": {"input_tokens": 5, "output_tokens": 7, "total_tokens": 12},
+         "total_usage": {"input_tokens": 5, "output_tokens": 7, "total_tokens": 12}},
+        {"type": "tool-result", "tool_call_id": "call_2", "tool_name": "deploy",
+         "output": "The user denied this tool call.", "is_error": True},
+        {"type": "step-start", "step_index": 3},
+        {"type": "text-delta", "step_index": 3, "offset": 0, "text": "Not deployed."},
+        {"type": "step-finish", "step_index": 3, "usage": {}, "finish_reason": "stop"},
+        {"type": "error", "code": "run_failed", "message": "ModelError: the provider went away"},
+    ]
+    folder = UiMessageStream("run-1")
+    got: list[tuple[str | None, Any]] = []
+    for seq, event in enumerate(events, 1):
+        got.extend((f"{seq}.{n}", chunk) for n, chunk in enumerate(folder.chunks(event)))
+        if event["type"] in ("finish", "error"):
+            got.append((None, "[DONE]"))
+    assert got == recorded_frames()
+    for _, chunk in got:
+        if chunk != "[DONE]":
+            check_chunk(chunk)
+    assert sse_frame("1.0", '{"type":"start"}') == b'id: 1.0\ndata: {"type":"start"}\n\n'
+
+
+# ------------------------------------------------------------------ event logs
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "memory":
+        shared = MemoryEventLog()
+        return lambda: shared
+    return lambda: SqliteEventLog(tmp_path / "events.db")
+
+
+async def test_a_log_holds_each_key_once_and_numbers_events_in_order(make_log: Any) -> None:
+    log, other = make_log(), make_log()  # for SQLite: two connections, as two processes have
+    assert await log.create_run("r", "s", {"user": "u"}) is True
+    assert await other.create_run("r", "s", {}) is False
+    assert (await other.run_info("r")).meta == {"user": "u"}  # type: ignore[union-attr]
+    first = await log.append("r", [("a", {"n": 1}), ("b", {"n": b"\x00bytes"})])
+    again = await other.append("r", [("b", {"n": 2}), ("c", {"n": 3})])
+    assert [(e.seq, e.key) for e in first + again] == [(1, "a"), (2, "b"), (3, "c")]
+    assert [e.data for e in await other.read("r", 1)] == [{"n": b"\x00bytes"}, {"n": 3}]
+    assert await log.run_info("missing") is None
+
+
+async def test_a_waiting_reader_wakes_on_an_append(make_log: Any) -> None:
+    log = make_log()
+    await log.create_run("r", "s", {})
+    waiter = asyncio.ensure_future(log.wait("r", 0, 30.0))
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    await log.append("r", [("a", {})])
+    await asyncio.wait_for(waiter, 5)
+
+
+# --------------------------------------------------------- Agent and ASGI app
+
+
+async def test_agent_run_names_the_run_and_hands_out_its_parts() -> None:
+    runtime = create_memory_runtime()
+    agent = Agent(model=ScriptedModel([reply("one two"), reply("three")]), session_id="s",
+                  durable=DurableOptions(runtime))
+    seen: list[tuple[str | None, str]] = []
+
+    async def sink(run_id: str | None, part: dict[str, Any]) -> None:
+        seen.append((run_id, part["type"]))
+
+    result = await agent.run("hi", run_id="chosen", on_part=sink)
+    assert result.run_id == "chosen"
+    assert seen == [("chosen", t) for t in ("step-start", "text-delta", "text-delta", "step-finish", "finish")]
+    with pytest.raises(ConfigurationError, match="already names a stored run"):
+        await agent.run("again", run_id="chosen")
+    with pytest.raises(ConfigurationError, match="durable"):
+        await Agent(model=ScriptedModel(["x"])).run("hi", run_id="r")
+
+
+async def asgi(app: Any, method: str, path: str, body: Any = None, root: str = "",
+               disconnect_after: int | None = None) -> tuple[int, bytes]:
+    sent: list[dict[str, Any]] = []
+    gone = asyncio.Event()
+    messages = [{"type": "http.request", "body": json.dumps(body).encode() if body is not None else b""}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if disconnect_after is not None and len(sent) >= disconnect_after:
+            gone.set()
+
+    scope = {"type": "http", "method": method, "path": root + path, "root_path": root, "query_string": b"",
+             "headers": []}
+    await asyncio.wait_for(app(scope, receive, send), 20)
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+async def test_the_app_mounted_under_a_prefix_and_a_reader_that_leaves() -> None:
+    runtime = create_memory_runtime()
+    model = ScriptedModel([reply("a b c d e f")], delay=0.05)
+    app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime)),
+                       runtime=runtime, events=MemoryEventLog())
+    status, body = await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "hi"}, root="/agent")
+    assert status == 201
+    run_id = json.loads(body)["run_id"]
+    status, body = await asgi(app, "GET", f"/runs/{run_id}/events", root="/agent", disconnect_after=3)
+    assert status == 200 and body.count(b"data: ") == 2  # the handler returned when its reader left
+    status, body = await asgi(app, "GET", f"/runs/{run_id}/events", root="/agent")
+    assert body.count(b"data: ") == 9 and b'"finish"' in body
+    assert (await asgi(app, "GET", "/runs", root="/agent"))[0] == 405
