@@ -8,6 +8,7 @@ tokens, the AI SDK UI message stream, CORS, and every error status.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,7 @@ def test_a_dropped_connection_resumes_with_last_event_id(paths: tuple[Path, Path
 @pytest.mark.parametrize("kill_at", ["mid-text", "mid-tool"])
 def test_sigkill_mid_run_another_server_completes_the_stream(paths: tuple[Path, Path], kill_at: str) -> None:
     db, ledger = paths
-    first = Server(db, ledger, delay=0.02).start()
+    first = Server(db, ledger, delay=0.05).start()
     try:
         run_id = start(first, "s-kill", "please lookup")
         stream = first.events(f"/runs/{run_id}/events")
@@ -118,7 +119,7 @@ def test_sigkill_mid_run_another_server_completes_the_stream(paths: tuple[Path, 
         head = read_until(stream.frames(), stop)
         if kill_at == "mid-tool":
             while not ledger_lines(ledger):
-                pass
+                time.sleep(0.01)
         first.kill()
         stream.close()
     finally:
@@ -282,3 +283,32 @@ def test_a_second_run_of_a_busy_session_is_a_conflict(paths: tuple[Path, Path]) 
         assert list(srv.events(f"/runs/{run_id}/events").frames())[-1].data["type"] == "finish"
     finally:
         srv.stop()
+
+
+def test_a_restarted_server_continues_killed_runs_before_any_reader_asks(paths: tuple[Path, Path]) -> None:
+    db, ledger = paths
+    first = Server(db, ledger, delay=0.05).start()
+    try:
+        run_id = start(first, "s-sweep", "please lookup")
+        stream = first.events(f"/runs/{run_id}/events")
+        read_until(stream.frames(), lambda f: f.data["type"] == "tool-call")
+        while not ledger_lines(ledger):  # the tool started: kill it in flight
+            time.sleep(0.01)
+        first.kill()
+        stream.close()
+    finally:
+        first.stop()
+    second = Server(db, ledger).start()
+    try:
+        view: dict[str, Any] = {}
+        for _ in range(600):  # no reader: the server's startup sweep drives the run to its end
+            _, _, view = second.request("GET", f"/runs/{run_id}")
+            if view["status"] == "completed":
+                break
+            time.sleep(0.05)
+        assert view["status"] == "completed" and view["text"] == LONG_ANSWER
+        frames = list(second.events(f"/runs/{run_id}/events").frames())
+        assert_exact_sequence(frames)
+        assert ledger_lines(ledger) == [["lookup", {"q": "answer"}]]
+    finally:
+        second.stop()

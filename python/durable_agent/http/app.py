@@ -14,7 +14,7 @@ from urllib.parse import unquote
 from .._kernels import kernels
 from .._util import maybe_await
 from ..checkpoint import AgentCheckpoint
-from ..errors import RunLeaseHeldError, SubmissionConflictError
+from ..errors import RunLeaseHeldError, SessionStateError, SubmissionConflictError
 from ..loop import approval_part
 from ..messages import Message, final_text
 from ..options import random_id
@@ -81,15 +81,19 @@ class ChatEndpoint:
 
     `agent`: builds the durable `Agent` of a session id (all on `runtime`). `events`: the
     durable event log (`SqliteEventLog` on the SQLite runtime's file, `MemoryEventLog` for
-    one process). `authorize`: the auth hook. `cors`: browser origins. Mount it under a prefix
+    one process). `authorize`: the auth hook. `cors`: browser origins. `resume_on_startup`:
+    at ASGI lifespan startup, take over the runs no live process drives (a server restarted
+    after a crash continues them before any reader asks). Mount it under a prefix
     in Starlette/FastAPI (``app.mount("/agent", endpoint)``): routes use the scope's ``path``
     relative to its ``root_path`` as those frameworks pass it.
     """
 
     def __init__(self, *, agent: AgentFactory, runtime: DurableRuntime, events: EventLog,
                  authorize: Authorize = _allow_all, cors: CorsSettings | None = None,
-                 keepalive_seconds: float = KEEPALIVE_SECONDS) -> None:
+                 keepalive_seconds: float = KEEPALIVE_SECONDS, resume_on_startup: bool = True) -> None:
         self.runtime = runtime
+        self.resume_on_startup = resume_on_startup
+        self._sweep: asyncio.Future[list[str]] | None = None
         self.events = events
         self.authorize = authorize
         self.cors = cors or CorsSettings()
@@ -123,8 +127,12 @@ class ChatEndpoint:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                if self.resume_on_startup:
+                    self._sweep = asyncio.ensure_future(self.driver.sweep())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self._sweep is not None:
+                    self._sweep.cancel()
                 await self.driver.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -201,9 +209,11 @@ class ChatEndpoint:
                 return run_id, False
         try:
             await self.driver.start(run_id, session_id, prompt, {})
-        except RunLeaseHeldError as exc:
+        except (RunLeaseHeldError, SessionStateError) as exc:
             if key is not None:
                 await self.runtime.stores.submissions.settle(session_id, key, None)  # a retry may start it
+            if isinstance(exc, SessionStateError):
+                raise HttpError(409, "session_state", str(exc)) from exc
             raise HttpError(409, "session_busy", f"session {session_id!r} is running another run") from exc
         if key is not None:
             await self.runtime.stores.submissions.settle(session_id, key, {"run_id": run_id})

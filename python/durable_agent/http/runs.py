@@ -122,6 +122,25 @@ class RunDriver:
         else:
             await self.reconcile(info.run_id)
 
+    async def sweep(self) -> list[str]:
+        """Take over every endpoint run no live process drives (at server start); returns their ids.
+
+        Lists the runs the lease shows lapsed as of now, then lets `ensure_driven` decide each
+        with its own agent's `stale_after_ms` (a run a live process still renews is left alone).
+        """
+        taken = []
+        for listed in await self.runtime.lease.resumable(stale_at=wall_clock_ms()):
+            info = await self.log.run_info(listed.run_id)
+            if info is None:
+                continue  # not a run of this endpoint
+            try:
+                await self.ensure_driven(info)
+            except Exception:  # noqa: BLE001 - one broken run must not keep the others down
+                logger.exception("run %s: taking it over at start failed", info.run_id)
+            if self.driving(info.run_id):
+                taken.append(info.run_id)
+        return taken
+
     async def reconcile(self, run_id: str) -> None:
         """Append the events the stored run proves but the log lacks (see `missing_events`)."""
         logged = await self.log.read(run_id)
