@@ -31,6 +31,7 @@ class Server:
     db: Path
     ledger: Path
     delay: float = 0.0
+    postgres: str | None = None  # a conninfo: serve on the Postgres runtime and event log
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
@@ -38,7 +39,8 @@ class Server:
     def start(self) -> Server:
         self.port = free_port()
         env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "HTTP_TEST_DB": str(self.db),
-               "HTTP_TEST_LEDGER": str(self.ledger), "HTTP_TEST_DELAY": str(self.delay)}
+               "HTTP_TEST_LEDGER": str(self.ledger), "HTTP_TEST_DELAY": str(self.delay),
+               "HTTP_TEST_POSTGRES": self.postgres or ""}
         self.log = self.db.with_name(f"server-{self.port}.log")
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(

@@ -2,7 +2,8 @@
 
 Configured from the environment: ``HTTP_TEST_DB`` (the SQLite file of the runtime and the
 event log), ``HTTP_TEST_LEDGER`` (a file each tool call appends a line to, so a test can count
-side effects), ``HTTP_TEST_DELAY`` (seconds per streamed word and per tool call).
+side effects), ``HTTP_TEST_DELAY`` (seconds per streamed word and per tool call), and
+``HTTP_TEST_POSTGRES`` (a conninfo: the Postgres runtime and event log instead of SQLite).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 from typing import Any
 
 from durable_agent import Agent, ApprovalSigner, DurableOptions, ScriptedModel, Tool, call, reply
-from durable_agent.http import AuthRequest, ChatEndpoint, CorsSettings, SqliteEventLog
+from durable_agent.http import AuthRequest, ChatEndpoint, CorsSettings, EventLog, PostgresEventLog, SqliteEventLog
 from durable_agent.models import ModelRequest, ScriptedResponse
 from durable_agent.runtime.sqlite import sqlite_runtime
 
@@ -41,7 +42,15 @@ def script(request: ModelRequest) -> ScriptedResponse:
 def create() -> ChatEndpoint:
     db, ledger = os.environ["HTTP_TEST_DB"], os.environ["HTTP_TEST_LEDGER"]
     delay = float(os.environ.get("HTTP_TEST_DELAY", "0"))
-    runtime = sqlite_runtime(db, synchronous="NORMAL")
+    postgres = os.environ.get("HTTP_TEST_POSTGRES")
+    runtime: Any
+    events: EventLog
+    if postgres:
+        from durable_agent.runtime.postgres import postgres_runtime
+
+        runtime, events = postgres_runtime(postgres), PostgresEventLog(postgres)
+    else:
+        runtime, events = sqlite_runtime(db, synchronous="NORMAL"), SqliteEventLog(db)
 
     async def effect(name: str, args: Any) -> dict[str, Any]:
         with open(ledger, "a", encoding="utf-8") as file:
@@ -65,5 +74,5 @@ def create() -> ChatEndpoint:
     def authorize(request: AuthRequest) -> bool:
         return request.request.headers.get("authorization") != "Bearer intruder"
 
-    return ChatEndpoint(agent=agent, runtime=runtime, events=SqliteEventLog(db), authorize=authorize,
+    return ChatEndpoint(agent=agent, runtime=runtime, events=events, authorize=authorize,
                         cors=CorsSettings(allow_origins=("http://allowed.example",)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,14 @@ from ui_message_stream_schema import check_chunk
 
 from durable_agent import Agent, AgentCheckpoint, DurableOptions, ScriptedModel, ToolApprovalRequest, Usage, reply
 from durable_agent.errors import ConfigurationError
-from durable_agent.http import ChatEndpoint, MemoryEventLog, RunEvent, SqliteEventLog, UiMessageStream
+from durable_agent.http import (
+    ChatEndpoint,
+    MemoryEventLog,
+    PostgresEventLog,
+    RunEvent,
+    SqliteEventLog,
+    UiMessageStream,
+)
 from durable_agent.http.asgi import sse_frame
 from durable_agent.http.progress import ProgressKeys, missing_events
 from durable_agent.runtime import create_memory_runtime
@@ -177,12 +185,28 @@ def test_the_ui_message_stream_matches_the_recorded_frames() -> None:
 # ------------------------------------------------------------------ event logs
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+@pytest.fixture(params=["memory", "sqlite",
+                        pytest.param("postgres", marks=pytest.mark.host_only("needs a Postgres server"))])
+def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A factory of event logs on one store (each SQL one on a connection of its own, as processes have)."""
     if request.param == "memory":
         shared = MemoryEventLog()
-        return lambda: shared
-    return lambda: SqliteEventLog(tmp_path / "events.db")
+        yield lambda: shared
+    elif request.param == "sqlite":
+        yield lambda: SqliteEventLog(tmp_path / "events.db")
+    else:
+        from durable_agent.testing.services import postgres_schema
+
+        with postgres_schema("events") as conninfo:
+            opened: list[PostgresEventLog] = []
+
+            def make() -> PostgresEventLog:
+                opened.append(PostgresEventLog(conninfo, poll_interval_ms=20))
+                return opened[-1]
+
+            yield make
+            for log in opened:  # the test's loop is gone; closing needs no I/O on the connection
+                asyncio.run(log.close())
 
 
 async def test_a_log_holds_each_key_once_and_numbers_events_in_order(make_log: Any) -> None:

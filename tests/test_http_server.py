@@ -65,8 +65,13 @@ def texts_by_step(frames: list[Frame]) -> list[str]:
     return [steps[k] for k in sorted(steps)]
 
 
-def stored_assistant_texts(db: Path, run_id: str) -> list[str]:
-    store = SqliteSessionStore(str(db))
+def stored_assistant_texts(db: Path, run_id: str, postgres: str | None = None) -> list[str]:
+    if postgres:
+        from durable_agent.stores.postgres import PostgresSessionStore
+
+        store: Any = PostgresSessionStore(postgres)
+    else:
+        store = SqliteSessionStore(str(db))
     try:
         checkpoint = store.load(run_id)
     finally:
@@ -103,10 +108,23 @@ def test_a_dropped_connection_resumes_with_last_event_id(paths: tuple[Path, Path
         srv.stop()
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.host_only("needs a Postgres server"))])
+def backend(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """None for the SQLite runtime and event log; a conninfo of a fresh schema for Postgres."""
+    if request.param == "sqlite":
+        yield None
+        return
+    from durable_agent.testing.services import postgres_schema
+
+    with postgres_schema("http") as conninfo:
+        yield conninfo
+
+
 @pytest.mark.parametrize("kill_at", ["mid-text", "mid-tool"])
-def test_sigkill_mid_run_another_server_completes_the_stream(paths: tuple[Path, Path], kill_at: str) -> None:
+def test_sigkill_mid_run_another_server_completes_the_stream(paths: tuple[Path, Path], kill_at: str,
+                                                             backend: str | None) -> None:
     db, ledger = paths
-    first = Server(db, ledger, delay=0.05).start()
+    first = Server(db, ledger, delay=0.05, postgres=backend).start()
     try:
         run_id = start(first, "s-kill", "please lookup")
         stream = first.events(f"/runs/{run_id}/events")
@@ -124,13 +142,13 @@ def test_sigkill_mid_run_another_server_completes_the_stream(paths: tuple[Path, 
         stream.close()
     finally:
         first.stop()
-    second = Server(db, ledger, delay=0.0).start()
+    second = Server(db, ledger, delay=0.0, postgres=backend).start()
     try:
         tail = list(second.events(f"/runs/{run_id}/events", {"last-event-id": head[-1].id or ""}).frames())
         frames = head + tail
         assert_exact_sequence(frames)
         assert frames[-1].data["type"] == "finish" and frames[-1].data["finish_reason"] == "stop"
-        assert texts_by_step(frames) == stored_assistant_texts(db, run_id)
+        assert texts_by_step(frames) == stored_assistant_texts(db, run_id, backend)
         assert ledger_lines(ledger) == [["lookup", {"q": "answer"}]]  # the tool ran once, never twice
         results = [f.data for f in frames if f.data["type"] == "tool-result"]
         assert len(results) == 1

@@ -57,7 +57,8 @@ from __future__ import annotations
 
 from .app import AuthRequest, Authorize, ChatEndpoint
 from .asgi import CorsSettings, Request
-from .events import EventLog, MemoryEventLog, RunEvent, RunInfo, SqliteEventLog
+from .events import EventLog, MemoryEventLog, RunEvent, RunInfo
+from .sql_logs import PostgresEventLog, SqliteEventLog
 from .runs import AgentFactory
 from .ui_stream import UiMessageStream
 
@@ -69,6 +70,7 @@ __all__ = [
     "CorsSettings",
     "EventLog",
     "MemoryEventLog",
+    "PostgresEventLog",
     "Request",
     "RunEvent",
     "RunInfo",

@@ -8,25 +8,23 @@ step in flight, and the ones already stored are dropped instead of sent twice.
 
 A reader asks for the events after the last ``seq`` it saw (``Last-Event-ID``) and waits for
 more (`EventLog.wait`); writers and readers may be different processes. Two logs ship:
-`MemoryEventLog` (one process, tests) and `SqliteEventLog` (a file shared by processes, e.g. the
-SQLite runtime's own file). Event data is stored as codec text (`durable_agent.codec`), so a
+`MemoryEventLog` (one process, tests) here, and in `durable_agent.http.sql_logs` the
+`SqliteEventLog` (a file shared by processes, e.g. the SQLite runtime's own file) and the
+`PostgresEventLog` (many servers on many hosts). Event data is stored as codec text, so a
 tool output holding bytes round-trips.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .._kernels import kernels
 from .._util import wall_clock_ms
-from ..errors import ConfigurationError, FeatureUnavailableError
 
-__all__ = ["EventLog", "MemoryEventLog", "RunEvent", "RunInfo", "SqliteEventLog"]
+__all__ = ["EventLog", "MemoryEventLog", "RunEvent", "RunInfo", "Wakeups"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +68,7 @@ class EventLog(Protocol):
         ...
 
 
-class _Wakeups:
+class Wakeups:
     """Readers of a run waiting in this process, woken when a writer of this process appends."""
 
     def __init__(self) -> None:
@@ -102,7 +100,7 @@ class MemoryEventLog:
         self._runs: dict[str, RunInfo] = {}
         self._events: dict[str, list[RunEvent]] = {}
         self._keys: dict[str, set[str]] = {}
-        self._wakeups = _Wakeups()
+        self._wakeups = Wakeups()
 
     async def create_run(self, run_id: str, session_id: str, meta: Mapping[str, Any]) -> bool:
         if run_id in self._runs:
@@ -135,111 +133,3 @@ class MemoryEventLog:
     async def wait(self, run_id: str, after: int, timeout: float) -> None:
         if len(self._events.get(run_id, [])) <= after:
             await self._wakeups.wait(run_id, timeout)
-
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS durable_agent_http_runs (run_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, "
-    "created_at INTEGER NOT NULL, meta TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS durable_agent_http_events (run_id TEXT NOT NULL, seq INTEGER NOT NULL, "
-    "key TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, seq), UNIQUE (run_id, key))",
-)
-
-
-class SqliteEventLog:
-    """An `EventLog` in a SQLite file (WAL mode), shared by every server process that opens it.
-
-    An append is one ``BEGIN IMMEDIATE`` transaction. A reader in the writing process wakes
-    at once; a reader in another process polls every `poll_interval_ms` (SQLite cannot
-    announce a change to another connection). The calls are short and synchronous, like
-    `SqliteRuntime`'s. Pass the SQLite runtime's own path to keep one file per deployment.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 10_000,
-                 poll_interval_ms: int = 50, clock: Any = wall_clock_ms) -> None:
-        try:
-            import sqlite3
-        except ImportError as exc:  # Pyodide 0.28 without its sqlite3 package
-            raise FeatureUnavailableError(f"SqliteEventLog needs the sqlite3 module: {exc}") from exc
-        from ..stores._files import create_private
-
-        self.path = os.fspath(path)
-        self._clock = clock
-        self._poll = poll_interval_ms / 1000
-        self._lock = threading.RLock()
-        self._wakeups = _Wakeups()
-        try:
-            if self.path != ":memory:":
-                create_private(self.path)
-            self._conn = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None,
-                                         check_same_thread=False)
-            self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
-            for statement in _SCHEMA:
-                self._conn.execute(statement)
-        except (sqlite3.Error, OSError) as exc:
-            raise ConfigurationError(f"cannot open the event log {self.path!r}: {exc}") from exc
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    def _write(self, work: Any) -> Any:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(self._conn)
-            except BaseException:
-                self._conn.rollback()
-                raise
-            self._conn.commit()
-            return result
-
-    async def create_run(self, run_id: str, session_id: str, meta: Mapping[str, Any]) -> bool:
-        def work(conn: Any) -> bool:
-            cursor = conn.execute(
-                "INSERT OR IGNORE INTO durable_agent_http_runs (run_id, session_id, created_at, meta) "
-                "VALUES (?, ?, ?, ?)", (run_id, session_id, int(self._clock()), kernels.encode(dict(meta))))
-            return bool(cursor.rowcount)
-
-        return bool(self._write(work))
-
-    async def run_info(self, run_id: str) -> RunInfo | None:
-        with self._lock:
-            row = self._conn.execute("SELECT session_id, created_at, meta FROM durable_agent_http_runs "
-                                     "WHERE run_id = ?", (run_id,)).fetchone()
-        return None if row is None else RunInfo(run_id, row[0], row[1], kernels.decode(row[2]))
-
-    async def append(self, run_id: str, events: Sequence[tuple[str, dict[str, Any]]]) -> list[RunEvent]:
-        encoded = [(key, kernels.encode(data)) for key, data in events]
-
-        def work(conn: Any) -> list[RunEvent]:
-            (last,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM durable_agent_http_events WHERE run_id = ?",
-                                   (run_id,)).fetchone()
-            added = []
-            for key, text in encoded:
-                cursor = conn.execute("INSERT OR IGNORE INTO durable_agent_http_events (run_id, seq, key, data) "
-                                      "VALUES (?, ?, ?, ?)", (run_id, last + 1, key, text))
-                if cursor.rowcount:
-                    last += 1
-                    added.append(RunEvent(last, key, kernels.decode(text)))
-            return added
-
-        added: list[RunEvent] = self._write(work)
-        if added:
-            self._wakeups.notify(run_id)
-        return added
-
-    async def read(self, run_id: str, after: int = 0) -> list[RunEvent]:
-        with self._lock:
-            rows = self._conn.execute("SELECT seq, key, data FROM durable_agent_http_events "
-                                      "WHERE run_id = ? AND seq > ? ORDER BY seq", (run_id, after)).fetchall()
-        return [RunEvent(seq, key, kernels.decode(data)) for seq, key, data in rows]
-
-    async def wait(self, run_id: str, after: int, timeout: float) -> None:
-        if await self._latest(run_id) <= after:
-            await self._wakeups.wait(run_id, min(timeout, self._poll))
-
-    async def _latest(self, run_id: str) -> int:
-        with self._lock:
-            (last,) = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM durable_agent_http_events "
-                                         "WHERE run_id = ?", (run_id,)).fetchone()
-        return int(last)
