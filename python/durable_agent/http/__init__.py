@@ -4,7 +4,7 @@
 
     from durable_agent import Agent, DurableOptions
     from durable_agent.http import ChatEndpoint, SqliteEventLog
-    from durable_agent.runtime.sqlite import sqlite_runtime
+    from durable_agent.runtime.sqlite import sqlite_runtime   # or postgres_runtime + PostgresEventLog
 
     runtime = sqlite_runtime("agent.db")
     app = ChatEndpoint(
