@@ -330,3 +330,30 @@ def test_a_restarted_server_continues_killed_runs_before_any_reader_asks(paths: 
         assert ledger_lines(ledger) == [["lookup", {"q": "answer"}]]
     finally:
         second.stop()
+
+
+def test_sigkill_in_the_leg_after_an_approval(paths: tuple[Path, Path]) -> None:
+    db, ledger = paths
+    first = Server(db, ledger, delay=0.05).start()
+    try:
+        run_id = start(first, "s-leg2", "deploy it")
+        leg1 = list(first.events(f"/runs/{run_id}/events").frames())
+        request = next(f.data for f in leg1 if f.data["type"] == "tool-approval-request")
+        status, _, _ = first.request("POST", f"/runs/{run_id}/approvals", {
+            "approval_id": request["approval_id"], "approved": True, "token": request["token"]})
+        assert status == 202
+        while not ledger_lines(ledger):  # the approved tool started: kill the server in its leg
+            time.sleep(0.01)
+        first.kill()
+    finally:
+        first.stop()
+    second = Server(db, ledger).start()
+    try:
+        leg2 = list(second.events(f"/runs/{run_id}/events", {"last-event-id": leg1[-1].id or ""}).frames())
+        assert_exact_sequence(leg1 + leg2)
+        assert leg2[-1].data["type"] == "finish" and leg2[-1].data["finish_reason"] == "stop"
+        result = next(f.data for f in leg2 if f.data["type"] == "tool-result")
+        assert result["is_error"] and "interrupted" in result["output"]  # started once, never run twice
+        assert ledger_lines(ledger) == [["deploy", {"env": "prod"}]]
+    finally:
+        second.stop()

@@ -371,15 +371,12 @@ class ChatEndpoint:
             await self.events.wait(info.run_id, after, TAKEOVER_CHECK_SECONDS)
 
     async def _leg_over(self, info: RunInfo, after: int) -> bool:
-        """Nothing more will come for now: the log ends a leg at `after` and the run is parked or done."""
+        """Nothing more will come for now: the log ends a leg at `after` and the run has nothing more to do."""
         events = await self.events.read(info.run_id, after - 1 if after > 0 else 0)
         last = events[-1] if events else None
         if last is None or last.seq != after or last.data.get("type") not in TERMINAL:
             return False
-        if last.data["type"] == "error":
-            return True  # a failed leg stays failed until someone resumes the run
-        checkpoint = await self.driver.checkpoint(info.run_id)
-        return checkpoint is None or checkpoint.status != "running"
+        return last.data["type"] == "error" or not await self.driver.continues(info)
 
 
 def _answer(messages: Sequence[Message]) -> str:

@@ -27,7 +27,7 @@ from ..durable_session import approval_key
 from ..errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, StaleEpochError
 from ..runtime.protocols import DurableRuntime
 from .events import EventLog, RunInfo
-from .progress import TERMINAL, ProgressKeys, error_event, missing_events
+from .progress import ProgressKeys, error_event, missing_events
 
 logger = logging.getLogger("durable_agent.http")
 
@@ -103,24 +103,32 @@ class RunDriver:
         self._spawn(info.run_id, info.session_id, work())
 
     async def ensure_driven(self, info: RunInfo) -> None:
-        """Take `info`'s run over when no live process drives it and its log is not at a leg's end."""
-        if info.run_id in self._tasks:
+        """Take `info`'s run over when it is unfinished, its log is not at a leg's end, and no live process drives it.
+
+        Unfinished: marked in progress, or a leg resumed after approvals (checkpoint
+        ``running``, or ``suspended`` with every approval answered). Whether a live process
+        drives it is the lease's answer: this process claims the session's lease, and only
+        once it holds it (no one else can write the run) rebuilds the missed events and
+        resumes. A parked or finished run only gets its leg's missed end.
+        """
+        if info.run_id in self._tasks or info.session_id in self._sessions:
             return
         logged = await self.log.read(info.run_id)
-        if logged and logged[-1].data.get("type") in TERMINAL:
+        last = logged[-1].data.get("type") if logged else None
+        if last == "error":
+            return  # a failed leg stays failed: readers do not call a failing model in a loop
+        if not await self.continues(info):
+            if last != "finish":
+                await self.reconcile(info.run_id)  # parked or finished: only its leg's end can be missing
             return
-        lease = self.runtime.lease
-        if await lease.marked_run(info.session_id) == info.run_id:
-            stale_at = wall_clock_ms() - self.agent(info.session_id).durable.stale_after_ms  # type: ignore[union-attr]
-            if info.run_id not in {r.run_id for r in await lease.resumable(stale_at=stale_at,
-                                                                            session_id=info.session_id)}:
-                return  # a live process drives it: its events arrive through the log
-            await self.reconcile(info.run_id)
-            if info.run_id not in self._tasks and info.session_id not in self._sessions:
-                logger.info("run %s: no live process drives it; taking it over", info.run_id)
-                self.resume(info)
-        else:
-            await self.reconcile(info.run_id)
+        durable = self.agent(info.session_id).durable
+        assert durable is not None
+        claim = await self.runtime.lease.claim(info.session_id, stale_at=wall_clock_ms() - durable.stale_after_ms)
+        if not claim.claimed:
+            return  # a live process drives it: its events arrive through the log
+        await self.reconcile(info.run_id)
+        logger.info("run %s: no live process drives it; taking it over", info.run_id)
+        self.resume(info)  # Agent.resume claims the lease again under this runtime's owner: granted
 
     async def sweep(self) -> list[str]:
         """Take over every endpoint run no live process drives (at server start); returns their ids.
@@ -180,6 +188,15 @@ class RunDriver:
                 await task
 
     # ----------------------------------------------------------- helpers
+
+    async def continues(self, info: RunInfo) -> bool:
+        """Whether the run has more to do: marked in progress, ``running``, or parked with every approval answered."""
+        checkpoint = await self.checkpoint(info.run_id)
+        if checkpoint is None or checkpoint.status == "completed":
+            return False
+        if checkpoint.status == "running" or await self.runtime.lease.marked_run(info.session_id) == info.run_id:
+            return True
+        return await self._all_answered(info, checkpoint)
 
     async def _all_answered(self, info: RunInfo, checkpoint: AgentCheckpoint) -> bool:
         for request in checkpoint.pending_approvals or ():
