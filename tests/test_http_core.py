@@ -288,3 +288,15 @@ async def test_the_app_mounted_under_a_prefix_and_a_reader_that_leaves() -> None
     status, body = await asgi(app, "GET", f"/runs/{run_id}/events", root="/agent")
     assert body.count(b"data: ") == 9 and b'"finish"' in body
     assert (await asgi(app, "GET", "/runs", root="/agent"))[0] == 405
+
+
+async def test_the_same_run_asked_twice_at_once_starts_once() -> None:
+    runtime = create_memory_runtime()
+    model = ScriptedModel([reply("a b c")], delay=0.01)
+    app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime)),
+                       runtime=runtime, events=MemoryEventLog())
+    body = {"session_id": "s", "prompt": "hi", "request_id": "k"}
+    (s1, b1), (s2, b2) = await asyncio.gather(asgi(app, "POST", "/runs", body), asgi(app, "POST", "/runs", body))
+    assert sorted((s1, s2)) in ([200, 201], [201, 201]) and json.loads(b1)["run_id"] == json.loads(b2)["run_id"]
+    status, events = await asgi(app, "GET", f"/runs/{json.loads(b1)['run_id']}/events")
+    assert events.count(b'"step-start"') == 1 and len(model.requests) == 1

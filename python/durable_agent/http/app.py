@@ -303,12 +303,13 @@ class ChatEndpoint:
     async def _chat_resume(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
                            cors: list[tuple[bytes, bytes]]) -> None:
         """``useChat``'s stream resumption: the session's latest run from its start, or 204 when none runs."""
-        run_id = await self.runtime.stores.runs.last(params["session"])
+        session_id = params["session"]
+        run_id = await self.runtime.stores.runs.last(session_id)
         info = await self.events.run_info(run_id) if run_id else None
+        await self._check("read", request, session_id, info)
         if info is None:
             await send_empty(send, 204, cors)
             return
-        await self._check("read", request, info.session_id, info)
         await self.driver.ensure_driven(info)
         events = await self.events.read(info.run_id)
         if not self.driver.driving(info.run_id) and events and events[-1].data.get("type") in TERMINAL:

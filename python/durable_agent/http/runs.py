@@ -46,6 +46,7 @@ class RunDriver:
         self.log = log
         self._tasks: dict[str, asyncio.Task[BaseException | None]] = {}
         self._sessions: dict[str, str] = {}  # session id -> the run this process drives in it
+        self._starting: dict[str, asyncio.Future[None]] = {}  # runs whose start is not committed yet
 
     def agent(self, session_id: str) -> Agent:
         """The session's agent, checked to run on this endpoint's runtime."""
@@ -72,18 +73,26 @@ class RunDriver:
 
         Raises what stopped it before that (`RunLeaseHeldError`: the session runs another run).
         """
+        starting = self._starting.get(run_id)
+        if starting is not None:  # the same run asked twice at once (a retried request): one start
+            await asyncio.shield(starting)
+            return
         agent = self.agent(session_id)
         self._check_free(session_id, run_id)
         started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        sink = self._sink(run_id, session_id, meta, started)
-        task = self._spawn(run_id, session_id, agent.run(prompt, run_id=run_id, on_part=sink))
-        waiting: set[asyncio.Future[Any]] = {started, task}
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        if not started.done():
-            started.cancel()
-            error = task.result()
-            if error is not None:
+        self._starting[run_id] = started
+        try:
+            sink = self._sink(run_id, session_id, meta, started)
+            task = self._spawn(run_id, session_id, agent.run(prompt, run_id=run_id, on_part=sink))
+            waiting: set[asyncio.Future[Any]] = {started, task}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if not started.done():
+                error = task.result() or RuntimeError(f"run {run_id!r} ended before it streamed")
+                started.set_exception(error)  # a duplicate waiting on this start gets it too
+                started.exception()  # retrieved: nobody waiting is not an unhandled exception
                 raise error  # what ended the run before its start committed
+        finally:
+            del self._starting[run_id]
 
     def resume(self, info: RunInfo) -> None:
         """Drive the stored run `info` on from its journal, in the background, after the leg this process drives.
