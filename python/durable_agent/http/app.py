@@ -111,17 +111,27 @@ class ChatEndpoint:
         request = Request.of(scope)
         origin = request.headers.get("origin")
         cors = self.cors.headers(origin)
+        began = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal began
+            began = began or message["type"] == "http.response.start"
+            await send(message)
+
         try:
             if request.method == "OPTIONS":
-                await self._preflight(request, send)
+                await self._preflight(request, tracked)
                 return
             handler, params = self._route(request, scope)
-            await handler(request, params, receive, send, cors)
+            await handler(request, params, receive, tracked, cors)
         except HttpError as exc:
             await send_json(send, exc.status, {"error": {"code": exc.code, "message": exc.message}}, cors)
         except Exception:  # noqa: BLE001 - a failure is a 500 with no detail, logged here; never a traceback out
             logger.exception("%s %s failed", request.method, request.path)
-            await send_json(send, 500, {"error": {"code": "internal", "message": "internal server error"}}, cors)
+            if began:  # a stream already under way: end it; the reader reconnects with its last id
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            else:
+                await send_json(send, 500, {"error": {"code": "internal", "message": "internal server error"}}, cors)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
