@@ -346,6 +346,8 @@ class ChatEndpoint:
         gone = asyncio.Event()
         watcher = asyncio.ensure_future(_watch_disconnect(receive, gone))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
+        # a browser's EventSource reconnects this soon (with Last-Event-ID) when the connection drops
+        await send({"type": "http.response.body", "body": b"retry: 1000\n\n", "more_body": True})
         try:
             await self._pump(info, after, skip, folder, send, gone)
         finally:
