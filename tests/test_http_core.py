@@ -185,7 +185,7 @@ def test_the_ui_message_stream_matches_the_recorded_frames() -> None:
 # ------------------------------------------------------------------ event logs
 
 
-@pytest.fixture(params=["memory", "sqlite",
+@pytest.fixture(params=["memory", pytest.param("sqlite", marks=pytest.mark.requires_sqlite),
                         pytest.param("postgres", marks=pytest.mark.host_only("needs a Postgres server"))])
 def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A factory of event logs on one store (each SQL one on a connection of its own, as processes have)."""
@@ -266,8 +266,8 @@ async def asgi(app: Any, method: str, path: str, body: Any = None, root: str = "
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
-        if disconnect_after is not None and len(sent) >= disconnect_after:
-            gone.set()
+        if disconnect_after is not None and sum(m.get("body", b"").count(b"data: ") for m in sent) >= disconnect_after:
+            gone.set()  # the reader leaves after `disconnect_after` events
 
     scope = {"type": "http", "method": method, "path": root + path, "root_path": root, "query_string": b"",
              "headers": []}
@@ -283,7 +283,7 @@ async def test_the_app_mounted_under_a_prefix_and_a_reader_that_leaves() -> None
     status, body = await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "hi"}, root="/agent")
     assert status == 201
     run_id = json.loads(body)["run_id"]
-    status, body = await asgi(app, "GET", f"/runs/{run_id}/events", root="/agent", disconnect_after=3)
+    status, body = await asgi(app, "GET", f"/runs/{run_id}/events", root="/agent", disconnect_after=2)
     assert status == 200 and body.count(b"data: ") == 2  # the handler returned when its reader left
     status, body = await asgi(app, "GET", f"/runs/{run_id}/events", root="/agent")
     assert body.count(b"data: ") == 9 and b'"finish"' in body

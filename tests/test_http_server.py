@@ -20,6 +20,8 @@ from http_server_app import LONG_ANSWER, RECOVERED, SECRET
 from durable_agent import ApprovalSigner
 from durable_agent.stores.sqlite import SqliteSessionStore
 
+pytestmark = pytest.mark.host_only("starts uvicorn server processes and kills them")
+
 
 @pytest.fixture
 def paths(tmp_path: Path) -> tuple[Path, Path]:
