@@ -89,6 +89,16 @@ def ledger_lines(ledger: Path) -> list[Any]:
     return [json.loads(line) for line in ledger.read_text().splitlines()] if ledger.exists() else []
 
 
+def kill_while_a_tool_runs(srv: Server, ledger: Path, stream_path: str) -> None:
+    """Read `stream_path` until a tool call, wait until the tool started (its ledger line), then SIGKILL `srv`."""
+    stream = srv.events(stream_path)
+    read_until(stream.frames(), lambda f: f.data["type"] == "tool-call")
+    while not ledger_lines(ledger):
+        time.sleep(0.01)
+    srv.kill()
+    stream.close()
+
+
 def test_a_dropped_connection_resumes_with_last_event_id(paths: tuple[Path, Path]) -> None:
     srv = Server(*paths, delay=0.01).start()
     try:
@@ -310,12 +320,7 @@ def test_a_restarted_server_continues_killed_runs_before_any_reader_asks(paths: 
     first = Server(db, ledger, delay=0.05).start()
     try:
         run_id = start(first, "s-sweep", "please lookup")
-        stream = first.events(f"/runs/{run_id}/events")
-        read_until(stream.frames(), lambda f: f.data["type"] == "tool-call")
-        while not ledger_lines(ledger):  # the tool started: kill it in flight
-            time.sleep(0.01)
-        first.kill()
-        stream.close()
+        kill_while_a_tool_runs(first, ledger, f"/runs/{run_id}/events")
     finally:
         first.stop()
     second = Server(db, ledger).start()

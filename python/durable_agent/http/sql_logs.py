@@ -16,6 +16,7 @@ from typing import Any
 from .._util import wall_clock_ms
 from ..errors import ConfigurationError, FeatureUnavailableError
 from ..stores._sql import Dialect, Plan, run_async, run_sync
+from ..stores.sqlite import sqlite_transaction
 from . import _sql
 from .events import RunEvent, RunInfo, Wakeups
 
@@ -95,19 +96,8 @@ class SqliteEventLog(_SqlEventLog):
             raise ConfigurationError(f"cannot open the event log {self.path!r}: {exc}") from exc
 
     def _transaction(self, plan: Plan, *, write: bool) -> Any:
-        with self._lock:
-            cursor = self._conn.cursor()
-            cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
-            try:
-                result = run_sync(cursor, _SQLITE[0], plan)
-            except BaseException:
-                self._conn.rollback()
-                raise
-            else:
-                self._conn.commit()
-            finally:
-                cursor.close()
-            return result
+        with sqlite_transaction(self._conn, self._lock, "IMMEDIATE" if write else "DEFERRED") as cursor:
+            return run_sync(cursor, _SQLITE[0], plan)
 
     async def _run(self, plan: Plan, *, write: bool) -> Any:
         return self._transaction(plan, write=write)
