@@ -269,8 +269,9 @@ async def asgi(app: Any, method: str, path: str, body: Any = None, root: str = "
         if disconnect_after is not None and sum(m.get("body", b"").count(b"data: ") for m in sent) >= disconnect_after:
             gone.set()  # the reader leaves after `disconnect_after` events
 
-    scope = {"type": "http", "method": method, "path": root + path, "root_path": root, "query_string": b"",
-             "headers": []}
+    path, _, query = path.partition("?")
+    scope = {"type": "http", "method": method, "path": root + path, "root_path": root,
+             "query_string": query.encode(), "headers": []}
     await asyncio.wait_for(app(scope, receive, send), 20)
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 
@@ -300,3 +301,27 @@ async def test_the_same_run_asked_twice_at_once_starts_once() -> None:
     assert sorted((s1, s2)) in ([200, 201], [201, 201]) and json.loads(b1)["run_id"] == json.loads(b2)["run_id"]
     status, events = await asgi(app, "GET", f"/runs/{json.loads(b1)['run_id']}/events")
     assert events.count(b'"step-start"') == 1 and len(model.requests) == 1
+
+
+async def test_a_sub_agents_signed_approval_is_accepted() -> None:
+    from agent_kit import Ledger
+
+    from durable_agent import ApprovalSigner, agent_tool, call
+
+    runtime, ledger, signer = create_memory_runtime(), Ledger(), ApprovalSigner("s" * 40)
+    child = agent_tool(name="coder", model=ScriptedModel([reply("", call("shell", {"cmd": "ls"})), "listed"]),
+                       tools={"shell": ledger.tool("shell", needs_approval=True)})
+    parent = ScriptedModel([reply("", call("coder", {"prompt": "ls"}, "t1")), "all done"])
+    app = ChatEndpoint(agent=lambda s: Agent(model=parent, tools={"coder": child}, session_id=s, approval_signer=signer,
+                                             durable=DurableOptions(runtime)),
+                       runtime=runtime, events=MemoryEventLog())
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    leg1 = [json.loads(line[6:]) for line in (await asgi(app, "GET", f"/runs/{run_id}/events"))[1].decode().splitlines()
+            if line.startswith("data: ")]
+    request = next(e for e in leg1 if e["type"] == "tool-approval-request")
+    assert request["agent_path"] == ["coder"]
+    status, _ = await asgi(app, "POST", f"/runs/{run_id}/approvals",
+                           {"approval_id": request["approval_id"], "approved": True, "token": request["token"]})
+    assert status == 202
+    leg2 = (await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1].decode()
+    assert '"finish_reason":"stop"' in leg2 and ledger.entries == [("shell", {"cmd": "ls"})]

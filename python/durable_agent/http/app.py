@@ -267,11 +267,13 @@ class ChatEndpoint:
         pending = next((r for r in checkpoint.pending_approvals or () if r.approval_id == approval_id), None)
         if pending is None:
             raise HttpError(409, "not_pending", f"approval {approval_id!r} is not pending on run {info.run_id!r}")
-        signer = self.driver.agent(info.session_id).options.get("approval_signer")
+        options = self.driver.agent(info.session_id).options
+        signer = options.get("approval_signer")
+        # a sub-agent's request is bound to the sub-agent's run, which checks that binding when it resumes
+        bound_to = None if pending.agent_path else info.run_id
         if approved and signer is not None and not signer.check_approval(
             token, approval_id=approval_id, tool_call_id=pending.tool_call_id, tool_name=pending.tool_name,
-            input=pending.input, run_id=info.run_id,
-            max_age_ms=self.driver.agent(info.session_id).options.get("approval_max_age_ms"),
+            input=pending.input, run_id=bound_to, max_age_ms=options.get("approval_max_age_ms"),
         ):
             raise HttpError(403, "token_refused", "the approval token is missing, invalid, expired or for another run")
         try:
