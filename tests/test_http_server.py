@@ -293,6 +293,9 @@ def test_every_error_is_a_clear_status(server: Server) -> None:
         ("POST", "/runs", {"session_id": "s", "prompt": "x"}, {"authorization": "Bearer intruder"}, None, 403,
          "refused"),
         ("POST", "/runs", None, {}, b"x" * (1 << 21), 413, "body_too_large"),
+        ("POST", "/chat", {"id": "c", "messages": []}, {}, None, 422, "bad_body"),
+        ("POST", "/chat", {"id": "c", "messages": [{"role": "user", "parts": [{"type": "file"}]}]}, {}, None, 422,
+         "bad_body"),
     ]
     for method, path, body, headers, raw, want, code in cases:
         status, heads, answer = server.request(method, path, body, headers, raw)

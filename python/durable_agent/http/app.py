@@ -307,6 +307,8 @@ class ChatEndpoint:
             raise HttpError(422, "bad_body", "the last message must be a user message with parts")
         prompt = "".join(p["text"] for p in last["parts"] if isinstance(p, dict) and p.get("type") == "text"
                          and isinstance(p.get("text"), str))
+        if not prompt:
+            raise HttpError(422, "bad_body", "the last user message has no text part")
         key = last.get("id") if isinstance(last.get("id"), str) and last.get("id") else None
         await self._check("start", request, session_id, None)
         run_id, _ = await self._start_run(session_id, prompt, key)
