@@ -83,9 +83,9 @@ class ChatEndpoint:
     durable event log (`SqliteEventLog` on the SQLite runtime's file, `MemoryEventLog` for
     one process). `authorize`: the auth hook. `cors`: browser origins. `resume_on_startup`:
     at ASGI lifespan startup, take over the runs no live process drives (a server restarted
-    after a crash continues them before any reader asks). Mount it under a prefix
-    in Starlette/FastAPI (``app.mount("/agent", endpoint)``): routes use the scope's ``path``
-    relative to its ``root_path`` as those frameworks pass it.
+    after a crash continues them before any reader asks; see `startup`). Mount it under a
+    prefix in Starlette/FastAPI (``app.mount("/agent", endpoint)``): routes use the scope's
+    ``path`` relative to its ``root_path`` as those frameworks pass it.
     """
 
     def __init__(self, *, agent: AgentFactory, runtime: DurableRuntime, events: EventLog,
@@ -106,8 +106,10 @@ class ChatEndpoint:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
-        if scope["type"] != "http":
-            raise RuntimeError(f"ChatEndpoint serves http, not {scope['type']!r}")
+        if scope["type"] == "websocket":
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1003})  # the endpoint speaks HTTP and SSE only
+            return
         request = Request.of(scope)
         origin = request.headers.get("origin")
         cors = self.cors.headers(origin)
@@ -133,17 +135,29 @@ class ChatEndpoint:
             else:
                 await send_json(send, 500, {"error": {"code": "internal", "message": "internal server error"}}, cors)
 
+    async def startup(self) -> None:
+        """Take over, in the background, the runs no live process drives (with `resume_on_startup`).
+
+        Called at ASGI lifespan startup. A framework that does not pass lifespan events to a
+        mounted app (Starlette's ``Mount``) should call it from its own lifespan.
+        """
+        if self.resume_on_startup and self._sweep is None:
+            self._sweep = asyncio.ensure_future(self.driver.sweep())
+
+    async def shutdown(self) -> None:
+        """Stop the runs this process drives: they stay resumable, and the next server takes them over."""
+        if self._sweep is not None:
+            self._sweep.cancel()
+        await self.driver.stop()
+
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                if self.resume_on_startup:
-                    self._sweep = asyncio.ensure_future(self.driver.sweep())
+                await self.startup()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                if self._sweep is not None:
-                    self._sweep.cancel()
-                await self.driver.stop()
+                await self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
