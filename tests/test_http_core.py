@@ -325,3 +325,20 @@ async def test_a_sub_agents_signed_approval_is_accepted() -> None:
     assert status == 202
     leg2 = (await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1].decode()
     assert '"finish_reason":"stop"' in leg2 and ledger.entries == [("shell", {"cmd": "ls"})]
+
+
+async def test_a_run_parked_on_a_client_tool_is_not_resumed_by_a_reader() -> None:
+    from durable_agent import Tool, call
+
+    runtime = create_memory_runtime()
+    model = ScriptedModel([reply("", call("pick_file", {})), "thanks"])
+    tools = {"pick_file": Tool(description="Ask the user for a file.", parameters={"type": "object"})}
+    app = ChatEndpoint(agent=lambda s: Agent(model=model, tools=tools, session_id=s, durable=DurableOptions(runtime)),
+                       runtime=runtime, events=MemoryEventLog())
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    first = (await asgi(app, "GET", f"/runs/{run_id}/events"))[1]
+    assert b'"finish_reason":"suspended"' in first
+    last = first.count(b"\nid: ") + first.startswith(b"id: ")
+    again = (await asgi(app, "GET", f"/runs/{run_id}/events?after={last}"))[1]
+    assert b"data: " not in again and len(model.requests) == 1  # nobody answered the client tool: it waits
+    assert json.loads((await asgi(app, "GET", f"/runs/{run_id}"))[1])["status"] == "suspended"

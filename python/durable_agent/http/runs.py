@@ -24,6 +24,7 @@ from .._util import maybe_await, wall_clock_ms
 from ..agent import Agent, resolve_approval
 from ..checkpoint import AgentCheckpoint, ToolApprovalRequest
 from ..durable_session import approval_key
+from ..generate import PartSink
 from ..errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, StaleEpochError
 from ..runtime.protocols import DurableRuntime
 from .events import EventLog, RunInfo
@@ -188,7 +189,7 @@ class RunDriver:
         return True
 
     async def stop(self) -> None:
-        """Cancel the runs in flight (server shutdown): they stay marked, and another process resumes them."""
+        """Cancel the runs in flight (server shutdown): they stay resumable, and the next server takes them over."""
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
@@ -208,7 +209,10 @@ class RunDriver:
         return await self._all_answered(info, checkpoint)
 
     async def _all_answered(self, info: RunInfo, checkpoint: AgentCheckpoint) -> bool:
-        for request in checkpoint.pending_approvals or ():
+        """Whether the parked run has approvals and each has a verdict (a run parked on client tools has none)."""
+        if not checkpoint.pending_approvals:
+            return False
+        for request in checkpoint.pending_approvals:
             key = approval_key(info.run_id, checkpoint.step_index, request.approval_id)
             record = await self.runtime.find_awakeable(info.session_id, key)
             if record is None or not record.resolved:
@@ -249,7 +253,7 @@ class RunDriver:
         return None
 
     def _sink(self, run_id: str, session_id: str, meta: Mapping[str, Any],
-              started: asyncio.Future[None] | None) -> Any:
+              started: asyncio.Future[None] | None) -> PartSink:
         keys: dict[str, ProgressKeys] = {}
 
         async def on_part(part_run_id: str | None, part: dict[str, Any]) -> None:
