@@ -340,7 +340,7 @@ class ChatEndpoint:
             return
         await self.driver.ensure_driven(info)
         events = await self.events.read(info.run_id)
-        if not self.driver.driving(info.run_id) and events and events[-1].data.get("type") in TERMINAL:
+        if events and await self._leg_over(info, events[-1].seq):
             await send_empty(send, 204, cors)
             return
         await self._stream(info, "0", True, receive, send, cors)
@@ -394,7 +394,7 @@ class ChatEndpoint:
             if loop.time() >= next_check:
                 await self.driver.ensure_driven(info)
                 next_check = loop.time() + TAKEOVER_CHECK_SECONDS
-                if not self.driver.driving(info.run_id) and await self._leg_over(info, after):
+                if await self._leg_over(info, after):
                     return
             if loop.time() - idle_since >= self.keepalive_seconds:
                 await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
