@@ -9,6 +9,7 @@ from typing import Any
 __version__: str
 __all__ = [
     "__version__",
+    "_key_cache_stats",
     "b64url_decode",
     "b64url_encode",
     "decode",
@@ -23,6 +24,10 @@ def encode(value: Any) -> str:
 
 def decode(text: str) -> Any:
     """Decode text produced by `encode` (or any JSON within the same limits). Raises `CodecError`."""
+
+def _key_cache_stats(text: str) -> tuple[int, int, int]:
+    """For tests: decode `text` and return what its key cache did: (lookups, slots probed, keys
+    held at the end)."""
 
 def b64url_encode(data: bytes) -> str:
     """Unpadded URL-safe base64 of `data`."""

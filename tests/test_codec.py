@@ -320,23 +320,3 @@ def test_the_wasm_depth_precheck_measures_text_depth() -> None:
         if "depth" in vector["name"]:
             assert (_text_depth(text) > MAX_DEPTH) == ("error" in vector), vector["name"]
     assert _text_depth('["[[[[",{"a":"\\"[[{"}]') == 2
-
-
-class MutatingList(list[Any]):
-    """A list subclass whose iteration (run by the encoder) grows the dict that holds it."""
-
-    target: dict[str, Any]
-
-    def __iter__(self) -> Any:
-        self.target["added"] = 1
-        return super().__iter__()
-
-
-def test_a_dict_changed_during_encoding_raises_runtime_error(kernels: ModuleType) -> None:
-    outer: dict[str, Any] = {}
-    inner = MutatingList([1])
-    inner.target = outer
-    outer["a"] = inner
-    outer["b"] = 2
-    with pytest.raises(RuntimeError, match="changed size"):
-        kernels.encode(outer)

@@ -27,6 +27,7 @@ if os.environ.get("DURABLE_AGENT_NATIVE", "auto") == "0":
 import durable_agent_native as native  # noqa: E402
 
 from test_codec import strict_repr  # noqa: E402
+from test_codec_hostile import LenLies, LyingStr, items_lie  # noqa: E402
 
 PARITY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -119,6 +120,38 @@ def test_deep_nesting_parity(value: Any) -> None:
     assert outcome(native.encode, value) == pure
     if pure[0] == "ok":
         assert outcome(native.decode, pure[1], message=False) == outcome(_pure.decode, pure[1], message=False)
+
+
+# --- user objects that lie (docs/codec.md, "User objects") ---------------------------------
+
+lying_keys = keys | keys.map(LyingStr)
+not_pairs = st.sampled_from([("x",), ("a", 1, 2), ["k", 1], None])
+
+
+def _lying_containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    pairs = st.lists(st.tuples(lying_keys, children), max_size=4)
+    return (
+        _containers(children)
+        | st.dictionaries(lying_keys, children, max_size=4)
+        | st.dictionaries(keys, children, max_size=4).map(LenLies)
+        | st.tuples(pairs, st.lists(not_pairs, max_size=1)).map(lambda t: items_lie(t[0] + t[1]))
+    )
+
+
+lying_values = st.recursive(leaves | any_text.map(LyingStr), _lying_containers, max_leaves=20)
+
+
+@PARITY
+@given(lying_values)
+@example({LyingStr("$esc"): {}})
+@example(items_lie([("a", 1), (LyingStr("a"), 2)]))
+def test_encode_parity_on_lying_user_objects(value: Any) -> None:
+    pure = outcome(_pure.encode, value)
+    assert outcome(native.encode, value) == pure
+    if pure[0] == "ok":
+        assert outcome(native.decode, LyingStr(pure[1]), message=False) == outcome(
+            _pure.decode, pure[1], message=False
+        )
 
 
 # --- malformed and mutated text ------------------------------------------------------------

@@ -94,7 +94,7 @@ def dies_after(runtime: Any, writes: int) -> Any:
         runtime.backend.write = after_write(runtime.backend.write)
     else:  # the memory runtime: its lifecycle commits and journal writes
         runtime.commit = after_write(runtime.commit)
-        for name in ("put_step", "add_partial", "awakeable_for"):
+        for name in ("put_steps", "add_partial", "awakeable_for"):
             setattr(runtime.backend, name, after_write(getattr(runtime.backend, name)))
     return runtime
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from durable_agent.errors import StepKeyError
+from durable_agent.runtime.keys import run_key_prefix
 from durable_agent.runtime import (
     MODEL_CALL,
     create_memory_durable_state,
@@ -40,6 +41,9 @@ def test_step_keys_round_trip_any_run_and_call(run: str, call: str) -> None:
     key = step_key(run, 7, call, 2)
     assert parse_step_key(key) == (run, 7, call, 2)
     assert key.count(":") == 3
+    assert key.startswith(run_key_prefix(run))
+    for other in ("r", "run", "run:with", "100", "%3A:"):  # no other run's keys share the prefix
+        assert other == run or not step_key(other, 7, call, 2).startswith(run_key_prefix(run))
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from test_runtime_sqlite import SESSION, SqlJournalChecks
 
-from durable_agent.errors import FeatureUnavailableError
+from durable_agent.errors import ConfigurationError, FeatureUnavailableError
 from durable_agent.runtime import StepRequest, step_key
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
 from durable_agent.testing.services import postgres_schema
@@ -43,13 +43,15 @@ def opened(conninfo: str) -> Iterator[Callable[..., Any]]:
     """Open runtimes on the test's schema (each one its own connections); all closed after the test.
 
     Tests run on an event loop that is gone by teardown; closing a psycopg connection needs no
-    I/O on it, so a fresh loop can close them.
+    I/O on it, so a fresh loop can close them. That is why these runtimes hold one connection
+    each (a pool's tasks belong to the loop that opened it); the default pool has its own test.
     """
     from durable_agent.runtime.postgres import postgres_runtime
 
     runtimes: list[Any] = []
 
     def open_runtime(clock: Callable[[], int] | None = None, **options: Any) -> Any:
+        options.setdefault("max_connections", 1)
         runtimes.append(postgres_runtime(conninfo, clock=clock or Clock(), **options))
         return runtimes[-1]
 
@@ -167,3 +169,32 @@ async def test_a_fenced_write_waits_for_a_claim_in_flight_and_is_refused_after_i
         with pytest.raises(StaleEpochError) as info:
             await writing
     assert info.value.epoch == claim.epoch and await writer.inspect.steps("r") == []
+
+
+async def test_the_default_pool_serves_concurrent_runs_without_queueing_on_one_connection(conninfo: str) -> None:
+    from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
+    from durable_agent.runtime.postgres import postgres_runtime
+
+    runtime = postgres_runtime(conninfo, max_connections=4)
+    in_flight, most = [0], [0]
+
+    async def slow(args: Any) -> str:
+        in_flight[0] += 1
+        most[0] = max(most[0], in_flight[0])
+        await asyncio.sleep(0.05)
+        in_flight[0] -= 1
+        return "ok"
+
+    async def session(i: int) -> str:
+        agent = Agent(model=ScriptedModel([reply("", call("slow", {})), f"done {i}"]),
+                      tools={"slow": Tool(execute=slow, replay="safe")}, durable=DurableOptions(runtime),
+                      session_id=f"pool-{i}")
+        return (await agent.run("go")).text
+
+    try:
+        assert await asyncio.gather(*(session(i) for i in range(12))) == [f"done {i}" for i in range(12)]
+        assert most[0] > 1  # the runs overlapped
+    finally:
+        await runtime.close()
+    with pytest.raises(ConfigurationError):
+        postgres_runtime(conninfo, max_connections=0)

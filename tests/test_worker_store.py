@@ -251,3 +251,13 @@ def test_the_scripted_model_is_deterministic() -> None:
     model = agent_service.scripted_support_model()
     assert isinstance(model, ScriptedModel) and len(model._script) == 3  # type: ignore[arg-type]
     assert reply and call  # the helpers the worker's script is written with
+
+
+def test_the_worker_uses_the_packages_openai_adapter_over_fetch_when_a_key_is_set() -> None:
+    from durable_agent.providers import FetchTransport, OpenAIChatModel
+
+    assert agent_service.model_factory_from(types.SimpleNamespace()) is agent_service.scripted_support_model
+    env = types.SimpleNamespace(OPENAI_API_KEY="sk-w", OPENAI_BASE_URL="https://llm.example/v1", OPENAI_MODEL="m-1")
+    model = agent_service.model_factory_from(env)()
+    assert isinstance(model, OpenAIChatModel) and isinstance(model._transport, FetchTransport)
+    assert (model.model, model.base_url, model.api_key) == ("m-1", "https://llm.example/v1", "sk-w")

@@ -28,12 +28,14 @@ from .errors import (
     ConfigurationError,
     DurableAgentError,
     FeatureUnavailableError,
+    ModelCallError,
     RunAbortedError,
     RunLeaseHeldError,
     RunSuspendedError,
     SessionStateError,
     StaleEpochError,
     StepFailedError,
+    StepNotFoundError,
     StepKeyError,
 )
 from .errors import RUN_TAKEN_OVER_MESSAGE
@@ -45,6 +47,7 @@ from .generate import (
     resume_stream_from_checkpoint,
     stream_chat,
 )
+from .fork import checkpoint_at_step, fork_run, update_run
 from .loop import CLIENT_TOOL_PLACEHOLDER, current_tool_call
 from .messages import Message
 from .models import (
@@ -53,12 +56,14 @@ from .models import (
     ScriptedModel,
     ScriptedResponse,
     ScriptedToolCall,
+    ReasoningEvent,
     ToolSpec,
     call,
     reply,
 )
 from .options import AbortSignal, PrepareStepContext, StepOverrides
 from .results import GenerateTextResult, StepResult
+from .retry import RetryPolicy
 from .session import InMemorySessionStore, Session, SessionStore
 from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
 from .stores import open_store
@@ -100,11 +105,14 @@ __all__ = [
     "LanguageModel",
     "MODEL_CALL",
     "Message",
+    "ModelCallError",
     "ModelPrice",
     "ModelRequest",
     "NATIVE",
     "PrepareStepContext",
     "RUN_TAKEN_OVER_MESSAGE",
+    "ReasoningEvent",
+    "RetryPolicy",
     "RunAbortedError",
     "RunLeaseHeldError",
     "RunSuspendedError",
@@ -117,6 +125,7 @@ __all__ = [
     "StaleEpochError",
     "StepFailedError",
     "StepKeyError",
+    "StepNotFoundError",
     "StepOverrides",
     "StepResult",
     "StopContext",
@@ -129,11 +138,13 @@ __all__ = [
     "__version__",
     "agent_tool",
     "call",
+    "checkpoint_at_step",
     "cost_exceeds",
     "create_memory_durable_state",
     "create_memory_runtime",
     "current_tool_call",
     "deserialize_checkpoint",
+    "fork_run",
     "generate_text",
     "memory_runtime",
     "nested_call",
@@ -149,4 +160,5 @@ __all__ = [
     "step_key",
     "stream_chat",
     "total_tokens_exceed",
+    "update_run",
 ]

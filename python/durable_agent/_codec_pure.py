@@ -13,6 +13,10 @@ is written down in ``docs/codec.md``. In short:
   the object they become, and an escaped dict counts twice) and integers of more than
   ``MAX_INT_DIGITS`` decimal digits are refused, on both sides, so both sides agree on every
   input: whatever decodes re-encodes to the same text.
+* user objects are read by their data, once: a ``str`` subclass by its characters (never its
+  methods), a dict subclass by one pass over its ``items()``, each container when it is reached
+  (see "User objects" in the docs); and a value within the limits works however deep in its
+  stack the caller already is.
 
 Decoding never executes or imports anything: it only ever builds dicts, lists, strings,
 numbers, booleans, None and bytes.
@@ -22,11 +26,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import functools
 import json
 import math
 import re
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from itertools import accumulate
 from typing import Any
 
@@ -38,8 +45,14 @@ RESERVED_TAGS = frozenset({BYTES_TAG, ESCAPE_TAG})
 MAX_DEPTH = 256
 MAX_INT_DIGITS = 4300
 
-_INT_LIMIT = 10**MAX_INT_DIGITS
-_BIG_INT_BITS = 14_000  # below this many bits an int has fewer than MAX_INT_DIGITS digits
+# An int of at most this many bits has at most 640 digits: within any digit limit the
+# interpreter can be set to (sys.set_int_max_str_digits accepts 0 or 640 and up).
+_SAFE_INT_BITS = 2126
+# Recursion headroom for the second try when the caller's stack was too deep: the pure codec
+# takes about two frames per nesting level (_prepare and json's C encoder; json's C scanner and
+# _resolve or _too_deep), so MAX_DEPTH levels fit twice over.
+_HEADROOM = 4 * MAX_DEPTH
+_HEADROOM_LOCK = threading.RLock()
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _RELEASED_MEMORYVIEW = "a released memoryview holds no data"
@@ -73,19 +86,70 @@ def _too_deep_fault() -> _EncodeFault:
     return _EncodeFault(f"nesting deeper than {MAX_DEPTH}")
 
 
+def _int_digit_limit() -> int:
+    """The most digits an int may have: MAX_INT_DIGITS, or the interpreter's limit if lower."""
+    limit = sys.get_int_max_str_digits()
+    return MAX_INT_DIGITS if limit == 0 or limit > MAX_INT_DIGITS else limit
+
+
+@functools.lru_cache(maxsize=4)
+def _int_bound(digits: int) -> int:
+    bound: int = 10**digits
+    return bound
+
+
+def _too_many_digits(digits: int) -> str:
+    return f"integer with more than {digits} digits"
+
+
+def _shown(obj: object) -> str:
+    """repr(obj) for a message, as its characters; `<TypeName>` if repr() fails or gives no Unicode."""
+    try:
+        text = str.__str__(repr(obj))
+    except Exception:  # noqa: BLE001 - a message must not fail because user code did
+        return f"<{type(obj).__name__}>"
+    if not text.isascii() and _SURROGATE.search(text):
+        return f"<{type(obj).__name__}>"
+    return text
+
+
+def _key_text(key: object) -> str | None:
+    """The characters of a str key (a subclass's own data, never its methods); None for a non-str."""
+    if type(key) is str:
+        return key
+    return str.__str__(key) if isinstance(key, str) else None
+
+
+def _pairs_of(mapping: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    """A dict subclass's pairs, from one pass over its `items()` (its `__len__`, `__iter__`
+    and `keys()` are not used: a subclass is what its items() says)."""
+    pairs = [pair for pair in mapping.items()]  # a comprehension: no length hint asked of items()
+    for pair in pairs:
+        if type(pair) is not tuple or len(pair) != 2:
+            got = f"a tuple of {len(pair)}" if type(pair) is tuple else type(pair).__name__
+            raise _EncodeFault(f"{type(mapping).__name__}.items() gave {got}, not a (key, value) tuple")
+    return pairs
+
+
 def _prepare(value: Any, depth: int) -> Any:
     """Validate `value` and rewrite it into plain JSON data (bytes tagged, reserved dicts escaped).
 
     `depth` is the nesting depth `value` will have in the text if it is a container: every
     dict, list and tuple counts 1, bytes count 1 (they become an object), and a dict written
     escaped counts 2 (the `{"$esc": ...}` wrapper, then the dict itself).
+
+    Each container is read once, when it is reached (see docs/codec.md, "User objects"): a
+    dict's pairs and a list's items are copied before any of them is visited, so code run
+    meanwhile (a subclass's methods, another thread) cannot change what is written for it.
     """
     kind = type(value)
     if kind is str or kind is bool or value is None:
         return value
     if kind is int:
-        if value.bit_length() > _BIG_INT_BITS and abs(value) >= _INT_LIMIT:
-            raise _EncodeFault(f"integer with more than {MAX_INT_DIGITS} digits")
+        if value.bit_length() > _SAFE_INT_BITS:
+            digits = _int_digit_limit()
+            if abs(value) >= _int_bound(digits):
+                raise _EncodeFault(_too_many_digits(digits))
         return value
     if kind is float:
         if not math.isfinite(value):
@@ -94,14 +158,23 @@ def _prepare(value: Any, depth: int) -> Any:
     if isinstance(value, dict):
         if depth > MAX_DEPTH:
             raise _too_deep_fault()
-        escaped = len(value) == 1 and next(iter(value)) in RESERVED_TAGS
+        pairs = list(value.items()) if kind is dict else _pairs_of(value)
+        escaped = len(pairs) == 1 and _key_text(pairs[0][0]) in RESERVED_TAGS
         if escaped and depth + 1 > MAX_DEPTH:
             raise _too_deep_fault()
         inner = depth + 2 if escaped else depth + 1
         out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise _EncodeFault(f"dict key {key!r} is not a str")
+        # Only keys that are not plain str (or pairs not from a plain dict) can repeat a key's
+        # characters; from the first such key on, every key is checked against the earlier ones.
+        careful = kind is not dict
+        for key, item in pairs:
+            if type(key) is not str:
+                if not isinstance(key, str):
+                    raise _EncodeFault(f"dict key {_shown(key)} is not a str")
+                key = str.__str__(key)
+                careful = True
+            if careful and key in out:
+                raise _EncodeFault(f"duplicate key {key!r}")
             try:
                 out[key] = _prepare(item, inner)
             except _EncodeFault as fault:
@@ -111,14 +184,16 @@ def _prepare(value: Any, depth: int) -> Any:
     if isinstance(value, (list, tuple)):
         if depth > MAX_DEPTH:
             raise _too_deep_fault()
-        items = []
-        for i, item in enumerate(value):
+        # A plain list is copied (a plain tuple cannot change); a subclass is iterated once.
+        items = value[:] if kind is list or kind is tuple else [item for item in value]
+        prepared = []
+        for i, item in enumerate(items):
             try:
-                items.append(_prepare(item, depth + 1))
+                prepared.append(_prepare(item, depth + 1))
             except _EncodeFault as fault:
                 fault.path.append(i)
                 raise
-        return items
+        return prepared
     if isinstance(value, (bytes, bytearray, memoryview)):
         if depth > MAX_DEPTH:
             raise _too_deep_fault()
@@ -139,17 +214,48 @@ def _prepare(value: Any, depth: int) -> Any:
     raise _EncodeFault(f"{kind.__name__} is not JSON-compatible data")
 
 
-def encode(value: Any) -> str:
-    """Encode JSON-compatible data (bytes allowed) to compact JSON text. Raises `CodecError`."""
+@contextlib.contextmanager
+def _headroom() -> Iterator[None]:
+    """Raise the recursion limit by `_HEADROOM` frames meanwhile (one thread at a time)."""
+    with _HEADROOM_LOCK:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(limit + _HEADROOM)
+        try:
+            yield
+        finally:
+            sys.setrecursionlimit(limit)
+
+
+def _with_headroom(work: Callable[[Any], Any], arg: Any) -> Any:
+    """`work(arg)`; if the caller's stack is too deep for it, once more with `_HEADROOM` frames
+    to spare. Both codecs work at every nesting within the limits whatever the caller's depth
+    (the native one does not recurse in Python); the pure one needs about two frames a level."""
     try:
-        text: str = _dumps(_prepare(value, 1))
+        return work(arg)
+    except RecursionError:
+        pass
+    with _headroom():
+        return work(arg)
+
+
+def _encode(value: Any) -> str:
+    try:
+        prepared = _prepare(value, 1)
     except _EncodeFault as fault:
         raise fault.as_codec_error() from None
-    except ValueError as exc:  # an int past a lowered sys.set_int_max_str_digits()
+    try:
+        text: str = _dumps(prepared)
+    except ValueError as exc:  # an int past an interpreter limit lowered while encoding
         raise CodecError(f"cannot encode: {exc}") from None
     if not text.isascii() and _SURROGATE.search(text):
         raise CodecError("a string contains a lone surrogate, which is not valid Unicode")
     return text
+
+
+def encode(value: Any) -> str:
+    """Encode JSON-compatible data (bytes allowed) to compact JSON text. Raises `CodecError`."""
+    result: str = _with_headroom(_encode, value)
+    return result
 
 
 class _Restart(Exception):
@@ -267,7 +373,7 @@ def _text_depth(text: str) -> int:
 def _bounded_int(literal: str) -> int:
     """int(literal), refusing more than MAX_INT_DIGITS digits even if the process allows more."""
     if len(literal) - literal.startswith("-") > MAX_INT_DIGITS:
-        raise CodecError(f"integer with more than {MAX_INT_DIGITS} digits")
+        raise CodecError(_too_many_digits(MAX_INT_DIGITS))
     return int(literal)
 
 
@@ -296,10 +402,16 @@ def decode(text: str) -> Any:
     """Decode text produced by `encode` (or any JSON within the same limits). Raises `CodecError`."""
     if not isinstance(text, str):
         raise CodecError(f"expected str to decode, got {type(text).__name__}")
+    if type(text) is not str:
+        text = str.__str__(text)  # a subclass is decoded from its characters, never its methods
     if not text.isascii() and _SURROGATE.search(text):
         raise CodecError("the text contains a lone surrogate, which is not valid Unicode")
     if _ON_WASM and text.count("[") + text.count("{") > MAX_DEPTH and _text_depth(text) > MAX_DEPTH:
         raise CodecError(f"nesting deeper than {MAX_DEPTH}")
+    return _with_headroom(_decode, text)
+
+
+def _decode(text: str) -> Any:
     try:
         try:
             value = _loads(text, _fast_hook)
@@ -308,9 +420,13 @@ def decode(text: str) -> Any:
     except CodecError:
         raise
     except RecursionError:
-        raise CodecError(f"nesting deeper than {MAX_DEPTH}") from None
-    except ValueError as exc:  # JSONDecodeError, and int strings past the digit limit
+        if _text_depth(text) > MAX_DEPTH:
+            raise CodecError(f"nesting deeper than {MAX_DEPTH}") from None
+        raise  # the caller's stack was too deep, not the text: decode() tries again with headroom
+    except json.JSONDecodeError as exc:
         raise CodecError(f"invalid JSON: {exc}") from None
+    except ValueError:  # an int literal past the interpreter's int-from-str digit limit
+        raise CodecError(_too_many_digits(_int_digit_limit())) from None
     if type(value) in _NESTED and text.count("[") + text.count("{") > MAX_DEPTH and _too_deep(value):
         raise CodecError(f"nesting deeper than {MAX_DEPTH}")
     if _SURROGATE_ESCAPE.search(text) and _has_surrogate(value):

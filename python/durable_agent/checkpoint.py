@@ -21,32 +21,42 @@ RUN_STATUSES: tuple[RunStatus, ...] = ("running", "suspended", "completed")
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage. Adding two gives the sum; `total_tokens` is kept as the provider reported it."""
+    """Token usage. Adding two gives the sum; `total_tokens` is kept as the provider reported it.
+
+    `input_tokens` counts the whole prompt, cached parts included; the details say how much of
+    it was read from (`cache_read_tokens`) or written to (`cache_write_tokens`) a provider's
+    prompt cache, and how much of `output_tokens` was reasoning (`reasoning_tokens`). The
+    stored form names a detail only when it is not zero.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.total_tokens + other.total_tokens,
-        )
+        return Usage(*(a + b for a, b in zip(self._values(), other._values(), strict=True)))
+
+    def _values(self) -> tuple[int, ...]:
+        return tuple(getattr(self, name) for name in _USAGE_FIELDS)
 
     def to_dict(self) -> dict[str, int]:
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "total_tokens": self.total_tokens,
-        }
+        out = {name: getattr(self, name) for name in _USAGE_FIELDS[:3]}
+        out.update((name, value) for name in _USAGE_FIELDS[3:] if (value := getattr(self, name)))
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Usage:
-        values = [data.get(name, 0) for name in ("input_tokens", "output_tokens", "total_tokens")]
+        values = [data.get(name, 0) for name in _USAGE_FIELDS]
         if not all(type(v) is int and v >= 0 for v in values):
             raise ValueError(f"usage counts must be non-negative ints, got {dict(data)!r}")
         return cls(*values)
+
+
+_USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "reasoning_tokens", "cache_read_tokens",
+                 "cache_write_tokens")
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ._util import maybe_await, wall_clock_ms
@@ -130,13 +130,14 @@ class RunCheckpoints:
     """The session store the loop of one run saves through: every save is one fenced commit.
 
     Reads go to the runtime's session store; a save commits `checkpoint_transition`'s
-    transition, so finishing and parking are atomic with their checkpoint, and a process
-    that lost the lease gets `StaleEpochError` instead of landing the save.
+    transition, with the step records the run's scope deferred (a final model answer), so
+    finishing and parking are atomic with their checkpoint, and a process that lost the lease
+    gets `StaleEpochError` instead of landing the save.
     """
 
-    def __init__(self, runtime: DurableRuntime, session_id: str, run_id: str, epoch: int) -> None:
+    def __init__(self, runtime: DurableRuntime, scope: RunScope, run_id: str, epoch: int) -> None:
         self._runtime = runtime
-        self._session_id = session_id
+        self._scope = scope
         self._run_id = run_id
         self._epoch = epoch
 
@@ -144,7 +145,8 @@ class RunCheckpoints:
         return self._runtime.stores.session.load(run_id)
 
     async def save(self, checkpoint: AgentCheckpoint) -> None:
-        await self._runtime.commit(checkpoint_transition(self._session_id, self._epoch, self._run_id, checkpoint))
+        transition = checkpoint_transition(self._scope.session_id, self._epoch, self._run_id, checkpoint)
+        await self._runtime.commit(replace(transition, steps=self._scope.take_deferred()))
 
 
 class DurableSession:
@@ -291,7 +293,7 @@ class DurableSession:
         runtime = self.runtime
         self._suspend = asyncio.Event()
         scope = await runtime.open_run(session_id=self.session_id, run_id=run_id, epoch=epoch)
-        checkpoints = RunCheckpoints(runtime, self.session_id, run_id, epoch)
+        checkpoints = RunCheckpoints(runtime, scope, run_id, epoch)
         renewer = asyncio.ensure_future(self._renew(epoch))
         try:
             await self._join_partials(scope, checkpoints, run_id, spec)

@@ -31,6 +31,17 @@ class CheckpointNotFoundError(DurableAgentError, LookupError):
         self.run_id = run_id
 
 
+class StepNotFoundError(DurableAgentError, LookupError):
+    """The store holds no record of a run's state at that step boundary (see `durable_agent.fork`)."""
+
+    code = "step_not_found"
+
+    def __init__(self, run_id: str, step_index: int, why: str) -> None:
+        super().__init__(f"run {run_id!r} has no stored state at step {step_index}: {why}")
+        self.run_id = run_id
+        self.step_index = step_index
+
+
 class CheckpointVersionError(DurableAgentError, ValueError):
     """A checkpoint was written by a newer schema than this library reads."""
 
@@ -61,9 +72,10 @@ class CheckpointConflictError(DurableAgentError, RuntimeError):
 
     code = "checkpoint_conflict"
 
-    def __init__(self, run_id: str, expected: int | None, actual: int | None) -> None:
+    def __init__(self, run_id: str, expected: int | None, actual: int | None, message: str | None = None) -> None:
         super().__init__(
-            f"run {run_id!r}: expected the stored checkpoint at step {expected!r}, found {actual!r}; "
+            message
+            or f"run {run_id!r}: expected the stored checkpoint at step {expected!r}, found {actual!r}; "
             "another writer saved this run"
         )
         self.run_id = run_id
@@ -218,3 +230,52 @@ def is_control_error(error: BaseException) -> bool:
     attribute ``durable_control = True``.
     """
     return getattr(error, "durable_control", False) is True
+
+
+class ModelCallError(DurableAgentError, RuntimeError):
+    """A call to a model provider failed: the facts a retry policy decides on, as data.
+
+    `kind` is durable-agent's classification (``rate_limited``, ``overloaded``,
+    ``server_error``, ``timeout``, ``connection``, ``stream_cut``, ``malformed_chunk``,
+    ``auth``, ``permission``, ``bad_request``, ``not_found``, ``context_length``, ...);
+    `error_code` is the provider's own code or type when it sent one (``rate_limit_exceeded``,
+    ``overloaded_error``). `retryable` says whether the same request may succeed later;
+    `retry_after_ms` is how long the provider asked to wait (None when it did not say).
+    `data` is what a durable runtime stores with the failed step.
+    """
+
+    code = "model_call_failed"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        kind: str,
+        retryable: bool,
+        status: int | None = None,
+        error_code: str | None = None,
+        retry_after_ms: int | None = None,
+        context_exceeded: bool = False,
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.kind = kind
+        self.retryable = retryable
+        self.status = status
+        self.error_code = error_code
+        self.retry_after_ms = retry_after_ms
+        self.context_exceeded = context_exceeded
+        self.request_id = request_id
+
+    @property
+    def data(self) -> dict[str, object]:
+        return {
+            "provider": self.provider,
+            "kind": self.kind,
+            "error_code": self.error_code,
+            "retry_after_ms": self.retry_after_ms,
+            "context_exceeded": self.context_exceeded,
+            "request_id": self.request_id,
+        }

@@ -35,12 +35,13 @@ from .models import ModelRequest
 from .runtime.keys import MODEL_CALL, step_key
 from .runtime.records import apply_tool_state
 from .runtime.records import StepRequest
-from .runtime.scope import StepContext
+from .runtime.scope import StepContext, StepLive
 from .options import PrepareStepContext, RunOptions, StepOverrides, logger
 from .results import FinishReason, Part, StepResult
 from .signing import APPROVAL_TOKEN_DENIED_REASON
 from .stop import StopContext
 from .tools import Tool
+from .tracing import RunLogger, RunTrace
 
 DENIED_REASON = "The user denied this tool call."
 UNANSWERED_REASON = "No verdict was given for this tool call, so it was denied."
@@ -149,10 +150,11 @@ def tool_message(results: list[dict[str, Any]]) -> Message:
 
 
 def assistant_message(
-    text: str, tool_calls: Sequence[dict[str, Any]], approvals: Sequence[ToolApprovalRequest] = ()
+    text: str, tool_calls: Sequence[dict[str, Any]], approvals: Sequence[ToolApprovalRequest] = (),
+    reasoning: Sequence[dict[str, Any]] = (),
 ) -> Message:
-    """The assistant message of a step: its text, its tool calls, and a marker per call awaiting a verdict."""
-    content: list[Any] = [{"type": "text", "text": text}] if text else []
+    """The assistant message of a step: its reasoning parts, text, tool calls, and a marker per call awaiting a verdict."""
+    content: list[Any] = [*reasoning, *([{"type": "text", "text": text}] if text else [])]
     content.extend({"type": "tool-call", **{k: c[k] for k in ("tool_call_id", "tool_name", "input")}}
                    for c in tool_calls)
     content.extend(
@@ -195,15 +197,17 @@ class _ModelTurn:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = "stop"
+    reasoning: list[dict[str, Any]] = field(default_factory=list)  # reasoning parts, kept in the history
 
     def to_json(self) -> dict[str, Any]:
         return {"text": self.text, "tool_calls": self.tool_calls, "usage": self.usage.to_dict(),
-                "finish_reason": self.finish_reason}
+                "finish_reason": self.finish_reason, **({"reasoning": self.reasoning} if self.reasoning else {})}
 
     def replay(self, stored: dict[str, Any]) -> list[Part]:
         """Take a replayed model step's stored result; the parts a live call would have streamed."""
         self.text, self.tool_calls = stored["text"], list(stored["tool_calls"])
         self.usage, self.finish_reason = Usage.from_dict(stored["usage"]), stored["finish_reason"]
+        self.reasoning = list(stored.get("reasoning", ()))
         text = [{"type": "text-delta", "text": self.text}] if self.text else []
         return [*text, *({"type": "tool-call", **c} for c in self.tool_calls)]
 
@@ -276,20 +280,24 @@ class AgentLoop:
         self._next_index = 0
         self._recent_batches: list[str] = []
         self._responses = {r.approval_id: r for r in options.approval_responses}
+        self.trace = RunTrace()
+        self.log = RunLogger(logger, lambda: (self.run_id, self._next_index, getattr(options.scope, "session_id", None)))
 
     # ----------------------------------------------------------------- driving
 
     async def parts(self) -> AsyncIterator[Part]:
         """Run the loop, yielding stream parts. Failures become one final ``error`` part."""
         self.finished = asyncio.Event()
+        self.trace.start_run(self.run_id, self.options.model.model_id, self.options.agent_path)
         try:
             async for part in self._drive():
                 yield part
         except Exception as exc:  # noqa: BLE001 - every failure is reported as an error part
             self.error = exc
-            logger.debug("run %s failed: %r", self.run_id, exc)
+            self.log.debug("run %s failed: %r", self.run_id, exc)
             yield {"type": "error", "error": exc}
         finally:
+            self.trace.end_run(self.run_id, self.finish_reason, self.usage, self.total_usage, self.error)
             self.finished.set()
 
     async def _drive(self) -> AsyncIterator[Part]:
@@ -319,12 +327,13 @@ class AgentLoop:
             except CheckpointVersionError:
                 raise  # a newer durable-agent's run: never overwrite it with an older schema
             except Exception:  # noqa: BLE001 - a fresh run must not die of an unreadable old one
-                logger.exception("could not load the stored checkpoint of run %s; starting its counters at 0", self.run_id)
+                self.log.exception("could not load the stored checkpoint of run %s; starting its counters at 0", self.run_id)
                 checkpoint = None
         if checkpoint is not None:
             checkpoint.refuse_newer()
             self._next_index = checkpoint.step_index + 1
             self.total_usage = checkpoint.usage
+        self.trace.run_loaded(self.run_id, getattr(self.options.scope, "session_id", None), checkpoint)
 
     def _check_abort(self) -> None:
         signal = self.options.signal
@@ -339,6 +348,7 @@ class AgentLoop:
     async def _step(self) -> AsyncIterator[Part]:
         self._check_abort()
         step_index = self._next_index
+        self.trace.start_step(step_index, "model")
         overrides = await self._prepare(step_index)
         model = overrides.model or self.options.model
         yield {"type": "step-start", "step_index": step_index}
@@ -362,7 +372,7 @@ class AgentLoop:
         if calls:
             await self._decide(calls, settling=False)
             phase = self._pending_of(calls)
-        assistant = assistant_message(text, [c.as_part() for c in calls], phase.approvals)
+        assistant = assistant_message(text, [c.as_part() for c in calls], phase.approvals, turn.reasoning)
         self.messages = extended(self.messages, assistant)
         if calls and not phase.suspends:
             phase = await self._execute(calls)
@@ -380,6 +390,7 @@ class AgentLoop:
         finish = self._finish_reason_after(calls, model_finish, phase)
         if not phase.suspends:
             await self._save(step_index, "completed" if finish else "running")
+        self.trace.end_step()
         yield {"type": "step-finish", "step_index": step_index, "usage": usage, "finish_reason": model_finish}
         self._next_index = step_index + 1
         if finish is not None:
@@ -390,21 +401,27 @@ class AgentLoop:
     ) -> AsyncIterator[Part]:
         """Stream one model call into `turn`, through the run scope's journal when there is one."""
         scope = self.options.scope
+        self.trace.start_model(model.model_id)
         if scope is None:
             async for part in self._stream_model(model, request, turn, None):
                 yield part
+            self.trace.end_model(turn.usage, turn.finish_reason)
             return
         parts: asyncio.Queue[Part] = asyncio.Queue()
+        called = []
 
         async def live(context: StepContext) -> dict[str, Any]:
+            called.append(True)
             async for part in self._stream_model(model, request, turn, context):
                 parts.put_nowait(part)
             return turn.to_json()
 
         step_request = StepRequest(step_key(self.run_id or "run", step_index, MODEL_CALL), "model", "safe",
                                    {"model": model.model_id})
-        async for part in _drain(parts, scope.step(step_request, live), turn):
+        deferred = StepLive(defer_done=True)  # its done record rides on the next write (scope docs)
+        async for part in _drain(parts, scope.step(step_request, live, deferred), turn):
             yield part
+        self.trace.end_model(turn.usage, turn.finish_reason, replayed=not called)
 
     async def _stream_model(self, model: Any, request: ModelRequest, turn: _ModelTurn, context: Any) -> AsyncIterator[Part]:
         async for event in model.stream(request):
@@ -420,6 +437,8 @@ class AgentLoop:
                 yield {"type": "tool-call", **call}
             elif event["type"] == "finish":
                 turn.usage, turn.finish_reason = event["usage"], event["finish_reason"]
+            elif event["type"] == "reasoning":
+                turn.reasoning.append({"type": "reasoning", **{k: event[k] for k in ("text", "provider", "metadata")}})
 
     async def _prepare(self, step_index: int) -> StepOverrides:
         if self.options.prepare_step is None:
@@ -443,7 +462,7 @@ class AgentLoop:
         if any(condition(context) for condition in self.options.stop_when):
             return "stop-condition"
         if self._is_runaway(calls):
-            logger.warning("run %s repeated the same tool calls %d times; stopping it", self.run_id, self.options.runaway_limit)
+            self.log.warning("run %s repeated the same tool calls %d times; stopping it", self.run_id, self.options.runaway_limit)
             return "runaway"
         return None
 
@@ -467,6 +486,7 @@ class AgentLoop:
     async def _settle(self, raw_calls: list[dict[str, Any]], approval_ids: dict[str, str]) -> AsyncIterator[Part]:
         """Answer the unanswered calls of the last assistant message, before any new step."""
         calls = [_Call(c["tool_call_id"], c["tool_name"], c["input"]) for c in raw_calls]
+        self.trace.start_step(self._next_index, "settle")
         await self._decide(calls, settling=True, approval_ids=approval_ids)
         phase = await self._execute(calls)
         self.usage, self.total_usage = self.usage + phase.usage, self.total_usage + phase.usage
@@ -474,6 +494,7 @@ class AgentLoop:
         if phase.suspends:
             async for part in self._suspend(phase, step_index):
                 yield part
+            self.trace.end_step()
             self._next_index = step_index + 1
             yield self._finish("suspended")
             return
@@ -481,6 +502,7 @@ class AgentLoop:
         for result in phase.results:
             yield result
         await self._save(step_index, "running")
+        self.trace.end_step()
         self._next_index = step_index + 1
 
     # -------------------------------------------------------------- decisions
@@ -568,6 +590,7 @@ class AgentLoop:
     async def _execute(self, calls: list[_Call]) -> _Phase:
         """Run every call not decided yet, in parallel up to `max_tool_concurrency`; results in call order."""
         self._check_abort()
+        await self._begin_tools(calls)
         limit = self.options.max_tool_concurrency
         gate = asyncio.Semaphore(limit) if limit else None
 
@@ -598,15 +621,24 @@ class AgentLoop:
         self._check_abort()
         return phase
 
+    async def _begin_tools(self, calls: list[_Call]) -> None:
+        """On a journal: the unsafe calls' intents (and the deferred model answer) durable in one write."""
+        scope = self.options.scope
+        if scope is not None:
+            await scope.begin([self._tool_request(c) for c in calls if c.result is None and c.tool is not None])
+
+    def _tool_request(self, call: _Call) -> StepRequest:
+        assert call.tool is not None
+        return StepRequest(step_key(self.run_id or "run", self._next_index, call.tool_call_id), "tool",
+                           call.tool.replay, {"tool_name": call.tool_name, "tool_call_id": call.tool_call_id})
+
     async def _run_tool(self, call: _Call) -> dict[str, Any]:
         """Run one tool call, through the run scope's journal when there is one."""
         assert call.tool is not None
         scope = self.options.scope
         if scope is None:
             return await self._execute_tool(call)
-        request = StepRequest(step_key(self.run_id or "run", self._next_index, call.tool_call_id), "tool",
-                              call.tool.replay, {"tool_name": call.tool_name, "tool_call_id": call.tool_call_id})
-        outcome = await scope.step(request, lambda context: self._execute_tool(call, context))
+        outcome = await scope.step(self._tool_request(call), lambda context: self._execute_tool(call, context))
         if outcome.status == "interrupted":
             return call.outcome(TOOL_INTERRUPTED_MESSAGE, True)
         apply_tool_state(self.options.tool_state, outcome.tool_state)
@@ -618,16 +650,19 @@ class AgentLoop:
         context = ToolCallContext(self.options, self.run_id, call.tool_call_id, call.tool_name)
         token = _current_call.set(context)
         try:
-            output = await maybe_await(call.tool.execute(call.parsed))
-            if step is not None:
-                step.stage_tool_state(context.staged)  # committed with the done record
-            else:
-                apply_tool_state(self.options.tool_state, context.staged)
-        except Exception as exc:  # noqa: BLE001 - a failing tool is a result the model can react to
-            if is_control_error(exc):
-                raise
-            logger.info("tool %s (%s) failed: %r", call.tool_name, call.tool_call_id, exc)
-            return call.outcome(f"{type(exc).__name__}: {exc}", True)
+            with self.trace.tool(call.tool_name, call.tool_call_id) as span:
+                try:
+                    output = await maybe_await(call.tool.execute(call.parsed))
+                    if step is not None:
+                        step.stage_tool_state(context.staged)  # committed with the done record
+                    else:
+                        apply_tool_state(self.options.tool_state, context.staged)
+                except Exception as exc:  # noqa: BLE001 - a failing tool is a result the model can react to
+                    if is_control_error(exc):
+                        raise
+                    self.trace.tool_failed(span, exc)
+                    self.log.info("tool %s (%s) failed: %r", call.tool_name, call.tool_call_id, exc)
+                    return call.outcome(f"{type(exc).__name__}: {exc}", True)
         finally:
             _current_call.reset(token)
         if hasattr(output, "model_dump"):
@@ -654,7 +689,7 @@ class AgentLoop:
         try:
             token = signer.sign(request, run_id=self.run_id)
         except Exception:  # noqa: BLE001 - signing is best-effort; an unsigned request is denied on resume
-            logger.exception("signing approval %s failed; the request goes out unsigned", request.approval_id)
+            self.log.exception("signing approval %s failed; the request goes out unsigned", request.approval_id)
             return request
         return ToolApprovalRequest(
             request.approval_id, request.tool_call_id, request.tool_name, request.input, request.agent_path, token
@@ -682,4 +717,4 @@ class AgentLoop:
         except Exception as exc:  # noqa: BLE001 - durability must never kill a run...
             if is_control_error(exc):
                 raise  # ...but a writer that lost its lease must stop at once
-            logger.exception("saving checkpoint %s failed; the run continues", checkpoint.step_id)
+            self.log.exception("saving checkpoint %s failed; the run continues", checkpoint.step_id)

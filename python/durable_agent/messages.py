@@ -3,6 +3,11 @@
 Messages are plain JSON-compatible dicts so a checkpoint is plain data. These TypedDicts
 describe them for type checkers and readers; nothing checks them at run time.
 
+What real providers add: an assistant message starts with its ``reasoning`` parts (kept
+exactly as the provider's adapter produced them, and sent back by that adapter only); user
+messages may carry ``image`` and ``file`` parts (raw bytes; the checkpoint codec stores
+them losslessly); a tool result may carry images or files as ``attachments``.
+
 History is immutable by contract: the loop never mutates a message or a message list it
 has handed out; every step builds a new list. Callers must not mutate them either.
 """
@@ -27,12 +32,32 @@ class ToolCallPart(TypedDict):
 
 
 class ToolResultPart(TypedDict):
+    """A tool's result. `attachments` are images or files the tool returned beside its output
+    (a screenshot, a PDF); adapters send them the way their provider takes them."""
+
     type: Literal["tool-result"]
     tool_call_id: str
     tool_name: str
     output: Any
     is_error: bool
     usage: NotRequired[dict[str, int]]  # a sub-agent's token usage, counted toward its parent run
+    attachments: NotRequired[list[ImagePart | FilePart]]
+
+
+class ReasoningPart(TypedDict):
+    """A reasoning (thinking) block of an assistant message, first in its content.
+
+    `text` is what the provider showed of the reasoning (a summary, or the thinking itself;
+    may be empty). `provider` names the wire API that produced it (``anthropic``,
+    ``openai-responses``, ``openai-chat``) and `metadata` is opaque: that adapter sends it back
+    unchanged on later calls (Anthropic's thinking signature or redacted data, an OpenAI
+    reasoning item with its encrypted content); other providers' adapters skip the part.
+    """
+
+    type: Literal["reasoning"]
+    text: str
+    provider: str
+    metadata: dict[str, Any]
 
 
 class ToolApprovalRequestPart(TypedDict):
@@ -56,7 +81,7 @@ class FilePart(TypedDict):
     filename: NotRequired[str]
 
 
-ContentPart = TextPart | ToolCallPart | ToolResultPart | ToolApprovalRequestPart | ImagePart | FilePart
+ContentPart = TextPart | ToolCallPart | ToolResultPart | ToolApprovalRequestPart | ImagePart | FilePart | ReasoningPart
 
 
 class Message(TypedDict):

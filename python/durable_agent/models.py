@@ -8,6 +8,10 @@ Events are plain dicts:
 * ``{"type": "text-delta", "text": str}``
 * ``{"type": "tool-call", "tool_call_id": str, "tool_name": str, "input": Any}``
 * ``{"type": "finish", "finish_reason": "stop" | "tool-calls" | "length", "usage": Usage}``
+* ``{"type": "reasoning", "text": str, "provider": str, "metadata": dict}`` (optional) — a finished
+  reasoning block of a real provider. The loop keeps it in the assistant message as a
+  ``reasoning`` part, and the provider's adapter sends `metadata` back unchanged on the next
+  call (a signature, an encrypted reasoning item). Models that do not reason never send it.
 """
 
 from __future__ import annotations
@@ -61,7 +65,14 @@ class FinishEvent(TypedDict):
     usage: Usage
 
 
-ModelEvent = TextDeltaEvent | ToolCallEvent | FinishEvent
+class ReasoningEvent(TypedDict):
+    type: Literal["reasoning"]
+    text: str
+    provider: str
+    metadata: dict[str, Any]
+
+
+ModelEvent = TextDeltaEvent | ToolCallEvent | FinishEvent | ReasoningEvent
 
 
 @runtime_checkable

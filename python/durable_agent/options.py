@@ -18,6 +18,7 @@ from .stop import StopCondition
 from .tools import Tool
 
 if TYPE_CHECKING:
+    from .runtime.protocols import RunScope
     from .signing import ApprovalSigner
 
 logger = logging.getLogger("durable_agent")
@@ -97,7 +98,7 @@ class RunOptions:
     generate_id: Callable[[], str] = random_id
     runaway_limit: int = 3
     agent_path: tuple[str, ...] = ()  # internal: set for sub-agents
-    scope: Any = None  # internal: the run scope of a durable runtime (Agent)
+    scope: RunScope | None = None  # internal: the run scope of a durable runtime (Agent)
     suspend_signal: AbortSignal | None = None  # internal: Agent.suspend()
     tool_state: dict[str, Any] = field(default_factory=dict)  # internal: the session's tool state view
 

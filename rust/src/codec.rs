@@ -121,6 +121,11 @@ fn plain_run_end(bytes: &[u8], from: usize) -> usize {
     i + stop
 }
 
+/// The message for an integer of more than `limit` digits (encoding and decoding).
+pub fn too_many_digits(limit: usize) -> String {
+    format!("integer with more than {limit} digits")
+}
+
 /// The fault for a container (or bytes) nested deeper than [`MAX_DEPTH`].
 pub fn too_deep() -> Fault {
     Fault::at(format!("nesting deeper than {MAX_DEPTH}"))
@@ -229,7 +234,7 @@ impl Encoder {
             return Err(Fault::at(format!("{text:?} is not an integer")));
         }
         if digits.len() > MAX_INT_DIGITS {
-            return Err(Fault::at(format!("integer with more than {MAX_INT_DIGITS} digits")));
+            return Err(Fault::at(too_many_digits(MAX_INT_DIGITS)));
         }
         self.out.extend_from_slice(text.as_bytes());
         Ok(())
@@ -795,7 +800,7 @@ impl<'t, B: Builder> Parser<'t, '_, B> {
         }
         let digits = int_end - start - usize::from(b[start] == b'-');
         if digits > MAX_INT_DIGITS {
-            return Err(Fault::plain(format!("invalid JSON: integer with more than {MAX_INT_DIGITS} digits")));
+            return Err(Fault::plain(too_many_digits(MAX_INT_DIGITS)));
         }
         if digits <= 18 {
             let mut v: i64 = 0;
@@ -1081,8 +1086,15 @@ impl Builder for ValueBuilder {
     }
     fn dict(&mut self, mut items: std::vec::Drain<'_, Value>) -> Result<Value, Fault> {
         let mut pairs: Vec<(Value, Value)> = Vec::with_capacity(items.len() / 2);
+        // A set, not a scan of the earlier keys: an object with many keys stays linear. (Its
+        // hasher is std's, seeded per process: Rust callers only; the Python glue checks with
+        // the dict it builds.)
+        let mut seen = std::collections::HashSet::with_capacity(items.len() / 2);
         while let (Some(k), Some(v)) = (items.next(), items.next()) {
-            if pairs.iter().any(|(seen, _)| *seen == k) {
+            let Value::Str(name) = &k else {
+                return Err(Fault::plain(format!("object key {} is not a string", render_key(&k))));
+            };
+            if !seen.insert(name.clone()) {
                 return Err(duplicate_key_fault(&render_key(&k)));
             }
             pairs.push((k, v));

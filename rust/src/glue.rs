@@ -3,21 +3,23 @@
 //! types to kernel calls and kernel faults to `durable_agent.errors.CodecError`.
 
 use crate::codec::{self, Builder, DictFrame, Encoder, Fault};
+use crate::keycache::{self, KeyCache};
 use crate::{b64, token, transcode};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyUnicodeEncodeError, PyValueError};
+use pyo3::exceptions::{PyException, PyTypeError, PyUnicodeEncodeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PySlice, PyString, PyTuple, PyType,
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PySet, PySlice, PyString, PyTuple,
+    PyType,
 };
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
 static CODEC_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static INT_REPR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+static STR_OF: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+static INT_DIGIT_LIMIT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static GC: PyOnceLock<(Py<PyAny>, Py<PyAny>, Py<PyAny>)> = PyOnceLock::new();
 /// The output buffer, kept between calls (up to `KEEP_BUFFER` bytes) so that a large
 /// checkpoint does not cost fresh pages every time it is saved.
@@ -76,8 +78,41 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "object".to_owned())
 }
 
-fn repr_of(obj: &Bound<'_, PyAny>) -> String {
-    obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| format!("<{}>", type_name(obj)))
+/// `cell` holding `owner.name` (a builtin type's own method, which no subclass can override).
+fn builtin_attr<'a>(
+    py: Python<'_>,
+    cell: &'a PyOnceLock<Py<PyAny>>,
+    owner: &Bound<'_, PyAny>,
+    name: &str,
+) -> PyResult<&'a Py<PyAny>> {
+    cell.get_or_try_init(py, || Ok(owner.getattr(name)?.unbind()))
+}
+
+/// `s` itself if it is a `str`, else a `str` of its characters (`str.__str__`): a subclass is
+/// read by its data, never through its methods (its `__len__`, `encode` or `__getitem__` may lie).
+fn exact_str<'py>(s: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyString>> {
+    if s.is_exact_instance_of::<PyString>() {
+        return Ok(s.clone());
+    }
+    let py = s.py();
+    let str_of = builtin_attr(py, &STR_OF, py.get_type::<PyString>().as_any(), "__str__")?;
+    Ok(str_of.bind(py).call1((s,))?.cast_into::<PyString>()?)
+}
+
+/// `repr(obj)` for a message, as its characters; `<TypeName>` when repr() raises an
+/// `Exception` or gives a string that is not valid Unicode (other errors propagate).
+fn shown(obj: &Bound<'_, PyAny>) -> PyResult<String> {
+    let py = obj.py();
+    match obj.repr() {
+        Ok(text) => Ok(text.to_str().map(str::to_owned).unwrap_or_else(|_| format!("<{}>", type_name(obj)))),
+        Err(err) if err.is_instance_of::<PyException>(py) => Ok(format!("<{}>", type_name(obj))),
+        Err(err) => Err(err),
+    }
+}
+
+/// `repr()` of a `str` (a key on a fault's path): no user code runs.
+fn str_repr(s: &Bound<'_, PyString>) -> String {
+    s.repr().map(|r| r.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 fn write_str(enc: &mut Encoder, s: &Bound<'_, PyString>) {
@@ -87,15 +122,22 @@ fn write_str(enc: &mut Encoder, s: &Bound<'_, PyString>) {
     }
 }
 
+/// The most digits an int may have: `codec::MAX_INT_DIGITS`, or the interpreter's
+/// `sys.get_int_max_str_digits()` if that is lower (0 means no limit).
+fn int_digit_limit(py: Python<'_>) -> PyResult<usize> {
+    let get = builtin_attr(py, &INT_DIGIT_LIMIT, py.import("sys")?.as_any(), "get_int_max_str_digits")?;
+    let limit: usize = get.bind(py).call0()?.extract()?;
+    Ok(if limit == 0 { codec::MAX_INT_DIGITS } else { limit.min(codec::MAX_INT_DIGITS) })
+}
+
 fn write_big_int(enc: &mut Encoder, obj: &Bound<'_, PyAny>) -> Result<(), Stop> {
     let py = obj.py();
-    let int_repr = INT_REPR
-        .get_or_try_init(py, || -> PyResult<Py<PyAny>> { Ok(py.get_type::<PyInt>().getattr("__repr__")?.unbind()) })?;
+    let int_repr = builtin_attr(py, &INT_REPR, py.get_type::<PyInt>().as_any(), "__repr__")?;
     match int_repr.bind(py).call1((obj,)) {
         Ok(text) => Ok(enc.big_int(&text.cast_into::<PyString>().map_err(PyErr::from)?.to_cow()?)?),
         // Past the interpreter's int-to-str digit limit.
         Err(err) if err.is_instance_of::<PyValueError>(py) => {
-            Err(Fault::at(format!("integer with more than {} digits", codec::MAX_INT_DIGITS)).into())
+            Err(Fault::at(codec::too_many_digits(int_digit_limit(py)?)).into())
         }
         Err(err) => Err(err.into()),
     }
@@ -111,54 +153,87 @@ fn write_int(enc: &mut Encoder, obj: &Bound<'_, PyAny>) -> Result<(), Stop> {
     }
 }
 
-/// Write a dict's `pairs` (a snapshot: walking a value may run Python code that changes the
-/// dict, which then raises RuntimeError as iterating the dict itself would).
-fn dict_pairs<'py>(
-    enc: &mut Encoder,
-    dict: &Bound<'py, PyDict>,
-    pairs: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)>,
-    mut frame: DictFrame,
-) -> Result<(), Stop> {
-    let len = dict.len();
-    for (key, value) in pairs {
-        match key.cast::<PyString>() {
-            Ok(k) => match k.to_str() {
-                Ok(text) => enc.key(&mut frame, text),
-                Err(_) => enc.lone_surrogate_key(&mut frame),
-            },
-            Err(_) => return Err(Fault::at(format!("dict key {} is not a str", repr_of(&key))).into()),
+type Pairs<'py> = Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)>;
+
+/// Write a dict from its `pairs`, read once when the encoder reached it (docs/codec.md, "User
+/// objects"): code run meanwhile cannot change what is written for it. `careful`: the pairs
+/// may repeat a key's characters (they came from a dict subclass's items()); from the first key
+/// that is a `str` subclass on, every key is checked against the earlier ones anyway.
+fn dict_pairs(enc: &mut Encoder, pairs: &Pairs<'_>, depth: usize, mut careful: bool) -> Result<(), Stop> {
+    let sole = match pairs.as_slice() {
+        [(key, _)] => key.cast::<PyString>().ok().and_then(|s| s.to_str().ok()),
+        _ => None,
+    };
+    let mut frame: DictFrame = enc.begin_dict(depth, sole)?;
+    let mut seen: Option<Bound<'_, PySet>> = None;
+    for (index, (key, value)) in pairs.iter().enumerate() {
+        let Ok(key) = key.cast::<PyString>() else {
+            return Err(Fault::at(format!("dict key {} is not a str", shown(key)?)).into());
+        };
+        let key = if key.is_exact_instance_of::<PyString>() {
+            key.clone()
+        } else {
+            careful = true;
+            exact_str(key)?
+        };
+        if careful {
+            // Until now every key was a plain str of a plain dict: distinct.
+            if seen.is_none() {
+                seen = Some(PySet::new(key.py(), pairs[..index].iter().map(|(k, _)| k))?);
+            }
+            if let Some(seen) = &seen {
+                if seen.contains(&key)? {
+                    return Err(Fault::at(format!("duplicate key {}", str_repr(&key))).into());
+                }
+                seen.add(&key)?;
+            }
         }
-        walk(enc, &value, frame.child_depth).map_err(|stop| stop.inside(|| repr_of(&key)))?;
-        if dict.len() != len {
-            return Err(PyRuntimeError::new_err("dictionary changed size during iteration").into());
+        match key.to_str() {
+            Ok(text) => enc.key(&mut frame, text),
+            Err(_) => enc.lone_surrogate_key(&mut frame),
         }
+        walk(enc, value, frame.child_depth).map_err(|stop| stop.inside(|| str_repr(&key)))?;
     }
     enc.end_dict(frame);
     Ok(())
 }
 
-fn begin_dict(
-    enc: &mut Encoder,
-    depth: usize,
-    len: usize,
-    first: Option<&Bound<'_, PyAny>>,
-) -> Result<DictFrame, Stop> {
-    let sole =
-        if len == 1 { first.and_then(|k| k.cast::<PyString>().ok()).and_then(|s| s.to_str().ok()) } else { None };
-    Ok(enc.begin_dict(depth, sole)?)
+/// A dict subclass's pairs, from one pass over its `items()` (its `__len__`, `__iter__` and
+/// `keys()` are not used), each a `(key, value)` tuple.
+fn subclass_pairs<'py>(mapping: &Bound<'py, PyAny>) -> Result<Pairs<'py>, Stop> {
+    let items = one_pass(&mapping.call_method0(intern!(mapping.py(), "items"))?)?;
+    let mut pairs = Vec::with_capacity(items.len());
+    for item in items {
+        match item.cast_exact::<PyTuple>() {
+            Ok(pair) if pair.len() == 2 => pairs.push((pair.get_item(0)?, pair.get_item(1)?)),
+            Ok(pair) => return Err(not_a_pair(mapping, format!("a tuple of {}", pair.len()))),
+            Err(_) => return Err(not_a_pair(mapping, type_name(&item))),
+        }
+    }
+    Ok(pairs)
 }
 
-fn write_seq<'py>(
-    enc: &mut Encoder,
-    items: impl Iterator<Item = PyResult<Bound<'py, PyAny>>>,
-    depth: usize,
-) -> Result<(), Stop> {
+fn not_a_pair(mapping: &Bound<'_, PyAny>, got: String) -> Stop {
+    Fault::at(format!("{}.items() gave {got}, not a (key, value) tuple", type_name(mapping))).into()
+}
+
+/// Every item of `iterable`, from one pass of its iterator (no length hint is asked for: a
+/// subclass's may lie).
+fn one_pass<'py>(iterable: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let mut items = Vec::new();
+    for item in iterable.try_iter()? {
+        items.push(item?);
+    }
+    Ok(items)
+}
+
+fn write_seq<'py>(enc: &mut Encoder, items: impl Iterator<Item = Bound<'py, PyAny>>, depth: usize) -> Result<(), Stop> {
     enc.begin_list(depth)?;
     for (i, item) in items.enumerate() {
         if i > 0 {
             enc.comma();
         }
-        walk(enc, &item?, depth + 1).map_err(|stop| stop.inside(|| i.to_string()))?;
+        walk(enc, &item, depth + 1).map_err(|stop| stop.inside(|| i.to_string()))?;
     }
     enc.end_list();
     Ok(())
@@ -186,16 +261,13 @@ fn walk(enc: &mut Encoder, obj: &Bound<'_, PyAny>, depth: usize) -> Result<(), S
         return Ok(enc.float(f.value())?);
     }
     if let Ok(dict) = obj.cast_exact::<PyDict>() {
-        let len = dict.len();
-        let first = if len == 1 { dict.iter().next().map(|(k, _)| k) } else { None };
-        let frame = begin_dict(enc, depth, len, first.as_ref())?;
-        return dict_pairs(enc, dict, dict.iter().collect(), frame);
+        return dict_pairs(enc, &dict.iter().collect(), depth, false);
     }
     if let Ok(list) = obj.cast_exact::<PyList>() {
-        return write_seq(enc, list.iter().map(Ok), depth);
+        return write_seq(enc, list.to_tuple().iter(), depth);
     }
     if let Ok(tuple) = obj.cast_exact::<PyTuple>() {
-        return write_seq(enc, tuple.iter().map(Ok), depth);
+        return write_seq(enc, tuple.iter(), depth);
     }
     if let Ok(bytes) = obj.cast_exact::<PyBytes>() {
         return Ok(enc.bytes(depth, bytes.as_bytes())?);
@@ -207,34 +279,15 @@ fn walk_other(enc: &mut Encoder, obj: &Bound<'_, PyAny>, depth: usize) -> Result
     let py = obj.py();
     if obj.is_instance_of::<PyDict>() {
         if depth > codec::MAX_DEPTH {
-            return Err(codec::too_deep().into());
+            return Err(codec::too_deep().into()); // before running the subclass's code, as the reference
         }
-        let pairs: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = obj
-            .call_method0("items")?
-            .try_iter()?
-            .map(|pair| pair.and_then(|p| p.extract()))
-            .collect::<PyResult<_>>()?;
-        let first = pairs.first().map(|(k, _)| k.clone());
-        let frame = begin_dict(enc, depth, pairs.len(), first.as_ref())?;
-        return dict_pairs(enc, obj.cast::<PyDict>().map_err(PyErr::from)?, pairs, frame);
+        return dict_pairs(enc, &subclass_pairs(obj)?, depth, true);
     }
     if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
-        enc.begin_list(depth)?; // the depth check comes before iterating, as in the reference
-        let mut items = obj.try_iter()?;
-        let mut i = 0usize;
-        let result = loop {
-            let Some(item) = items.next() else { break Ok(()) };
-            if i > 0 {
-                enc.comma();
-            }
-            if let Err(stop) = walk(enc, &item?, depth + 1) {
-                break Err(stop.inside(|| i.to_string()));
-            }
-            i += 1;
-        };
-        result?;
-        enc.end_list();
-        return Ok(());
+        if depth > codec::MAX_DEPTH {
+            return Err(codec::too_deep().into());
+        }
+        return write_seq(enc, one_pass(obj)?.into_iter(), depth);
     }
     if let Ok(bytes) = obj.cast::<PyBytes>() {
         return Ok(enc.bytes(depth, bytes.as_bytes())?);
@@ -292,48 +345,12 @@ fn encode<'py>(py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py
     made.map_err(|stop| stop.into_pyerr(py))
 }
 
-/// A word-at-a-time multiplicative hash (FxHash's), for the short keys of the key cache.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-const KEY_HASH_SEED: u64 = 0xf135_7aea_2e62_a9c5;
-
-impl KeyHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0 ^ word).wrapping_mul(KEY_HASH_SEED);
-    }
-}
-
-impl Hasher for KeyHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0.rotate_left(26)
-    }
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut words = bytes.chunks_exact(8);
-        for chunk in &mut words {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        let rest = words.remainder();
-        let mut word = [0u8; 8];
-        word[..rest.len()].copy_from_slice(rest);
-        self.add(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 59));
-    }
-    #[inline]
-    fn write_u8(&mut self, byte: u8) {
-        self.add(u64::from(byte));
-    }
-}
-
 /// Makes Python objects for the kernel's parser. Keys are shared per call (as `json.loads`
-/// does), so a checkpoint's thousands of `"role"` keys are one str object.
+/// does), so a checkpoint's thousands of `"role"` keys are one str object; the cache does a
+/// bounded amount of work per key whatever the keys (see [`keycache`]).
 struct PyBuilder<'py> {
     py: Python<'py>,
-    keys: HashMap<String, Bound<'py, PyString>, BuildHasherDefault<KeyHasher>>,
+    keys: KeyCache<Bound<'py, PyString>>,
     /// The last short key seen per slot, in front of `keys` (see [`RecentKey`]); empty (not
     /// used) for a short text.
     recent: Vec<Option<RecentKey<'py>>>,
@@ -341,14 +358,11 @@ struct PyBuilder<'py> {
 }
 
 impl<'py> PyBuilder<'py> {
-    /// The one str object of this call for the key `value` (at most 64 bytes).
+    /// The str object of this call for the key `value` (at most 64 bytes): shared, unless
+    /// the cache had no room for it.
     fn shared_key(&mut self, value: &str) -> Bound<'py, PyString> {
-        if let Some(key) = self.keys.get(value) {
-            return key.clone();
-        }
-        let key = PyString::new(self.py, value);
-        self.keys.insert(value.to_owned(), key.clone());
-        key
+        let py = self.py;
+        self.keys.get_or_insert_with(value, || PyString::new(py, value))
     }
 }
 
@@ -408,7 +422,10 @@ impl<'py> Builder for PyBuilder<'py> {
 
     fn big_int(&mut self, text: &str) -> Result<Self::Out, Fault> {
         // Python's int() applies the interpreter's int-from-str digit limit, as json.loads does.
-        self.int_type.call1((text,)).map_err(|e| Fault::plain(format!("invalid JSON: {e}")))
+        self.int_type.call1((text,)).map_err(|err| match int_digit_limit(self.py) {
+            Ok(limit) if err.is_instance_of::<PyValueError>(self.py) => Fault::plain(codec::too_many_digits(limit)),
+            _ => Fault::plain(err.to_string()),
+        })
     }
 
     fn float(&mut self, value: f64) -> Result<Self::Out, Fault> {
@@ -465,7 +482,8 @@ impl<'py> Builder for PyBuilder<'py> {
             dict.set_item(&key, value).map_err(|e| Fault::plain(e.to_string()))?;
             count += 1;
             if dict.len() != count {
-                return Err(codec::duplicate_key_fault(&repr_of(&key)));
+                let shown = key.cast::<PyString>().map(str_repr).unwrap_or_default();
+                return Err(codec::duplicate_key_fault(&shown));
             }
         }
         Ok(dict.into_any())
@@ -475,15 +493,29 @@ impl<'py> Builder for PyBuilder<'py> {
 /// Decode text produced by `encode` (or any JSON within the same limits). Raises `CodecError`.
 #[pyfunction]
 fn decode<'py>(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    decode_counting(py, text).map(|(value, _)| value)
+}
+
+/// For tests: decode `text` and return what its key cache did: (lookups, slots probed, keys
+/// held at the end).
+#[pyfunction]
+#[pyo3(name = "_key_cache_stats")]
+fn key_cache_stats<'py>(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<(usize, usize, usize)> {
+    let (_, stats) = decode_counting(py, text)?;
+    Ok((stats.lookups, stats.probes, stats.cached))
+}
+
+fn decode_counting<'py>(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny>, keycache::Stats)> {
     let Ok(s) = text.cast::<PyString>() else {
         return Err(codec_error(py, format!("expected str to decode, got {}", type_name(text))));
     };
-    let utf8 = utf8_of(s)
+    let s = exact_str(s)?;
+    let utf8 = utf8_of(&s)
         .ok_or_else(|| codec_error(py, "the text contains a lone surrogate, which is not valid Unicode".to_owned()))?;
     // A large text gets the cache of recent short keys, and room for a few dozen keys.
-    let (mut keys, mut recent) = (HashMap::default(), Vec::new());
+    let (mut keys, mut recent) = (KeyCache::default(), Vec::new());
     if utf8.len() >= PAUSE_GC_FROM {
-        keys.reserve(64);
+        keys = KeyCache::with_capacity(64);
         recent.resize_with(RECENT_KEYS, || None);
     }
     let mut builder = PyBuilder { py, keys, recent, int_type: py.get_type::<PyInt>() };
@@ -495,7 +527,7 @@ fn decode<'py>(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<Bound<'py,
     if let Some(enable) = gc {
         enable.bind(py).call0()?;
     }
-    result
+    Ok((result?, builder.keys.stats()))
 }
 
 /// The UTF-8 of `s` (None if it holds a lone surrogate). ASCII text is borrowed as is; other
@@ -654,11 +686,13 @@ fn token_verify(token: &Bound<'_, PyAny>, key: &Bound<'_, PyAny>) -> PyResult<Op
 #[pymodule]
 fn durable_agent_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    // maturin's package __init__ star-imports this module: __all__ carries __version__ too.
+    // maturin's package __init__ star-imports this module: __all__ carries __version__ and the
+    // test hook too.
     m.add(
         "__all__",
         [
             "__version__",
+            "_key_cache_stats",
             "b64url_decode",
             "b64url_encode",
             "decode",
@@ -670,6 +704,7 @@ fn durable_agent_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_function(wrap_pyfunction!(encode, m)?)?;
     m.add_function(wrap_pyfunction!(decode, m)?)?;
+    m.add_function(wrap_pyfunction!(key_cache_stats, m)?)?;
     m.add_function(wrap_pyfunction!(b64url_encode, m)?)?;
     m.add_function(wrap_pyfunction!(b64url_decode, m)?)?;
     m.add_function(wrap_pyfunction!(hmac_sha256, m)?)?;

@@ -8,8 +8,8 @@ Runs inside Pyodide in the page (see app.js, which loads this module). Four part
 * The scenario — the scripted "coding assistant" of the repo's crash demo, with tools that
   take a moment (so a reload can land mid-step) and record every side effect in an
   IndexedDB ledger; `deploy` needs a human's approval.
-* `OpenAICompatibleModel` — a pure-Python `LanguageModel` for any OpenAI-compatible
-  `/chat/completions` endpoint (streamed), over the browser's `fetch`.
+* A real model: the package's `OpenAIChatModel` (any OpenAI-compatible ``/chat/completions``
+  endpoint, streamed) over the browser's `fetch` (`FetchTransport`), so it obeys the page's CORS rules.
 * `DemoController` — what the page's buttons call: start a run, pick up whatever run is in
   storage when the page (re)loads, approve or deny a pending tool call.
 
@@ -25,7 +25,7 @@ import base64
 import json
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import demo_agent
@@ -33,17 +33,16 @@ from demo_agent import FILES, PROMPT  # noqa: F401  # PROMPT is read by app.js a
 from durable_agent import (
     AgentCheckpoint,
     ApprovalSigner,
-    ModelRequest,
     ScriptedModel,
     Session,
     Tool,
     ToolApprovalResponse,
-    Usage,
     deserialize_checkpoint,
     resume_stream_from_checkpoint,
     serialize_checkpoint,
     stream_chat,
 )
+from durable_agent.providers import FetchTransport, OpenAIChatModel
 
 MAX_STEPS = 12
 
@@ -118,145 +117,6 @@ def demo_tools(record: Callable[[str, Any], Any], tool_seconds: float = 0.6) -> 
                                    "properties": {"service": {"type": "string"}, "version": {"type": "string"}}},
                        execute=effect("deploy", "auth 1.4.2 is live"), needs_approval=True),
     }
-
-
-# --------------------------------------------------------------------------------------------
-# A real model: any OpenAI-compatible /chat/completions endpoint, streamed, over fetch
-# --------------------------------------------------------------------------------------------
-
-
-def to_openai_messages(messages: Any) -> list[dict[str, Any]]:
-    """durable-agent messages (roles system/user/assistant/tool, typed parts) → OpenAI chat messages."""
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        role, content = message["role"], message["content"]
-        if isinstance(content, str):
-            out.append({"role": role, "content": content})
-            continue
-        if role == "tool":
-            for part in content:
-                if part.get("type") == "tool-result":
-                    output = part.get("output")
-                    out.append({"role": "tool", "tool_call_id": part["tool_call_id"],
-                                "content": output if isinstance(output, str) else json.dumps(output)})
-            continue
-        text = "".join(p.get("text", "") for p in content if p.get("type") == "text")
-        entry: dict[str, Any] = {"role": role, "content": text or None}
-        calls = [
-            {"id": p["tool_call_id"], "type": "function",
-             "function": {"name": p["tool_name"], "arguments": json.dumps(p.get("input", {}))}}
-            for p in content if p.get("type") == "tool-call"
-        ]
-        if calls:
-            entry["tool_calls"] = calls
-        if entry["content"] is None and not calls:
-            entry["content"] = ""
-        out.append(entry)
-    return out
-
-
-def sse_data_lines(buffer: str) -> tuple[list[str], str]:
-    """Split a server-sent-events buffer into complete `data:` payloads and the unfinished rest."""
-    payloads: list[str] = []
-    *lines, rest = buffer.replace("\r\n", "\n").split("\n")
-    for line in lines:
-        if line.startswith("data:"):
-            payloads.append(line[5:].strip())
-    return payloads, rest
-
-
-class OpenAICompatibleModel:
-    """A `LanguageModel` for an OpenAI-compatible chat-completions endpoint, streamed (SSE).
-
-    `base_url` is the API root (e.g. ``https://api.example.com/v1``); requests go to
-    ``{base_url}/chat/completions`` with ``stream: true`` and usage in the last chunk. The
-    HTTP call is the browser's `fetch` (via `js.fetch`), so it obeys the page's CORS rules.
-    """
-
-    def __init__(self, base_url: str, api_key: str, model: str, *, fetch: Any = None) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base URL must start with http:// or https://, got {base_url!r}")
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
-        self.model = model
-        self.model_id = f"openai-compatible:{model}"
-        self._fetch = fetch
-
-    def _body(self, request: ModelRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": to_openai_messages(request.messages),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if request.tools:
-            body["tools"] = [
-                {"type": "function",
-                 "function": {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}}
-                for t in request.tools
-            ]
-        return body
-
-    async def _chunks(self, body: dict[str, Any]) -> AsyncIterator[str]:
-        import js  # type: ignore[import-not-found]  # Pyodide's bridge to the page
-        from pyodide.ffi import to_js  # type: ignore[import-not-found]
-
-        fetch = self._fetch or js.fetch
-        headers = {"content-type": "application/json"}
-        if self.api_key:
-            headers["authorization"] = f"Bearer {self.api_key}"
-        init = to_js({"method": "POST", "headers": headers, "body": json.dumps(body)},
-                     dict_converter=js.Object.fromEntries)
-        response = await fetch(f"{self.base_url}/chat/completions", init)
-        if not response.ok:
-            detail = await response.text()
-            raise RuntimeError(f"model endpoint answered HTTP {response.status}: {detail[:300]}")
-        reader = response.body.getReader()
-        decoder = js.TextDecoder.new()
-        while True:
-            chunk = await reader.read()
-            if chunk.done:
-                break
-            yield decoder.decode(chunk.value, to_js({"stream": True}, dict_converter=js.Object.fromEntries))
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
-        calls: dict[int, dict[str, Any]] = {}
-        usage = Usage(0, 0, 0)
-        finish = "stop"
-        buffer = ""
-        async for text in self._chunks(self._body(request)):
-            payloads, buffer = sse_data_lines(buffer + text)
-            for payload in payloads:
-                if payload == "[DONE]" or not payload:
-                    continue
-                data = json.loads(payload)
-                if data.get("usage"):
-                    u = data["usage"]
-                    prompt, completion = int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))
-                    usage = Usage(prompt, completion, int(u.get("total_tokens", prompt + completion)))
-                for choice in data.get("choices") or []:
-                    delta = choice.get("delta") or {}
-                    if delta.get("content"):
-                        yield {"type": "text-delta", "text": delta["content"]}
-                    for tc in delta.get("tool_calls") or []:
-                        slot = calls.setdefault(int(tc.get("index", 0)), {"id": None, "name": "", "arguments": ""})
-                        slot["id"] = tc.get("id") or slot["id"]
-                        fn = tc.get("function") or {}
-                        slot["name"] += fn.get("name") or ""
-                        slot["arguments"] += fn.get("arguments") or ""
-                    if choice.get("finish_reason"):
-                        finish = {"tool_calls": "tool-calls", "length": "length"}.get(choice["finish_reason"], "stop")
-        for index in sorted(calls):
-            slot = calls[index]
-            try:
-                args = json.loads(slot["arguments"] or "{}")
-            except ValueError:
-                args = {"_unparsed_arguments": slot["arguments"]}
-            yield {"type": "tool-call", "tool_call_id": slot["id"] or f"call_{index}",
-                   "tool_name": slot["name"], "input": args}
-        if calls:
-            finish = "tool-calls"
-        yield {"type": "finish", "finish_reason": finish, "usage": usage}
 
 
 # --------------------------------------------------------------------------------------------
@@ -335,7 +195,8 @@ class DemoController:
         if config.get("kind") == "openai":
             if not self.api_key and not config.get("no_key"):
                 raise RuntimeError("this run uses a real model endpoint: enter its API key to continue")
-            return OpenAICompatibleModel(config["base_url"], self.api_key, config["model"])
+            return OpenAIChatModel(config["model"], base_url=config["base_url"], api_key=self.api_key,
+                                   transport=FetchTransport())
         return scripted_model(self.model_delay)
 
     def _options(self, config: Mapping[str, Any]) -> dict[str, Any]:

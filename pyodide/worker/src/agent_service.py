@@ -45,6 +45,7 @@ from durable_agent import (
 )
 from durable_agent.errors import ConfigurationError
 from durable_agent.messages import message_text
+from durable_agent.providers import FetchTransport, OpenAIChatModel
 from durable_agent.stores.durable_object import DurableObjectSessionStore
 
 MAX_STEPS = 10
@@ -55,8 +56,7 @@ RUN_PATH = re.compile(r"^/runs/([A-Za-z0-9_.:-]{1,200})(/approvals|/resume)?/?$"
 def scripted_support_model() -> ScriptedModel:
     """The agent's model in this example: a scripted support agent (no network needed).
 
-    In production pass `model_factory=` a real `LanguageModel` (e.g. an OpenAI-compatible
-    adapter over `js.fetch`, like the one in pyodide/demo/src/demo_app.py).
+    With an ``OPENAI_API_KEY`` secret the Worker uses a real model instead (`model_factory_from`).
     """
     return ScriptedModel(
         [
@@ -67,6 +67,23 @@ def scripted_support_model() -> ScriptedModel:
         ],
         model_id="scripted-support",
     )
+
+
+def model_factory_from(env: Any) -> Callable[[], LanguageModel]:
+    """The model of this Worker's runs: `OpenAIChatModel` over the Worker's `fetch` when the
+    ``OPENAI_API_KEY`` secret is set (``OPENAI_BASE_URL`` and ``OPENAI_MODEL`` vars optional: any
+    OpenAI-compatible endpoint); the scripted support agent otherwise."""
+    key = getattr(env, "OPENAI_API_KEY", None)
+    if not key:
+        return scripted_support_model
+    base_url = getattr(env, "OPENAI_BASE_URL", None)
+    name = str(getattr(env, "OPENAI_MODEL", None) or "gpt-5.5")
+
+    def openai_model() -> LanguageModel:
+        return OpenAIChatModel(name, base_url=str(base_url) if base_url else None, api_key=str(key),
+                               transport=FetchTransport())
+
+    return openai_model
 
 
 def support_tools(storage: Any) -> dict[str, Tool]:

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 
 from workers import DurableObject, Response, WorkerEntrypoint
 
-from agent_service import RunService
+from agent_service import RunService, model_factory_from
 
 JSON_HEADERS = {"content-type": "application/json"}
 
@@ -44,7 +44,7 @@ class AgentRun(DurableObject):
     """
 
     def _service(self) -> RunService:
-        return RunService(self.ctx.storage, secret=_secret(self.env))
+        return RunService(self.ctx.storage, secret=_secret(self.env), model_factory=model_factory_from(self.env))
 
     async def handle(self, method: str, path: str, body: str) -> str:
         try:

@@ -25,7 +25,7 @@ owner, renewal, the run marked in progress), ``durable_agent_queues``,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -169,9 +169,18 @@ def steps_plan(session_id: str | None, run_id: str | None) -> Plan:
     return [_step(r) for r in rows]
 
 
-def put_step_plan(d: JournalDialect, record: StepRecord, epoch: int | None) -> Plan:
-    """Write `record` (fenced); a ``done`` record commits its tool-state ops, a finished one drops its partials."""
-    yield from _fence(d, record.session_id, epoch)
+def put_steps_plan(d: JournalDialect, records: Sequence[StepRecord], epoch: int | None) -> Plan:
+    """Write the `records` of one session, fenced, in one transaction (see `_write_step`)."""
+    sessions = {record.session_id for record in records}
+    if len(sessions) != 1:
+        raise ValueError("put_steps writes the records of one session")
+    yield from _fence(d, sessions.pop(), epoch)
+    for record in records:
+        yield from _write_step(record)
+
+
+def _write_step(record: StepRecord) -> Plan:
+    """Upsert `record`; a ``done`` record commits its tool-state ops, a finished one drops its partials."""
     if record.status == "done" and record.tool_state:
         yield from _apply_tool_state(record.session_id, record.tool_state)
     yield Query(
@@ -480,6 +489,8 @@ def commit_plan(d: JournalDialect, transition: RunTransition, cache: PrefixCache
     """A `RunTransition` as one plan: the fence, then each part it holds; returns the checkpoint's revision."""
     session_id = transition.session_id
     yield from _fence(d, session_id, transition.epoch)
+    for record in transition.steps:
+        yield from _write_step(record)
     revision = None
     if transition.checkpoint is not None:
         revision = yield from save_plan(cache, transition.checkpoint, None, d.statements)
@@ -530,8 +541,8 @@ class SqlJournal:
     async def get_step(self, session_id: str, key: str) -> StepRecord | None:
         return await self.read(get_step_plan(session_id, key))  # type: ignore[no-any-return]
 
-    async def put_step(self, record: StepRecord, *, epoch: int | None) -> None:
-        await self.write(put_step_plan(self._d, record, epoch))
+    async def put_steps(self, records: Sequence[StepRecord], *, epoch: int | None) -> None:
+        await self.write(put_steps_plan(self._d, records, epoch))
 
     async def run_steps(self, session_id: str, run_id: str) -> list[StepRecord]:
         return await self.read(steps_plan(session_id, run_id))  # type: ignore[no-any-return]

@@ -53,6 +53,11 @@ def step_key(run: str, turn: int, call: str, attempt: int = 0) -> str:
     return f"{_escape(run)}:{_index(turn, 'turn')}:{_escape(call)}:{_index(attempt, 'attempt')}"
 
 
+def run_key_prefix(run: str) -> str:
+    """What every step key of `run` starts with (and no other run's key does: ':' is escaped in a run)."""
+    return f"{_escape(run)}:"
+
+
 def parse_step_key(key: str) -> StepKeyParts:
     """Split a key built by `step_key`. Raises `StepKeyError` on anything else."""
     if not isinstance(key, str):

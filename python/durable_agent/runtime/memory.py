@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -114,8 +114,13 @@ class _MemoryBackend:
     async def get_step(self, session_id: str, key: str) -> StepRecord | None:
         return self.state.steps.get((session_id, key))
 
-    async def put_step(self, record: StepRecord, *, epoch: int | None) -> None:
-        self.guard(record.session_id, epoch)
+    async def put_steps(self, records: Sequence[StepRecord], *, epoch: int | None) -> None:
+        for record in records:
+            self.guard(record.session_id, epoch)
+        for record in records:
+            self.write_step(record)
+
+    def write_step(self, record: StepRecord) -> None:
         if record.status == "done" and record.tool_state:
             apply_tool_state(self.state.tool_state.setdefault(record.session_id, {}), record.tool_state)
         self.state.steps[(record.session_id, record.key)] = record
@@ -328,6 +333,8 @@ class MemoryRuntime(OwnedRuntime):
         """Apply `transition` at once (nothing awaits in between, so no other task sees half of it)."""
         session_id = transition.session_id
         self.backend.guard(session_id, transition.epoch)
+        for record in transition.steps:
+            self.backend.write_step(record)
         if transition.checkpoint is not None:
             self.state.session_store.save(transition.checkpoint)
         if transition.last_run is not None:

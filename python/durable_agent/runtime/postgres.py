@@ -16,9 +16,9 @@ Checkpoints live in the same database, in the tables of `AsyncPostgresSessionSto
 open the database too): the runtime writes them itself, inside its fenced lifecycle transactions
 (`commit`), and `runtime.stores.session` reads them through the runtime's connection.
 
-Connections: by default one connection (its transactions, the session store's too, take
-turns) plus one for LISTEN, opened on first use inside the running event loop; or pass a
-`psycopg_pool.AsyncConnectionPool` as `pool=`. Close with
+Connections: by default a pool of up to `max_connections` (10), so concurrent runs do not queue
+behind each other's transactions, plus one connection for LISTEN, all opened on first use inside
+the running event loop; or pass a `psycopg_pool.AsyncConnectionPool` as `pool=`. Close with
 ``await runtime.close()``.
 Install with ``pip install 'durable-agent[postgres]'``.
 """
@@ -31,7 +31,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from ..errors import FeatureUnavailableError
+from ..errors import ConfigurationError, FeatureUnavailableError
 from .._util import wall_clock_ms
 from ..stores._sql import Plan
 from ..stores._sql import run_async
@@ -118,14 +118,25 @@ class _Listener:
 
 
 class _PostgresDriver:
-    """Runs journal plans, each in its own transaction, on one connection or a pool's."""
+    """Runs journal plans, each in its own transaction, on a pool's connections (or one connection)."""
 
     dialect = DIALECT
 
-    def __init__(self, conninfo: str, pool: Any) -> None:
+    def __init__(self, conninfo: str, pool: Any, max_connections: int) -> None:
         self._psycopg = _psycopg()
+        self._own_pool = pool is None and max_connections > 1
+        if self._own_pool:
+            try:
+                import psycopg_pool
+            except ImportError as exc:
+                raise FeatureUnavailableError(
+                    f"PostgresRuntime's pool needs psycopg_pool: pip install 'durable-agent[postgres]' ({exc})"
+                ) from exc
+            pool = psycopg_pool.AsyncConnectionPool(conninfo, min_size=1, max_size=max_connections, open=False,
+                                                    kwargs={"autocommit": True})
         self._conninfo = conninfo if pool is None else pool.conninfo
         self._pool = pool
+        self._opened = not self._own_pool
         self._conn: Any = None
         self._turn: asyncio.Lock | None = None
         self._migrated = False
@@ -135,6 +146,9 @@ class _PostgresDriver:
     async def connection(self) -> AsyncIterator[Any]:
         """A connection for one transaction: the pool's, or this driver's own (transactions take turns)."""
         if self._pool is not None:
+            if not self._opened:  # opened inside the running event loop, on first use
+                self._opened = True
+                await self._pool.open()
             async with self._pool.connection() as conn:
                 yield conn
             return
@@ -171,13 +185,16 @@ class _PostgresDriver:
         await self.listener.close()
         if self._conn is not None:
             await self._conn.close()
+        if self._own_pool and self._opened:
+            await self._pool.close()
 
 
 class PostgresRuntime(SqlRuntime):
     """A checkpoint-mode `DurableRuntime` in a Postgres database, shared by any number of processes.
 
     `conninfo`: a libpq URL or DSN (its ``options`` may set a ``search_path``). `pool`: a
-    `psycopg_pool.AsyncConnectionPool` to use instead.
+    `psycopg_pool.AsyncConnectionPool` to use instead; without one the runtime opens its own pool of
+    up to `max_connections` (1: a single connection whose transactions take turns).
     """
 
     def __init__(
@@ -186,8 +203,11 @@ class PostgresRuntime(SqlRuntime):
         *,
         pool: Any = None,
         clock: Callable[[], int] = wall_clock_ms,
+        max_connections: int = 10,
     ) -> None:
-        driver = _PostgresDriver(conninfo, pool)
+        if type(max_connections) is not int or max_connections < 1:
+            raise ConfigurationError(f"max_connections must be an int of at least 1, got {max_connections!r}")
+        driver = _PostgresDriver(conninfo, pool, max_connections)
         self._driver = driver
         super().__init__(driver, clock=clock)
 

@@ -37,6 +37,14 @@ class RunScope(Protocol):
         self, request: StepRequest, run: StepRun | None = None, live: StepLive | None = None
     ) -> StepOutcome: ...
 
+    async def begin(self, requests: Sequence[StepRequest]) -> None:
+        """Make a batch's unsafe intents (and any deferred records) durable before any step of it runs."""
+        ...
+
+    def take_deferred(self) -> tuple[StepRecord, ...]:
+        """The records deferred to the next write, handed to a commit outside the scope."""
+        ...
+
     async def awakeable(
         self, key: str, *, timeout_ms: int | None = None, awakeable_id: str | None = None
     ) -> DurableAwakeable: ...

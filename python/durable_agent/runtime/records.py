@@ -126,7 +126,8 @@ class RunTransition:
     * `checkpoint`: saved as the session store saves it (append-only);
     * `last_run`: becomes the session's latest run (its checkpoint holds the session's history);
     * `mark`: the run marked in progress (what `resume()` continues); `unmark` clears the mark;
-    * `awakeables`: ``(key, awakeable_id)`` pairs opened for the run to park on (no deadline).
+    * `awakeables`: ``(key, awakeable_id)`` pairs opened for the run to park on (no deadline);
+    * `steps`: step records the run's scope deferred to this write (`JournalScope.take_deferred`).
     """
 
     session_id: str
@@ -136,6 +137,7 @@ class RunTransition:
     mark: str | None = None
     unmark: bool = False
     awakeables: tuple[tuple[str, str], ...] = ()
+    steps: tuple[StepRecord, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mark is not None and self.unmark:

@@ -11,6 +11,13 @@ epoch-guarded writes); the rules of `step` live here, once:
 * a record found answers instead of the handler: ``done`` → completed (replayed, JSON form),
   ``failed`` → the rebuilt error, ``pending``+``safe`` → runs again, ``pending``+``unsafe`` →
   interrupted, another fingerprint → interrupted.
+
+Fewer commits, same rules: a step asked to ``defer_done`` (the model call) keeps its ``done``
+record in the scope until the scope's next write, which carries it in the same transaction:
+`begin` (the ``pending`` records of a batch of unsafe tools, written together before any tool
+of the batch runs) or the checkpoint commit that follows (`take_deferred`). A deferred record
+lost to a process death only means that step runs again; no tool runs before it is durable.
+The scope reads its run's records once and then keeps them (its lease makes it their only writer).
 """
 
 from __future__ import annotations
@@ -18,12 +25,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .._kernels import kernels
 from ..errors import CodecError, ScopeClosedError, StepFailedError, is_control_error
+from .keys import parse_step_key, run_key_prefix
 from .records import (
     AwakeableRecord,
     StepCompleted,
@@ -60,6 +68,7 @@ class StepLive:
     signal: Any = None
     mark_started: bool = False
     on_progress: Callable[[dict[str, str]], None] | None = None
+    defer_done: bool = False  # keep the done record for the scope's next write (see the module docs)
 
 
 StepRun = Callable[[StepContext], Awaitable[Any]]
@@ -92,7 +101,7 @@ class JournalBackend(Protocol):
 
     async def get_step(self, session_id: str, key: str) -> StepRecord | None: ...
 
-    async def put_step(self, record: StepRecord, *, epoch: int | None) -> None: ...
+    async def put_steps(self, records: Sequence[StepRecord], *, epoch: int | None) -> None: ...
 
     async def run_steps(self, session_id: str, run_id: str) -> list[StepRecord]: ...
 
@@ -168,6 +177,10 @@ class JournalScope:
         self._clock = clock
         self._closed = False
         self._partial_seq: dict[str, int] = {}
+        self._records: dict[str, StepRecord] | None = None  # this run's records, read once, then kept
+        self._prefix = run_key_prefix(run_id)
+        self._deferred: list[StepRecord] = []
+        self._begun: set[str] = set()  # unsafe steps whose pending record `begin` wrote
 
     # ---------------------------------------------------------------- steps
 
@@ -180,8 +193,9 @@ class JournalScope:
         if self._closed:
             raise ScopeClosedError(f"the scope of run {self.run_id!r} is closed")
         live = live or StepLive()
-        record = await self._backend.get_step(self.session_id, request.key)
-        if record is not None:
+        record = await self._record(request.key)
+        begun = request.key in self._begun
+        if record is not None and not begun:
             if request.fingerprint is not None and record.fingerprint != request.fingerprint:
                 return StepInterrupted()
             if record.status == "done":
@@ -193,8 +207,9 @@ class JournalScope:
                 return StepInterrupted()
         if run is None:
             raise ScopeClosedError(f"step {request.key!r} of run {self.run_id!r} has no record and nothing to run")
-        if request.replay == "unsafe" or live.mark_started:
+        if (request.replay == "unsafe" or live.mark_started) and not begun:
             await self._put(request, "pending")
+        self._begun.discard(request.key)
         context = StepContext(request, live.signal, self._progress_writer(request.key, live.on_progress))
         try:
             value = await run(context)
@@ -204,13 +219,62 @@ class JournalScope:
             await self._put(request, "failed", error=error_record(exc))
             raise
         ops = tuple(context.staged)
-        await self._put(request, "done", result=json_form(value, request.key), tool_state=ops)
+        result = json_form(value, request.key)
+        if live.defer_done:
+            done = self._record_of(request, "done", result=result, tool_state=ops)
+            self._deferred.append(done)
+            self._known()[request.key] = done
+        else:
+            await self._put(request, "done", result=result, tool_state=ops)
         return StepCompleted(value, replayed=False, tool_state=ops)
 
+    async def begin(self, requests: Sequence[StepRequest]) -> None:
+        """Write the pending records of a batch of unsafe steps, and the deferred records, in one transaction.
+
+        Call it before any step of the batch runs (every tool phase of the loop does, so a
+        deferred model answer is durable before a tool acts on it). A step begun here skips its
+        own pending write. Steps that already have a record are left to `step` to answer.
+        """
+        fresh = [r for r in requests if r.replay == "unsafe" and await self._record(r.key) is None]
+        if not fresh and not self._deferred:
+            return
+        await self._write([self._record_of(r, "pending") for r in fresh])
+        self._begun.update(r.key for r in fresh)
+
+    def take_deferred(self) -> tuple[StepRecord, ...]:
+        """Hand the deferred records to a write outside the scope (the checkpoint commit); they are its now."""
+        taken, self._deferred = tuple(self._deferred), []
+        return taken
+
+    async def _record(self, key: str) -> StepRecord | None:
+        if not key.startswith(self._prefix):  # another run's step: ask the backend
+            return await self._backend.get_step(self.session_id, key)
+        if self._records is None:
+            self._records = {r.key: r for r in await self._backend.run_steps(self.session_id, self.run_id)}
+        return self._records.get(key)
+
+    def _known(self) -> dict[str, StepRecord]:
+        if self._records is None:
+            self._records = {}
+        return self._records
+
+    def _record_of(self, request: StepRequest, status: str, **fields: Any) -> StepRecord:
+        return StepRecord(self.session_id, self.run_id, request.key, request.kind, request.replay,
+                          status, request.fingerprint, **fields)  # type: ignore[arg-type]
+
     async def _put(self, request: StepRequest, status: str, **fields: Any) -> None:
-        record = StepRecord(self.session_id, self.run_id, request.key, request.kind, request.replay,
-                            status, request.fingerprint, **fields)  # type: ignore[arg-type]
-        await self._backend.put_step(record, epoch=self.epoch)
+        await self._write([self._record_of(request, status, **fields)])
+
+    async def _write(self, records: list[StepRecord]) -> None:
+        """Write `records` with the deferred ones, in one transaction."""
+        batch, self._deferred = [*self._deferred, *records], []
+        if not batch:
+            return
+        await self._backend.put_steps(batch, epoch=self.epoch)
+        known = self._known()
+        for record in batch:
+            if record.key.startswith(self._prefix):
+                known[record.key] = record
 
     def _progress_writer(
         self, key: str, forward: Callable[[dict[str, str]], None] | None
@@ -233,8 +297,6 @@ class JournalScope:
         return await self._backend.run_steps(self.session_id, self.run_id)
 
     async def stored_turns(self) -> list[int]:
-        from .keys import parse_step_key
-
         return sorted({parse_step_key(r.key).turn for r in await self.stored_steps()})
 
     async def stored_partials(self) -> list[StreamPartialRecord]:
@@ -310,5 +372,10 @@ class JournalScope:
                 task.cancel()
 
     async def close(self) -> None:
-        """End the scope: later steps raise, awakeable waits stop. Idempotent."""
+        """End the scope: deferred records are written (best effort), later steps raise, waits stop. Idempotent."""
+        if self._deferred and not self._closed:
+            try:
+                await self._write([])
+            except Exception as exc:  # noqa: BLE001 - a deferred record lost only means its step runs again
+                logger.info("run %s: deferred step records not written (%r)", self.run_id, exc)
         self._closed = True

@@ -1,0 +1,62 @@
+"""The transport seam: request, response, timeouts, and the one-method Protocol."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..errors import ConfigurationError
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds. `connect`: opening the connection; `read`: the longest silence between two chunks
+    (waiting for the response head counts as one); `total`: the whole call, None for no limit."""
+
+    connect: float = 10.0
+    read: float = 120.0
+    total: float | None = 600.0
+
+    def __post_init__(self) -> None:
+        if self.connect <= 0 or self.read <= 0 or (self.total is not None and self.total <= 0):
+            raise ConfigurationError(f"timeouts must be positive seconds, got {self!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    """A POST of `body` (JSON bytes) to `url`."""
+
+    url: str
+    headers: Mapping[str, str]
+    body: bytes
+    timeouts: Timeouts = Timeouts()
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    """The status, the headers (names lower-cased) and the body as a stream of byte chunks.
+
+    `aclose()` releases the connection; the caller calls it once, whether or not it read the
+    whole body.
+    """
+
+    status: int
+    headers: Mapping[str, str]
+    stream: AsyncIterator[bytes]
+    aclose: Callable[[], Awaitable[None]]
+
+
+class HttpTransport(Protocol):
+    """Carries one HTTP request. Raises `TimeoutError` or `ConnectionError` when no response comes."""
+
+    async def handle_async_request(self, request: HttpRequest) -> HttpResponse: ...
+
+
+def lower_headers(pairs: object) -> dict[str, str]:
+    """Header pairs as a dict with lower-case names; repeated names are joined with ", "."""
+    out: dict[str, str] = {}
+    for name, value in pairs:  # type: ignore[attr-defined]
+        key = str(name).lower()
+        out[key] = f"{out[key]}, {value}" if key in out else str(value)
+    return out

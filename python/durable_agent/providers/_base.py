@@ -1,0 +1,170 @@
+"""What the three adapters share: per-call settings, the endpoint, and the one streamed call.
+
+An adapter subclasses `HttpModel` and supplies four pure pieces: the URL, the headers, the
+JSON body of a request, and a parser that turns the SSE events into model events. The HTTP
+call itself (transport, timeouts, error classification of a non-2xx status) is here, once.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from contextlib import aclosing
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal, TypedDict
+
+from .._transport import HttpRequest, HttpTransport, Timeouts, default_transport
+from ..errors import ConfigurationError, ModelCallError
+from ..messages import FilePart, ImagePart
+from ..models import ModelEvent, ModelRequest
+from ._sse import SSEEvent
+from ._wire import sse_events
+
+ToolChoice = Literal["auto", "none", "required"] | str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """Per-call sampling settings; None leaves the provider's default.
+
+    `tool_choice` is ``"auto"``, ``"none"``, ``"required"`` or a tool's name (that tool must be
+    called). Use `model.with_settings(...)` for a copy with other settings (for instance from
+    `prepare_step`, which may swap the model of a step).
+    """
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    seed: int | None = None
+    top_p: float | None = None
+
+
+class HttpOptions(TypedDict, total=False):
+    """What every adapter takes besides its model name (see `HttpModel`)."""
+
+    base_url: str | None
+    api_key: str | None
+    headers: Mapping[str, str] | None
+    extra_body: Mapping[str, Any] | None
+    settings: ModelSettings | None
+    transport: HttpTransport | None
+    timeouts: Timeouts | None
+
+
+class HttpModel:
+    """A `LanguageModel` over a streamed HTTP API. See the module docstring.
+
+    `base_url` defaults to the environment variable `base_url_env`, else `default_base_url`;
+    `api_key` to `api_key_env`, read when the model is built (never at import). Without a key
+    no credential is sent (local servers need none), but the provider's own endpoint refuses
+    to be built without one. `headers` and `extra_body` are merged over what the adapter
+    builds; `transport` defaults to `default_transport()` at call time.
+    """
+
+    provider = "http"
+    request_id_header = "x-request-id"
+    default_base_url = ""
+    base_url_env = ""
+    api_key_env = ""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        settings: ModelSettings | None = None,
+        transport: HttpTransport | None = None,
+        timeouts: Timeouts | None = None,
+    ) -> None:
+        base_url = base_url or os.environ.get(self.base_url_env) or self.default_base_url
+        if not isinstance(model, str) or not model:
+            raise ConfigurationError(f"{type(self).__name__} needs a model name, got {model!r}")
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigurationError(f"base_url must start with http:// or https://, got {base_url!r}")
+        self.model = model
+        self.model_id = f"{self.provider}:{model}"
+        self.base_url = base_url.rstrip("/")
+        self.headers = dict(headers or {})
+        self.extra_body = dict(extra_body or {})
+        self.settings = settings or ModelSettings()
+        self.timeouts = timeouts or Timeouts()
+        self._transport = transport
+        self.api_key = api_key if api_key is not None else os.environ.get(self.api_key_env)
+        if not self.api_key and self.base_url == self.default_base_url:
+            raise ConfigurationError(
+                f"{type(self).__name__} needs an API key: pass api_key= or set {self.api_key_env}")
+
+    def with_settings(self, **changes: Any) -> Any:
+        """A copy of this model with some settings changed (``temperature=0``, ``tool_choice="none"``)."""
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.settings = replace(self.settings, **changes)
+        return clone
+
+    # -- what each adapter supplies -------------------------------------------------------------
+
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def request_headers(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def parse(self, events: AsyncIterator[SSEEvent]) -> AsyncIterator[ModelEvent]:
+        raise NotImplementedError
+
+    def classify_http(self, status: int, headers: Mapping[str, str], body: bytes) -> ModelCallError:
+        raise NotImplementedError
+
+    # -- the call ---------------------------------------------------------------------------------
+
+    def http_request(self, request: ModelRequest) -> HttpRequest:
+        """The HTTP request of a model request (pure: no I/O)."""
+        body = self.body(request)
+        body.update(self.extra_body)
+        headers = {"content-type": "application/json", "accept": "text/event-stream", **self.request_headers()}
+        headers.update(self.headers)
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return HttpRequest(self.url(), headers, data, self.timeouts)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        transport = self._transport if self._transport is not None else default_transport()
+        events = sse_events(transport, self.http_request(request), provider=self.provider,
+                            classify=self.classify_http, request_id_header=self.request_id_header)
+        async with aclosing(events):  # the response is released here, not when the generator is collected
+            async for event in self.parse(events):
+                yield event
+
+
+def data_url(part: ImagePart | FilePart) -> str:
+    """A ``data:`` URL of an image or file part's bytes."""
+    media = part.get("media_type") or "application/octet-stream"
+    return f"data:{media};base64,{base64.b64encode(part['data']).decode('ascii')}"
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def output_text(output: Any) -> str:
+    """A tool result's output as the text a provider takes: a str as is, anything else as JSON."""
+    return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str)
+
+
+def parse_arguments(raw: str) -> Any:
+    """Streamed tool-call arguments as a value; "" is {}. Invalid JSON stays the raw string, so the
+    tool's input validation reports it to the model instead of the run failing."""
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw

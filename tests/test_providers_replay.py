@@ -1,0 +1,348 @@
+"""The adapters over recorded provider streams, through an in-memory transport (pure: runs under
+Pyodide too). The same recordings go over real sockets in test_providers_sockets.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from replay import ReplayTransport, load
+
+from durable_agent import ModelCallError, ModelRequest, ToolSpec, Usage
+from durable_agent.providers import AnthropicModel, ModelSettings, OpenAIChatModel, OpenAIResponsesModel
+
+LOOKUP = ToolSpec("lookup", "Find an invoice.", {"type": "object", "properties": {"id": {"type": "string"}}})
+ASK = ModelRequest(messages=({"role": "user", "content": "Pay invoice inv-7."},), tools=(LOOKUP,))
+
+
+async def collect(model: Any, request: ModelRequest = ASK) -> list[dict[str, Any]]:
+    return [event async for event in model.stream(request)]
+
+
+ADAPTERS: dict[str, Any] = {
+    "openai_chat": lambda **o: OpenAIChatModel("gpt-4o-mini", api_key="sk-test", **o),
+    "anthropic": lambda **o: AnthropicModel("claude-sonnet-4-5", api_key="sk-ant-test", **o),
+    "openai_responses": lambda **o: OpenAIResponsesModel("o4-mini", api_key="sk-test", **o),
+}
+
+
+def adapter(api: str, *names: str, chunk: int = 37, **options: Any) -> tuple[Any, ReplayTransport]:
+    """The `api` adapter (openai_chat, anthropic, openai_responses) replaying `names` from memory."""
+    transport = ReplayTransport([f"{api}/{n}" for n in names], chunk=chunk)
+    return ADAPTERS[api](base_url="https://llm.test/v1", transport=transport, **options), transport
+
+
+def chat(*names: str, chunk: int = 37, **options: Any) -> tuple[OpenAIChatModel, ReplayTransport]:
+    model, transport = adapter("openai_chat", *names, chunk=chunk, **options)
+    return model, transport
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 37, 100_000])
+async def test_chat_text_streams_in_deltas_with_the_usage_chunk(chunk: int) -> None:
+    model, _ = chat("text", chunk=chunk)
+    events = await collect(model)
+    assert "".join(e["text"] for e in events if e["type"] == "text-delta") == (
+        "Invoice inv-7 is 42 € — both invoices are ready.")
+    assert events[-1] == {"type": "finish", "finish_reason": "stop",
+                          "usage": Usage(96, 12, 108, cache_read_tokens=64)}
+
+
+async def test_chat_parallel_tool_calls_are_assembled_from_fragments() -> None:
+    model, _ = chat("tools")
+    events = await collect(model)
+    assert [e for e in events if e["type"] == "tool-call"] == [
+        {"type": "tool-call", "tool_call_id": "call_Q1w2E3", "tool_name": "lookup", "input": {"id": "inv-7"}},
+        {"type": "tool-call", "tool_call_id": "call_R4t5Y6", "tool_name": "lookup", "input": {"id": "inv-8"}},
+    ]
+    assert events[-1]["finish_reason"] == "tool-calls" and events[-1]["usage"] == Usage(81, 46, 127)
+
+
+async def test_chat_reasoning_content_of_compatible_servers_becomes_a_reasoning_event() -> None:
+    model, _ = chat("reasoning")
+    events = await collect(model)
+    assert {"type": "reasoning", "text": "The user asks for 6×7; that is 42.", "provider": "openai-chat",
+            "metadata": {}} in events
+    assert events[-1]["usage"].reasoning_tokens == 24
+
+
+async def test_chat_request_body_carries_history_tools_and_settings() -> None:
+    model, transport = chat("text", settings=ModelSettings(temperature=0.2, max_tokens=300, tool_choice="lookup",
+                                                           parallel_tool_calls=False, seed=7),
+                            extra_body={"user": "u-1"}, headers={"x-trace": "t1"})
+    history: Any = (
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                     {"type": "image", "data": b"\x89PNG", "media_type": "image/png"}]},
+        {"role": "assistant", "content": [
+            {"type": "reasoning", "text": "hm", "provider": "anthropic", "metadata": {"signature": "s"}},
+            {"type": "text", "text": "Looking."},
+            {"type": "tool-call", "tool_call_id": "c1", "tool_name": "lookup", "input": {"id": "inv-7"}}]},
+        {"role": "tool", "content": [{"type": "tool-result", "tool_call_id": "c1", "tool_name": "lookup",
+                                      "output": {"amount": 42}, "is_error": False,
+                                      "attachments": [{"type": "image", "data": b"GIF8", "media_type": "image/gif"}]}]},
+    )
+    await collect(model, ModelRequest(messages=history, tools=(LOOKUP,)))
+    request = transport.requests[0]
+    assert request.url == "https://llm.test/v1/chat/completions"
+    assert request.headers["authorization"] == "Bearer sk-test" and request.headers["x-trace"] == "t1"
+    body = transport.bodies()[0]
+    assert body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw=="}}]},
+        {"role": "assistant", "content": "Looking.", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"id": "inv-7"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": '{"amount": 42}'},
+        {"role": "user", "content": [{"type": "text", "text": "Attachments of tool call c1:"},
+                                     {"type": "image_url", "image_url": {"url": "data:image/gif;base64,R0lGOA=="}}]},
+    ]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["tools"][0]["function"]["name"] == "lookup"
+    assert (body["temperature"], body["max_tokens"], body["seed"], body["parallel_tool_calls"]) == (0.2, 300, 7, False)
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "lookup"}}
+    assert body["user"] == "u-1"
+
+
+def test_azure_url_shape_api_version_and_api_key_header() -> None:
+    model = OpenAIChatModel.azure("gpt4o-prod", endpoint="https://acme.openai.azure.com/", api_key="az-key",
+                                  api_version="2024-10-21")
+    request = model.http_request(ASK)
+    assert request.url == ("https://acme.openai.azure.com/openai/deployments/gpt4o-prod/chat/completions"
+                           "?api-version=2024-10-21")
+    assert request.headers["api-key"] == "az-key" and "authorization" not in request.headers
+
+
+def test_the_api_key_is_read_from_the_environment_when_the_model_is_built(monkeypatch: Any) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    model = OpenAIChatModel("gpt-4o-mini")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-later")
+    assert model.http_request(ASK).headers["authorization"] == "Bearer sk-from-env"
+    assert model.url() == "https://api.openai.com/v1/chat/completions"
+    assert "max_completion_tokens" in model.with_settings(max_tokens=5).body(ASK)
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(ValueError, match="OPENAI_API_KEY"):
+        OpenAIChatModel("gpt-4o-mini")
+
+
+# --- Anthropic ---------------------------------------------------------------------------------
+
+
+async def test_anthropic_thinking_text_and_tool_use_fragments() -> None:
+    model, _ = adapter("anthropic", "tools")
+    events = await collect(model)
+    assert events[0] == {"type": "reasoning", "provider": "anthropic",
+                         "text": "The user wants two invoices paid; I should look both up first.",
+                         "metadata": {"signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"}}
+    assert "".join(e["text"] for e in events if e["type"] == "text-delta") == "Looking up both invoices."
+    assert [(e["tool_call_id"], e["input"]) for e in events if e["type"] == "tool-call"] == [
+        ("toolu_01T1x1fJ34qAmk2tNTrN7Up6", {"id": "inv-7"}), ("toolu_01A09q90qw90lq917835lq9", {"id": "inv-8"})]
+    assert events[-1] == {"type": "finish", "finish_reason": "tool-calls",
+                          "usage": Usage(472 + 1024 + 2048, 89, 472 + 1024 + 2048 + 89,
+                                         cache_read_tokens=2048, cache_write_tokens=1024)}
+
+
+async def test_anthropic_redacted_thinking_and_max_tokens() -> None:
+    model, _ = adapter("anthropic", "redacted")
+    events = await collect(model)
+    assert events[0]["metadata"] == {"redacted_data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"}
+    assert events[-1]["finish_reason"] == "length"
+
+
+async def test_anthropic_request_sends_thinking_back_verbatim_and_tool_results_in_a_user_turn() -> None:
+    model, transport = adapter("anthropic", "text", settings=ModelSettings(max_tokens=1024, tool_choice="required",
+                                                                          parallel_tool_calls=False),
+                               thinking={"type": "enabled", "budget_tokens": 2048})
+    history: Any = (
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Read this."},
+                                     {"type": "file", "data": b"%PDF", "media_type": "application/pdf"}]},
+        {"role": "assistant", "content": [
+            {"type": "reasoning", "text": "think", "provider": "anthropic", "metadata": {"signature": "sig=="}},
+            {"type": "reasoning", "text": "", "provider": "anthropic", "metadata": {"redacted_data": "opaque"}},
+            {"type": "reasoning", "text": "other", "provider": "openai-responses", "metadata": {"item": {}}},
+            {"type": "tool-call", "tool_call_id": "toolu_1", "tool_name": "lookup", "input": {"id": "inv-7"}}]},
+        {"role": "tool", "content": [{"type": "tool-result", "tool_call_id": "toolu_1", "tool_name": "lookup",
+                                      "output": "42 EUR", "is_error": False,
+                                      "attachments": [{"type": "image", "data": b"GIF8", "media_type": "image/gif"}]}]},
+        {"role": "user", "content": "And now?"},
+    )
+    await collect(model, ModelRequest(messages=history, tools=(LOOKUP,)))
+    request = transport.requests[0]
+    assert request.url == "https://llm.test/v1/v1/messages"
+    assert request.headers["x-api-key"] == "sk-ant-test" and request.headers["anthropic-version"] == "2023-06-01"
+    body = transport.bodies()[0]
+    assert body["system"] == "Be brief." and body["max_tokens"] == 1024 and body["stream"] is True
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert body["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
+    assert body["tools"] == [{"name": "lookup", "description": "Find an invoice.",
+                              "input_schema": dict(LOOKUP.parameters)}]
+    assert body["messages"] == [
+        {"role": "user", "content": [
+            {"type": "text", "text": "Read this."},
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERg=="}}]},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "think", "signature": "sig=="},
+            {"type": "redacted_thinking", "data": "opaque"},
+            {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"id": "inv-7"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": False, "content": [
+                {"type": "text", "text": "42 EUR"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/gif", "data": "R0lGOA=="}}]},
+            {"type": "text", "text": "And now?"}]},
+    ]
+
+
+# --- OpenAI Responses --------------------------------------------------------------------------
+
+REASONING_ITEM = {
+    "id": "rs_68a1f0c3", "type": "reasoning",
+    "encrypted_content": load("openai_responses/tools").body.decode().split('"encrypted_content":"')[1].split('"')[0],
+    "summary": [{"type": "summary_text", "text": "**Looking up invoices**\n\nI need both invoices before paying."}],
+}
+
+
+async def test_responses_reasoning_item_function_calls_and_usage() -> None:
+    model, _ = adapter("openai_responses", "tools")
+    events = await collect(model)
+    assert events[0] == {"type": "reasoning", "provider": "openai-responses",
+                         "text": "**Looking up invoices**\n\nI need both invoices before paying.",
+                         "metadata": {"item": REASONING_ITEM}}
+    assert [(e["tool_call_id"], e["input"]) for e in events if e["type"] == "tool-call"] == [
+        ("call_Jq8ZBv3l", {"id": "inv-7"}), ("call_Kx2Wn5Rt", {"id": "inv-8"})]
+    assert events[-1] == {"type": "finish", "finish_reason": "tool-calls",
+                          "usage": Usage(310, 190, 500, reasoning_tokens=128, cache_read_tokens=128)}
+
+
+async def test_responses_text_and_an_incomplete_response() -> None:
+    model, _ = adapter("openai_responses", "text")
+    events = await collect(model)
+    assert "".join(e["text"] for e in events if e["type"] == "text-delta") == (
+        "Invoice inv-7 is 42 € — both invoices are ready.")
+    assert events[-1]["finish_reason"] == "stop"
+    model, _ = adapter("openai_responses", "incomplete")
+    assert (await collect(model))[-1]["finish_reason"] == "length"
+
+
+async def test_responses_request_is_stateless_and_sends_reasoning_items_back_unchanged() -> None:
+    model, transport = adapter("openai_responses", "text", reasoning={"effort": "low", "summary": "auto"},
+                               settings=ModelSettings(max_tokens=500, tool_choice="none", parallel_tool_calls=True))
+    history: Any = (
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Look."},
+                                     {"type": "image", "data": b"\x89PNG", "media_type": "image/png"}]},
+        {"role": "assistant", "content": [
+            {"type": "reasoning", "text": "s", "provider": "openai-responses", "metadata": {"item": REASONING_ITEM}},
+            {"type": "reasoning", "text": "t", "provider": "anthropic", "metadata": {"signature": "x"}},
+            {"type": "text", "text": "Looking."},
+            {"type": "tool-call", "tool_call_id": "call_1", "tool_name": "lookup", "input": {"id": "inv-7"}}]},
+        {"role": "tool", "content": [{"type": "tool-result", "tool_call_id": "call_1", "tool_name": "lookup",
+                                      "output": {"amount": 42}, "is_error": False}]},
+    )
+    await collect(model, ModelRequest(messages=history, tools=(LOOKUP,)))
+    assert transport.requests[0].url == "https://llm.test/v1/responses"
+    body = transport.bodies()[0]
+    assert (body["store"], body["stream"], body["include"]) == (False, True, ["reasoning.encrypted_content"])
+    assert body["input"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "input_text", "text": "Look."},
+                                     {"type": "input_image", "image_url": "data:image/png;base64,iVBORw=="}]},
+        REASONING_ITEM,
+        {"role": "assistant", "content": "Looking."},
+        {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": '{"id": "inv-7"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": '{"amount": 42}'},
+    ]
+    assert body["tools"] == [{"type": "function", "name": "lookup", "description": "Find an invoice.",
+                              "parameters": dict(LOOKUP.parameters), "strict": False}]
+    assert (body["tool_choice"], body["parallel_tool_calls"], body["max_output_tokens"]) == ("none", True, 500)
+    assert body["reasoning"] == {"effort": "low", "summary": "auto"}
+
+
+# --- failures, classified ---------------------------------------------------------------------
+
+FAILURES: list[tuple[str, str, str, int | None, bool, int | None, bool, str | None]] = [
+    # (api, recording, kind, status, retryable, retry_after_ms, context_exceeded, error_code)
+    ("openai_chat", "rate_limited", "rate_limited", 429, True, 19_500, False, "rate_limit_exceeded"),
+    ("openai_chat", "server_error", "server_error", 500, True, None, False, "server_error"),
+    ("openai_chat", "unauthorized", "auth", 401, False, None, False, "invalid_api_key"),
+    ("openai_chat", "context_length", "context_length", 400, False, None, True, "context_length_exceeded"),
+    ("openai_chat", "context_length_vllm", "context_length", 400, False, None, True, "400"),
+    ("openai_chat", "cut", "stream_cut", None, True, None, False, None),
+    ("openai_chat", "malformed", "malformed_chunk", None, True, None, False, None),
+    ("openai_chat", "stream_error", "server_error", None, True, None, False, "server_error"),
+    ("anthropic", "overloaded", "overloaded", 529, True, None, False, "overloaded_error"),
+    ("anthropic", "rate_limited", "rate_limited", 429, True, 17_000, False, "rate_limit_error"),
+    ("anthropic", "server_error", "server_error", 500, True, None, False, "api_error"),
+    ("anthropic", "unauthorized", "auth", 401, False, None, False, "authentication_error"),
+    ("anthropic", "context_length", "context_length", 400, False, None, True, "invalid_request_error"),
+    ("anthropic", "stream_overloaded", "overloaded", None, True, None, False, "overloaded_error"),
+    ("anthropic", "cut", "stream_cut", None, True, None, False, None),
+    ("anthropic", "malformed", "malformed_chunk", None, True, None, False, None),
+    ("anthropic", "ended_early", "stream_cut", None, True, None, False, None),
+    ("openai_responses", "rate_limited", "rate_limited", 429, True, 1_200, False, "rate_limit_exceeded"),
+    ("openai_responses", "server_error", "server_error", 503, True, None, False, "server_error"),
+    ("openai_responses", "unauthorized", "auth", 401, False, None, False, "invalid_api_key"),
+    ("openai_responses", "context_length", "context_length", 400, False, None, True, "context_length_exceeded"),
+    ("openai_responses", "stream_failed", "server_error", None, True, None, False, "server_error"),
+    ("openai_responses", "stream_error", "rate_limited", None, True, None, False, "rate_limit_exceeded"),
+    ("openai_responses", "cut", "stream_cut", None, True, None, False, None),
+    ("openai_responses", "malformed", "malformed_chunk", None, True, None, False, None),
+]
+FAILURE_FIELDS = ("api", "name", "kind", "status", "retryable", "retry_after", "context", "code")
+PROVIDERS = {"openai_chat": "openai-chat", "anthropic": "anthropic", "openai_responses": "openai-responses"}
+
+
+def check_failure(error: ModelCallError, api: str, name: str, *expected: Any) -> None:
+    assert (error.kind, error.status, error.retryable, error.retry_after_ms, error.context_exceeded,
+            error.error_code) == expected, error
+    assert error.provider == PROVIDERS[api] and error.code == "model_call_failed"
+    if error.status is not None and name != "context_length_vllm":
+        assert error.request_id == f"req_err_{name}"
+
+
+@pytest.mark.parametrize(FAILURE_FIELDS, FAILURES)
+async def test_failures_are_classified(api: str, name: str, kind: str, status: int | None, retryable: bool,
+                                       retry_after: int | None, context: bool, code: str | None) -> None:
+    model, _ = adapter(api, name)
+    with pytest.raises(ModelCallError) as caught:
+        await collect(model)
+    check_failure(caught.value, api, name, kind, status, retryable, retry_after, context, code)
+
+
+async def test_the_consumers_time_between_events_does_not_count_against_the_read_timeout() -> None:
+    import asyncio
+
+    from durable_agent.providers import Timeouts
+
+    model, _ = chat("text", timeouts=Timeouts(connect=1, read=0.05, total=0.2))
+    texts = []
+    async for event in model.stream(ASK):  # 16 events, 0.06 s each: longer than `read`, and than `total`
+        await asyncio.sleep(0.06)
+        texts.append(event.get("text", ""))
+    assert "".join(texts).endswith("ready.")
+
+
+async def test_a_stalled_transport_times_out_after_read_seconds() -> None:
+    import asyncio
+
+    from durable_agent._transport import HttpRequest, HttpResponse
+    from durable_agent.providers import Timeouts
+
+    class Stalls:
+        async def handle_async_request(self, request: HttpRequest) -> HttpResponse:
+            async def stream() -> Any:
+                yield b"data: {}\n\n"
+                await asyncio.sleep(30)
+                yield b""
+
+            async def aclose() -> None:
+                return None
+
+            return HttpResponse(200, {}, stream(), aclose)
+
+    model = OpenAIChatModel("m", base_url="https://llm.test/v1", api_key="k", transport=Stalls(),
+                            timeouts=Timeouts(connect=1, read=0.05, total=5))
+    with pytest.raises(ModelCallError) as caught:
+        await collect(model)
+    assert (caught.value.kind, caught.value.retryable) == ("timeout", True)
+    assert asyncio.current_task() is None or asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
