@@ -36,8 +36,9 @@ def logged(*pairs: tuple[str, dict[str, Any]]) -> list[RunEvent]:
     return [RunEvent(i + 1, key, data) for i, (key, data) in enumerate(pairs)]
 
 
-def text(step: int, offset: int, value: str) -> tuple[str, dict[str, Any]]:
-    return f"step/{step}/text/{offset}", {"type": "text-delta", "step_index": step, "offset": offset, "text": value}
+def text(step: int, offset: int, value: str, attempt: int = 0) -> tuple[str, dict[str, Any]]:
+    key = f"step/{step}/text/{offset}" if attempt == 0 else f"step/{step}/text/{attempt}/{offset}"
+    return key, {"type": "text-delta", "step_index": step, "attempt": attempt, "offset": offset, "text": value}
 
 
 START1 = ("step/1/start", {"type": "step-start", "step_index": 1})
@@ -75,6 +76,17 @@ def test_every_part_is_keyed_by_progress() -> None:
     assert keys.events({"type": "something-new"}) == []
 
 
+def test_a_retried_model_call_keys_its_next_attempt_apart() -> None:
+    keys = ProgressKeys(logged(START1, text(1, 0, "Hel")))
+    keys.events({"type": "step-start", "step_index": 1})
+    assert keys.events({"type": "text-delta", "text": "Hel"}) == []
+    retry = keys.events({"type": "step-retry", "step_index": 1, "attempt": 0, "error": TimeoutError("slow"),
+                         "delay_ms": 250})
+    assert retry == [("step/1/retry/0", {"type": "step-retry", "step_index": 1, "attempt": 0,
+                                         "error": "TimeoutError: slow", "delay_ms": 250})]
+    assert keys.events({"type": "text-delta", "text": "Hello"}) == [text(1, 0, "Hello", attempt=1)]
+
+
 # ------------------------------------------------------- missed events rebuilt
 
 
@@ -109,6 +121,20 @@ def test_text_streamed_by_a_model_call_that_never_finished_closes_as_aborted() -
     assert [(k, d.get("text", d.get("finish_reason"))) for k, d in events] == [
         ("step/1/text/3", "there"), ("step/1/finish", "aborted")]
     assert missing_events("r", logged(START1), checkpoint(0, "running", []), [], []) == []  # it runs again
+
+
+def test_a_failed_attempt_is_rebuilt_as_a_retry_and_the_next_attempts_text_follows() -> None:
+    from durable_agent.runtime.records import StepErrorRecord
+
+    failed = StepRecord("s", "r", step_key("r", 1, MODEL_CALL, 0), "model", "safe", "failed",
+                        error=StepErrorRecord("ModelCallError", "overloaded", decision={"action": "retry",
+                                                                                        "delay_ms": 100}))
+    second = StreamPartialRecord("s", "r", step_key("r", 1, MODEL_CALL, 1), 0, "Second try")
+    events = missing_events("r", logged(START1, text(1, 0, "First")), checkpoint(0, "running", []), [failed],
+                            [partial("r", 1, 0, "First"), second])
+    assert [(k, d.get("text") or d.get("error") or d.get("finish_reason")) for k, d in events] == [
+        ("step/1/retry/0", "ModelCallError: overloaded"), ("step/1/text/1/0", "Second try"),
+        ("step/1/finish", "aborted")]
 
 
 def test_a_finished_run_gets_its_results_step_finish_and_finish() -> None:
@@ -180,6 +206,21 @@ def test_the_ui_message_stream_matches_the_recorded_frames() -> None:
         if chunk != "[DONE]":
             check_chunk(chunk)
     assert sse_frame("1.0", '{"type":"start"}') == b'id: 1.0\ndata: {"type":"start"}\n\n'
+
+
+def test_a_retried_attempts_text_gets_its_own_block_and_the_failed_one_is_named() -> None:
+    folder = UiMessageStream("r")
+    chunks = [c for event in (
+        {"type": "step-start", "step_index": 1},
+        {"type": "text-delta", "step_index": 1, "attempt": 0, "offset": 0, "text": "Hel"},
+        {"type": "step-retry", "step_index": 1, "attempt": 0, "error": "TimeoutError: slow", "delay_ms": 5},
+        {"type": "text-delta", "step_index": 1, "attempt": 1, "offset": 0, "text": "Hello"},
+    ) for c in folder.chunks(event)]
+    for chunk in chunks:
+        check_chunk(chunk)
+    assert [c["type"] for c in chunks] == ["start", "start-step", "text-start", "text-delta", "text-end",
+                                           "data-step-retry", "text-start", "text-delta"]
+    assert chunks[5]["data"]["textId"] == "r-1" and chunks[6]["id"] == "r-1-1"
 
 
 # ------------------------------------------------------------------ event logs
@@ -342,3 +383,35 @@ async def test_a_run_parked_on_a_client_tool_is_not_resumed_by_a_reader() -> Non
     again = (await asgi(app, "GET", f"/runs/{run_id}/events?after={last}"))[1]
     assert b"data: " not in again and len(model.requests) == 1  # nobody answered the client tool: it waits
     assert json.loads((await asgi(app, "GET", f"/runs/{run_id}"))[1])["status"] == "suspended"
+
+
+async def test_a_retried_model_call_streams_its_failed_attempt_then_the_next() -> None:
+    from durable_agent import ModelCallError, RetryPolicy
+
+    class FlakyModel:
+        """Streams a word, then fails once (overloaded); the second attempt answers."""
+
+        model_id = "flaky"
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def stream(self, request: Any) -> Any:
+            self.calls += 1
+            yield {"type": "text-delta", "text": "Hel"}
+            if self.calls == 1:
+                raise ModelCallError("busy", provider="test", kind="overloaded", retryable=True)
+            yield {"type": "text-delta", "text": "lo"}
+            yield {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 1, 2)}
+
+    runtime = create_memory_runtime()
+    model = FlakyModel()
+    app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime),
+                                             retry=RetryPolicy(initial_delay_ms=1, jitter=False)),
+                       runtime=runtime, events=MemoryEventLog())
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    body = (await asgi(app, "GET", f"/runs/{run_id}/events"))[1].decode()
+    events = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: ")]
+    assert [(e["type"], e.get("attempt"), e.get("text")) for e in events if e["type"] in ("text-delta", "step-retry")] == [
+        ("text-delta", 0, "Hel"), ("step-retry", 0, None), ("text-delta", 1, "Hel"), ("text-delta", 1, "lo")]
+    assert events[-1]["type"] == "finish" and [e["seq"] for e in events] == list(range(1, len(events) + 1))

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("restate", reason="needs restate-sdk: pip install 'durable-agent[restate]'")
 
 from durable_agent import resolve_approval  # noqa: E402
-from durable_agent.loop import TOOL_INTERRUPTED_MESSAGE  # noqa: E402
+from durable_agent.tool_calls import TOOL_INTERRUPTED_MESSAGE  # noqa: E402
 from durable_agent.restate import RestateIngress, RestateIngressError  # noqa: E402
 
 from durable_agent.testing.runtime_conformance import DurableRuntimeConformance  # noqa: E402

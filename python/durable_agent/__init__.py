@@ -48,7 +48,7 @@ from .generate import (
     stream_chat,
 )
 from .fork import checkpoint_at_step, fork_run, update_run
-from .loop import CLIENT_TOOL_PLACEHOLDER, current_tool_call
+from .tool_calls import CLIENT_TOOL_PLACEHOLDER, current_tool_call
 from .messages import Message
 from .models import (
     LanguageModel,

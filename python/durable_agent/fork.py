@@ -48,7 +48,7 @@ from typing import Any
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalRequest
 from .errors import CheckpointConflictError, CheckpointNotFoundError, ConfigurationError, StepNotFoundError
-from .loop import unresolved_calls
+from .transcript import unresolved_calls
 from .messages import Message
 from .signing import ApprovalSigner
 from .stores._validate import check_run_id, check_step_index

@@ -13,6 +13,7 @@ from .checkpoint import ToolApprovalRequest, ToolApprovalResponse, Usage
 from .errors import ConfigurationError
 from .messages import Message
 from .models import LanguageModel
+from .retry import RetryPolicy
 from .session import Session
 from .stop import StopCondition
 from .tools import Tool
@@ -71,6 +72,8 @@ class CallOptions(TypedDict, total=False):
     clock: Callable[[], int]
     generate_id: Callable[[], str]
     runaway_limit: int
+    retry: RetryPolicy
+    fallback: Sequence[LanguageModel]
 
 
 def random_id() -> str:
@@ -97,6 +100,8 @@ class RunOptions:
     clock: Callable[[], int] = wall_clock_ms
     generate_id: Callable[[], str] = random_id
     runaway_limit: int = 3
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    fallback: Sequence[LanguageModel] = ()
     agent_path: tuple[str, ...] = ()  # internal: set for sub-agents
     scope: RunScope | None = None  # internal: the run scope of a durable runtime (Agent)
     suspend_signal: AbortSignal | None = None  # internal: Agent.suspend()
@@ -131,6 +136,10 @@ class RunOptions:
             type(self.approval_max_age_ms) is not int or self.approval_max_age_ms <= 0
         ):
             raise ConfigurationError("approval_max_age_ms must be None or a positive int (milliseconds)")
+        if not isinstance(self.retry, RetryPolicy):
+            raise ConfigurationError("retry must be a RetryPolicy")
+        if not all(isinstance(m, LanguageModel) for m in self.fallback):
+            raise ConfigurationError("fallback must be a sequence of models (LanguageModel)")
         for response in self.approval_responses:
             if not isinstance(response, ToolApprovalResponse):
                 raise ConfigurationError("approval_responses must hold ToolApprovalResponse values")

@@ -24,9 +24,12 @@ function note(text, isError = false) {
   $("#note").style.color = isError ? "var(--bad)" : "";
 }
 
-function texts() {  // each step's streamed text, in step order
+function texts() {  // each step's streamed text (of its last model call attempt: a retry drops the failed one's)
   const steps = new Map();
-  for (const e of state.events) if (e.type === "text-delta") steps.set(e.step_index, (steps.get(e.step_index) || "") + e.text);
+  for (const e of state.events) {
+    if (e.type === "step-retry") steps.delete(e.step_index);
+    else if (e.type === "text-delta") steps.set(e.step_index, (steps.get(e.step_index) || "") + e.text);
+  }
   return [...steps.keys()].sort((a, b) => a - b).map((k) => steps.get(k));
 }
 

@@ -15,7 +15,7 @@ from .._kernels import kernels
 from .._util import maybe_await
 from ..checkpoint import AgentCheckpoint
 from ..errors import RunLeaseHeldError, SessionStateError, SubmissionConflictError
-from ..loop import approval_part
+from ..transcript import approval_part
 from ..messages import Message, final_text
 from ..options import random_id
 from ..runtime.protocols import DurableRuntime

@@ -8,7 +8,9 @@ event                           key
 ==============================  =====================================================
 ``step-start``                  ``step/<step_index>/start``
 ``text-delta``                  ``step/<step_index>/text/<offset>`` (offset: characters of
-                                that step's text before this delta)
+                                that step's text before this delta); a retried model call's
+                                attempt n > 0: ``step/<step_index>/text/<n>/<offset>``
+``step-retry``                  ``step/<step_index>/retry/<attempt that failed>``
 ``tool-call``                   ``call/<tool_call_id>``
 ``tool-result``                 ``result/<tool_call_id>``
 ``tool-approval-request``       ``approval/<approval_id>``
@@ -31,9 +33,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..checkpoint import AgentCheckpoint, Usage
-from ..loop import approval_part
 from ..messages import content_parts
-from ..runtime.keys import MODEL_CALL, step_key
+from ..transcript import approval_part
+from ..durable_session import is_model_call
+from ..errors import StepFailedError
+from ..runtime.keys import parse_step_key
 from ..runtime.records import StepRecord, StreamPartialRecord
 from .events import RunEvent
 
@@ -49,8 +53,20 @@ def _usage(usage: Any) -> dict[str, Any]:
     return usage.to_dict() if isinstance(usage, Usage) else dict(usage or {})
 
 
-def _text_event(step: int, offset: int, text: str) -> Keyed:
-    return f"step/{step}/text/{offset}", {"type": "text-delta", "step_index": step, "offset": offset, "text": text}
+def _text_event(step: int, attempt: int, offset: int, text: str) -> Keyed:
+    key = f"step/{step}/text/{offset}" if attempt == 0 else f"step/{step}/text/{attempt}/{offset}"
+    return key, {"type": "text-delta", "step_index": step, "attempt": attempt, "offset": offset, "text": text}
+
+
+def _retry_event(step: int, attempt: int, error: str, delay_ms: int) -> Keyed:
+    return f"step/{step}/retry/{attempt}", {"type": "step-retry", "step_index": step, "attempt": attempt,
+                                            "error": error, "delay_ms": delay_ms}
+
+
+def _error_text(error: BaseException) -> str:
+    """An error as events show it: its class name (the original one for an error rebuilt from a record) and message."""
+    name = error.name if isinstance(error, StepFailedError) else type(error).__name__
+    return f"{name}: {error}"
 
 
 def _call_event(step: int, call: dict[str, Any]) -> Keyed:
@@ -83,16 +99,17 @@ def error_event(error: BaseException, attempt: str) -> Keyed:
     """The event of a failed leg; `attempt` makes its key unique (a failure is not a point of progress)."""
     code = getattr(error, "code", None)
     return f"error/{attempt}", {"type": "error", "code": code if isinstance(code, str) else "run_failed",
-                                "message": f"{type(error).__name__}: {error}"}
+                                "message": _error_text(error)}
 
 
-def _text_lengths(events: Iterable[RunEvent]) -> dict[int, int]:
-    lengths: dict[int, int] = {}
+def _text_lengths(events: Iterable[RunEvent]) -> dict[tuple[int, int], int]:
+    """Characters of text the log holds per (step, attempt)."""
+    lengths: dict[tuple[int, int], int] = {}
     for event in events:
         data = event.data
         if data.get("type") == "text-delta":
-            step = data["step_index"]
-            lengths[step] = max(lengths.get(step, 0), data["offset"] + len(data["text"]))
+            at = (data["step_index"], data.get("attempt", 0))
+            lengths[at] = max(lengths.get(at, 0), data["offset"] + len(data["text"]))
     return lengths
 
 
@@ -100,19 +117,28 @@ class ProgressKeys:
     """Turns the parts one process sees of a run into keyed events, continuing the events the log holds."""
 
     def __init__(self, logged: Sequence[RunEvent]) -> None:
-        self._logged_text = _text_lengths(logged)  # characters of each step's text the log holds
-        self._seen_text: dict[int, int] = {}  # characters of each step's text this process saw
+        self._logged_text = _text_lengths(logged)  # characters of each (step, attempt)'s text the log holds
+        self._seen_text: dict[tuple[int, int], int] = {}  # characters of it this process saw
         self._step = 0
+        self._attempt = 0  # the model call attempt of the current step
 
     def events(self, part: dict[str, Any], *, leg_step: int | None = None) -> list[Keyed]:
         """The keyed events of `part` (none for a text delta the log holds). `leg_step` keys a ``finish``."""
         kind = part["type"]
         if kind == "step-start":
-            self._step = step = part["step_index"]
-            self._seen_text[step] = 0
+            self._step, self._attempt = step, _ = part["step_index"], 0
+            self._seen_text[(step, 0)] = 0
             return [(f"step/{step}/start", {"type": "step-start", "step_index": step})]
         if kind == "text-delta":
             return self._text(part["text"])
+        if kind == "step-retry":
+            failed = part["attempt"]
+            self._attempt = failed + 1
+            self._seen_text[(self._step, self._attempt)] = 0
+            error = part["error"]
+            return [_retry_event(part["step_index"], failed,
+                                 _error_text(error) if isinstance(error, BaseException) else str(error),
+                                 int(part.get("delay_ms") or 0))]
         if kind == "tool-call":
             return [_call_event(self._step, part)]
         if kind == "tool-result":
@@ -127,15 +153,15 @@ class ProgressKeys:
         return []
 
     def _text(self, text: str) -> list[Keyed]:
-        step = self._step
-        start = self._seen_text.get(step, 0)
-        end = self._seen_text[step] = start + len(text)
-        logged = self._logged_text.get(step, 0)
+        at = (self._step, self._attempt)
+        start = self._seen_text.get(at, 0)
+        end = self._seen_text[at] = start + len(text)
+        logged = self._logged_text.get(at, 0)
         if end <= logged:
             return []
         cut = max(logged - start, 0)
-        self._logged_text[step] = end
-        return [_text_event(step, start + cut, text[cut:])]
+        self._logged_text[at] = end
+        return [_text_event(*at, start + cut, text[cut:])]
 
 
 def _open_step(events: Sequence[RunEvent]) -> int | None:
@@ -153,6 +179,36 @@ def _results_in(messages: Sequence[Any], call_ids: set[str]) -> list[dict[str, A
             if p["type"] == "tool-result" and p["tool_call_id"] in call_ids]
 
 
+def _model_call(run_id: str, step: int, logged: Sequence[RunEvent], steps: Sequence[StepRecord],
+                partials: Sequence[StreamPartialRecord]) -> tuple[list[Keyed], dict[str, Any] | None]:
+    """The open step's model call as its records prove it: a ``step-retry`` per failed attempt and the text
+    of its last attempt beyond what the log holds; and the finished answer (None when no attempt finished)."""
+    out: list[Keyed] = []
+    attempts = [r for r in steps if is_model_call(r.key, run_id, step)]
+    for failed in sorted((r for r in attempts if r.status == "failed"), key=lambda r: parse_step_key(r.key).attempt):
+        error = failed.error
+        decision = error.decision if error is not None and isinstance(error.decision, dict) else {}
+        message = f"{error.name}: {error.message}" if error is not None else "the model call failed"
+        out.append(_retry_event(step, parse_step_key(failed.key).attempt, message, int(decision.get("delay_ms", 0))))
+    done = next((r for r in attempts if r.status == "done"), None)
+    streamed = [p for p in partials if is_model_call(p.step_key, run_id, step)]
+    if done is not None:
+        attempt, text = parse_step_key(done.key).attempt, str(done.result["text"])
+    else:
+        attempt = max((parse_step_key(p.step_key).attempt for p in streamed), default=0)
+        last = sorted((p for p in streamed if parse_step_key(p.step_key).attempt == attempt), key=lambda p: p.seq)
+        text = "".join(p.text for p in last)
+    logged_text = _text_lengths(logged).get((step, attempt), 0)
+    if len(text) > logged_text:
+        out.append(_text_event(step, attempt, logged_text, text[logged_text:]))
+    return out, done.result if done is not None else None
+
+
+def _streamed(run_id: str, step: int, partials: Sequence[StreamPartialRecord]) -> bool:
+    """Whether the step's model call streamed before it stopped: the resumed run joins that as an aborted turn."""
+    return any(is_model_call(p.step_key, run_id, step) for p in partials)
+
+
 def missing_events(
     run_id: str,
     logged: Sequence[RunEvent],
@@ -162,8 +218,9 @@ def missing_events(
 ) -> list[Keyed]:
     """What the stored run proves happened but the log lacks; call it only while no process drives the run.
 
-    In loop order: for the step the log shows open, the text its stored partials (or its
-    finished model call) hold beyond the logged text, its tool calls, and, once the run's
+    In loop order: for the step the log shows open, a ``step-retry`` per failed model call
+    attempt, the text its last attempt's partials (or its finished answer) hold beyond the
+    logged text, its tool calls, and, once the run's
     checkpoint is past that step, its tool results and its step-finish (``aborted`` when the
     model call never finished: the resumed run joins that text as an aborted turn and goes
     on with the next step); then, when the checkpoint parked or finished the run, its
@@ -176,16 +233,8 @@ def missing_events(
     past = checkpoint.step_index if checkpoint is not None else -1
     ended = checkpoint is not None and checkpoint.status in ("suspended", "completed")
     if step is not None:
-        model_key = step_key(run_id, step, MODEL_CALL)
-        model = next((r.result for r in steps if r.key == model_key and r.status == "done"), None)
-        if model is not None:
-            text = model["text"]
-        else:
-            text = "".join(p.text for p in sorted((p for p in partials if p.step_key == model_key),
-                                                  key=lambda p: p.seq))
-        logged_text = _text_lengths(logged).get(step, 0)
-        if len(text) > logged_text:
-            out.append(_text_event(step, logged_text, text[logged_text:]))
+        retries_and_text, model = _model_call(run_id, step, logged, steps, partials)
+        out.extend(retries_and_text)
         calls = list(model["tool_calls"]) if model is not None else []
         out.extend(_call_event(step, c) for c in calls)
         if past >= step:
@@ -193,7 +242,7 @@ def missing_events(
             out.extend(_result_event(r) for r in _results_in(checkpoint.messages, {c["tool_call_id"] for c in calls}))
         if past >= step and checkpoint is not None and checkpoint.status == "suspended":
             out.extend(_approval_event(approval_part(r)) for r in checkpoint.pending_approvals or ())
-        if past >= step or (model is None and text):
+        if past >= step or (model is None and _streamed(run_id, step, partials)):
             usage = model["usage"] if model is not None else Usage()
             out.append(_step_finish_event(step, usage, model["finish_reason"] if model is not None else "aborted"))
     if ended and checkpoint is not None and f"finish/{checkpoint.step_index}" not in keys:

@@ -3,7 +3,8 @@
 A response in this format carries the header ``x-vercel-ai-ui-message-stream: v1``; each
 chunk is one SSE ``data:`` line holding a JSON object, and the stream ends with
 ``data: [DONE]``. The mapping, event by event (the assistant message's id is the run id, a
-step's text block id is ``<run_id>-<step_index>``):
+step's text block id is ``<run_id>-<step_index>``, or ``<run_id>-<step_index>-<attempt>`` for a
+retried model call's later attempts):
 
 ===========================  ===============================================================
 durable-agent event          UI message stream chunks
@@ -18,6 +19,9 @@ first event of a leg         ``start`` (``messageId``) before the event's own ch
                              ``approvalId``, ``toolCallId``, ``toolName``, ``input``,
                              ``agentPath``, ``token``): v5 has no approval chunk, and a data
                              part is kept in the message for the UI to render
+``step-retry``               ``data-step-retry`` (``data``: ``stepIndex``, ``attempt``, ``error``,
+                             ``delayMs``, ``textId``: the failed attempt's text block, which the UI
+                             should drop; v5 has no chunk that removes text)
 ``step-finish``              ``finish-step``
 ``finish``                   ``finish`` (``messageMetadata``: ``finishReason``, ``usage``,
                              ``totalUsage``)
@@ -62,7 +66,7 @@ class UiMessageStream:
             out.append({"type": "start", "messageId": self.run_id})
             self._in_leg = True
         if kind == "text-delta":
-            text_id = f"{self.run_id}-{event['step_index']}"
+            text_id = self._text_id(event["step_index"], event.get("attempt", 0))
             if self._open_text != text_id:
                 self._close_text(out)
                 out.append({"type": "text-start", "id": text_id})
@@ -89,6 +93,12 @@ class UiMessageStream:
                 "toolName": event["tool_name"], "input": event["input"], "agentPath": event.get("agent_path"),
                 "token": event.get("token"),
             }})
+        elif kind == "step-retry":
+            step, attempt = event["step_index"], event["attempt"]
+            out.append({"type": "data-step-retry", "id": f"{self.run_id}-{step}-retry-{attempt}", "data": {
+                "stepIndex": step, "attempt": attempt, "error": event.get("error"), "delayMs": event.get("delay_ms"),
+                "textId": self._text_id(step, attempt),
+            }})
         elif kind == "step-finish":
             out.append({"type": "finish-step"})
         elif kind == "finish":
@@ -101,6 +111,9 @@ class UiMessageStream:
             out.append({"type": "error", "errorText": event.get("message", "the run failed")})
             self._in_leg = False
         return out
+
+    def _text_id(self, step: int, attempt: int) -> str:
+        return f"{self.run_id}-{step}" if attempt == 0 else f"{self.run_id}-{step}-{attempt}"
 
     def _close_text(self, out: list[dict[str, Any]]) -> None:
         if self._open_text is not None:
