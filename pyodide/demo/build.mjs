@@ -20,7 +20,7 @@ export function build(out = path.join(here, "dist")) {
     throw new Error(`${pyodideDir} is missing: run "npm ci" in ${here}`);
   fs.rmSync(out, { recursive: true, force: true });
   fs.mkdirSync(path.join(out, "pyodide"), { recursive: true });
-  for (const f of ["index.html", "app.js", "idb.js"]) fs.copyFileSync(path.join(here, "src", f), path.join(out, f));
+  for (const f of ["index.html", "app.js", "idb.js", "server.html", "server.js"]) fs.copyFileSync(path.join(here, "src", f), path.join(out, f));
   for (const f of fs.readdirSync(pyodideDir)) {
     if (/\.(mjs|js|wasm|zip|json)$/.test(f) && !f.endsWith(".map")) fs.copyFileSync(path.join(pyodideDir, f), path.join(out, "pyodide", f));
   }

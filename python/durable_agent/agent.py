@@ -22,7 +22,8 @@ from typing import Any, Protocol, Unpack
 from .checkpoint import ToolApprovalResponse, check_verdict
 from .durable_session import AgentSpec, DurableOptions, DurableSession
 from .errors import ConfigurationError
-from .generate import generate_text
+from .generate import PartSink, _consume
+from .loop import AgentLoop
 from .messages import Message
 from .models import LanguageModel
 from .options import CallOptions, RunOptions
@@ -97,27 +98,37 @@ class Agent:
         if self.session is not None:
             self.session.suspend()
 
-    async def run(self, prompt: str) -> GenerateTextResult:
-        """Run `prompt` as the session's next run and return its outcome."""
+    async def run(self, prompt: str, *, run_id: str | None = None, on_part: PartSink | None = None
+                  ) -> GenerateTextResult:
+        """Run `prompt` as the session's next run and return its outcome.
+
+        `run_id` names the new run (durable agents only; default: a fresh id). `on_part(run_id, part)`
+        is awaited with every stream part as the run produces it (the run waits for it), e.g.
+        to write an event log; a run recovered first (``on_interrupted="resume"``) reports its
+        parts under its own id.
+        """
         if self.session is None:
-            result = await generate_text(model=self.model, tools=self.tools,
-                                         messages=[*self.history, {"role": "user", "content": prompt}],
-                                         **self._options)
+            if run_id is not None:
+                raise ConfigurationError("run_id= needs a durable Agent (a run of a plain Agent is not stored)")
+            options = RunOptions.build(self.model, None, {"tools": self.tools, **self._options})
+            loop = AgentLoop(options, [*self.history, {"role": "user", "content": prompt}])
+            result = await _consume(loop, on_part)
             self.history = list(result.messages)
             return result
-        return await self.session.run(prompt, self._spec())
+        return await self.session.run(prompt, self._spec(), run_id=run_id, on_part=on_part)
 
     async def resume(
-        self, *, run_id: str | None = None, approval_responses: Sequence[ToolApprovalResponse] = ()
+        self, *, run_id: str | None = None, approval_responses: Sequence[ToolApprovalResponse] = (),
+        on_part: PartSink | None = None,
     ) -> GenerateTextResult | None:
         """Continue the session's unfinished run (or `run_id`); None when there is nothing to continue.
 
         A run suspended on approvals is settled from `approval_responses` and the verdicts sent
-        with `resolve_approval`. A completed run is never driven again (None).
+        with `resolve_approval`. A completed run is never driven again (None). `on_part` as in `run`.
         """
         if self.session is None:
             return None
-        return await self.session.resume(self._spec(), run_id, approval_responses)
+        return await self.session.resume(self._spec(), run_id, approval_responses, on_part=on_part)
 
     async def abandon_interrupted(self) -> str | None:
         """Unmark the session's interrupted run (kept as stored) so the next run can start; returns its id.

@@ -32,7 +32,7 @@ from typing import Any, Literal
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage
 from .errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, SessionStateError
-from .generate import _consume
+from .generate import PartSink, _consume
 from .loop import AgentLoop
 from .tool_calls import TOOL_INTERRUPTED_MESSAGE
 from .transcript import assistant_message, tool_message, unresolved_calls
@@ -176,23 +176,25 @@ class DurableSession:
         if self._suspend is not None:
             self._suspend.set()
 
-    async def run(self, prompt: str, spec: AgentSpec) -> GenerateTextResult:
-        """Recover an interrupted run, then start and drive the session's next run on `prompt`."""
+    async def run(self, prompt: str, spec: AgentSpec, *, run_id: str | None = None,
+                  on_part: PartSink | None = None) -> GenerateTextResult:
+        """Recover an interrupted run, then start and drive the session's next run (`run_id`) on `prompt`."""
         listed = await self.runtime.lease.resumable(session_id=self.session_id, stale_at=self._stale_at(spec))
         epoch = await self.claim(spec)
         try:
             resumable = {r.run_id for r in listed}
             recovered = await self.recover(epoch, spec, resume=self.durable.on_interrupted == "resume",
-                                           resumable=resumable)
+                                           resumable=resumable, on_part=on_part)
             if recovered is not None and recovered.finish_reason == "suspended":
                 return recovered
-            run_id = await self.start_run(epoch, prompt, spec)
-            return await self.drive(run_id, epoch, (), spec)
+            run_id = await self.start_run(epoch, prompt, spec, run_id=run_id)
+            return await self.drive(run_id, epoch, (), spec, on_part=on_part)
         finally:
             await self._release(epoch)
 
     async def resume(
-        self, spec: AgentSpec, run_id: str | None = None, approval_responses: Sequence[ToolApprovalResponse] = ()
+        self, spec: AgentSpec, run_id: str | None = None, approval_responses: Sequence[ToolApprovalResponse] = (),
+        *, on_part: PartSink | None = None,
     ) -> GenerateTextResult | None:
         """Continue the interrupted or parked run (or `run_id`); None when there is nothing to continue."""
         epoch = await self.claim(spec)
@@ -210,7 +212,7 @@ class DurableSession:
                 return None
             given = {r.approval_id for r in approval_responses}
             sent = [v for v in await self._verdicts_from_awakeables(checkpoint) if v.approval_id not in given]
-            return await self.drive(target, epoch, [*approval_responses, *sent], spec)
+            return await self.drive(target, epoch, [*approval_responses, *sent], spec, on_part=on_part)
         finally:
             await self._release(epoch)
 
@@ -241,7 +243,7 @@ class DurableSession:
         return claim.epoch
 
     async def recover(
-        self, epoch: int, spec: AgentSpec, *, resume: bool, resumable: set[str]
+        self, epoch: int, spec: AgentSpec, *, resume: bool, resumable: set[str], on_part: PartSink | None = None
     ) -> GenerateTextResult | None:
         """Deal with the run an earlier process left marked: drive it on (`resume`, when listed) or heal it."""
         interrupted = await self.runtime.lease.marked_run(self.session_id)
@@ -254,7 +256,7 @@ class DurableSession:
             await self.runtime.commit(RunTransition(self.session_id, epoch, unmark=True))
             return None
         if resume and interrupted in resumable:
-            return await self.drive(interrupted, epoch, (), spec)
+            return await self.drive(interrupted, epoch, (), spec, on_part=on_part)
         await self.heal(epoch, checkpoint, spec)
         return None
 
@@ -276,10 +278,16 @@ class DurableSession:
         )
         await self.runtime.commit(RunTransition(self.session_id, epoch, checkpoint=closed, unmark=True))
 
-    async def start_run(self, epoch: int, prompt: str, spec: AgentSpec) -> str:
-        """Commit the new run's first checkpoint, make it the session's last run, and mark it: one transaction."""
+    async def start_run(self, epoch: int, prompt: str, spec: AgentSpec, *, run_id: str | None = None) -> str:
+        """Commit the new run's first checkpoint, make it the session's last run, and mark it: one transaction.
+
+        `run_id` names the run (a caller that must know it up front, e.g. an idempotent HTTP
+        request); a run id that already has a checkpoint is refused (`ConfigurationError`).
+        """
         history = await self._session_history(spec)
-        run_id = str((spec.options.get("generate_id") or random_id)())
+        if run_id is not None and await self._load(run_id) is not None:
+            raise ConfigurationError(f"run id {run_id!r} already names a stored run; a run id names one run")
+        run_id = run_id or str((spec.options.get("generate_id") or random_id)())
         start = AgentCheckpoint(run_id=run_id, step_index=0, status="running", usage=Usage(),
                                 messages=[*history, {"role": "user", "content": prompt}], created_at=self._now(spec))
         await self.runtime.commit(RunTransition(self.session_id, epoch, checkpoint=start, last_run=run_id,
@@ -287,7 +295,8 @@ class DurableSession:
         return run_id
 
     async def drive(
-        self, run_id: str, epoch: int, responses: Sequence[ToolApprovalResponse], spec: AgentSpec
+        self, run_id: str, epoch: int, responses: Sequence[ToolApprovalResponse], spec: AgentSpec,
+        *, on_part: PartSink | None = None,
     ) -> GenerateTextResult:
         """Run the loop on `run_id` from its checkpoint; its saves park or finish the run (see the module docs)."""
         runtime = self.runtime
@@ -302,7 +311,7 @@ class DurableSession:
             run_options = RunOptions.build(spec.model, Session(checkpoints, run_id),
                                            {"tools": spec.tools, **options},
                                            scope=scope, suspend_signal=self._suspend, tool_state=tool_state)
-            return await _consume(AgentLoop(run_options, None, resume_run_id=run_id))
+            return await _consume(AgentLoop(run_options, None, resume_run_id=run_id), on_part)
         except RunSuspendedError:
             logger.info("run %s suspended; it stays resumable", run_id)
             raise

@@ -6,7 +6,7 @@ streaming faces hand out.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Unpack
 
 from .checkpoint import ToolApprovalRequest, Usage
@@ -34,10 +34,17 @@ def _result_of(loop: AgentLoop) -> GenerateTextResult:
     )
 
 
-async def _consume(loop: AgentLoop) -> GenerateTextResult:
+PartSink = Callable[[str | None, Part], Awaitable[None]]
+"""Receives every part of a run as it streams, with the run's id; the run waits for it (`Agent.run(on_part=)`)."""
+
+
+async def _consume(loop: AgentLoop, on_part: PartSink | None = None) -> GenerateTextResult:
+    """Drive `loop` to its end; an ``error`` part is raised (never handed to `on_part`)."""
     async for part in loop.parts():
         if part["type"] == "error":
             raise part["error"]
+        if on_part is not None:
+            await on_part(loop.run_id, part)
     return _result_of(loop)
 
 

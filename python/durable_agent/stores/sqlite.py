@@ -61,6 +61,23 @@ def _sqlite3() -> ModuleType:
     return sqlite3
 
 
+@contextmanager
+def sqlite_transaction(conn: Any, lock: Any, mode: Literal["DEFERRED", "IMMEDIATE"]) -> Iterator[Any]:
+    """A cursor inside ``BEGIN <mode>`` on `conn` (autocommit mode), holding `lock`: committed, or rolled back."""
+    with lock:
+        cur = conn.cursor()
+        cur.execute(f"BEGIN {mode}")
+        try:
+            yield cur
+        except BaseException:
+            conn.rollback()
+            raise
+        else:
+            conn.commit()
+        finally:
+            cur.close()
+
+
 class SqliteSessionStore:
     """Checkpoints in one SQLite file; synchronous methods, safe for several processes.
 
@@ -145,18 +162,8 @@ class SqliteSessionStore:
 
     @contextmanager
     def _transaction(self, mode: Literal["DEFERRED", "IMMEDIATE"]) -> Iterator[Any]:
-        with self._lock:
-            cur = self._conn.cursor()
-            cur.execute(f"BEGIN {mode}")
-            try:
-                yield cur
-            except BaseException:
-                self._conn.rollback()
-                raise
-            else:
-                self._conn.commit()
-            finally:
-                cur.close()
+        with sqlite_transaction(self._conn, self._lock, mode) as cur:
+            yield cur
 
     def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
         """Store `checkpoint` as the latest of its run, writing only the messages not stored yet.

@@ -19,6 +19,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from .processes import stop_process
+
 INGRESS_VAR = "DURABLE_AGENT_TEST_RESTATE_INGRESS"
 ADMIN_VAR = "DURABLE_AGENT_TEST_RESTATE_ADMIN"
 
@@ -94,9 +96,4 @@ class ServiceProcess:
             self.process.wait(10)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_process(self.process)

@@ -1,0 +1,79 @@
+"""The resumable chat endpoint: a plain ASGI application serving durable runs over HTTP and SSE.
+
+::
+
+    from durable_agent import Agent, DurableOptions
+    from durable_agent.http import ChatEndpoint, SqliteEventLog
+    from durable_agent.runtime.sqlite import sqlite_runtime   # or postgres_runtime + PostgresEventLog
+
+    runtime = sqlite_runtime("agent.db")
+    app = ChatEndpoint(
+        agent=lambda session_id: Agent(model=..., tools=..., session_id=session_id,
+                                       durable=DurableOptions(runtime)),
+        runtime=runtime,
+        events=SqliteEventLog("agent.db"),
+    )
+    # uvicorn module:app  ·  hypercorn module:app  ·  starlette_app.mount("/agent", app)
+
+Routes (JSON bodies; errors are ``{"error": {"code", "message"}}``, never a traceback):
+
+* ``POST /runs`` ``{"session_id", "prompt"}`` (+ ``Idempotency-Key`` header or ``"request_id"``):
+  starts the session's next run; 201 with the run's view. A retried POST with the same key
+  returns the same run (200) and starts nothing: the key names the run id, and the runtime's
+  submissions store remembers the outcome (the same key with another prompt: 409).
+* ``GET /runs/{id}``: status, step, final text, usage, pending approvals, last event id.
+* ``GET /runs/{id}/events``: server-sent events, ``id:`` on every event. With
+  ``Last-Event-ID`` (header, or ``?after=``) the reader gets exactly the events after it,
+  then the live tail; the stream ends after a leg's ``finish`` (or ``error``).
+  ``?format=ui-message-stream`` speaks the AI SDK UI message stream instead
+  (`durable_agent.http.ui_stream` documents the mapping).
+* ``POST /runs/{id}/approvals`` ``{"approval_id", "approved", "reason"?, "token"?}``: a verdict
+  for a parked run (202); the run resumes once every pending approval has one. With an
+  ``approval_signer`` on the agent an approval needs the request's token (403 otherwise;
+  docs/trust-boundary.md).
+* ``POST /chat`` and ``GET /chat/{id}/stream``: what ``useChat``'s default transport calls
+  (send a message; resume the stream after a reload). The chat id is the session id, the last
+  user message's id the idempotency key.
+
+Statuses: 404 unknown run or route, 405 wrong method, 409 conflict (the session runs another
+run, an idempotency key reused with another prompt, an approval not pending or answered),
+413 body too large, 422 bad body or event id, 403 refused by the auth hook (`authorize`), by
+CORS (a preflight from an origin not in `CorsSettings`), or a bad approval token.
+
+**Why no event is lost or sent twice.** Events are durable before they are sent: the driver
+appends each part the loop streams to the event log (`EventLog`), keyed by the run's durable
+progress (`durable_agent.http.progress`: ``step/3/text/12`` is the text of step 3 from its
+12th character), and readers only ever read the log. The runtime itself makes every part
+durable before the loop yields it (each text delta is a stored stream partial, each tool
+result a step record), so when a server dies and another process resumes the run, the step in
+flight is re-emitted under the same keys and the log drops what it holds; what the dead
+process had committed but not logged is rebuilt from the stored records first. A reader whose
+run no live process drives (the lease lapsed, or its owner's pid is gone) takes the run over.
+
+The pure core (events, progress keys, UI mapping, the ASGI app) uses the standard library only.
+"""
+
+from __future__ import annotations
+
+from .app import AuthRequest, Authorize, ChatEndpoint
+from .asgi import CorsSettings, Request
+from .events import EventLog, MemoryEventLog, RunEvent, RunInfo
+from .sql_logs import PostgresEventLog, SqliteEventLog
+from .runs import AgentFactory
+from .ui_stream import UiMessageStream
+
+__all__ = [
+    "AgentFactory",
+    "AuthRequest",
+    "Authorize",
+    "ChatEndpoint",
+    "CorsSettings",
+    "EventLog",
+    "MemoryEventLog",
+    "PostgresEventLog",
+    "Request",
+    "RunEvent",
+    "RunInfo",
+    "SqliteEventLog",
+    "UiMessageStream",
+]

@@ -1,0 +1,447 @@
+"""`ChatEndpoint`: the ASGI application (see `durable_agent.http` for the routes and the guarantees)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from .._kernels import kernels
+from .._util import maybe_await
+from ..checkpoint import AgentCheckpoint
+from ..errors import RunLeaseHeldError, SessionStateError, SubmissionConflictError
+from ..transcript import approval_part
+from ..messages import Message, final_text
+from ..options import random_id
+from ..runtime.protocols import DurableRuntime
+from .asgi import (
+    CorsSettings,
+    HttpError,
+    Receive,
+    Request,
+    Scope,
+    Send,
+    field_of,
+    read_json,
+    send_empty,
+    send_json,
+    sse_frame,
+)
+from .events import EventLog, RunEvent, RunInfo
+from .progress import TERMINAL
+from .runs import AgentFactory, RunDriver
+from .ui_stream import UI_MESSAGE_STREAM_HEADER, UiMessageStream
+
+logger = logging.getLogger("durable_agent.http")
+
+__all__ = ["AuthRequest", "Authorize", "ChatEndpoint"]
+
+
+@dataclass(frozen=True, slots=True)
+class AuthRequest:
+    """What the auth hook decides on: the `action` (``start``, ``read``, ``approve``), the request, the run.
+
+    `session_id` is the session the request acts on (from the body for ``start``, from the
+    stored run otherwise); `run` is None for ``start``.
+    """
+
+    action: str
+    request: Request
+    session_id: str
+    run: RunInfo | None
+
+
+Authorize = Callable[[AuthRequest], bool | Awaitable[bool]]
+"""The auth hook: True lets the request act, False answers 403. Default: every request may act."""
+
+_ROUTES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("POST", re.compile(r"/runs/?"), "start"),
+    ("GET", re.compile(r"/runs/(?P<run>[^/]+)/?"), "show"),
+    ("GET", re.compile(r"/runs/(?P<run>[^/]+)/events/?"), "events"),
+    ("POST", re.compile(r"/runs/(?P<run>[^/]+)/approvals/?"), "approval"),
+    ("POST", re.compile(r"/chat/?"), "chat"),
+    ("GET", re.compile(r"/chat/(?P<session>[^/]+)/stream/?"), "chat_resume"),
+)
+
+KEEPALIVE_SECONDS = 15.0
+TAKEOVER_CHECK_SECONDS = 0.5
+
+
+def _allow_all(request: AuthRequest) -> bool:
+    return True
+
+
+class ChatEndpoint:
+    """A resumable chat endpoint as a plain ASGI 3 application: ``await endpoint(scope, receive, send)``.
+
+    `agent`: builds the durable `Agent` of a session id (all on `runtime`). `events`: the
+    durable event log (`SqliteEventLog` on the SQLite runtime's file, `MemoryEventLog` for
+    one process). `authorize`: the auth hook. `cors`: browser origins. `resume_on_startup`:
+    at ASGI lifespan startup, take over the runs no live process drives (a server restarted
+    after a crash continues them before any reader asks; see `startup`). Mount it under a
+    prefix in Starlette/FastAPI (``app.mount("/agent", endpoint)``): routes use the scope's
+    ``path`` relative to its ``root_path`` as those frameworks pass it.
+    """
+
+    def __init__(self, *, agent: AgentFactory, runtime: DurableRuntime, events: EventLog,
+                 authorize: Authorize = _allow_all, cors: CorsSettings | None = None,
+                 keepalive_seconds: float = KEEPALIVE_SECONDS, resume_on_startup: bool = True) -> None:
+        self.runtime = runtime
+        self.resume_on_startup = resume_on_startup
+        self._sweep: asyncio.Future[list[str]] | None = None
+        self.events = events
+        self.authorize = authorize
+        self.cors = cors or CorsSettings()
+        self.keepalive_seconds = keepalive_seconds
+        self.driver = RunDriver(agent, runtime, events)
+
+    # ------------------------------------------------------------ ASGI
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] == "websocket":
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1003})  # the endpoint speaks HTTP and SSE only
+            return
+        request = Request.of(scope)
+        origin = request.headers.get("origin")
+        cors = self.cors.headers(origin)
+        began = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal began
+            began = began or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            if request.method == "OPTIONS":
+                await self._preflight(request, tracked)
+                return
+            handler, params = self._route(request, scope)
+            await handler(request, params, receive, tracked, cors)
+        except HttpError as exc:
+            await send_json(send, exc.status, {"error": {"code": exc.code, "message": exc.message}}, cors)
+        except Exception:  # noqa: BLE001 - a failure is a 500 with no detail, logged here; never a traceback out
+            logger.exception("%s %s failed", request.method, request.path)
+            if began:  # a stream already under way: end it; the reader reconnects with its last id
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            else:
+                await send_json(send, 500, {"error": {"code": "internal", "message": "internal server error"}}, cors)
+
+    async def startup(self) -> None:
+        """Take over, in the background, the runs no live process drives (with `resume_on_startup`).
+
+        Called at ASGI lifespan startup. A framework that does not pass lifespan events to a
+        mounted app (Starlette's ``Mount``) should call it from its own lifespan.
+        """
+        if self.resume_on_startup and self._sweep is None:
+            self._sweep = asyncio.ensure_future(self.driver.sweep())
+
+    async def shutdown(self) -> None:
+        """Stop the runs this process drives: they stay resumable, and the next server takes them over."""
+        if self._sweep is not None:
+            self._sweep.cancel()
+        await self.driver.stop()
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.startup()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _preflight(self, request: Request, send: Send) -> None:
+        origin = request.headers.get("origin")
+        if origin is None or not self.cors.allows(origin):
+            raise HttpError(403, "origin_refused", "this origin may not call the endpoint")
+        await send_empty(send, 204, self.cors.preflight(origin))
+
+    def _route(self, request: Request, scope: Scope) -> tuple[Any, dict[str, str]]:
+        path = request.path
+        root = scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root):] or "/"
+        methods = set()
+        for method, pattern, name in _ROUTES:
+            match = pattern.fullmatch(path)
+            if match is not None:
+                if method == request.method:
+                    return getattr(self, f"_{name}"), {k: unquote(v) for k, v in match.groupdict().items()}
+                methods.add(method)
+        if methods:
+            raise HttpError(405, "method_not_allowed", f"{request.method} is not served here")
+        raise HttpError(404, "not_found", f"no route for {path}")
+
+    async def _check(self, action: str, request: Request, session_id: str, run: RunInfo | None) -> None:
+        if not await maybe_await(self.authorize(AuthRequest(action, request, session_id, run))):
+            raise HttpError(403, "refused", f"this request may not {action} here")
+
+    async def _run(self, run_id: str) -> RunInfo:
+        info = await self.events.run_info(run_id)
+        if info is None:
+            raise HttpError(404, "unknown_run", f"no run {run_id!r}")
+        return info
+
+    # ---------------------------------------------------------- handlers
+
+    async def _start(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
+                     cors: list[tuple[bytes, bytes]]) -> None:
+        body = await read_json(receive)
+        session_id = field_of(body, "session_id", str)
+        prompt = field_of(body, "prompt", str)
+        if not session_id:
+            raise HttpError(422, "bad_body", "'session_id' must not be empty")
+        key = request.headers.get("idempotency-key") or field_of(body, "request_id", str, required=False)
+        await self._check("start", request, session_id, None)
+        run_id, created = await self._start_run(session_id, prompt, key)
+        await send_json(send, 201 if created else 200, await self._view(await self._run(run_id)),
+                        [*cors, (b"location", f"runs/{run_id}".encode())])
+
+    async def _start_run(self, session_id: str, prompt: str, key: str | None) -> tuple[str, bool]:
+        """Start the run of (`session_id`, `prompt`), once per idempotency `key`; (run id, started now)."""
+        if key is None:
+            run_id = random_id()
+        else:
+            digest = hashlib.sha256(kernels.encode([session_id, key]).encode()).hexdigest()
+            run_id = f"run-{digest[:32]}"  # the same key names the same run, in any process, at any time
+            fingerprint = hashlib.sha256(kernels.encode([session_id, prompt]).encode()).hexdigest()
+            submissions = self.runtime.stores.submissions
+            try:
+                _, earlier = await submissions.claim(session_id, key, fingerprint)
+            except SubmissionConflictError as exc:
+                raise HttpError(409, "idempotency_conflict",
+                                "this idempotency key was used with another request") from exc
+            if isinstance(earlier, dict) and isinstance(earlier.get("run_id"), str):
+                return earlier["run_id"], False
+            if await self.events.run_info(run_id) is not None:
+                await submissions.settle(session_id, key, {"run_id": run_id})
+                return run_id, False
+            if await self.driver.checkpoint(run_id) is not None:  # started, then its process died before logging
+                await self.events.create_run(run_id, session_id, {})
+                await submissions.settle(session_id, key, {"run_id": run_id})
+                return run_id, False
+        try:
+            await self.driver.start(run_id, session_id, prompt, {})
+        except (RunLeaseHeldError, SessionStateError) as exc:
+            if key is not None:
+                await self.runtime.stores.submissions.settle(session_id, key, None)  # a retry may start it
+            if isinstance(exc, SessionStateError):
+                raise HttpError(409, "session_state", str(exc)) from exc
+            raise HttpError(409, "session_busy", f"session {session_id!r} is running another run") from exc
+        if key is not None:
+            await self.runtime.stores.submissions.settle(session_id, key, {"run_id": run_id})
+        return run_id, True
+
+    async def _show(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
+                    cors: list[tuple[bytes, bytes]]) -> None:
+        info = await self._run(params["run"])
+        await self._check("read", request, info.session_id, info)
+        await send_json(send, 200, await self._view(info), cors)
+
+    async def _view(self, info: RunInfo) -> dict[str, Any]:
+        checkpoint: AgentCheckpoint | None = await self.driver.checkpoint(info.run_id)
+        events = await self.events.read(info.run_id)
+        return {
+            "run_id": info.run_id,
+            "session_id": info.session_id,
+            "status": checkpoint.status if checkpoint is not None else "starting",
+            "driven_here": self.driver.driving(info.run_id),
+            "step_index": checkpoint.step_index if checkpoint is not None else None,
+            "text": _answer(checkpoint.messages) if checkpoint is not None else "",
+            "usage": checkpoint.usage.to_dict() if checkpoint is not None else None,
+            "pending_approvals": [approval_part(r) for r in (checkpoint.pending_approvals or ())]
+            if checkpoint is not None and checkpoint.status == "suspended" else [],
+            "last_event_id": events[-1].seq if events else 0,
+            "events_url": f"runs/{info.run_id}/events",
+        }
+
+    async def _approval(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
+                        cors: list[tuple[bytes, bytes]]) -> None:
+        info = await self._run(params["run"])
+        body = await read_json(receive)
+        approval_id = field_of(body, "approval_id", str)
+        approved = field_of(body, "approved", bool)
+        reason = field_of(body, "reason", str, required=False)
+        token = field_of(body, "token", str, required=False)
+        await self._check("approve", request, info.session_id, info)
+        checkpoint = await self.driver.checkpoint(info.run_id)
+        if checkpoint is None or checkpoint.status != "suspended":
+            raise HttpError(409, "not_waiting", f"run {info.run_id!r} is not waiting for approvals")
+        pending = next((r for r in checkpoint.pending_approvals or () if r.approval_id == approval_id), None)
+        if pending is None:
+            raise HttpError(409, "not_pending", f"approval {approval_id!r} is not pending on run {info.run_id!r}")
+        options = self.driver.agent(info.session_id).options
+        signer = options.get("approval_signer")
+        # a sub-agent's request is bound to the sub-agent's run, which checks that binding when it resumes
+        bound_to = None if pending.agent_path else info.run_id
+        if approved and signer is not None and not signer.check_approval(
+            token, approval_id=approval_id, tool_call_id=pending.tool_call_id, tool_name=pending.tool_name,
+            input=pending.input, run_id=bound_to, max_age_ms=options.get("approval_max_age_ms"),
+        ):
+            raise HttpError(403, "token_refused", "the approval token is missing, invalid, expired or for another run")
+        try:
+            answered = await self.driver.approve(info, pending, checkpoint.step_index, approved=approved,
+                                                 reason=reason, token=token)
+        except RunLeaseHeldError as exc:
+            raise HttpError(409, "session_busy", f"session {info.session_id!r} is running another run; "
+                            "nothing was recorded: send the verdict again when it ends") from exc
+        if not answered:
+            raise HttpError(409, "already_answered", f"approval {approval_id!r} has a verdict already")
+        await send_json(send, 202, {"run_id": info.run_id, "approval_id": approval_id, "approved": approved}, cors)
+
+    async def _events(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
+                      cors: list[tuple[bytes, bytes]]) -> None:
+        info = await self._run(params["run"])
+        await self._check("read", request, info.session_id, info)
+        ui = request.query.get("format", "durable") == "ui-message-stream"
+        if request.query.get("format", "durable") not in ("durable", "ui-message-stream"):
+            raise HttpError(422, "bad_format", "format is 'durable' or 'ui-message-stream'")
+        cursor = request.headers.get("last-event-id") or request.query.get("after") or "0"
+        await self._stream(info, cursor, ui, receive, send, cors)
+
+    async def _chat(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
+                    cors: list[tuple[bytes, bytes]]) -> None:
+        """``useChat``'s default transport: {id, messages} in, the new run's UI message stream out."""
+        body = await read_json(receive)
+        session_id = field_of(body, "id", str, what=" (the chat id)")
+        messages = field_of(body, "messages", list)
+        last = messages[-1] if messages and isinstance(messages[-1], dict) else None
+        if last is None or last.get("role") != "user" or not isinstance(last.get("parts"), list):
+            raise HttpError(422, "bad_body", "the last message must be a user message with parts")
+        prompt = "".join(p["text"] for p in last["parts"] if isinstance(p, dict) and p.get("type") == "text"
+                         and isinstance(p.get("text"), str))
+        if not prompt:
+            raise HttpError(422, "bad_body", "the last user message has no text part")
+        key = last.get("id") if isinstance(last.get("id"), str) and last.get("id") else None
+        await self._check("start", request, session_id, None)
+        run_id, _ = await self._start_run(session_id, prompt, key)
+        await self._stream(await self._run(run_id), "0", True, receive, send, cors)
+
+    async def _chat_resume(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
+                           cors: list[tuple[bytes, bytes]]) -> None:
+        """``useChat``'s stream resumption: the session's latest run from its start, or 204 when none runs."""
+        session_id = params["session"]
+        run_id = await self.runtime.stores.runs.last(session_id)
+        info = await self.events.run_info(run_id) if run_id else None
+        await self._check("read", request, session_id, info)
+        if info is None:
+            await send_empty(send, 204, cors)
+            return
+        await self.driver.ensure_driven(info)
+        events = await self.events.read(info.run_id)
+        if events and await self._leg_over(info, events[-1].seq):
+            await send_empty(send, 204, cors)
+            return
+        await self._stream(info, "0", True, receive, send, cors)
+
+    # -------------------------------------------------------------- SSE
+
+    async def _stream(self, info: RunInfo, cursor: str, ui: bool, receive: Receive, send: Send,
+                      cors: list[tuple[bytes, bytes]]) -> None:
+        """Send the run's events after `cursor`, then its live tail, until a leg ends or the client leaves."""
+        after, skip = _parse_cursor(cursor, ui)
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+                   (b"x-accel-buffering", b"no"), *cors]
+        if ui:
+            headers.append((UI_MESSAGE_STREAM_HEADER[0].encode(), UI_MESSAGE_STREAM_HEADER[1].encode()))
+        folder = UiMessageStream(info.run_id) if ui else None
+        if folder is not None:
+            for event in await self.events.read(info.run_id, 0):
+                if event.seq > after:
+                    break
+                folder.chunks(event.data)  # bring the fold to the reader's place
+        gone = asyncio.Event()
+        watcher = asyncio.ensure_future(_watch_disconnect(receive, gone))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        # a browser's EventSource reconnects this soon (with Last-Event-ID) when the connection drops
+        await send({"type": "http.response.body", "body": b"retry: 1000\n\n", "more_body": True})
+        try:
+            await self._pump(info, after, skip, folder, send, gone)
+        finally:
+            watcher.cancel()
+        if not gone.is_set():
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _pump(self, info: RunInfo, after: int, skip: int, folder: UiMessageStream | None, send: Send,
+                    gone: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        next_check = 0.0
+        idle_since = loop.time()
+        while not gone.is_set():
+            events = await self.events.read(info.run_id, after)
+            for event in events:
+                await send({"type": "http.response.body", "body": _frames(event, folder, skip), "more_body": True})
+                skip, after = -1, event.seq
+                if event.data.get("type") in TERMINAL:
+                    if folder is not None:
+                        await send({"type": "http.response.body", "body": sse_frame(None, "[DONE]"),
+                                    "more_body": True})
+                    return
+            if events:
+                idle_since = loop.time()
+                continue
+            if loop.time() >= next_check:
+                await self.driver.ensure_driven(info)
+                next_check = loop.time() + TAKEOVER_CHECK_SECONDS
+                if await self._leg_over(info, after):
+                    return
+            if loop.time() - idle_since >= self.keepalive_seconds:
+                await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
+                idle_since = loop.time()
+            await self.events.wait(info.run_id, after, TAKEOVER_CHECK_SECONDS)
+
+    async def _leg_over(self, info: RunInfo, after: int) -> bool:
+        """Nothing more will come for now: the log ends a leg at `after` and the run has nothing more to do."""
+        events = await self.events.read(info.run_id, after - 1 if after > 0 else 0)
+        last = events[-1] if events else None
+        if last is None or last.seq != after or last.data.get("type") not in TERMINAL:
+            return False
+        return last.data["type"] == "error" or not await self.driver.continues(info)
+
+
+def _answer(messages: Sequence[Message]) -> str:
+    """The run's answer so far: the last assistant text after the run's prompt (the last user message)."""
+    start = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    return final_text(messages[start + 1:])
+
+
+def _parse_cursor(cursor: str, ui: bool) -> tuple[int, int]:
+    """(last event seq fully sent, chunks of the next event already sent or -1) from a Last-Event-ID."""
+    head, _, tail = cursor.strip().partition(".")
+    try:
+        seq = int(head)
+        chunk = int(tail) if tail else -1
+    except ValueError as exc:
+        raise HttpError(422, "bad_event_id", f"Last-Event-ID {cursor!r} is not an event id of this run") from exc
+    if seq < 0 or (tail and not ui):
+        raise HttpError(422, "bad_event_id", f"Last-Event-ID {cursor!r} is not an event id of this run")
+    if chunk >= 0:
+        return seq - 1, chunk  # inside event `seq`: resend it from chunk `chunk` + 1
+    return seq, -1
+
+
+def _frames(event: RunEvent, folder: UiMessageStream | None, skip: int) -> bytes:
+    if folder is None:
+        return sse_frame(str(event.seq), kernels.encode({**event.data, "seq": event.seq}))
+    chunks = folder.chunks(event.data)
+    return b"".join(sse_frame(f"{event.seq}.{n}", kernels.encode(chunk))
+                    for n, chunk in enumerate(chunks) if n > skip)
+
+
+async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            return

@@ -1,0 +1,278 @@
+"""`RunDriver`: the runs this server process drives, and the events they write to the log.
+
+A run is driven by an `Agent` the app's factory builds for the run's session; every part it
+streams becomes keyed events (`durable_agent.http.progress`) appended to the event log before
+the loop goes on, so what a reader is sent has been stored first.
+
+Which process drives a run is the lease's business (`durable_agent.runtime.leases`): a reader
+of a run that no live process drives any more (its server was killed) makes this process take
+it over (`ensure_driven`): first the events the stored run proves but the log lacks are
+appended (`missing_events`), then the run is resumed from its journal and its new events
+follow. Two processes that race for it settle it by the lease: one resumes, the other's claim
+is refused and it only reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._util import maybe_await, wall_clock_ms
+from ..agent import Agent, resolve_approval
+from ..checkpoint import AgentCheckpoint, ToolApprovalRequest
+from ..durable_session import approval_key
+from ..generate import PartSink
+from ..errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, StaleEpochError
+from ..runtime.protocols import DurableRuntime
+from .events import EventLog, RunInfo
+from .progress import ProgressKeys, error_event, missing_events
+
+logger = logging.getLogger("durable_agent.http")
+
+__all__ = ["AgentFactory", "RunDriver"]
+
+AgentFactory = Callable[[str], Agent]
+"""Builds the durable `Agent` of a session (its model, tools, options) for a session id."""
+
+
+class RunDriver:
+    """Starts, resumes and takes over runs in this process; writes their events (see the module docs)."""
+
+    def __init__(self, agent_factory: AgentFactory, runtime: DurableRuntime, log: EventLog) -> None:
+        self.agent_factory = agent_factory
+        self.runtime = runtime
+        self.log = log
+        self._tasks: dict[str, asyncio.Task[BaseException | None]] = {}
+        self._sessions: dict[str, str] = {}  # session id -> the run this process drives in it
+        self._starting: dict[str, asyncio.Future[None]] = {}  # runs whose start is not committed yet
+
+    def agent(self, session_id: str) -> Agent:
+        """The session's agent, checked to run on this endpoint's runtime."""
+        agent = self.agent_factory(session_id)
+        if not isinstance(agent, Agent) or agent.durable is None or agent.durable.runtime is not self.runtime:
+            raise ConfigurationError("the agent factory must return a durable Agent on the endpoint's runtime")
+        if agent.session_id != session_id:
+            raise ConfigurationError(f"the agent factory built an Agent of session {agent.session_id!r} "
+                                     f"when asked for {session_id!r}")
+        return agent
+
+    def driving(self, run_id: str) -> bool:
+        """Whether this process drives `run_id` now."""
+        return run_id in self._tasks
+
+    async def checkpoint(self, run_id: str) -> AgentCheckpoint | None:
+        checkpoint: AgentCheckpoint | None = await maybe_await(self.runtime.stores.session.load(run_id))
+        return checkpoint
+
+    # ------------------------------------------------------------ driving
+
+    async def start(self, run_id: str, session_id: str, prompt: str, meta: Mapping[str, Any]) -> None:
+        """Start `run_id` on `prompt` in the background; return once its start is committed.
+
+        Raises what stopped it before that (`RunLeaseHeldError`: the session runs another run).
+        """
+        starting = self._starting.get(run_id)
+        if starting is not None:  # the same run asked twice at once (a retried request): one start
+            await asyncio.shield(starting)
+            return
+        agent = self.agent(session_id)
+        self._check_free(session_id, run_id)
+        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._starting[run_id] = started
+        try:
+            sink = self._sink(run_id, session_id, meta, started)
+            task = self._spawn(run_id, session_id, agent.run(prompt, run_id=run_id, on_part=sink))
+            waiting: set[asyncio.Future[Any]] = {started, task}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if not started.done():
+                error = task.result() or RuntimeError(f"run {run_id!r} ended before it streamed")
+                started.set_exception(error)  # a duplicate waiting on this start gets it too
+                started.exception()  # retrieved: nobody waiting is not an unhandled exception
+                raise error  # what ended the run before its start committed
+        finally:
+            del self._starting[run_id]
+
+    def resume(self, info: RunInfo) -> None:
+        """Drive the stored run `info` on from its journal, in the background, after the leg this process drives.
+
+        Raises `RunLeaseHeldError` when this process drives another run of the session: a lease
+        claim from the same process would succeed and fence that run out.
+        """
+        agent = self.agent(info.session_id)
+        self._check_free(info.session_id, info.run_id)
+        earlier = self._tasks.get(info.run_id)
+
+        async def work() -> None:
+            if earlier is not None:
+                await asyncio.wait({earlier})  # its lease is released when it ends
+            await agent.resume(run_id=info.run_id, on_part=self._sink(info.run_id, info.session_id, info.meta, None))
+
+        self._spawn(info.run_id, info.session_id, work())
+
+    async def ensure_driven(self, info: RunInfo) -> None:
+        """Take `info`'s run over when it is unfinished, its log is not at a leg's end, and no live process drives it.
+
+        Unfinished: marked in progress, or a leg resumed after approvals (checkpoint
+        ``running``, or ``suspended`` with every approval answered). Whether a live process
+        drives it is the lease's answer: this process claims the session's lease, and only
+        once it holds it (no one else can write the run) rebuilds the missed events and
+        resumes. A parked or finished run only gets its leg's missed end.
+        """
+        if info.run_id in self._tasks or info.session_id in self._sessions:
+            return
+        logged = await self.log.read(info.run_id)
+        last = logged[-1].data.get("type") if logged else None
+        if last == "error":
+            return  # a failed leg stays failed: readers do not call a failing model in a loop
+        if not await self.continues(info):
+            if last != "finish":
+                await self.reconcile(info.run_id)  # parked or finished: only its leg's end can be missing
+            return
+        durable = self.agent(info.session_id).durable
+        assert durable is not None
+        claim = await self.runtime.lease.claim(info.session_id, stale_at=wall_clock_ms() - durable.stale_after_ms)
+        if not claim.claimed:
+            return  # a live process drives it: its events arrive through the log
+        await self.reconcile(info.run_id)
+        logger.info("run %s: no live process drives it; taking it over", info.run_id)
+        self.resume(info)  # Agent.resume claims the lease again under this runtime's owner: granted
+
+    async def sweep(self) -> list[str]:
+        """Take over every endpoint run no live process drives (at server start); returns their ids.
+
+        Lists the runs the lease shows lapsed as of now, then lets `ensure_driven` decide each
+        with its own agent's `stale_after_ms` (a run a live process still renews is left alone).
+        """
+        taken = []
+        for listed in await self.runtime.lease.resumable(stale_at=wall_clock_ms()):
+            info = await self.log.run_info(listed.run_id)
+            if info is None:
+                continue  # not a run of this endpoint
+            try:
+                await self.ensure_driven(info)
+            except Exception:  # noqa: BLE001 - one broken run must not keep the others down
+                logger.exception("run %s: taking it over at start failed", info.run_id)
+            if self.driving(info.run_id):
+                taken.append(info.run_id)
+        return taken
+
+    async def reconcile(self, run_id: str) -> None:
+        """Append the events the stored run proves but the log lacks (see `missing_events`)."""
+        logged = await self.log.read(run_id)
+        checkpoint = await self.checkpoint(run_id)
+        inspect = self.runtime.inspect
+        missing = missing_events(run_id, logged, checkpoint, await inspect.steps(run_id),
+                                 await inspect.partials(run_id))
+        if missing:
+            await self.log.append(run_id, missing)
+
+    async def approve(self, info: RunInfo, request: ToolApprovalRequest, step_index: int, *, approved: bool,
+                      reason: str | None, token: str | None) -> bool:
+        """Record a verdict; resume the run once every pending approval has one. False: already answered.
+
+        Raises `RunLeaseHeldError` (nothing recorded) while this process drives another run of the session.
+        """
+        self._check_free(info.session_id, info.run_id)
+        key = approval_key(info.run_id, step_index, request.approval_id)
+        record = await self.runtime.find_awakeable(info.session_id, key)
+        if record is None or record.resolved:
+            return False
+        if not await resolve_approval(self.runtime, request.approval_id, approved=approved, reason=reason,
+                                      token=token):
+            return False
+        checkpoint = await self.checkpoint(info.run_id)
+        if checkpoint is not None and checkpoint.status == "suspended" and await self._all_answered(info, checkpoint):
+            self.resume(info)
+        return True
+
+    async def stop(self) -> None:
+        """Cancel the runs in flight (server shutdown): they stay resumable, and the next server takes them over."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+    # ----------------------------------------------------------- helpers
+
+    async def continues(self, info: RunInfo) -> bool:
+        """Whether the run has more to do: marked in progress, ``running``, or parked with every approval answered."""
+        checkpoint = await self.checkpoint(info.run_id)
+        if checkpoint is None or checkpoint.status == "completed":
+            return False
+        if checkpoint.status == "running" or await self.runtime.lease.marked_run(info.session_id) == info.run_id:
+            return True
+        return await self._all_answered(info, checkpoint)
+
+    async def _all_answered(self, info: RunInfo, checkpoint: AgentCheckpoint) -> bool:
+        """Whether the parked run has approvals and each has a verdict (a run parked on client tools has none)."""
+        if not checkpoint.pending_approvals:
+            return False
+        for request in checkpoint.pending_approvals:
+            key = approval_key(info.run_id, checkpoint.step_index, request.approval_id)
+            record = await self.runtime.find_awakeable(info.session_id, key)
+            if record is None or not record.resolved:
+                return False
+        return True
+
+    def _check_free(self, session_id: str, run_id: str) -> None:
+        busy = self._sessions.get(session_id)
+        if busy is not None and busy != run_id:
+            raise RunLeaseHeldError(session_id, self.runtime.owner)
+
+    def _spawn(self, run_id: str, session_id: str, work: Any) -> asyncio.Task[BaseException | None]:
+        task = asyncio.ensure_future(self._guarded(run_id, work))
+        self._tasks[run_id] = task
+        self._sessions[session_id] = run_id
+
+        def done(_: object) -> None:
+            if self._tasks.get(run_id) is task:
+                del self._tasks[run_id]
+                if self._sessions.get(session_id) == run_id:
+                    del self._sessions[session_id]
+
+        task.add_done_callback(done)
+        return task
+
+    async def _guarded(self, run_id: str, work: Any) -> BaseException | None:
+        """Await a run; returns what stopped it. A failure becomes the leg's ``error`` event; a lost lease does not."""
+        try:
+            await work
+        except (StaleEpochError, RunLeaseHeldError, RunSuspendedError) as exc:
+            logger.info("run %s stopped in this process: %s", run_id, exc)
+            return exc
+        except Exception as exc:  # noqa: BLE001 - a failed run is an event its readers get, never a crash
+            logger.exception("run %s failed", run_id)
+            if await self.log.run_info(run_id) is not None:
+                await self.log.append(run_id, [error_event(exc, f"{wall_clock_ms()}-{id(exc)}")])
+            return exc
+        return None
+
+    def _sink(self, run_id: str, session_id: str, meta: Mapping[str, Any],
+              started: asyncio.Future[None] | None) -> PartSink:
+        keys: dict[str, ProgressKeys] = {}
+
+        async def on_part(part_run_id: str | None, part: dict[str, Any]) -> None:
+            rid = part_run_id or run_id
+            progress = keys.get(rid)
+            if progress is None:
+                if await self.log.run_info(rid) is None:
+                    if rid != run_id:
+                        return  # a run the endpoint never served (recovered by Agent.run first): not logged
+                    await self.log.create_run(rid, session_id, meta)
+                progress = keys[rid] = ProgressKeys(await self.log.read(rid))
+            leg_step = None
+            if part["type"] == "finish":
+                checkpoint = await self.checkpoint(rid)
+                leg_step = checkpoint.step_index if checkpoint is not None else None
+            events = progress.events(part, leg_step=leg_step)
+            if events:
+                await self.log.append(rid, events)
+            if started is not None and rid == run_id and not started.done():
+                started.set_result(None)
+
+        return on_part

@@ -1,0 +1,78 @@
+"""The app the HTTP server tests serve with uvicorn, in a process of its own they can SIGKILL.
+
+Configured from the environment: ``HTTP_TEST_DB`` (the SQLite file of the runtime and the
+event log), ``HTTP_TEST_LEDGER`` (a file each tool call appends a line to, so a test can count
+side effects), ``HTTP_TEST_DELAY`` (seconds per streamed word and per tool call), and
+``HTTP_TEST_POSTGRES`` (a conninfo: the Postgres runtime and event log instead of SQLite).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any
+
+from durable_agent import Agent, ApprovalSigner, DurableOptions, ScriptedModel, Tool, call, reply
+from durable_agent.http import AuthRequest, ChatEndpoint, CorsSettings, EventLog, PostgresEventLog, SqliteEventLog
+from durable_agent.models import ModelRequest, ScriptedResponse
+from durable_agent.runtime.sqlite import sqlite_runtime
+
+SECRET = "http-test-secret-0123456789abcdef0123456789"
+LONG_ANSWER = ("The answer, after a careful study of many old and dusty books in the library, "
+               "is forty two and nothing else at all.")
+RECOVERED = "Sorry, I was cut off. The answer is forty two."
+
+
+def script(request: ModelRequest) -> ScriptedResponse:
+    """Answers by the conversation's state, so a run resumed in another process gets the same answers."""
+    last = request.messages[-1]
+    if last["role"] == "assistant":  # a turn a crash cut off, joined to the history as aborted
+        return reply(RECOVERED)
+    if last["role"] == "tool":
+        return reply("Deployed." if any(p["tool_name"] == "deploy" for p in last["content"]) else LONG_ANSWER)
+    prompt = str(last["content"])
+    if "deploy" in prompt:
+        return reply("", call("deploy", {"env": "prod"}))
+    if "lookup" in prompt:
+        return reply("Let me look that up for you.", call("lookup", {"q": "answer"}))
+    return reply(f"You said: {prompt}")
+
+
+def create() -> ChatEndpoint:
+    db, ledger = os.environ["HTTP_TEST_DB"], os.environ["HTTP_TEST_LEDGER"]
+    delay = float(os.environ.get("HTTP_TEST_DELAY", "0"))
+    postgres = os.environ.get("HTTP_TEST_POSTGRES")
+    runtime: Any
+    events: EventLog
+    if postgres:
+        from durable_agent.runtime.postgres import postgres_runtime
+
+        runtime, events = postgres_runtime(postgres), PostgresEventLog(postgres)
+    else:
+        runtime, events = sqlite_runtime(db, synchronous="NORMAL"), SqliteEventLog(db)
+
+    async def effect(name: str, args: Any) -> dict[str, Any]:
+        with open(ledger, "a", encoding="utf-8") as file:
+            file.write(json.dumps([name, args]) + "\n")
+        await asyncio.sleep(delay * 20)
+        return {"done": name, "args": args}
+
+    tools = {
+        "lookup": Tool(description="Look something up.", parameters={"type": "object"},
+                       execute=lambda args: effect("lookup", args)),
+        "deploy": Tool(description="Deploy.", parameters={"type": "object"},
+                       execute=lambda args: effect("deploy", args), needs_approval=True),
+    }
+    model = ScriptedModel(script, delay=delay)
+    signer = ApprovalSigner(SECRET)
+
+    def agent(session_id: str) -> Agent:
+        return Agent(model=model, tools=tools, session_id=session_id, approval_signer=signer,
+                     durable=DurableOptions(runtime, stale_after_ms=3_000))
+
+    def authorize(request: AuthRequest) -> bool:
+        return request.request.headers.get("authorization") != "Bearer intruder"
+
+    return ChatEndpoint(agent=agent, runtime=runtime, events=events, authorize=authorize,
+                        cors=CorsSettings(allow_origins=("http://allowed.example",)))

@@ -1,0 +1,417 @@
+"""The endpoint's pure core: progress keys, rebuilding missed events from stored records, the UI
+message stream mapping (against frames recorded from the protocol's documentation), the event
+logs, and the ASGI app in process (mounting, disconnects)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ui_message_stream_schema import check_chunk
+
+from durable_agent import Agent, AgentCheckpoint, DurableOptions, ScriptedModel, ToolApprovalRequest, Usage, reply
+from durable_agent.errors import ConfigurationError
+from durable_agent.http import (
+    ChatEndpoint,
+    MemoryEventLog,
+    PostgresEventLog,
+    RunEvent,
+    SqliteEventLog,
+    UiMessageStream,
+)
+from durable_agent.http.asgi import sse_frame
+from durable_agent.http.progress import ProgressKeys, missing_events
+from durable_agent.runtime import create_memory_runtime
+from durable_agent.runtime.keys import MODEL_CALL, step_key
+from durable_agent.runtime.records import StepRecord, StreamPartialRecord
+
+VECTORS = Path(__file__).parent / "vectors"
+
+
+def logged(*pairs: tuple[str, dict[str, Any]]) -> list[RunEvent]:
+    return [RunEvent(i + 1, key, data) for i, (key, data) in enumerate(pairs)]
+
+
+def text(step: int, offset: int, value: str, attempt: int = 0) -> tuple[str, dict[str, Any]]:
+    key = f"step/{step}/text/{offset}" if attempt == 0 else f"step/{step}/text/{attempt}/{offset}"
+    return key, {"type": "text-delta", "step_index": step, "attempt": attempt, "offset": offset, "text": value}
+
+
+START1 = ("step/1/start", {"type": "step-start", "step_index": 1})
+
+# ------------------------------------------------------------- progress keys
+
+
+def test_a_replayed_model_answer_is_cut_to_what_the_log_lacks() -> None:
+    keys = ProgressKeys(logged(START1, text(1, 0, "Hello "), text(1, 6, "wor")))
+    assert keys.events({"type": "step-start", "step_index": 1}) == [START1]
+    assert keys.events({"type": "text-delta", "text": "Hello world"}) == [text(1, 9, "ld")]
+    assert keys.events({"type": "text-delta", "text": "!"}) == [text(1, 11, "!")]
+
+
+def test_live_deltas_the_log_holds_are_dropped() -> None:
+    keys = ProgressKeys(logged(START1, text(1, 0, "Hello "), text(1, 6, "world")))
+    keys.events({"type": "step-start", "step_index": 1})
+    assert keys.events({"type": "text-delta", "text": "Hello "}) == []
+    assert keys.events({"type": "text-delta", "text": "world"}) == []
+    assert keys.events({"type": "text-delta", "text": "."}) == [text(1, 11, ".")]
+
+
+def test_every_part_is_keyed_by_progress() -> None:
+    keys = ProgressKeys([])
+    keys.events({"type": "step-start", "step_index": 2})
+    call = {"type": "tool-call", "tool_call_id": "c1", "tool_name": "t", "input": {}}
+    result = {"type": "tool-result", "tool_call_id": "c1", "tool_name": "t", "output": 1, "is_error": False}
+    approval = {"type": "tool-approval-request", "approval_id": "a1", "tool_call_id": "c1", "tool_name": "t",
+                "input": {}, "agent_path": None, "token": None}
+    finish = {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 2, 3), "total_usage": Usage(1, 2, 3)}
+    step_finish = {"type": "step-finish", "step_index": 2, "usage": Usage(), "finish_reason": "stop"}
+    assert [k for part in (call, result, approval, step_finish) for k, _ in keys.events(part)] == [
+        "call/c1", "result/c1", "approval/a1", "step/2/finish"]
+    assert keys.events(finish, leg_step=4)[0][0] == "finish/4"
+    assert keys.events({"type": "something-new"}) == []
+
+
+def test_a_retried_model_call_keys_its_next_attempt_apart() -> None:
+    keys = ProgressKeys(logged(START1, text(1, 0, "Hel")))
+    keys.events({"type": "step-start", "step_index": 1})
+    assert keys.events({"type": "text-delta", "text": "Hel"}) == []
+    retry = keys.events({"type": "step-retry", "step_index": 1, "attempt": 0, "error": TimeoutError("slow"),
+                         "delay_ms": 250})
+    assert retry == [("step/1/retry/0", {"type": "step-retry", "step_index": 1, "attempt": 0,
+                                         "error": "TimeoutError: slow", "delay_ms": 250})]
+    assert keys.events({"type": "text-delta", "text": "Hello"}) == [text(1, 0, "Hello", attempt=1)]
+
+
+# ------------------------------------------------------- missed events rebuilt
+
+
+def record(run: str, step: int, name: str, result: Any) -> StepRecord:
+    return StepRecord("s", run, step_key(run, step, name), "model", "safe", "done", result=result)
+
+
+def partial(run: str, step: int, seq: int, value: str) -> StreamPartialRecord:
+    return StreamPartialRecord("s", run, step_key(run, step, MODEL_CALL), seq, value)
+
+
+def checkpoint(step: int, status: str, messages: list[Any], pending: tuple[ToolApprovalRequest, ...] | None = None
+               ) -> AgentCheckpoint:
+    return AgentCheckpoint(run_id="r", step_index=step, status=status, messages=messages,  # type: ignore[arg-type]
+                           usage=Usage(3, 4, 7), pending_approvals=pending, created_at=0)
+
+
+MODEL = {"text": "Hi there", "tool_calls": [{"tool_call_id": "c1", "tool_name": "t", "input": {}}],
+         "usage": {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}, "finish_reason": "tool-calls"}
+
+
+def test_a_step_the_resumed_run_replays_gets_only_its_unlogged_text_and_calls() -> None:
+    events = missing_events("r", logged(START1, text(1, 0, "Hi ")), checkpoint(0, "running", []),
+                            [record("r", 1, MODEL_CALL, MODEL)], [])
+    assert [k for k, _ in events] == ["step/1/text/3", "call/c1"]
+    assert events[0][1]["text"] == "there"
+
+
+def test_text_streamed_by_a_model_call_that_never_finished_closes_as_aborted() -> None:
+    events = missing_events("r", logged(START1, text(1, 0, "Hi ")), checkpoint(0, "running", []), [],
+                            [partial("r", 1, 1, "there"), partial("r", 1, 0, "Hi ")])
+    assert [(k, d.get("text", d.get("finish_reason"))) for k, d in events] == [
+        ("step/1/text/3", "there"), ("step/1/finish", "aborted")]
+    assert missing_events("r", logged(START1), checkpoint(0, "running", []), [], []) == []  # it runs again
+
+
+def test_a_failed_attempt_is_rebuilt_as_a_retry_and_the_next_attempts_text_follows() -> None:
+    from durable_agent.runtime.records import StepErrorRecord
+
+    failed = StepRecord("s", "r", step_key("r", 1, MODEL_CALL, 0), "model", "safe", "failed",
+                        error=StepErrorRecord("ModelCallError", "overloaded", decision={"action": "retry",
+                                                                                        "delay_ms": 100}))
+    second = StreamPartialRecord("s", "r", step_key("r", 1, MODEL_CALL, 1), 0, "Second try")
+    events = missing_events("r", logged(START1, text(1, 0, "First")), checkpoint(0, "running", []), [failed],
+                            [partial("r", 1, 0, "First"), second])
+    assert [(k, d.get("text") or d.get("error") or d.get("finish_reason")) for k, d in events] == [
+        ("step/1/retry/0", "ModelCallError: overloaded"), ("step/1/text/1/0", "Second try"),
+        ("step/1/finish", "aborted")]
+
+
+def test_a_finished_run_gets_its_results_step_finish_and_finish() -> None:
+    messages = [{"role": "user", "content": "x"},
+                {"role": "tool", "content": [{"type": "tool-result", "tool_call_id": "c1", "tool_name": "t",
+                                              "output": "ok", "is_error": False}]}]
+    done = logged(START1, text(1, 0, "Hi there"), ("call/c1", {"type": "tool-call"}))
+    events = missing_events("r", done, checkpoint(1, "completed", messages), [record("r", 1, MODEL_CALL, MODEL)], [])
+    assert [k for k, _ in events] == ["result/c1", "step/1/finish", "finish/1"]
+    assert events[-1][1]["finish_reason"] == "stop" and events[-1][1]["total_usage"]["total_tokens"] == 7
+    assert missing_events("r", logged(*[(e.key, e.data) for e in done], *events),
+                          checkpoint(1, "completed", messages), [record("r", 1, MODEL_CALL, MODEL)], []) == []
+
+
+def test_a_parked_run_gets_its_approval_requests_and_a_suspended_finish() -> None:
+    request = ToolApprovalRequest("a1", "c1", "t", {}, None, "tok")
+    events = missing_events("r", logged(START1, text(1, 0, "Hi there"), ("call/c1", {"type": "tool-call"})),
+                            checkpoint(1, "suspended", [], (request,)), [record("r", 1, MODEL_CALL, MODEL)], [])
+    assert [k for k, _ in events] == ["approval/a1", "step/1/finish", "finish/1"]
+    assert events[0][1]["token"] == "tok" and events[-1][1]["finish_reason"] == "suspended"
+
+
+# ---------------------------------------------------------- UI message stream
+
+
+def recorded_frames() -> list[tuple[str | None, Any]]:
+    frames = []
+    for block in (VECTORS / "ui_message_stream_v5.sse").read_text().split("\n\n"):
+        if not block.strip():
+            continue
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        data = lines["data"]
+        frames.append((lines.get("id"), data if data == "[DONE]" else json.loads(data)))
+    return frames
+
+
+def test_the_ui_message_stream_matches_the_recorded_frames() -> None:
+    events = [
+        {"type": "step-start", "step_index": 1},
+        {"type": "text-delta", "step_index": 1, "offset": 0, "text": "Let me "},
+        {"type": "text-delta", "step_index": 1, "offset": 7, "text": "check."},
+        {"type": "tool-call", "step_index": 1, "tool_call_id": "call_1", "tool_name": "weather",
+         "input": {"city": "Paris"}},
+        {"type": "tool-call", "step_index": 1, "tool_call_id": "call_2", "tool_name": "deploy",
+         "input": {"env": "prod"}},
+        {"type": "tool-result", "tool_call_id": "call_1", "tool_name": "weather", "output": {"sky": "clear"},
+         "is_error": False},
+        {"type": "tool-approval-request", "approval_id": "ap-1", "tool_call_id": "call_2", "tool_name": "deploy",
+         "input": {"env": "prod"}, "agent_path": None, "token": "t0k"},
+        {"type": "step-finish", "step_index": 1, "usage": {}, "finish_reason": "tool-calls"},
+        {"type": "finish", "step_index": 1, "finish_reason": "suspended",
+         "usage": {"input_tokens": 5, "output_tokens": 7, "total_tokens": 12},
+         "total_usage": {"input_tokens": 5, "output_tokens": 7, "total_tokens": 12}},
+        {"type": "tool-result", "tool_call_id": "call_2", "tool_name": "deploy",
+         "output": "The user denied this tool call.", "is_error": True},
+        {"type": "step-start", "step_index": 3},
+        {"type": "text-delta", "step_index": 3, "offset": 0, "text": "Not deployed."},
+        {"type": "step-finish", "step_index": 3, "usage": {}, "finish_reason": "stop"},
+        {"type": "error", "code": "run_failed", "message": "ModelError: the provider went away"},
+    ]
+    folder = UiMessageStream("run-1")
+    got: list[tuple[str | None, Any]] = []
+    for seq, event in enumerate(events, 1):
+        got.extend((f"{seq}.{n}", chunk) for n, chunk in enumerate(folder.chunks(event)))
+        if event["type"] in ("finish", "error"):
+            got.append((None, "[DONE]"))
+    assert got == recorded_frames()
+    for _, chunk in got:
+        if chunk != "[DONE]":
+            check_chunk(chunk)
+    assert sse_frame("1.0", '{"type":"start"}') == b'id: 1.0\ndata: {"type":"start"}\n\n'
+
+
+def test_a_retried_attempts_text_gets_its_own_block_and_the_failed_one_is_named() -> None:
+    folder = UiMessageStream("r")
+    chunks = [c for event in (
+        {"type": "step-start", "step_index": 1},
+        {"type": "text-delta", "step_index": 1, "attempt": 0, "offset": 0, "text": "Hel"},
+        {"type": "step-retry", "step_index": 1, "attempt": 0, "error": "TimeoutError: slow", "delay_ms": 5},
+        {"type": "text-delta", "step_index": 1, "attempt": 1, "offset": 0, "text": "Hello"},
+    ) for c in folder.chunks(event)]
+    for chunk in chunks:
+        check_chunk(chunk)
+    assert [c["type"] for c in chunks] == ["start", "start-step", "text-start", "text-delta", "text-end",
+                                           "data-step-retry", "text-start", "text-delta"]
+    assert chunks[5]["data"]["textId"] == "r-1" and chunks[6]["id"] == "r-1-1"
+
+
+# ------------------------------------------------------------------ event logs
+
+
+@pytest.fixture(params=["memory", pytest.param("sqlite", marks=pytest.mark.requires_sqlite),
+                        pytest.param("postgres", marks=pytest.mark.host_only("needs a Postgres server"))])
+def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A factory of event logs on one store (each SQL one on a connection of its own, as processes have)."""
+    if request.param == "memory":
+        shared = MemoryEventLog()
+        yield lambda: shared
+    elif request.param == "sqlite":
+        yield lambda: SqliteEventLog(tmp_path / "events.db")
+    else:
+        from durable_agent.testing.services import postgres_schema
+
+        with postgres_schema("events") as conninfo:
+            opened: list[PostgresEventLog] = []
+
+            def make() -> PostgresEventLog:
+                opened.append(PostgresEventLog(conninfo, poll_interval_ms=20))
+                return opened[-1]
+
+            yield make
+            for log in opened:  # the test's loop is gone; closing needs no I/O on the connection
+                asyncio.run(log.close())
+
+
+async def test_a_log_holds_each_key_once_and_numbers_events_in_order(make_log: Any) -> None:
+    log, other = make_log(), make_log()  # for SQLite: two connections, as two processes have
+    assert await log.create_run("r", "s", {"user": "u"}) is True
+    assert await other.create_run("r", "s", {}) is False
+    assert (await other.run_info("r")).meta == {"user": "u"}  # type: ignore[union-attr]
+    first = await log.append("r", [("a", {"n": 1}), ("b", {"n": b"\x00bytes"})])
+    again = await other.append("r", [("b", {"n": 2}), ("c", {"n": 3})])
+    assert [(e.seq, e.key) for e in first + again] == [(1, "a"), (2, "b"), (3, "c")]
+    assert [e.data for e in await other.read("r", 1)] == [{"n": b"\x00bytes"}, {"n": 3}]
+    assert await log.run_info("missing") is None
+
+
+async def test_a_waiting_reader_wakes_on_an_append(make_log: Any) -> None:
+    log = make_log()
+    await log.create_run("r", "s", {})
+    waiter = asyncio.ensure_future(log.wait("r", 0, 30.0))
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    await log.append("r", [("a", {})])
+    await asyncio.wait_for(waiter, 5)
+
+
+# --------------------------------------------------------- Agent and ASGI app
+
+
+async def test_agent_run_names_the_run_and_hands_out_its_parts() -> None:
+    runtime = create_memory_runtime()
+    agent = Agent(model=ScriptedModel([reply("one two"), reply("three")]), session_id="s",
+                  durable=DurableOptions(runtime))
+    seen: list[tuple[str | None, str]] = []
+
+    async def sink(run_id: str | None, part: dict[str, Any]) -> None:
+        seen.append((run_id, part["type"]))
+
+    result = await agent.run("hi", run_id="chosen", on_part=sink)
+    assert result.run_id == "chosen"
+    assert seen == [("chosen", t) for t in ("step-start", "text-delta", "text-delta", "step-finish", "finish")]
+    with pytest.raises(ConfigurationError, match="already names a stored run"):
+        await agent.run("again", run_id="chosen")
+    with pytest.raises(ConfigurationError, match="durable"):
+        await Agent(model=ScriptedModel(["x"])).run("hi", run_id="r")
+
+
+async def asgi(app: Any, method: str, path: str, body: Any = None, root: str = "",
+               disconnect_after: int | None = None) -> tuple[int, bytes]:
+    sent: list[dict[str, Any]] = []
+    gone = asyncio.Event()
+    messages = [{"type": "http.request", "body": json.dumps(body).encode() if body is not None else b""}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if disconnect_after is not None and sum(m.get("body", b"").count(b"data: ") for m in sent) >= disconnect_after:
+            gone.set()  # the reader leaves after `disconnect_after` events
+
+    path, _, query = path.partition("?")
+    scope = {"type": "http", "method": method, "path": root + path, "root_path": root,
+             "query_string": query.encode(), "headers": []}
+    await asyncio.wait_for(app(scope, receive, send), 20)
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+async def test_the_app_mounted_under_a_prefix_and_a_reader_that_leaves() -> None:
+    runtime = create_memory_runtime()
+    model = ScriptedModel([reply("a b c d e f")], delay=0.05)
+    app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime)),
+                       runtime=runtime, events=MemoryEventLog())
+    status, body = await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "hi"}, root="/agent")
+    assert status == 201
+    run_id = json.loads(body)["run_id"]
+    status, body = await asgi(app, "GET", f"/runs/{run_id}/events", root="/agent", disconnect_after=2)
+    assert status == 200 and body.count(b"data: ") == 2  # the handler returned when its reader left
+    status, body = await asgi(app, "GET", f"/runs/{run_id}/events", root="/agent")
+    assert body.count(b"data: ") == 9 and b'"finish"' in body
+    assert (await asgi(app, "GET", "/runs", root="/agent"))[0] == 405
+
+
+async def test_the_same_run_asked_twice_at_once_starts_once() -> None:
+    runtime = create_memory_runtime()
+    model = ScriptedModel([reply("a b c")], delay=0.01)
+    app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime)),
+                       runtime=runtime, events=MemoryEventLog())
+    body = {"session_id": "s", "prompt": "hi", "request_id": "k"}
+    (s1, b1), (s2, b2) = await asyncio.gather(asgi(app, "POST", "/runs", body), asgi(app, "POST", "/runs", body))
+    assert sorted((s1, s2)) in ([200, 201], [201, 201]) and json.loads(b1)["run_id"] == json.loads(b2)["run_id"]
+    status, events = await asgi(app, "GET", f"/runs/{json.loads(b1)['run_id']}/events")
+    assert events.count(b'"step-start"') == 1 and len(model.requests) == 1
+
+
+async def test_a_sub_agents_signed_approval_is_accepted() -> None:
+    from agent_kit import Ledger
+
+    from durable_agent import ApprovalSigner, agent_tool, call
+
+    runtime, ledger, signer = create_memory_runtime(), Ledger(), ApprovalSigner("s" * 40)
+    child = agent_tool(name="coder", model=ScriptedModel([reply("", call("shell", {"cmd": "ls"})), "listed"]),
+                       tools={"shell": ledger.tool("shell", needs_approval=True)})
+    parent = ScriptedModel([reply("", call("coder", {"prompt": "ls"}, "t1")), "all done"])
+    app = ChatEndpoint(agent=lambda s: Agent(model=parent, tools={"coder": child}, session_id=s, approval_signer=signer,
+                                             durable=DurableOptions(runtime)),
+                       runtime=runtime, events=MemoryEventLog())
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    leg1 = [json.loads(line[6:]) for line in (await asgi(app, "GET", f"/runs/{run_id}/events"))[1].decode().splitlines()
+            if line.startswith("data: ")]
+    request = next(e for e in leg1 if e["type"] == "tool-approval-request")
+    assert request["agent_path"] == ["coder"]
+    status, _ = await asgi(app, "POST", f"/runs/{run_id}/approvals",
+                           {"approval_id": request["approval_id"], "approved": True, "token": request["token"]})
+    assert status == 202
+    leg2 = (await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1].decode()
+    assert '"finish_reason":"stop"' in leg2 and ledger.entries == [("shell", {"cmd": "ls"})]
+
+
+async def test_a_run_parked_on_a_client_tool_is_not_resumed_by_a_reader() -> None:
+    from durable_agent import Tool, call
+
+    runtime = create_memory_runtime()
+    model = ScriptedModel([reply("", call("pick_file", {})), "thanks"])
+    tools = {"pick_file": Tool(description="Ask the user for a file.", parameters={"type": "object"})}
+    app = ChatEndpoint(agent=lambda s: Agent(model=model, tools=tools, session_id=s, durable=DurableOptions(runtime)),
+                       runtime=runtime, events=MemoryEventLog())
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    first = (await asgi(app, "GET", f"/runs/{run_id}/events"))[1]
+    assert b'"finish_reason":"suspended"' in first
+    last = first.count(b"\nid: ") + first.startswith(b"id: ")
+    again = (await asgi(app, "GET", f"/runs/{run_id}/events?after={last}"))[1]
+    assert b"data: " not in again and len(model.requests) == 1  # nobody answered the client tool: it waits
+    assert json.loads((await asgi(app, "GET", f"/runs/{run_id}"))[1])["status"] == "suspended"
+
+
+async def test_a_retried_model_call_streams_its_failed_attempt_then_the_next() -> None:
+    from durable_agent import ModelCallError, RetryPolicy
+
+    class FlakyModel:
+        """Streams a word, then fails once (overloaded); the second attempt answers."""
+
+        model_id = "flaky"
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def stream(self, request: Any) -> Any:
+            self.calls += 1
+            yield {"type": "text-delta", "text": "Hel"}
+            if self.calls == 1:
+                raise ModelCallError("busy", provider="test", kind="overloaded", retryable=True)
+            yield {"type": "text-delta", "text": "lo"}
+            yield {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 1, 2)}
+
+    runtime = create_memory_runtime()
+    model = FlakyModel()
+    app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime),
+                                             retry=RetryPolicy(initial_delay_ms=1, jitter=False)),
+                       runtime=runtime, events=MemoryEventLog())
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    body = (await asgi(app, "GET", f"/runs/{run_id}/events"))[1].decode()
+    events = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: ")]
+    assert [(e["type"], e.get("attempt"), e.get("text")) for e in events if e["type"] in ("text-delta", "step-retry")] == [
+        ("text-delta", 0, "Hel"), ("step-retry", 0, None), ("text-delta", 1, "Hel"), ("text-delta", 1, "lo")]
+    assert events[-1]["type"] == "finish" and [e["seq"] for e in events] == list(range(1, len(events) + 1))

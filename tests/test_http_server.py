@@ -1,0 +1,369 @@
+"""The chat endpoint served by a real uvicorn process, spoken to by a real HTTP client.
+
+Reconnects with Last-Event-ID after a dropped connection and after the server was SIGKILLed
+mid-run (another process takes the run over), idempotent starts, approvals with signed
+tokens, the AI SDK UI message stream, CORS, and every error status.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from http_kit import Frame, Server
+from http_server_app import LONG_ANSWER, RECOVERED, SECRET
+
+from durable_agent import ApprovalSigner
+from durable_agent.stores.sqlite import SqliteSessionStore
+
+pytestmark = pytest.mark.host_only("starts uvicorn server processes and kills them")
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> tuple[Path, Path]:
+    return tmp_path / "agent.db", tmp_path / "ledger.jsonl"
+
+
+@pytest.fixture
+def server(paths: tuple[Path, Path]) -> Iterator[Server]:
+    srv = Server(*paths).start()
+    yield srv
+    srv.stop()
+
+
+def start(srv: Server, session: str, prompt: str, key: str | None = None) -> str:
+    status, _, body = srv.request("POST", "/runs", {"session_id": session, "prompt": prompt},
+                                  {"idempotency-key": key} if key else None)
+    assert status in (200, 201), body
+    return str(body["run_id"])
+
+
+def read_until(frames: Iterator[Frame], stop: Any) -> list[Frame]:
+    got = []
+    for frame in frames:
+        got.append(frame)
+        if stop(frame):
+            break
+    return got
+
+
+def assert_exact_sequence(frames: list[Frame]) -> None:
+    """Ids 1..n, each once, each frame's data naming its own seq: nothing lost, nothing twice."""
+    ids = [int(f.id) for f in frames if f.id is not None]
+    assert ids == list(range(1, len(ids) + 1))
+    assert all(f.data["seq"] == int(f.id) for f in frames if f.id is not None)
+
+
+def texts_by_step(frames: list[Frame]) -> list[str]:
+    steps: dict[int, str] = {}
+    for f in frames:
+        if f.data["type"] == "text-delta":
+            assert f.data["offset"] == len(steps.get(f.data["step_index"], ""))  # contiguous, no overlap
+            steps[f.data["step_index"]] = steps.get(f.data["step_index"], "") + f.data["text"]
+    return [steps[k] for k in sorted(steps)]
+
+
+def stored_assistant_texts(db: Path, run_id: str, postgres: str | None = None) -> list[str]:
+    if postgres:
+        from durable_agent.stores.postgres import PostgresSessionStore
+
+        store: Any = PostgresSessionStore(postgres)
+    else:
+        store = SqliteSessionStore(str(db))
+    try:
+        checkpoint = store.load(run_id)
+    finally:
+        store.close()
+    assert checkpoint is not None
+    start = max(i for i, m in enumerate(checkpoint.messages) if m["role"] == "user")
+    return ["".join(p["text"] for p in m["content"] if p["type"] == "text")
+            for m in checkpoint.messages[start + 1:] if m["role"] == "assistant" and isinstance(m["content"], list)
+            and any(p["type"] == "text" for p in m["content"])]
+
+
+def ledger_lines(ledger: Path) -> list[Any]:
+    return [json.loads(line) for line in ledger.read_text().splitlines()] if ledger.exists() else []
+
+
+def kill_while_a_tool_runs(srv: Server, ledger: Path, stream_path: str) -> None:
+    """Read `stream_path` until a tool call, wait until the tool started (its ledger line), then SIGKILL `srv`."""
+    stream = srv.events(stream_path)
+    read_until(stream.frames(), lambda f: f.data["type"] == "tool-call")
+    while not ledger_lines(ledger):
+        time.sleep(0.01)
+    srv.kill()
+    stream.close()
+
+
+def test_a_dropped_connection_resumes_with_last_event_id(paths: tuple[Path, Path]) -> None:
+    srv = Server(*paths, delay=0.01).start()
+    try:
+        run_id = start(srv, "s-drop", "please lookup")
+        first = srv.events(f"/runs/{run_id}/events")
+        head = read_until(first.frames(), lambda f: f.data["type"] == "text-delta" and f.data["offset"] > 0)
+        first.close()  # the connection drops mid-stream
+        again = srv.events(f"/runs/{run_id}/events", {"last-event-id": head[-1].id or ""})
+        tail = list(again.frames())
+        frames = head + tail
+        assert_exact_sequence(frames)
+        assert frames[-1].data["type"] == "finish" and frames[-1].data["finish_reason"] == "stop"
+        assert texts_by_step(frames) == stored_assistant_texts(paths[0], run_id)
+        assert texts_by_step(frames)[-1] == LONG_ANSWER
+        # a page reload: a new reader from the start gets the same stream
+        reload = list(srv.events(f"/runs/{run_id}/events").frames())
+        assert [f.data for f in reload] == [f.data for f in frames]
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.host_only("needs a Postgres server"))])
+def backend(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """None for the SQLite runtime and event log; a conninfo of a fresh schema for Postgres."""
+    if request.param == "sqlite":
+        yield None
+        return
+    from durable_agent.testing.services import postgres_schema
+
+    with postgres_schema("http") as conninfo:
+        yield conninfo
+
+
+@pytest.mark.parametrize("kill_at", ["mid-text", "mid-tool"])
+def test_sigkill_mid_run_another_server_completes_the_stream(paths: tuple[Path, Path], kill_at: str,
+                                                             backend: str | None) -> None:
+    db, ledger = paths
+    first = Server(db, ledger, delay=0.05, postgres=backend).start()
+    try:
+        run_id = start(first, "s-kill", "please lookup")
+        stream = first.events(f"/runs/{run_id}/events")
+        if kill_at == "mid-text":  # the second model call is streaming its answer
+            def stop(f: Frame) -> bool:
+                return f.data["type"] == "text-delta" and f.data["step_index"] == 2 and f.data["offset"] > 20
+        else:  # the tool started (its ledger line is written) and sleeps
+            def stop(f: Frame) -> bool:
+                return f.data["type"] == "tool-call"
+        head = read_until(stream.frames(), stop)
+        if kill_at == "mid-tool":
+            while not ledger_lines(ledger):
+                time.sleep(0.01)
+        first.kill()
+        stream.close()
+    finally:
+        first.stop()
+    second = Server(db, ledger, delay=0.0, postgres=backend).start()
+    try:
+        tail = list(second.events(f"/runs/{run_id}/events", {"last-event-id": head[-1].id or ""}).frames())
+        frames = head + tail
+        assert_exact_sequence(frames)
+        assert frames[-1].data["type"] == "finish" and frames[-1].data["finish_reason"] == "stop"
+        assert texts_by_step(frames) == stored_assistant_texts(db, run_id, backend)
+        assert ledger_lines(ledger) == [["lookup", {"q": "answer"}]]  # the tool ran once, never twice
+        results = [f.data for f in frames if f.data["type"] == "tool-result"]
+        assert len(results) == 1
+        if kill_at == "mid-text":
+            assert [f.data["finish_reason"] for f in frames if f.data["type"] == "step-finish"] == [
+                "tool-calls", "aborted", "stop"]
+            assert texts_by_step(frames)[-1] == RECOVERED
+            assert LONG_ANSWER.startswith(texts_by_step(frames)[1])
+        else:
+            assert results[0]["is_error"] and "interrupted" in results[0]["output"]
+            assert texts_by_step(frames)[-1] == LONG_ANSWER
+        status, _, view = second.request("GET", f"/runs/{run_id}")
+        assert status == 200 and view["status"] == "completed" and view["last_event_id"] == len(frames)
+    finally:
+        second.stop()
+
+
+def test_a_retried_post_returns_the_same_run(server: Server, paths: tuple[Path, Path]) -> None:
+    body = {"session_id": "s-idem", "prompt": "hello"}
+    status1, _, first = server.request("POST", "/runs", body, {"idempotency-key": "key-1"})
+    status2, _, second = server.request("POST", "/runs", body, {"idempotency-key": "key-1"})
+    assert (status1, status2) == (201, 200)
+    assert first["run_id"] == second["run_id"]
+    frames = list(server.events(f"/runs/{first['run_id']}/events").frames())
+    assert frames[-1].data["type"] == "finish"
+    status3, _, third = server.request("POST", "/runs", body, {"idempotency-key": "key-1"})
+    assert status3 == 200 and third["run_id"] == first["run_id"] and third["status"] == "completed"
+    assert sum(1 for f in frames if f.data["type"] == "step-start") == 1  # one run, one step: never started twice
+    status, _, error = server.request("POST", "/runs", {"session_id": "s-idem", "prompt": "other"},
+                                      {"idempotency-key": "key-1"})
+    assert status == 409 and error["error"]["code"] == "idempotency_conflict"
+    status4, _, fourth = server.request("POST", "/runs", {**body, "request_id": "key-2"})
+    assert status4 == 201 and fourth["run_id"] != first["run_id"]
+
+
+def test_signed_approvals_park_and_resume_the_run(server: Server) -> None:
+    run_id = start(server, "s-approve", "deploy it")
+    leg1 = list(server.events(f"/runs/{run_id}/events").frames())
+    assert leg1[-1].data == {**leg1[-1].data, "type": "finish", "finish_reason": "suspended"}
+    request = next(f.data for f in leg1 if f.data["type"] == "tool-approval-request")
+    assert ApprovalSigner(SECRET).verify(request["token"]) is not None
+    approval = {"approval_id": request["approval_id"], "approved": True}
+    status, _, error = server.request("POST", f"/runs/{run_id}/approvals", {**approval, "token": "forged"})
+    assert status == 403 and error["error"]["code"] == "token_refused"
+    status, _, _ = server.request("POST", f"/runs/{run_id}/approvals", {**approval, "token": request["token"]})
+    assert status == 202
+    status, _, error = server.request("POST", f"/runs/{run_id}/approvals", {**approval, "token": request["token"]})
+    assert status == 409
+    leg2 = list(server.events(f"/runs/{run_id}/events", {"last-event-id": leg1[-1].id or ""}).frames())
+    assert_exact_sequence(leg1 + leg2)
+    assert [f.data["type"] for f in leg2][-1] == "finish" and leg2[-1].data["finish_reason"] == "stop"
+    assert next(f.data for f in leg2 if f.data["type"] == "tool-result")["output"]["done"] == "deploy"
+    assert texts_by_step(leg2) == ["Deployed."]
+
+
+def test_ui_message_stream_speaks_the_ai_sdk_protocol(server: Server) -> None:
+    from ui_message_stream_schema import check_chunk
+
+    run_id = start(server, "s-ui", "please lookup")
+    stream = server.events(f"/runs/{run_id}/events?format=ui-message-stream")
+    assert stream.response_headers["x-vercel-ai-ui-message-stream"] == "v1"
+    assert stream.response_headers["content-type"].startswith("text/event-stream")
+    frames = list(stream.frames())
+    assert frames[-1].data == "[DONE]"
+    chunks = [f.data for f in frames[:-1]]
+    for chunk in chunks:
+        check_chunk(chunk)
+    assert chunks[0] == {"type": "start", "messageId": run_id}
+    assert chunks[-1]["type"] == "finish"
+    text = "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
+    assert text == "Let me look that up for you." + LONG_ANSWER
+    # resume inside one event's chunks: the reader gets the rest of that event, then the others
+    middle = next(i for i, f in enumerate(frames) if f.id and f.id.endswith(".1"))
+    rest = list(server.events(f"/runs/{run_id}/events?format=ui-message-stream",
+                              {"last-event-id": frames[middle - 1].id or ""}).frames())
+    assert [f.data for f in rest] == [f.data for f in frames[middle:]]
+
+
+def test_use_chat_transport_routes(server: Server) -> None:
+    body = {"id": "chat-1", "trigger": "submit-message",
+            "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi there"}]}]}
+    conn_status, heads, _ = server.request("GET", "/chat/chat-1/stream")
+    assert conn_status == 204
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request("POST", "/chat", body=json.dumps(body), headers={"content-type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200 and response.getheader("x-vercel-ai-ui-message-stream") == "v1"
+    raw = response.read().decode()
+    conn.close()
+    chunks = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
+    assert "".join(c["delta"] for c in chunks if c["type"] == "text-delta") == "You said: hi there"
+    assert raw.rstrip().endswith("data: [DONE]")
+    status, _, _ = server.request("GET", "/chat/chat-1/stream")
+    assert status == 204  # the run finished: no stream to resume
+
+
+def test_cors(server: Server) -> None:
+    status, heads, _ = server.request("OPTIONS", "/runs", headers={
+        "origin": "http://allowed.example", "access-control-request-method": "POST"})
+    assert status == 204 and heads["access-control-allow-origin"] == "http://allowed.example"
+    assert "POST" in heads["access-control-allow-methods"] and "idempotency-key" in heads["access-control-allow-headers"]
+    status, heads, _ = server.request("GET", "/runs/none", headers={"origin": "http://allowed.example"})
+    assert status == 404 and heads["access-control-allow-origin"] == "http://allowed.example"
+    status, heads, body = server.request("OPTIONS", "/runs", headers={
+        "origin": "http://evil.example", "access-control-request-method": "POST"})
+    assert status == 403 and "access-control-allow-origin" not in heads and body["error"]["code"] == "origin_refused"
+
+
+def test_every_error_is_a_clear_status(server: Server) -> None:
+    run_id = start(server, "s-err", "hello")
+    list(server.events(f"/runs/{run_id}/events").frames())
+    cases: list[tuple[str, str, Any, dict[str, str], bytes | None, int, str]] = [
+        ("GET", "/runs/nope", None, {}, None, 404, "unknown_run"),
+        ("GET", "/runs/nope/events", None, {}, None, 404, "unknown_run"),
+        ("POST", "/runs/nope/approvals", {"approval_id": "a", "approved": True}, {}, None, 404, "unknown_run"),
+        ("GET", "/elsewhere", None, {}, None, 404, "not_found"),
+        ("DELETE", "/runs", None, {}, None, 405, "method_not_allowed"),
+        ("POST", "/runs", None, {}, b"{not json", 422, "bad_body"),
+        ("POST", "/runs", None, {}, b"[1, 2]", 422, "bad_body"),
+        ("POST", "/runs", {"prompt": "x"}, {}, None, 422, "bad_body"),
+        ("POST", "/runs", {"session_id": "s", "prompt": 3}, {}, None, 422, "bad_body"),
+        ("POST", "/runs", {"session_id": "", "prompt": "x"}, {}, None, 422, "bad_body"),
+        ("POST", f"/runs/{run_id}/approvals", {"approval_id": "a", "approved": "yes"}, {}, None, 422, "bad_body"),
+        ("GET", f"/runs/{run_id}/events", None, {"last-event-id": "seven"}, None, 422, "bad_event_id"),
+        ("GET", f"/runs/{run_id}/events?format=xml", None, {}, None, 422, "bad_format"),
+        ("POST", f"/runs/{run_id}/approvals", {"approval_id": "a", "approved": True}, {}, None, 409, "not_waiting"),
+        ("GET", f"/runs/{run_id}", None, {"authorization": "Bearer intruder"}, None, 403, "refused"),
+        ("POST", "/runs", {"session_id": "s", "prompt": "x"}, {"authorization": "Bearer intruder"}, None, 403,
+         "refused"),
+        ("POST", "/runs", None, {}, b"x" * (1 << 21), 413, "body_too_large"),
+        ("POST", "/chat", {"id": "c", "messages": []}, {}, None, 422, "bad_body"),
+        ("POST", "/chat", {"id": "c", "messages": [{"role": "user", "parts": [{"type": "file"}]}]}, {}, None, 422,
+         "bad_body"),
+    ]
+    for method, path, body, headers, raw, want, code in cases:
+        status, heads, answer = server.request(method, path, body, headers, raw)
+        assert (status, answer["error"]["code"]) == (want, code), (method, path, answer)
+        assert heads["content-type"] == "application/json" and "Traceback" not in json.dumps(answer)
+
+
+def test_a_second_run_of_a_busy_session_is_a_conflict(paths: tuple[Path, Path]) -> None:
+    srv = Server(*paths, delay=0.05).start()
+    try:
+        run_id = start(srv, "s-busy", "please lookup")
+        status, _, body = srv.request("POST", "/runs", {"session_id": "s-busy", "prompt": "again"})
+        assert status == 409 and body["error"]["code"] == "session_busy"
+        deploy = start(srv, "s-other", "deploy it")
+        list(srv.events(f"/runs/{deploy}/events").frames())
+        status, _, body = srv.request("POST", f"/runs/{deploy}/approvals", {"approval_id": "nope", "approved": True})
+        assert status == 409 and body["error"]["code"] == "not_pending"
+        assert list(srv.events(f"/runs/{run_id}/events").frames())[-1].data["type"] == "finish"
+    finally:
+        srv.stop()
+
+
+def test_a_restarted_server_continues_killed_runs_before_any_reader_asks(paths: tuple[Path, Path]) -> None:
+    db, ledger = paths
+    first = Server(db, ledger, delay=0.05).start()
+    try:
+        run_id = start(first, "s-sweep", "please lookup")
+        kill_while_a_tool_runs(first, ledger, f"/runs/{run_id}/events")
+    finally:
+        first.stop()
+    second = Server(db, ledger).start()
+    try:
+        view: dict[str, Any] = {}
+        for _ in range(600):  # no reader: the server's startup sweep drives the run to its end
+            _, _, view = second.request("GET", f"/runs/{run_id}")
+            if view["status"] == "completed":
+                break
+            time.sleep(0.05)
+        assert view["status"] == "completed" and view["text"] == LONG_ANSWER
+        frames = list(second.events(f"/runs/{run_id}/events").frames())
+        assert_exact_sequence(frames)
+        assert ledger_lines(ledger) == [["lookup", {"q": "answer"}]]
+    finally:
+        second.stop()
+
+
+def test_sigkill_in_the_leg_after_an_approval(paths: tuple[Path, Path]) -> None:
+    db, ledger = paths
+    first = Server(db, ledger, delay=0.05).start()
+    try:
+        run_id = start(first, "s-leg2", "deploy it")
+        leg1 = list(first.events(f"/runs/{run_id}/events").frames())
+        request = next(f.data for f in leg1 if f.data["type"] == "tool-approval-request")
+        status, _, _ = first.request("POST", f"/runs/{run_id}/approvals", {
+            "approval_id": request["approval_id"], "approved": True, "token": request["token"]})
+        assert status == 202
+        while not ledger_lines(ledger):  # the approved tool started: kill the server in its leg
+            time.sleep(0.01)
+        first.kill()
+    finally:
+        first.stop()
+    second = Server(db, ledger).start()
+    try:
+        leg2 = list(second.events(f"/runs/{run_id}/events", {"last-event-id": leg1[-1].id or ""}).frames())
+        assert_exact_sequence(leg1 + leg2)
+        assert leg2[-1].data["type"] == "finish" and leg2[-1].data["finish_reason"] == "stop"
+        result = next(f.data for f in leg2 if f.data["type"] == "tool-result")
+        assert result["is_error"] and "interrupted" in result["output"]  # started once, never run twice
+        assert ledger_lines(ledger) == [["deploy", {"env": "prod"}]]
+    finally:
+        second.stop()
