@@ -22,7 +22,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 import restate  # noqa: E402
 
-from durable_agent import Agent, ApprovalSigner, ModelRequest, ScriptedModel, Tool, call, reply  # noqa: E402
+from durable_agent import (  # noqa: E402
+    Agent,
+    ApprovalSigner,
+    ModelCallError,
+    ModelRequest,
+    RetryPolicy,
+    ScriptedModel,
+    Tool,
+    call,
+    reply,
+)
 from durable_agent.restate import RestateRuntime, agent_services, serve  # noqa: E402
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance  # noqa: E402
 
@@ -165,6 +175,20 @@ async def model_down(request: ModelRequest) -> Any:
 failing = Agent(model=LedgerModel(model_down), max_steps=2)
 
 
+async def overloaded_once(request: ModelRequest) -> Any:
+    """Overloaded (a retryable provider error) on the session's first request, then it answers."""
+    who = session_of(request)
+    begun = [line for line in (LEDGER / "ledger").read_text().splitlines() if line.startswith(f"model {who} ")]
+    if len([line for line in begun if line.endswith("begin")]) == 1:
+        raise ModelCallError("overloaded", provider="test", kind="overloaded", retryable=True, status=529,
+                             retry_after_ms=300)
+    return reply("answered after a retry")
+
+
+busy = Agent(model=LedgerModel(overloaded_once), max_steps=2,
+             retry=RetryPolicy(attempts=3, initial_delay_ms=100, max_delay_ms=100, jitter=False))
+
+
 class ReplayConformance(DurableRuntimeConformance):
     mode = "replay"
 
@@ -208,6 +232,7 @@ def app() -> Any:
                 *agent_services(crashy, name="crashy", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(serial, name="serial", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(failing, name="failing", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
+                *agent_services(busy, name="busy", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(parallel, name="parallel", retry_policy=RETRY, inactivity_timeout=INACTIVITY)]
     return restate.app(services)
 

@@ -197,6 +197,20 @@ async def test_a_failing_model_fails_the_invocation_for_good_and_the_next_run_he
 
 
 
+async def test_a_model_retry_waits_on_a_durable_timer_of_the_engine(service: ServiceProcess) -> None:
+    """The retry policy's backoff runs as `ctx.sleep`: the failed attempt and the timer are journal entries."""
+    client, session = ingress("busy"), session_id()
+    result = await client.run(session, f"{session} hello")
+    assert (result["finish_reason"], result["text"]) == ("stop", "answered after a retry")
+    begun = [line for line in ledger(service) if line.startswith(f"model {session} ") and line.endswith("begin")]
+    assert len(begun) == 2  # the overloaded attempt, then the retry
+    rows = admin_query(restate_urls()[1], "SELECT j.entry_type AS entry_type, j.name AS name FROM sys_journal j "
+                                          f"JOIN sys_invocation i ON j.id = i.id WHERE i.target_service_key = '{session}'")
+    assert "Command: Sleep" in [r["entry_type"] for r in rows], rows
+    names = [r.get("name") or "" for r in rows]
+    assert any(name.endswith(":model:0") for name in names) and any(name.endswith(":model:1") for name in names), names
+
+
 CASES = sorted(name for name in dir(DurableRuntimeConformance) if name.startswith("test_"))
 
 
