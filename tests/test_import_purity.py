@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-PYTHON_DIR = Path(__file__).resolve().parent.parent / "python"
+# Where `durable_agent` is imported from: the source tree's python/, or site-packages for an installed wheel.
+PYTHON_DIR = Path(importlib.util.find_spec("durable_agent").origin).parent.parent  # type: ignore[union-attr, arg-type]
 
 
 @pytest.mark.host_only("runs a fresh interpreter in a subprocess")
