@@ -262,3 +262,29 @@ async def test_sub_agent_usage_counts_toward_the_parent_and_its_budget() -> None
     assert result.finish_reason == "stop-condition" and len(result.steps) == 1  # the child's tokens count
     assert result.total_usage.total_tokens == result.steps[0].usage.total_tokens + child_usage.total_tokens
     assert store.load("p").usage == result.total_usage
+
+
+async def test_a_crash_in_the_leg_after_an_approval_stays_resumable(
+    agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]  # noqa: F811
+) -> None:
+    """The leg that settles the verdict is marked in progress again: a death after its first checkpoint
+    (here in the next model call) leaves a run `resume()` continues, not a run nothing will ever finish."""
+    paid: list[Any] = []
+    answers = iter([reply("", call("pay", {"id": 7})), Crash(), "Paid."])
+
+    def answer(request: ModelRequest) -> Any:
+        step = next(answers)
+        if isinstance(step, Crash):
+            raise step  # the process dies in the leg after the approval, past its settle checkpoint
+        return step
+
+    model = ScriptedModel(answer)
+    tools = {"pay": Tool(execute=lambda a: paid.append(a) or "paid", needs_approval=True)}
+    parked = await agent_on(model, tools).run("pay it")
+    assert parked.finish_reason == "suspended"
+    verdict = ToolApprovalResponse(parked.pending_approvals[0].approval_id, True)
+    with pytest.raises(Crash):
+        await agent_on(model, tools, stale_after_ms=1).resume(approval_responses=[verdict])
+    await asyncio.sleep(0.005)
+    done = await agent_on(model, tools, stale_after_ms=1).resume()
+    assert done is not None and done.text == "Paid." and paid == [{"id": 7}]

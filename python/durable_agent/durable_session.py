@@ -13,12 +13,13 @@ leaves a state the next call continues from, and a process that lost the lease l
    and the mark: one commit;
 4. **drive**: the loop; each checkpoint it saves is one commit (`RunCheckpoints`);
 5. **park**: a ``suspended`` checkpoint commits with one awakeable per pending approval and
-   the unmark;
+   the unmark; `resume()` marks the run again (one commit) before it drives the next leg;
 6. **finish**: the ``completed`` checkpoint commits with the unmark.
 
 So: before (3) commits, nothing of the run exists and the next `run()` starts it again;
-between (3) and (5)/(6) the run is marked and `resume()` continues it; after them it is
-unmarked, and `resume()` settles a parked run or returns None for a finished one.
+between (3) and (5)/(6), and during every later leg, the run is marked and `resume()`
+continues it; after (5)/(6) it is unmarked, and `resume()` settles a parked run or returns
+None for a finished one.
 """
 
 from __future__ import annotations
@@ -212,6 +213,8 @@ class DurableSession:
                 return None
             given = {r.approval_id for r in approval_responses}
             sent = [v for v in await self._verdicts_from_awakeables(checkpoint) if v.approval_id not in given]
+            if target != marked:  # a parked run goes on: marked again, so a crash in this leg is resumable
+                await self.runtime.commit(RunTransition(self.session_id, epoch, mark=target))
             return await self.drive(target, epoch, [*approval_responses, *sent], spec, on_part=on_part)
         finally:
             await self._release(epoch)
@@ -331,6 +334,9 @@ class DurableSession:
             return
         turn = checkpoint.step_index + 1
         partials = [p for p in await scope.stored_partials() if is_model_call(p.step_key, run_id, turn)]
+        if partials:  # only the latest attempt's text: an earlier attempt failed (its own text was dropped)
+            latest = max(parse_step_key(p.step_key).attempt for p in partials)
+            partials = [p for p in partials if parse_step_key(p.step_key).attempt == latest]
         if not partials or any(r.status == "done" and is_model_call(r.key, run_id, turn)
                                for r in await scope.stored_steps()):
             return
