@@ -105,9 +105,11 @@ async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
 
         store = SqliteSessionStore(Path(tmp) / "store.db")
 
+    nonce = time.time_ns()  # a shared database (Postgres) keeps earlier runs' sessions
+
     async def one(i: int) -> None:
         if runtime is not None:
-            agent = Agent(model=SlowModel(), tools=TOOLS, max_steps=STEPS + 1, session_id=f"s-{i}",
+            agent = Agent(model=SlowModel(), tools=TOOLS, max_steps=STEPS + 1, session_id=f"s-{nonce}-{i}",
                           durable=DurableOptions(runtime))
             result = await agent.run("go")
         else:
