@@ -254,15 +254,76 @@ def _with_headroom(work: Callable[[Any], Any], arg: Any) -> Any:
         return work(arg)
 
 
+class _NotPlain(Exception):
+    """The value holds something `_plain` leaves to `_prepare`."""
+
+
+def _plain(value: Any, depth: int) -> Any:
+    """`_prepare` for data made of the exact builtin types alone, the common case, about twice
+    as fast: it raises `_NotPlain` at anything else (a subclass, a non-str key, a dict to escape,
+    a memoryview, too deep), having run no user code, so `_prepare` can start over.
+
+    Scalars are left to json's encoder to refuse (NaN, infinities, and ints past the digit limit
+    when the interpreter's limit is the codec's, see `_encode`): a ValueError from it also
+    sends the value to `_prepare`, which says what is wrong and where. Identity tests only
+    (no `type(x) in set`): hashing a type can run its metaclass's code.
+    """
+    kind = type(value)
+    if depth > MAX_DEPTH:
+        raise _NotPlain
+    if kind is dict:
+        out = value.copy()  # read once, when reached (see _prepare)
+        if len(out) == 1:
+            key = next(iter(out))
+            if type(key) is not str or key in RESERVED_TAGS:
+                raise _NotPlain
+        for key, item in out.items():
+            if type(key) is not str:
+                raise _NotPlain
+            kind = type(item)
+            if not (kind is str or kind is int or kind is bool or kind is float or item is None):
+                out[key] = _plain(item, depth + 1)  # same size: iterating `out` stays valid
+        return out
+    if kind is list:
+        items = value[:]
+    elif kind is tuple:
+        items = list(value)
+    elif kind is bytes or kind is bytearray:
+        return {BYTES_TAG: binascii.b2a_base64(value, newline=False).decode("ascii")}
+    else:
+        raise _NotPlain
+    i = 0
+    for item in items:  # no enumerate(): a tuple per item costs more than the count
+        kind = type(item)
+        if not (kind is str or kind is int or kind is bool or kind is float or item is None):
+            items[i] = _plain(item, depth + 1)
+        i += 1
+    return items
+
+
+def _encode_plain(value: Any) -> str | None:
+    """The text of `value` through `_plain`, or None when `_prepare` must handle it."""
+    limit = sys.get_int_max_str_digits()
+    if limit == 0 or limit > MAX_INT_DIGITS:
+        return None  # json's encoder would write ints the codec refuses
+    try:
+        text: str = _dumps(_plain(value, 1))
+    except (_NotPlain, ValueError):
+        return None
+    return text
+
+
 def _encode(value: Any) -> str:
-    try:
-        prepared = _prepare(value, 1)
-    except _EncodeFault as fault:
-        raise fault.as_codec_error() from None
-    try:
-        text: str = _dumps(prepared)
-    except ValueError as exc:  # an int past an interpreter limit lowered while encoding
-        raise CodecError(f"cannot encode: {exc}") from None
+    text = _encode_plain(value)
+    if text is None:
+        try:
+            prepared = _prepare(value, 1)
+        except _EncodeFault as fault:
+            raise fault.as_codec_error() from None
+        try:
+            text = _dumps(prepared)
+        except ValueError as exc:  # an int past an interpreter limit lowered while encoding
+            raise CodecError(f"cannot encode: {exc}") from None
     if _has_lone_surrogate(text):
         raise CodecError("a string contains a lone surrogate, which is not valid Unicode")
     return text
