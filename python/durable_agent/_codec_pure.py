@@ -272,17 +272,18 @@ def _plain(value: Any, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise _NotPlain
     if kind is dict:
-        out = value.copy()  # read once, when reached (see _prepare)
-        if len(out) == 1:
-            key = next(iter(out))
-            if type(key) is not str or key in RESERVED_TAGS:
-                raise _NotPlain
-        for key, item in out.items():
+        # Read once, when reached (see _prepare). Not dict.copy(): copying a dict that once
+        # held more keys inserts them anew, which can call a user key's __eq__.
+        out = {}
+        for key, item in list(value.items()):
             if type(key) is not str:
                 raise _NotPlain
             kind = type(item)
             if not (kind is str or kind is int or kind is bool or kind is float or item is None):
-                out[key] = _plain(item, depth + 1)  # same size: iterating `out` stays valid
+                item = _plain(item, depth + 1)
+            out[key] = item
+        if len(out) == 1 and key in RESERVED_TAGS:
+            raise _NotPlain
         return out
     if kind is list:
         items = value[:]
