@@ -54,6 +54,7 @@ _SAFE_INT_BITS = 2126
 _HEADROOM = 4 * MAX_DEPTH
 _HEADROOM_LOCK = threading.RLock()
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_ESCAPED_QUOTE = re.compile(r'\\"')
 _RELEASED_MEMORYVIEW = "a released memoryview holds no data"
 # Under WebAssembly (Pyodide, Workers) the C stack can run out before CPython's recursion guard
 # trips, which kills the runtime: there, a text that may nest too deep is measured before parsing.
@@ -373,21 +374,50 @@ def _bytes_from(encoded: Any) -> bytes:
     return raw
 
 
+def _untagged(key: str, inner: Any, obj: dict[str, Any]) -> Any:
+    """A one-key object `obj` as the fast paths decode it: bytes for a `$bytes` tag, else `obj`;
+    `_Restart` for what only the exact path can judge (an escape, a `$bytes` that may be a
+    user dict under one)."""
+    if key == BYTES_TAG:
+        try:
+            return _bytes_from(inner)
+        except CodecError:
+            raise _Restart from None
+    if key == ESCAPE_TAG:
+        raise _Restart
+    return obj
+
+
 def _fast_hook(pairs: list[tuple[str, Any]]) -> Any:
     out = dict(pairs)
     if len(out) == len(pairs) != 1:  # the common case first: one call, no other work
         return out
     if len(out) != len(pairs):
         raise _duplicate_key(pairs)
-    key, inner = pairs[0]
-    if key == BYTES_TAG:
-        try:
-            return _bytes_from(inner)
-        except CodecError:
-            raise _Restart from None  # may be a user dict under an escape: let the exact path judge
-    if key == ESCAPE_TAG:
-        raise _Restart
-    return out
+    return _untagged(*pairs[0], out)
+
+
+def _loads_counting_keys(text: str) -> tuple[Any, int]:
+    """The fast path's value of `text` through json's `object_hook`, and how many keys its
+    objects kept.
+
+    An object hook gets each object as the dict json built: no tuple per pair, no second dict,
+    about half the cost of `_fast_hook`, but blind to duplicate keys, which the dict drops. The
+    caller knows how many pairs the text holds: the two counts differ if and only if a key was
+    dropped.
+    """
+    kept = 0
+
+    def hook(obj: dict[str, Any]) -> Any:
+        nonlocal kept
+        size = len(obj)
+        kept += size
+        if size != 1:
+            return obj
+        for key in obj:
+            return _untagged(key, obj[key], obj)
+
+    return _loads(text, object_hook=hook), kept
 
 
 class _Tag:
@@ -459,18 +489,32 @@ def _may_nest_too_deep(text: str) -> bool:
     return text.count("[") + text.count("{") > MAX_DEPTH
 
 
+def _outside_strings(text: str) -> str:
+    """What lies between the strings of a JSON text (of another text: at least what json's
+    parser reads outside strings before it stops), at C speed: under WebAssembly this runs
+    before every parse.
+
+    Escaped backslashes, then escaped quotes, are dropped (only if a quote is escaped at all,
+    or follows an escaped backslash), so that each quote left opens or closes a string.
+    """
+    if _ESCAPED_QUOTE.search(text):  # a regex finds it faster than `in` does, on Pyodide
+        text = text.replace("\\\\", "").replace('\\"', "")
+    return "".join(text.split('"')[::2])
+
+
 def _text_depth(text: str) -> int:
     """How deep the brackets outside strings nest: exact for JSON text, and for any other text
-    at least as deep as json's parser goes in it before it stops.
+    at least as deep as json's parser goes in it before it stops."""
+    return _bracket_depth(_outside_strings(text))
 
-    A few passes at C speed (under WebAssembly this runs before every parse of a long text):
-    drop escaped backslashes, then escaped quotes, so that each quote left opens or closes a string; keep
-    what lies between strings; keep its brackets; peel innermost `[]` pairs level by level
-    (a checkpoint nests a handful deep) and count whatever is left.
+
+def _bracket_depth(outside: str) -> int:
+    """How deep the brackets of `outside` (see `_outside_strings`) nest.
+
+    Keep the brackets; peel innermost `[]` pairs level by level (a checkpoint nests a handful
+    deep) and count whatever is left.
     """
-    if '\\"' in text:  # else no quote is escaped (nor follows an escaped backslash)
-        text = text.replace("\\\\", "").replace('\\"', "")
-    brackets = "".join(text.split('"')[::2]).translate(_BRACKETS_ONLY)
+    brackets = outside.translate(_BRACKETS_ONLY)
     if not brackets.isascii():  # not JSON: characters outside strings that the table keeps
         brackets = _NOT_BRACKET.sub("", brackets)
     peeled = 0
@@ -499,14 +543,20 @@ def _finite_float(literal: str) -> float:
     return value
 
 
-def _loads(text: str, hook: Callable[[list[tuple[str, Any]]], Any]) -> Any:
+def _loads(
+    text: str,
+    *,
+    pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
+    object_hook: Callable[[dict[str, Any]], Any] | None = None,
+) -> Any:
     # The interpreter's own int-from-str limit (4300 digits by default) already refuses longer
     # ints, fast; only when it was raised or lifted must every int literal be checked here.
     limit = sys.get_int_max_str_digits()
     parse_int = _bounded_int if limit == 0 or limit > MAX_INT_DIGITS else None
     return json.loads(
         text,
-        object_pairs_hook=hook,
+        object_pairs_hook=pairs_hook,
+        object_hook=object_hook,
         parse_constant=_reject_constant,
         parse_float=_finite_float,
         parse_int=parse_int,
@@ -521,17 +571,37 @@ def decode(text: str) -> Any:
         text = str.__str__(text)  # a subclass is decoded from its characters, never its methods
     if _has_lone_surrogate(text):
         raise CodecError("the text contains a lone surrogate, which is not valid Unicode")
-    if _ON_WASM and _may_nest_too_deep(text) and _text_depth(text) > MAX_DEPTH:
+    return _decode_measured(text) if _ON_WASM else _with_headroom(_decode, text)
+
+
+def _decode_measured(text: str) -> Any:
+    """`decode` under WebAssembly, where the C stack can run out before CPython's recursion
+    guard trips (which kills the runtime): the text is measured before it is parsed. The
+    measure also counts its pairs, which lets `_parse` take its cheapest path."""
+    outside = _outside_strings(text)
+    if _bracket_depth(outside) > MAX_DEPTH:
         raise CodecError(f"nesting deeper than {MAX_DEPTH}")
-    return _with_headroom(_decode, text)
+    pairs = outside.count(":")  # JSON has a colon outside strings for each pair, and no other
+    return _with_headroom(lambda text: _decode(text, pairs), text)
 
 
-def _decode(text: str) -> Any:
+def _parse(text: str, pairs: int | None) -> Any:
+    """json's value of `text`, on the cheapest path that can tell it (see `decode`)."""
     try:
-        try:
-            value = _loads(text, _fast_hook)
-        except _Restart:
-            value = _resolve(_loads(text, _exact_hook))
+        if pairs is not None:
+            value, kept = _loads_counting_keys(text)
+            if kept == pairs:
+                return value
+        return _loads(text, pairs_hook=_fast_hook)  # also the judge of duplicate keys
+    except _Restart:
+        return _resolve(_loads(text, pairs_hook=_exact_hook))
+
+
+def _decode(text: str, pairs: int | None = None) -> Any:
+    """`decode` once the text is checked; `pairs`, when known (under WebAssembly, where the
+    text is measured first), is how many pairs its objects hold."""
+    try:
+        value = _parse(text, pairs)
     except CodecError:
         raise
     except RecursionError:
