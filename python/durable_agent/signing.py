@@ -121,20 +121,26 @@ def _request_fields(request: ToolApprovalRequest | Mapping[str, Any]) -> dict[st
 def _well_formed(payload: object, kid: str) -> bool:
     """True when a MAC-verified payload has exactly the fields and types `sign` writes.
 
-    Written out test by test (no generators, no per-call sets): it runs on every verify, whose
-    budget is a small multiple of one HMAC."""
-    if type(payload) is not dict or not _PAYLOAD_REQUIRED <= payload.keys() <= _PAYLOAD_FIELDS:
+    Written out test by test (no generators, no set built per call): it runs on every verify,
+    whose budget is a small multiple of one HMAC."""
+    if type(payload) is not dict:
         return False
-    if not (
-        payload["kid"] == kid
-        and type(payload["issued_at"]) is int
-        and type(payload["approval_id"]) is str
-        and type(payload["tool_call_id"]) is str
-        and type(payload["tool_name"]) is str
-    ):
+    try:
+        if not (
+            payload["kid"] == kid
+            and type(payload["issued_at"]) is int
+            and type(payload["approval_id"]) is str
+            and type(payload["tool_call_id"]) is str
+            and type(payload["tool_name"]) is str
+            and "input" in payload
+        ):
+            return False
+    except KeyError:  # a required field is missing
         return False
-    if len(payload) == len(_PAYLOAD_REQUIRED):  # neither run_id nor agent_path
+    if len(payload) == len(_PAYLOAD_REQUIRED):  # the required fields and nothing else
         return True
+    if not payload.keys() <= _PAYLOAD_FIELDS:
+        return False
     if "run_id" in payload and type(payload["run_id"]) is not str:
         return False
     if "agent_path" not in payload:
