@@ -68,7 +68,7 @@ _ON_WASM = sys.platform in ("emscripten", "wasi")
 _BRACKETS_ONLY = {c: None for c in range(128)} | {ord("["): "[", ord("{"): "[", ord("]"): "]", ord("}"): "]"}
 _NOT_BRACKET = re.compile(r"[^\[\]]+")
 _BRACKET_STEP = {"[": 1, "]": -1}
-# _text_depth peels this many innermost levels off with str.replace before counting the rest.
+# _bracket_depth peels this many innermost levels off with str.replace before counting the rest.
 _PEEL_LEVELS = 16
 
 _dumps = json.JSONEncoder(
