@@ -3,6 +3,11 @@
 Run: ``scripts/venv && scripts/build-native && .venv/bin/pip install -r benches/requirements.txt``
 then ``.venv/bin/python benches/bench_codec.py [--quick]``.
 
+``benches/bench_codec.py --pyodide [--quick]`` runs the edge figures instead: this file inside
+Pyodide 314 in Node (``pyodide/run-python.mjs``; ``npm ci`` in pyodide/ first), where the pure
+codec is timed side by side with plain ``json.loads`` and ``json.dumps`` with a bytes hook, the
+anchors a Worker could use instead, and printed as ratios.
+
 Everything is measured side by side in this one run and printed as MB/s and as ratios; there
 are no absolute thresholds (the machine is shared). Anchors that are not installed are reported
 as missing, never silently dropped.
@@ -386,16 +391,68 @@ def bench_memory(steps: int) -> None:
         path.unlink(missing_ok=True)
 
 
+def _bytes_hook(value: object) -> dict[str, str]:
+    """json.dumps' `default`: the least a plain-json user must write to keep bytes."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def bench_edge(steps_list: list[int], rounds: int) -> None:
+    """The pure codec against the stdlib json it is built on, in this interpreter (Pyodide)."""
+    print(f"{'checkpoint':>16} {'operation':<9} {'pure ms':>9} {'json ms':>9} {'ratio':>7}  anchor")
+    for steps in steps_list:
+        value = checkpoint(steps)
+        text = _pure.encode(value)
+        assert _pure.decode(text) == value
+        timed = best_times(
+            {
+                "encode": lambda: _pure.encode(value),
+                "dumps": lambda: json.dumps(
+                    value, ensure_ascii=False, separators=(",", ":"), default=_bytes_hook
+                ),
+                "decode": lambda: _pure.decode(text),
+                "loads": lambda: json.loads(text),
+            },
+            rounds,
+        )
+        size = f"{steps} steps, {len(text.encode('utf-8')) / 1e6:.1f} MB"
+        for op, anchor, anchor_name in (
+            ("encode", "dumps", "json.dumps(default=bytes hook)"),
+            ("decode", "loads", "json.loads"),
+        ):
+            ours, theirs = timed[op], timed[anchor]
+            print(
+                f"{size:>16} {op:<9} {ours * 1e3:9.2f} {theirs * 1e3:9.2f} {ours / theirs:6.2f}x  {anchor_name}"
+            )
+
+
+def run_in_pyodide(args: list[str]) -> None:
+    """This file again, inside Pyodide 314 in Node (pyodide/run-python.mjs)."""
+    runner = ROOT / "pyodide" / "run-python.mjs"
+    done = subprocess.run(["node", str(runner), "--runtime", "314", __file__, *args])
+    sys.exit(done.returncode)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer timing rounds (noisier)")
     parser.add_argument(
         "--gc-off", action="store_true", help="time with the cyclic GC disabled (as timeit does)"
     )
+    parser.add_argument(
+        "--pyodide", action="store_true", help="the pure codec against stdlib json inside Pyodide 314"
+    )
     args = parser.parse_args()
     global GC_OFF
     GC_OFF = args.gc_off
     rounds = 8 if args.quick else 30
+    if args.pyodide and sys.platform != "emscripten":
+        run_in_pyodide(sys.argv[1:])
+    if sys.platform == "emscripten":
+        print(f"Pyodide, Python {sys.version.split()[0]}, cyclic GC {'off' if GC_OFF else 'on'}")
+        bench_edge([100, 1000], rounds)
+        return
     print(
         f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, cyclic GC {'off' if GC_OFF else 'on'}; native extension: "
         f"{'durable_agent_native ' + native.__version__ if native else 'NOT INSTALLED'}"

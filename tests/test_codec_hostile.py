@@ -78,6 +78,31 @@ def test_a_reserved_key_is_recognised_by_its_characters_not_its_hash(kernels: Mo
     assert kernels.decode(text) == {"$bytes": 1}
 
 
+class RecordsEq(str):
+    """A key whose __hash__ collides with its siblings' and whose __eq__ records each call."""
+
+    calls: list[str] = []
+
+    def __hash__(self) -> int:
+        return 1
+
+    def __eq__(self, other: object) -> bool:
+        RecordsEq.calls.append(str.__str__(self))
+        return self is other
+
+
+def test_encoding_a_dict_that_shrank_calls_no_key_method(kernels: ModuleType) -> None:
+    """A dict that once held more keys is copied by re-inserting its keys, which compares
+    colliding ones with __eq__: the encoder must read its pairs without copying it so."""
+    shrunk: dict[str, Any] = {f"gone{i}": 0 for i in range(8)}
+    shrunk.update({RecordsEq("a"): 1, RecordsEq("b"): 2})
+    for i in range(8):
+        del shrunk[f"gone{i}"]
+    RecordsEq.calls.clear()
+    assert kernels.encode({"v": shrunk}) == '{"v":{"a":1,"b":2}}'
+    assert RecordsEq.calls == []
+
+
 @pytest.mark.parametrize(
     "value",
     [
@@ -87,7 +112,9 @@ def test_a_reserved_key_is_recognised_by_its_characters_not_its_hash(kernels: Mo
     ],
     ids=["two-subclass-keys", "str-then-subclass", "subclass-then-str"],
 )
-def test_keys_with_the_same_characters_are_a_duplicate_key(kernels: ModuleType, value: dict[str, Any]) -> None:
+def test_keys_with_the_same_characters_are_a_duplicate_key(
+    kernels: ModuleType, value: dict[str, Any]
+) -> None:
     assert len(value) >= 2
     with pytest.raises(CodecError) as caught:
         kernels.encode({"outer": [value]})
@@ -342,7 +369,9 @@ def test_colliding_keys_cost_the_key_cache_bounded_work(native: ModuleType) -> N
 
 @pytest.mark.host_only("needs the native extension")
 def test_the_key_cache_shares_ordinary_keys(native: ModuleType) -> None:
-    text = native.encode([{"role": "user", "content": [{"type": "text", "text": str(i)}]} for i in range(3000)])
+    text = native.encode(
+        [{"role": "user", "content": [{"type": "text", "text": str(i)}]} for i in range(3000)]
+    )
     lookups, probes, cached = native._key_cache_stats(text)
     assert cached == 4  # role, content, type, text
     assert probes <= lookups

@@ -571,3 +571,51 @@ def test_with_clock_keeps_the_keys_and_signs_and_judges_age_on_the_given_clock()
     assert twin.verify(first, max_age_ms=5_000) is None and twin.verify(first, max_age_ms=5_001) is not None
     with pytest.raises(ConfigurationError):
         old.with_clock(42)  # type: ignore[arg-type]
+
+
+_GOOD_PAYLOAD: dict[str, Any] = {
+    "approval_id": "a1",
+    "tool_call_id": "c1",
+    "tool_name": "delete",
+    "input": {"path": "/tmp/x"},
+    "issued_at": T0,
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "accepted"),
+    [
+        ({}, True),
+        ({"run_id": "r1"}, True),
+        ({"run_id": "r1", "agent_path": ["outer", "inner"]}, True),
+        ({"input": None}, True),
+        ({"run_id": 7}, False),
+        ({"agent_path": "outer"}, False),
+        ({"agent_path": ["outer", 1]}, False),
+        ({"issued_at": True}, False),
+        ({"issued_at": 1.5}, False),
+        ({"tool_name": None}, False),
+        ({"extra": 1}, False),
+        ({"kid": "someone"}, False),
+    ],
+)
+def test_verify_accepts_exactly_the_payload_fields_and_types_sign_writes(
+    change: dict[str, Any], accepted: bool
+) -> None:
+    """A genuine MAC over a payload sign would not write is refused (the policy, not the kernel)."""
+    from durable_agent.signing import kernels
+
+    signer = ApprovalSigner(SECRET, clock=lambda: T0)
+    payload = {**_GOOD_PAYLOAD, "kid": signer.key_id, **change}
+    token = kernels.token_sign(SECRET.encode(), encode(payload))
+    assert (signer.verify(token, max_age_ms=1000) == payload) is accepted
+
+
+@pytest.mark.parametrize("missing", sorted(_GOOD_PAYLOAD) + ["kid"])
+def test_verify_refuses_a_genuine_payload_missing_a_field(missing: str) -> None:
+    from durable_agent.signing import kernels
+
+    signer = ApprovalSigner(SECRET, clock=lambda: T0)
+    payload = {**_GOOD_PAYLOAD, "kid": signer.key_id}
+    del payload[missing]
+    assert signer.verify(kernels.token_sign(SECRET.encode(), encode(payload))) is None

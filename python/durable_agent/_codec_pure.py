@@ -28,6 +28,7 @@ import base64
 import binascii
 import contextlib
 import functools
+import gc
 import json
 import math
 import re
@@ -50,18 +51,25 @@ MAX_INT_DIGITS = 4300
 _SAFE_INT_BITS = 2126
 # Recursion headroom for the second try when the caller's stack was too deep: the pure codec
 # takes about two frames per nesting level (_prepare and json's C encoder; json's C scanner and
-# _resolve or _too_deep), so MAX_DEPTH levels fit twice over.
+# _resolve), so MAX_DEPTH levels fit twice over.
 _HEADROOM = 4 * MAX_DEPTH
 _HEADROOM_LOCK = threading.RLock()
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_ESCAPED_QUOTE = re.compile(r'\\"')
+# Read left to right, an escaped backslash or quote: the backslash of any other escape is
+# skipped, and the character after it is never a backslash, so pairs align as json's do.
+_ESCAPE_PAIR = re.compile(r'\\[\\"]')
+_STRING = re.compile(r'"[^"]*"')  # once escaped quotes are gone
 _RELEASED_MEMORYVIEW = "a released memoryview holds no data"
 # Under WebAssembly (Pyodide, Workers) the C stack can run out before CPython's recursion guard
-# trips, which kills the runtime: there, a text that may nest too deep is measured first.
+# trips, which kills the runtime: there, a text that may nest too deep is measured before parsing.
 _ON_WASM = sys.platform in ("emscripten", "wasi")
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+# Outside strings, a JSON text's brackets, all as "[" and "]" (other characters are dropped).
+_BRACKETS_ONLY = {c: None for c in range(128)} | {ord("["): "[", ord("{"): "[", ord("]"): "]", ord("}"): "]"}
+_NOT_BRACKET = re.compile(r"[^\[\]]+")
+_BRACKET_STEP = {"[": 1, "]": -1}
+# _bracket_depth peels this many innermost levels off with str.replace before counting the rest.
+_PEEL_LEVELS = 16
 
 _dumps = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False
@@ -102,13 +110,27 @@ def _too_many_digits(digits: int) -> str:
     return f"integer with more than {digits} digits"
 
 
+def _has_lone_surrogate(text: str) -> bool:
+    """Does `text` hold a surrogate code point (U+D800-U+DFFF), which UTF-8 cannot store?
+
+    The UTF-16 encoder refuses every one of them at C speed, several times faster than a
+    regex (this check runs over every text encoded or decoded)."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-16-le")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _shown(obj: object) -> str:
     """repr(obj) for a message, as its characters; `<TypeName>` if repr() fails or gives no Unicode."""
     try:
         text = str.__str__(repr(obj))
     except Exception:  # noqa: BLE001 - a message must not fail because user code did
         return f"<{type(obj).__name__}>"
-    if not text.isascii() and _SURROGATE.search(text):
+    if _has_lone_surrogate(text):
         return f"<{type(obj).__name__}>"
     return text
 
@@ -238,16 +260,87 @@ def _with_headroom(work: Callable[[Any], Any], arg: Any) -> Any:
         return work(arg)
 
 
+class _NotPlain(Exception):
+    """The value holds something `_plain` leaves to `_prepare`."""
+
+
+def _plain(value: Any, depth: int) -> Any:
+    """`_prepare` for data made of the exact builtin types alone, the common case, about twice
+    as fast: it raises `_NotPlain` at anything else (a subclass, a non-str key, a dict to escape,
+    a memoryview, too deep), having run no user code, so `_prepare` can start over.
+
+    Scalars are left to json's encoder to refuse (NaN, infinities, and ints past the digit limit
+    when the interpreter's limit is the codec's, see `_encode`): a ValueError from it also
+    sends the value to `_prepare`, which says what is wrong and where. Identity tests only
+    (no `type(x) in set`): hashing a type can run its metaclass's code.
+    """
+    kind = type(value)
+    if depth > MAX_DEPTH:
+        raise _NotPlain
+    if kind is dict:
+        # Read once, when reached (see _prepare). Not dict.copy(): copying a dict that once
+        # held more keys inserts them anew, which can call a user key's __eq__.
+        out = {}
+        for key, item in list(value.items()):
+            if type(key) is not str:
+                raise _NotPlain
+            kind = type(item)
+            if not (kind is str or kind is int or kind is bool or kind is float or item is None):
+                item = _plain(item, depth + 1)
+            out[key] = item
+        if len(out) == 1 and key in RESERVED_TAGS:
+            raise _NotPlain
+        return out
+    if kind is list:
+        items = value[:]
+    elif kind is tuple:
+        items = list(value)
+    elif kind is bytes or kind is bytearray:
+        return {BYTES_TAG: binascii.b2a_base64(value, newline=False).decode("ascii")}
+    else:
+        raise _NotPlain
+    i = 0
+    for item in items:  # no enumerate(): a tuple per item costs more than the count
+        kind = type(item)
+        if not (kind is str or kind is int or kind is bool or kind is float or item is None):
+            items[i] = _plain(item, depth + 1)
+        i += 1
+    return items
+
+
+def _encode_plain(value: Any) -> str | None:
+    """The text of `value` through `_plain`, or None when `_prepare` must handle it."""
+    limit = sys.get_int_max_str_digits()
+    if limit == 0 or limit > MAX_INT_DIGITS:
+        return None  # json's encoder would write ints the codec refuses
+    # The cyclic GC is paused meanwhile (as the native decoder pauses it): _plain's copies are
+    # thousands of fresh containers, none of them garbage until json has written them, and
+    # collections that scan them cost about a sixth of the encoding. Nothing here runs user code.
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        text: str = _dumps(_plain(value, 1))
+    except (_NotPlain, ValueError):
+        return None
+    finally:
+        if paused:
+            gc.enable()
+    return text
+
+
 def _encode(value: Any) -> str:
-    try:
-        prepared = _prepare(value, 1)
-    except _EncodeFault as fault:
-        raise fault.as_codec_error() from None
-    try:
-        text: str = _dumps(prepared)
-    except ValueError as exc:  # an int past an interpreter limit lowered while encoding
-        raise CodecError(f"cannot encode: {exc}") from None
-    if not text.isascii() and _SURROGATE.search(text):
+    text = _encode_plain(value)
+    if text is None:
+        try:
+            prepared = _prepare(value, 1)
+        except _EncodeFault as fault:
+            raise fault.as_codec_error() from None
+        try:
+            text = _dumps(prepared)
+        except ValueError as exc:  # an int past an interpreter limit lowered while encoding
+            raise CodecError(f"cannot encode: {exc}") from None
+    if _has_lone_surrogate(text):
         raise CodecError("a string contains a lone surrogate, which is not valid Unicode")
     return text
 
@@ -266,12 +359,16 @@ def _reject_constant(name: str) -> None:
     raise CodecError(f"{name} is not valid JSON")
 
 
+def _duplicate_key(pairs: list[tuple[str, Any]]) -> CodecError:
+    seen: set[str] = set()
+    dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+    return CodecError(f"duplicate key {dup!r}")
+
+
 def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
-        seen: set[str] = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise CodecError(f"duplicate key {dup!r}")
+        raise _duplicate_key(pairs)
     return out
 
 
@@ -279,25 +376,62 @@ def _bytes_from(encoded: Any) -> bytes:
     if not isinstance(encoded, str):
         raise CodecError(f"{BYTES_TAG} must hold a base64 string, not {type(encoded).__name__}")
     try:
-        raw = base64.b64decode(encoded, validate=True)
+        raw = binascii.a2b_base64(encoded, strict_mode=True)
     except (binascii.Error, ValueError):
         raise CodecError(f"{BYTES_TAG} holds invalid base64") from None
-    if base64.b64encode(raw).decode("ascii") != encoded:
+    # Strict mode leaves only base64 characters with padding at the end, and every complete
+    # group of four such characters is the one encoding of its three bytes: the text is
+    # canonical when it has the canonical length and its last group is the canonical one.
+    tail = len(raw) % 3 or 3
+    if len(encoded) != (len(raw) + 2) // 3 * 4 or encoded[-4:] != base64.b64encode(raw[-tail:]).decode():
         raise CodecError(f"{BYTES_TAG} holds non-canonical base64")
     return raw
 
 
+def _untagged(key: str, inner: Any, obj: dict[str, Any]) -> Any:
+    """A one-key object `obj` as the fast paths decode it: bytes for a `$bytes` tag, else `obj`;
+    `_Restart` for what only the exact path can judge (an escape, a `$bytes` that may be a
+    user dict under one)."""
+    if key == BYTES_TAG:
+        try:
+            return _bytes_from(inner)
+        except CodecError:
+            raise _Restart from None
+    if key == ESCAPE_TAG:
+        raise _Restart
+    return obj
+
+
 def _fast_hook(pairs: list[tuple[str, Any]]) -> Any:
-    if len(pairs) == 1:
-        key, inner = pairs[0]
-        if key == BYTES_TAG:
-            try:
-                return _bytes_from(inner)
-            except CodecError:
-                raise _Restart from None  # may be a user dict under an escape: let the exact path judge
-        if key == ESCAPE_TAG:
-            raise _Restart
-    return _unique(pairs)
+    out = dict(pairs)
+    if len(out) == len(pairs) != 1:  # the common case first: one call, no other work
+        return out
+    if len(out) != len(pairs):
+        raise _duplicate_key(pairs)
+    return _untagged(*pairs[0], out)
+
+
+def _loads_counting_keys(text: str) -> tuple[Any, int]:
+    """The fast path's value of `text` through json's `object_hook`, and how many keys its
+    objects kept.
+
+    An object hook gets each object as the dict json built: no tuple per pair, no second dict,
+    about half the cost of `_fast_hook`, but blind to duplicate keys, which the dict drops. The
+    caller knows how many pairs the text holds: the two counts differ if and only if a key was
+    dropped.
+    """
+    kept = 0
+
+    def hook(obj: dict[str, Any]) -> Any:
+        nonlocal kept
+        size = len(obj)
+        kept += size
+        if size != 1:
+            return obj
+        for key in obj:
+            return _untagged(key, obj[key], obj)
+
+    return _loads(text, object_hook=hook), kept
 
 
 class _Tag:
@@ -364,10 +498,50 @@ def _too_deep(value: Any, depth: int = 1) -> bool:
 _NESTED = (dict, list, bytes)
 
 
+def _may_nest_too_deep(text: str) -> bool:
+    """A quick bound: a text with at most MAX_DEPTH open brackets cannot nest deeper."""
+    return text.count("[") + text.count("{") > MAX_DEPTH
+
+
+def _outside_strings(text: str) -> str:
+    """What lies between the strings of a JSON text (of another text: at least what json's
+    parser reads outside strings before it stops), at C speed: under WebAssembly this runs
+    before every parse.
+
+    Escaped backslashes and escaped quotes are dropped (only if a quote is escaped at all, or
+    follows an escaped backslash), so that each quote left opens or closes a string; then
+    the strings. (An unterminated string stays: its brackets count, an overestimate.)
+    """
+    if _ESCAPED_QUOTE.search(text):  # a regex finds it faster than `in` does, on Pyodide
+        text = _ESCAPE_PAIR.sub("", text)
+    return _STRING.sub("", text)  # faster than "".join(text.split('"')[::2]) on Pyodide
+
+
 def _text_depth(text: str) -> int:
-    """How deep the brackets outside strings nest (exact for JSON; an overestimate at worst)."""
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    return max(accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+    """How deep the brackets outside strings nest: exact for JSON text, and for any other text
+    at least as deep as json's parser goes in it before it stops."""
+    return _bracket_depth(_outside_strings(text))
+
+
+def _bracket_depth(outside: str) -> int:
+    """How deep the brackets of `outside` (see `_outside_strings`) nest.
+
+    Keep the brackets; peel innermost `[]` pairs level by level (a checkpoint nests a handful
+    deep) and count whatever is left.
+    """
+    brackets = outside.translate(_BRACKETS_ONLY)
+    if not brackets.isascii():  # not JSON: characters outside strings that the table keeps
+        brackets = _NOT_BRACKET.sub("", brackets)
+    peeled = 0
+    while peeled < _PEEL_LEVELS and "[" in brackets:
+        inner = brackets.replace("[]", "")
+        if len(inner) == len(brackets):
+            break  # no pair left to peel: not JSON
+        brackets, peeled = inner, peeled + 1
+    if "[" not in brackets:
+        return peeled  # every open bracket was closed within `peeled` levels
+    # What is left nests as deep as the text less the levels peeled off (exact for JSON).
+    return peeled + max(accumulate(map(_BRACKET_STEP.__getitem__, brackets)))
 
 
 def _bounded_int(literal: str) -> int:
@@ -384,14 +558,20 @@ def _finite_float(literal: str) -> float:
     return value
 
 
-def _loads(text: str, hook: Callable[[list[tuple[str, Any]]], Any]) -> Any:
+def _loads(
+    text: str,
+    *,
+    pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
+    object_hook: Callable[[dict[str, Any]], Any] | None = None,
+) -> Any:
     # The interpreter's own int-from-str limit (4300 digits by default) already refuses longer
     # ints, fast; only when it was raised or lifted must every int literal be checked here.
     limit = sys.get_int_max_str_digits()
     parse_int = _bounded_int if limit == 0 or limit > MAX_INT_DIGITS else None
     return json.loads(
         text,
-        object_pairs_hook=hook,
+        object_pairs_hook=pairs_hook,
+        object_hook=object_hook,
         parse_constant=_reject_constant,
         parse_float=_finite_float,
         parse_int=parse_int,
@@ -404,19 +584,39 @@ def decode(text: str) -> Any:
         raise CodecError(f"expected str to decode, got {type(text).__name__}")
     if type(text) is not str:
         text = str.__str__(text)  # a subclass is decoded from its characters, never its methods
-    if not text.isascii() and _SURROGATE.search(text):
+    if _has_lone_surrogate(text):
         raise CodecError("the text contains a lone surrogate, which is not valid Unicode")
-    if _ON_WASM and text.count("[") + text.count("{") > MAX_DEPTH and _text_depth(text) > MAX_DEPTH:
+    return _decode_measured(text) if _ON_WASM else _with_headroom(_decode, text)
+
+
+def _decode_measured(text: str) -> Any:
+    """`decode` under WebAssembly, where the C stack can run out before CPython's recursion
+    guard trips (which kills the runtime): the text is measured before it is parsed. The
+    measure also counts its pairs, which lets `_parse` take its cheapest path."""
+    outside = _outside_strings(text)
+    if _bracket_depth(outside) > MAX_DEPTH:
         raise CodecError(f"nesting deeper than {MAX_DEPTH}")
-    return _with_headroom(_decode, text)
+    pairs = outside.count(":")  # JSON has a colon outside strings for each pair, and no other
+    return _with_headroom(lambda text: _decode(text, pairs), text)
 
 
-def _decode(text: str) -> Any:
+def _parse(text: str, pairs: int | None) -> Any:
+    """json's value of `text`, on the cheapest path that can tell it (see `decode`)."""
     try:
-        try:
-            value = _loads(text, _fast_hook)
-        except _Restart:
-            value = _resolve(_loads(text, _exact_hook))
+        if pairs is not None:
+            value, kept = _loads_counting_keys(text)
+            if kept == pairs:
+                return value
+        return _loads(text, pairs_hook=_fast_hook)  # also the judge of duplicate keys
+    except _Restart:
+        return _resolve(_loads(text, pairs_hook=_exact_hook))
+
+
+def _decode(text: str, pairs: int | None = None) -> Any:
+    """`decode` once the text is checked; `pairs`, when known (under WebAssembly, where the
+    text is measured first), is how many pairs its objects hold."""
+    try:
+        value = _parse(text, pairs)
     except CodecError:
         raise
     except RecursionError:
@@ -427,7 +627,8 @@ def _decode(text: str) -> Any:
         raise CodecError(f"invalid JSON: {exc}") from None
     except ValueError:  # an int literal past the interpreter's int-from-str digit limit
         raise CodecError(_too_many_digits(_int_digit_limit())) from None
-    if type(value) in _NESTED and text.count("[") + text.count("{") > MAX_DEPTH and _too_deep(value):
+    # Under WebAssembly the text's depth was measured before parsing; elsewhere the value's is.
+    if not _ON_WASM and type(value) in _NESTED and _may_nest_too_deep(text) and _too_deep(value):
         raise CodecError(f"nesting deeper than {MAX_DEPTH}")
     if _SURROGATE_ESCAPE.search(text) and _has_surrogate(value):
         raise CodecError("a string escape decodes to a lone surrogate, which is not valid Unicode")
@@ -437,7 +638,7 @@ def _decode(text: str) -> Any:
 def _has_surrogate(value: Any) -> bool:
     """Slow check, run only when the text has a surrogate escape: does any decoded string hold one?"""
     if isinstance(value, str):
-        return _SURROGATE.search(value) is not None
+        return _has_lone_surrogate(value)
     if isinstance(value, dict):
         for key, item in value.items():
             if _has_surrogate(key) or _has_surrogate(item):
