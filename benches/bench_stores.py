@@ -326,12 +326,15 @@ def report(results: dict[str, dict[str, Any]], final_size: dict[int, int], marks
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="marks up to 1,000 steps only")
+    parser.add_argument("--only", default="", help="only the backends whose name contains this text (no anchor)")
     args = parser.parse_args()
     marks = tuple(m for m in MARKS if not args.quick or m <= 1_000)
     final_size: dict[int, int] = {}
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-stores-") as tmp:
         for backend in backends(Path(tmp)):
+            if args.only not in backend.name:
+                continue
             t0 = time.perf_counter()
             gc.collect()
             gc.disable()  # as timeit does: the benchmark's own growing heap must not bill its GC pauses to a store
@@ -340,11 +343,11 @@ def main() -> None:
             finally:
                 gc.enable()
             print(f"{backend.name}: done in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        anchor = langgraph_anchor(Path(tmp), ANCHOR_MARKS)
-        if anchor is None:
-            print("langgraph not installed: no SqliteSaver anchor", file=sys.stderr)
-        else:
+        anchor = None if args.only else langgraph_anchor(Path(tmp), ANCHOR_MARKS)
+        if anchor is not None:
             results["langgraph SqliteSaver"] = anchor
+        elif not args.only:
+            print("langgraph not installed: no SqliteSaver anchor", file=sys.stderr)
     report(results, final_size, marks)
 
 

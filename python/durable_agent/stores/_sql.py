@@ -175,13 +175,12 @@ def load_plan(run_id: str) -> Plan:
     rows = yield Query(f"SELECT seq, body FROM {MESSAGES} WHERE run_id = ? ORDER BY seq", (run_id,), "all")
     if type(count) is not int or count < 0:
         raise CheckpointCorruptError(f"message_count is {count!r}", run_id=run_id)
-    bodies = _bodies(rows)
-    if len(bodies) != len(rows) or len(rows) != count:
+    if len(rows) != count or [row[0] for row in rows] != list(range(count)):  # C-speed form of `_bodies`
         raise CheckpointCorruptError(
-            f"header counts {count} messages, rows hold {len(rows)} (contiguous from 0: {len(bodies)})",
+            f"header counts {count} messages, rows hold {len(rows)} (contiguous from 0: {len(_bodies(rows))})",
             run_id=run_id,
         )
-    return rebuild(run_id, header, bodies), revision
+    return rebuild(run_id, header, [row[1] for row in rows]), revision
 
 
 def delete_plan(run_id: str) -> Plan:
