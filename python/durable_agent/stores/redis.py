@@ -260,11 +260,11 @@ class RedisSessionStore:
                 raise CheckpointCorruptError(
                     f"header counts {int(count)} messages, the list holds {len(bodies)}", run_id=run_id
                 )
-            checkpoint = rebuild(
-                run_id,
-                _text(head.get(b"header"), run_id, "header"),
-                [_text(body, run_id, f"message {seq}") for seq, body in enumerate(bodies)],
-            )
+            try:
+                texts = [body.decode("utf-8") for body in bodies]
+            except (AttributeError, UnicodeDecodeError):  # name the bad one
+                texts = [_text(body, run_id, f"message {seq}") for seq, body in enumerate(bodies)]
+            checkpoint = rebuild(run_id, _text(head.get(b"header"), run_id, "header"), texts)
         except CheckpointCorruptError:
             self._cache.forget(run_id)  # so the next save re-reads and repairs the run
             raise
