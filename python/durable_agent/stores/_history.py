@@ -2,7 +2,8 @@
 
 A run is stored as a small *header* (the checkpoint without its messages, encoded by the
 codec) plus one encoded row/entry per message, numbered from 0. A save writes only the
-messages that are not stored yet, plus the header; loading rebuilds the checkpoint.
+messages that are not stored yet, plus the header; loading rebuilds the checkpoint, decoding
+the messages a batch at a time (`decode_batched`: one codec call per ~64K characters).
 
 Finding "what is already stored" must not read, encode or write the history at every save,
 or a 10,000-step run would get slower every step. Each store keeps, per run, the message

@@ -6,7 +6,8 @@ SQLite and Postgres except for placeholders and the per-run write lock, kept in 
 
 Tables (see `MIGRATIONS`): `durable_agent_runs` holds one header row per run
 (`message_count`, the `revision` token of its last save, and the columns list/prune
-filter on); `durable_agent_messages` one row per message, `(run_id, seq)` unique.
+filter on); `durable_agent_messages` one row per message, `(run_id, seq)` unique. A load
+reads the rows in order and decodes their bodies in batches (`_history.decode_batched`).
 """
 
 from __future__ import annotations
