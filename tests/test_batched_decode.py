@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,11 @@ from durable_agent.stores import _history
 from durable_agent.stores.jsonl import JsonlSessionStore
 from durable_agent.stores.sqlite import SqliteSessionStore
 from durable_agent.testing.conformance import conversation, make_checkpoint
+
+try:
+    import sqlite3
+except ImportError:  # Pyodide 0.28 ships sqlite3 only as a CDN package
+    sqlite3 = None  # type: ignore[assignment]
 
 # Values whose codec text is most likely to break when texts are joined: bytes tags, escaped
 # tags, escapes inside strings, non-ASCII, containers at the edges, scalars.
@@ -83,6 +87,7 @@ def test_a_bad_text_is_named_by_its_own_index(
     assert caught.value.run_id == "r"
 
 
+@pytest.mark.requires_sqlite
 def test_sqlite_names_a_damaged_row_past_the_first_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_history, "BATCH_CHARS", 200)  # several batches for a 40-message run
     db = tmp_path / "s.db"
