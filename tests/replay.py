@@ -10,7 +10,8 @@ starting with ``x-replay-`` direct the replay and are never sent:
 * ``x-replay-stall: <seconds>`` — the server goes silent that long after the first chunk.
 
 The body is sent in small chunks (`CHUNK` bytes), so events, JSON and UTF-8 sequences split
-across chunk boundaries as they do on a real network.
+across chunk boundaries as they do on a real network. `ReplayServer.hold` pauses one response
+part-way (a test kills its client mid-stream), and each request is kept with the time it arrived.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from durable_agent._transport import HttpRequest, HttpResponse
+from durable_agent._util import wall_clock_ms
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
 CHUNK = 37
+HOLD_LIMIT = 30.0  # seconds a held response waits for its release at most, so a forgotten hold cannot hang
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,19 @@ class ReplayTransport:
         return [json.loads(r.body) for r in self.requests]
 
 
+@dataclass
+class Hold:
+    """One response paused part-way: `reached` is set once `after` chunks of its body are sent;
+    the rest follows when `release()` is called (the client may be gone by then)."""
+
+    after: int
+    reached: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+
+    def release(self) -> None:
+        self.released.set()
+
+
 class _QuietServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client dropping its kept-alive connection is not news; a real fault fails the test
@@ -91,11 +107,13 @@ class ReplayServer:
     """A threaded HTTP server on 127.0.0.1. The first path segment of a request names the
     recordings to serve, comma-separated, ``/`` replaced by ``~``, then ``@`` and a nonce
     (``openai_chat~tools,openai_chat~text@3``): the n-th request under that segment gets the n-th
-    recording (the last repeats). `base_url` builds such URLs."""
+    recording (the last repeats). `base_url` builds such URLs. Each request is kept with its
+    arrival time (``at``, epoch ms on the library's wall clock)."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self._counts: dict[str, int] = {}
+        self._holds: dict[tuple[str, int], Hold] = {}
         self._urls = 0
         self._lock = threading.Lock()
         server = self
@@ -109,12 +127,14 @@ class ReplayServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
+                at = wall_clock_ms()
                 segment = self.path.lstrip("/").split("/", 1)[0]
                 with server._lock:
                     n = server._counts.get(segment, 0)
                     server._counts[segment] = n + 1
                     server.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
-                                            "body": json.loads(body) if body else None})
+                                            "body": json.loads(body) if body else None, "at": at})
+                    hold = server._holds.get((segment, n))
                 names = segment.split("@")[0].split(",")
                 recording = load(names[min(n, len(names) - 1)].replace("~", "/"))
                 self.send_response(recording.status)
@@ -124,6 +144,9 @@ class ReplayServer:
                 self.end_headers()
                 stall = float(recording.directives.get("x-replay-stall", 0))
                 for i, piece in enumerate(recording.pieces()):
+                    if hold is not None and i == hold.after:
+                        hold.reached.set()
+                        hold.released.wait(HOLD_LIMIT)
                     self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
                     self.wfile.flush()
                     if i == 0 and stall:
@@ -146,6 +169,13 @@ class ReplayServer:
             self._urls += 1
             nonce = self._urls
         return f"http://127.0.0.1:{self.port}/{','.join(n.replace('/', '~') for n in names)}@{nonce}{suffix}"
+
+    def hold(self, base_url: str, request: int, after: int) -> Hold:
+        """Pause the `request`-th response (0-based) under `base_url` once `after` chunks of its body are sent."""
+        held = Hold(after)
+        with self._lock:
+            self._holds[(base_url.split("/")[3], request)] = held
+        return held
 
     def requests_to(self, base_url: str) -> list[dict[str, Any]]:
         """The requests received under `base_url` (from `base_url()`), in order."""

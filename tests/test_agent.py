@@ -324,6 +324,6 @@ async def test_tools_keep_per_session_state_that_commits_only_with_a_finished_ca
     assert seen == [{}, {"cwd": "/src"}, {"cwd": "/src"}]  # the crashed call's change never showed
     assert await runtime_on().stores.tool_state("chat-1").all() == {"cwd": "/crash"}
     with pytest.raises(Exception, match="tool-state op"):
-        from durable_agent.loop import ToolCallContext
+        from durable_agent.tool_calls import ToolCallContext
 
         ToolCallContext(None, None, "c", "t").stage_tool_state([{"op": "append", "key": "x"}])  # type: ignore[arg-type]

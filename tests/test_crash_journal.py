@@ -26,7 +26,7 @@ import torture_supervisor  # noqa: E402
 pytestmark = pytest.mark.host_only("spawns and SIGKILLs worker processes")
 
 SESSIONS = [f"account-{i}" for i in range(10)]
-PROMPTS = 4
+PROMPTS = 8
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

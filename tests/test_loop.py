@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from agent_kit import NUMBERS, Ledger, add_tool, user
+from agent_kit import Ledger, add_tool, user
 
 from durable_agent import (
     ConfigurationError,
@@ -264,21 +264,3 @@ async def test_bad_options_are_refused_clearly() -> None:
         await generate_text(model=object(), messages=[user("x")])  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="parameters"):
         Tool(parameters=42)
-
-
-async def test_schema_subset() -> None:
-    from durable_agent._schema import validate
-
-    schema = {
-        "type": "object",
-        "properties": {
-            "mode": {"enum": ["a", "b"]},
-            "n": {"type": "integer", "minimum": 1, "maximum": 3},
-            "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}, "maxItems": 2},
-            "either": {"anyOf": [{"type": "string"}, {"type": "null"}]},
-        },
-    }
-    assert validate({"mode": "a", "n": 2, "tags": ["x"], "either": None}, schema) == []
-    problems = validate({"mode": "c", "n": 9, "tags": ["X", "y", "z"], "either": 3}, schema)
-    assert len(problems) == 5, problems
-    assert validate(True, NUMBERS) == ["input: expected object, got boolean"]

@@ -556,3 +556,18 @@ def test_payload_matches_call_is_usable_with_any_verify_result() -> None:
         {**payload, "tool_name": ["write_file"]},
     ):
         assert not payload_matches_call(broken, **call)
+
+
+def test_with_clock_keeps_the_keys_and_signs_and_judges_age_on_the_given_clock() -> None:
+    old = ApprovalSigner(SECRET, previous_secrets=[OLD_SECRET], max_token_length=4096)
+    clock = Clock()
+    twin = old.with_clock(clock)
+    request = ToolApprovalRequest("a1", "c1", "pay", {"id": 7})
+    first, again = twin.sign(request, run_id="r"), twin.sign(request, run_id="r")
+    assert first == again  # same clock reading, same token: what a replay needs
+    assert twin.key_ids == old.key_ids and old.verify(first) is not None
+    assert twin.verify(first)["issued_at"] == clock.now  # type: ignore[index]
+    clock.now += 5_000
+    assert twin.verify(first, max_age_ms=5_000) is None and twin.verify(first, max_age_ms=5_001) is not None
+    with pytest.raises(ConfigurationError):
+        old.with_clock(42)  # type: ignore[arg-type]

@@ -42,12 +42,13 @@ def test_a_5_mb_history_is_stored_within_the_entry_limit_and_appended_to() -> No
     writes = storage.kv.writes
     grown = make_checkpoint("big", 2, [*history, message(99)])
     store.save(grown)
-    assert storage.kv.writes - writes == 3  # the new message, the header, the index entry
+    assert storage.kv.writes - writes == 4  # the new message, the header, the index entry, the step log
     assert DurableObjectSessionStore(storage).load("big") == grown
     rewritten = make_checkpoint("big", 3, conversation(2))
     DurableObjectSessionStore(storage).save(rewritten)  # shrunk by a handle that never saw the run
     assert store.load("big") == rewritten
-    assert len(storage.kv.data) == 2 + 1 + 1  # two messages, one header part, the index entry
+    assert len(storage.kv.data) == 2 + 1 + 1 + 1  # two messages, one header part, the index entry, step 3
+    assert store.load_step("big", 3) == rewritten and store.load_step("big", 1) is None
 
 
 @pytest.mark.parametrize("text", ["ab" * 9000, "é" * 9000, "\U0001f600" * 5000, "a" + "€" * 7000])

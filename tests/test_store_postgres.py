@@ -66,7 +66,7 @@ def test_schema_version_table_and_newer_schema_refused(conninfo: str, store: Any
     from durable_agent.stores.postgres import PostgresSessionStore
 
     store.save(make_checkpoint("r", 1))
-    assert _sql(conninfo, "SELECT version FROM durable_agent_schema_version") == [(1,)]
+    assert _sql(conninfo, "SELECT version FROM durable_agent_schema_version ORDER BY version") == [(1,), (2,)]
     _sql(conninfo, "INSERT INTO durable_agent_schema_version VALUES (7)")
     with PostgresSessionStore(conninfo) as newer, pytest.raises(FeatureUnavailableError, match="version 7"):
         newer.load("r")

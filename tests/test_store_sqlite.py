@@ -74,7 +74,7 @@ def test_wal_mode_and_schema_version(db: Path) -> None:
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA page_size").fetchone()[0] == 8192
-        assert conn.execute("SELECT version FROM durable_agent_schema_version").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM durable_agent_schema_version").fetchall() == [(1,), (2,)]
 
 
 @needs_sqlite3
@@ -360,3 +360,28 @@ def test_database_files_are_created_owner_only(tmp_path: Path) -> None:
     existing.chmod(0o640)
     SqliteSessionStore(existing).close()
     assert existing.stat().st_mode & 0o777 == 0o640  # a mode the operator chose is kept
+
+
+@needs_sqlite3
+def test_a_schema_1_file_migrates_and_its_runs_fork_at_their_latest_step(db: Path) -> None:
+    """A file written before the step log: its runs load, fork at the latest step, and log new steps."""
+    import asyncio
+
+    from durable_agent.errors import StepNotFoundError
+    from durable_agent.fork import fork_run
+
+    with SqliteSessionStore(db) as store:
+        for step in range(3):
+            store.save(make_checkpoint("old", step, conversation(2 + step)))
+    with sqlite3.connect(db) as conn:  # what schema 1 left: no step table, version 1 only
+        conn.execute("DROP TABLE durable_agent_step_log")
+        conn.execute("DELETE FROM durable_agent_schema_version WHERE version = 2")
+    with SqliteSessionStore(db) as store:
+        assert store.load("old") == make_checkpoint("old", 2, conversation(4))
+        assert store.load_step("old", 1) is None
+        with pytest.raises(StepNotFoundError):
+            asyncio.run(fork_run(store, "old", new_run_id="new", at_step=1))
+        forked = asyncio.run(fork_run(store, "old", new_run_id="new"))
+        assert store.load_step("new", 2) == forked
+        store.save(make_checkpoint("old", 3, conversation(5)))
+        assert store.load_step("old", 3) == make_checkpoint("old", 3, conversation(5))

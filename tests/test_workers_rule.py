@@ -69,6 +69,8 @@ class WorkersEntropyRule:
 def rule(monkeypatch: pytest.MonkeyPatch) -> WorkersEntropyRule:
     """The Workers rule in force for the rest of the test (module scope until `rule.request()`)."""
     rule = WorkersEntropyRule()
+    # Under Pyodide tracing is off by default: importing the OpenTelemetry API draws entropy (tracing.py).
+    monkeypatch.setenv("DURABLE_AGENT_TRACING", "0")
     monkeypatch.setattr(os, "urandom", rule.guard("os.urandom", os.urandom))  # uuid4 reads it per call
     if hasattr(os, "getrandom"):
         monkeypatch.setattr(os, "getrandom", rule.guard("os.getrandom", os.getrandom))

@@ -33,7 +33,7 @@ from typing import Any
 import torture_worker
 
 from durable_agent._util import maybe_await
-from durable_agent.loop import TOOL_INTERRUPTED_MESSAGE
+from durable_agent.tool_calls import TOOL_INTERRUPTED_MESSAGE
 
 WORKER = Path(__file__).resolve().parent / "torture_worker.py"
 
@@ -104,7 +104,7 @@ def supervise(spec: str, ledger: Path, *, sessions: list[str], prompts: int, wor
                 pool.remove((proc, mode))
                 pool.append(fresh())
             busy = [(p, m) for p, m in pool if p.poll() is None and p.pid in _busy_pids(ledger, mark)]
-            if not busy or tally.total_kills >= kills or rng.random() < 0.9:
+            if not busy or tally.total_kills >= kills or rng.random() < 0.8:
                 continue
             time.sleep(rng.uniform(0, 0.12))
             victim, mode = rng.choice(busy)

@@ -29,12 +29,14 @@ from .errors import (
     DurableAgentError,
     FeatureUnavailableError,
     ModelCallError,
+    OutputValidationError,
     RunAbortedError,
     RunLeaseHeldError,
     RunSuspendedError,
     SessionStateError,
     StaleEpochError,
     StepFailedError,
+    StepNotFoundError,
     StepKeyError,
 )
 from .errors import RUN_TAKEN_OVER_MESSAGE
@@ -46,7 +48,8 @@ from .generate import (
     resume_stream_from_checkpoint,
     stream_chat,
 )
-from .loop import CLIENT_TOOL_PLACEHOLDER, current_tool_call
+from .fork import checkpoint_at_step, fork_run, update_run
+from .tool_calls import CLIENT_TOOL_PLACEHOLDER, current_tool_call
 from .messages import Message
 from .models import (
     LanguageModel,
@@ -107,6 +110,7 @@ __all__ = [
     "ModelPrice",
     "ModelRequest",
     "NATIVE",
+    "OutputValidationError",
     "PrepareStepContext",
     "RUN_TAKEN_OVER_MESSAGE",
     "ReasoningEvent",
@@ -123,6 +127,7 @@ __all__ = [
     "StaleEpochError",
     "StepFailedError",
     "StepKeyError",
+    "StepNotFoundError",
     "StepOverrides",
     "StepResult",
     "StopContext",
@@ -135,11 +140,13 @@ __all__ = [
     "__version__",
     "agent_tool",
     "call",
+    "checkpoint_at_step",
     "cost_exceeds",
     "create_memory_durable_state",
     "create_memory_runtime",
     "current_tool_call",
     "deserialize_checkpoint",
+    "fork_run",
     "generate_text",
     "memory_runtime",
     "nested_call",
@@ -155,4 +162,5 @@ __all__ = [
     "step_key",
     "stream_chat",
     "total_tokens_exceed",
+    "update_run",
 ]

@@ -17,7 +17,7 @@ Without `durable`, the agent keeps its history in memory and nothing survives th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Unpack
+from typing import Any, Protocol, Unpack
 
 from .checkpoint import ToolApprovalResponse, check_verdict
 from .durable_session import AgentSpec, DurableOptions, DurableSession
@@ -27,13 +27,18 @@ from .messages import Message
 from .models import LanguageModel
 from .options import CallOptions, RunOptions
 from .results import GenerateTextResult
-from .runtime.protocols import DurableRuntime
 from .tools import Tool
 
 __all__ = ["Agent", "DurableOptions", "resolve_approval"]
 
 
-async def resolve_approval(runtime: DurableRuntime, approval_id: str, *, approved: bool, reason: str | None = None,
+class AwakeableResolver(Protocol):
+    """Whatever resolves awakeables by id: a `DurableRuntime`, or a client of a served agent (`RestateIngress`)."""
+
+    async def resolve_awakeable(self, awakeable_id: str, value: Any) -> bool: ...
+
+
+async def resolve_approval(runtime: AwakeableResolver, approval_id: str, *, approved: bool, reason: str | None = None,
                            token: str | None = None) -> bool:
     """Send a verdict to a run parked on an approval, from any process; the next `Agent.resume()` settles it.
 
@@ -71,6 +76,18 @@ class Agent:
         RunOptions.build(model, None, {"tools": self.tools, **self._options})  # fail early on bad options
         self.history: list[Message] = [{"role": "system", "content": system}] if system else []
         self.session = DurableSession(durable, session_id) if durable is not None and session_id else None
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The call options this agent was built with (a copy)."""
+        return dict(self._options)
+
+    def durable_copy(self, durable: DurableOptions, session_id: str, **overrides: Any) -> Agent:
+        """This agent (model, tools, system, options) on `durable` as session `session_id`; `overrides`
+        replace call options (a runtime in replay mode passes its journaled ``clock`` and ``generate_id``)."""
+        options: dict[str, Any] = {**self._options, **overrides}
+        return Agent(model=self.model, tools=self.tools, durable=durable, session_id=session_id,
+                     system=self.system, **options)
 
     def _spec(self) -> AgentSpec:
         return AgentSpec(self.model, self.tools, self._options, self.history)

@@ -33,12 +33,14 @@ from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage
 from .errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, SessionStateError
 from .generate import _consume
-from .loop import TOOL_INTERRUPTED_MESSAGE, AgentLoop, assistant_message, tool_message, unresolved_calls
+from .loop import AgentLoop
+from .tool_calls import TOOL_INTERRUPTED_MESSAGE
+from .transcript import assistant_message, tool_message, unresolved_calls
 from .messages import Message
 from .models import LanguageModel
 from .options import RunOptions, logger, random_id
 from .results import GenerateTextResult
-from .runtime.keys import MODEL_CALL, step_key
+from .runtime.keys import MODEL_CALL, parse_step_key, step_key
 from .runtime.protocols import DurableRuntime, RunScope
 from .runtime.records import RunTransition, StepRecord
 from .session import Session
@@ -104,12 +106,19 @@ def checkpoint_transition(session_id: str, epoch: int, run_id: str, checkpoint: 
     return RunTransition(session_id, epoch, checkpoint=checkpoint)
 
 
+def is_model_call(key: str, run_id: str, turn: int) -> bool:
+    """True when `key` is an attempt (any) of the model call of `turn` in run `run_id`."""
+    parts = parse_step_key(key)
+    return parts.run == run_id and parts.turn == turn and parts.call == MODEL_CALL
+
+
 def healed_history(checkpoint: AgentCheckpoint, records: Sequence[StepRecord]) -> list[Message] | None:
     """The history of an interrupted run with its step in flight closed from its records; None if nothing changes."""
     messages = list(checkpoint.messages)
     turn = checkpoint.step_index + 1
     done = {r.key: r.result for r in records if r.status == "done"}
-    model_answer = done.get(step_key(checkpoint.run_id, turn, MODEL_CALL))
+    model_answer = next((r.result for r in records if r.status == "done"
+                         and is_model_call(r.key, checkpoint.run_id, turn)), None)
     if model_answer is not None:
         messages.append(assistant_message(model_answer["text"], model_answer["tool_calls"]))
     calls, _ = unresolved_calls(messages)
@@ -311,9 +320,10 @@ class DurableSession:
         checkpoint = await self._load(run_id)
         if checkpoint is None:
             return
-        key = step_key(run_id, checkpoint.step_index + 1, MODEL_CALL)
-        partials = [p for p in await scope.stored_partials() if p.step_key == key]
-        if not partials or any(r.key == key and r.status == "done" for r in await scope.stored_steps()):
+        turn = checkpoint.step_index + 1
+        partials = [p for p in await scope.stored_partials() if is_model_call(p.step_key, run_id, turn)]
+        if not partials or any(r.status == "done" and is_model_call(r.key, run_id, turn)
+                               for r in await scope.stored_steps()):
             return
         text = "".join(p.text for p in sorted(partials, key=lambda p: p.seq))
         aborted: Message = {"role": "assistant", "content": [{"type": "text", "text": text}]}

@@ -31,6 +31,17 @@ class CheckpointNotFoundError(DurableAgentError, LookupError):
         self.run_id = run_id
 
 
+class StepNotFoundError(DurableAgentError, LookupError):
+    """The store holds no record of a run's state at that step boundary (see `durable_agent.fork`)."""
+
+    code = "step_not_found"
+
+    def __init__(self, run_id: str, step_index: int, why: str) -> None:
+        super().__init__(f"run {run_id!r} has no stored state at step {step_index}: {why}")
+        self.run_id = run_id
+        self.step_index = step_index
+
+
 class CheckpointVersionError(DurableAgentError, ValueError):
     """A checkpoint was written by a newer schema than this library reads."""
 
@@ -61,9 +72,10 @@ class CheckpointConflictError(DurableAgentError, RuntimeError):
 
     code = "checkpoint_conflict"
 
-    def __init__(self, run_id: str, expected: int | None, actual: int | None) -> None:
+    def __init__(self, run_id: str, expected: int | None, actual: int | None, message: str | None = None) -> None:
         super().__init__(
-            f"run {run_id!r}: expected the stored checkpoint at step {expected!r}, found {actual!r}; "
+            message
+            or f"run {run_id!r}: expected the stored checkpoint at step {expected!r}, found {actual!r}; "
             "another writer saved this run"
         )
         self.run_id = run_id
@@ -144,6 +156,17 @@ class RunSuspendedError(DurableAgentError, RuntimeError):
 
     def __init__(self) -> None:
         super().__init__("the run was suspended; resume it to continue")
+
+
+class OutputValidationError(DurableAgentError, ValueError):
+    """The final answer did not match `output=` even after the repairs `output_retries` allows."""
+
+    code = "output_invalid"
+
+    def __init__(self, problem: str, text: str) -> None:
+        super().__init__(f"the final answer does not match the required output: {problem}")
+        self.problem = problem
+        self.text = text
 
 
 class SessionStateError(DurableAgentError, RuntimeError):

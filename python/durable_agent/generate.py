@@ -30,6 +30,7 @@ def _result_of(loop: AgentLoop) -> GenerateTextResult:
         pending_approvals=loop.pending_approvals,
         client_tool_calls=loop.client_tool_calls,
         run_id=loop.run_id,
+        output=loop.output,
     )
 
 

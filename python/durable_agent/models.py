@@ -45,6 +45,8 @@ class ModelRequest:
 
     messages: Sequence[Message]
     tools: tuple[ToolSpec, ...] = ()
+    output_schema: Mapping[str, Any] | None = None  # the JSON Schema the final answer must match (`output=`)
+    output_name: str = "output"
 
 
 class TextDeltaEvent(TypedDict):

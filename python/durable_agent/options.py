@@ -13,11 +13,14 @@ from .checkpoint import ToolApprovalRequest, ToolApprovalResponse, Usage
 from .errors import ConfigurationError
 from .messages import Message
 from .models import LanguageModel
+from .retry import RetryPolicy
+from .structured_output import OutputSpec
 from .session import Session
 from .stop import StopCondition
 from .tools import Tool
 
 if TYPE_CHECKING:
+    from .runtime.protocols import RunScope
     from .signing import ApprovalSigner
 
 logger = logging.getLogger("durable_agent")
@@ -70,6 +73,10 @@ class CallOptions(TypedDict, total=False):
     clock: Callable[[], int]
     generate_id: Callable[[], str]
     runaway_limit: int
+    retry: RetryPolicy
+    fallback: Sequence[LanguageModel]
+    output: Any
+    output_retries: int
 
 
 def random_id() -> str:
@@ -96,8 +103,12 @@ class RunOptions:
     clock: Callable[[], int] = wall_clock_ms
     generate_id: Callable[[], str] = random_id
     runaway_limit: int = 3
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    fallback: Sequence[LanguageModel] = ()
+    output: Any = None  # a JSON Schema or a pydantic model the final answer must match
+    output_retries: int = 2
     agent_path: tuple[str, ...] = ()  # internal: set for sub-agents
-    scope: Any = None  # internal: the run scope of a durable runtime (Agent)
+    scope: RunScope | None = None  # internal: the run scope of a durable runtime (Agent)
     suspend_signal: AbortSignal | None = None  # internal: Agent.suspend()
     tool_state: dict[str, Any] = field(default_factory=dict)  # internal: the session's tool state view
 
@@ -130,6 +141,14 @@ class RunOptions:
             type(self.approval_max_age_ms) is not int or self.approval_max_age_ms <= 0
         ):
             raise ConfigurationError("approval_max_age_ms must be None or a positive int (milliseconds)")
+        if type(self.output_retries) is not int or self.output_retries < 0:
+            raise ConfigurationError("output_retries must be a non-negative int")
+        if self.output is not None:
+            OutputSpec.build(self.output)  # refuses what cannot be checked, now
+        if not isinstance(self.retry, RetryPolicy):
+            raise ConfigurationError("retry must be a RetryPolicy")
+        if not all(isinstance(m, LanguageModel) for m in self.fallback):
+            raise ConfigurationError("fallback must be a sequence of models (LanguageModel)")
         for response in self.approval_responses:
             if not isinstance(response, ToolApprovalResponse):
                 raise ConfigurationError("approval_responses must hold ToolApprovalResponse values")

@@ -7,6 +7,8 @@ Stream parts are plain dicts with a ``type``:
 * ``tool-result`` (``tool_call_id``, ``tool_name``, ``output``, ``is_error``),
 * ``tool-approval-request`` (the request's fields: ``approval_id``, ``tool_call_id``, ``tool_name``,
   ``input``, ``agent_path``, ``token``),
+* ``step-retry`` (``step_index``, ``attempt``, ``error``, ``delay_ms``): a model call failed and is tried
+  again (or by a fallback model); drop whatever text that attempt streamed,
 * ``step-finish`` (``step_index``, ``usage``, ``finish_reason``),
 * ``finish`` (``finish_reason``, ``usage`` of this call, ``total_usage`` of the run),
 * ``error`` (``error``: the exception).
@@ -55,3 +57,4 @@ class GenerateTextResult:
     pending_approvals: tuple[ToolApprovalRequest, ...]
     client_tool_calls: tuple[dict[str, Any], ...]
     run_id: str | None
+    output: Any = None  # the parsed final answer, when the call asked for `output=`

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import builtins
 
+import dataclasses
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .checkpoint import AgentCheckpoint, RunStatus
 from .errors import CheckpointConflictError
+from .stores._steps import StepLog, common_prefix
 from .stores._validate import (
     check_checkpoint,
     check_expected,
     check_list_args,
     check_prune_args,
     check_run_id,
+    check_step_index,
     page,
     prunable,
 )
@@ -40,11 +43,13 @@ class InMemorySessionStore:
 
     It passes `durable_agent.testing.SessionStoreConformance`, so it also shows the full store
     surface the persistent backends offer: the optimistic `expected_step_index` guard,
-    paged and filtered `list`, and `prune`.
+    paged and filtered `list`, `prune`, and `load_step` (the state at an earlier step
+    boundary, for `durable_agent.fork`).
     """
 
     def __init__(self) -> None:
         self._runs: dict[str, AgentCheckpoint] = {}
+        self._steps: dict[str, StepLog[AgentCheckpoint]] = {}
 
     def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
         """Store `checkpoint` as the latest of its run ("latest save wins").
@@ -59,13 +64,33 @@ class InMemorySessionStore:
             actual = None if current is None else current.step_index
             if actual != expected:
                 raise CheckpointConflictError(checkpoint.run_id, expected, actual)
+        previous = self._runs.get(checkpoint.run_id)
+        if previous is None:
+            log = self._steps[checkpoint.run_id] = StepLog()
+            kept = 0
+        else:
+            log = self._steps[checkpoint.run_id]
+            kept = common_prefix(previous.messages, checkpoint.messages)
+        log.record(checkpoint.step_index, len(checkpoint.messages), kept, dataclasses.replace(checkpoint, messages=()))
         self._runs[checkpoint.run_id] = checkpoint
 
     def load(self, run_id: str) -> AgentCheckpoint | None:
         return self._runs.get(check_run_id(run_id))
 
+    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
+        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds
+        it (see `durable_agent.stores._steps` for when a step is dropped)."""
+        check_run_id(run_id)
+        latest, log = self._runs.get(run_id), self._steps.get(run_id)
+        found = None if log is None else log.at(check_step_index(step_index))
+        if latest is None or found is None:
+            return None
+        count, header = found
+        return dataclasses.replace(header, messages=list(latest.messages[:count]))
+
     def delete(self, run_id: str) -> None:
         self._runs.pop(check_run_id(run_id), None)
+        self._steps.pop(run_id, None)
 
     def list(
         self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
@@ -98,6 +123,7 @@ class InMemorySessionStore:
         )
         for run_id in doomed:
             del self._runs[run_id]
+            del self._steps[run_id]
         return doomed
 
 

@@ -198,6 +198,16 @@ class ApprovalSigner:
         self._max_token_length = _non_negative_int(max_token_length, "max_token_length")
         self._max_clock_skew_ms = _non_negative_int(max_clock_skew_ms, "max_clock_skew_ms")
 
+    def with_clock(self, clock: Clock) -> ApprovalSigner:
+        """The same keys and limits on another clock (a replay-mode runtime passes its journaled one,
+        so a replay signs the same tokens and judges their age as the first attempt did)."""
+        if not callable(clock):
+            raise ConfigurationError(f"clock must be a callable returning epoch ms, not {clock!r}")
+        twin = object.__new__(ApprovalSigner)
+        twin._keys, twin._clock = self._keys, clock
+        twin._max_token_length, twin._max_clock_skew_ms = self._max_token_length, self._max_clock_skew_ms
+        return twin
+
     @property
     def key_id(self) -> str:
         """The id of the current (signing) key."""

@@ -25,7 +25,8 @@ from typing import Any
 from ._util import maybe_await
 from .errors import ConfigurationError
 from .generate import _consume
-from .loop import AgentLoop, SubAgentSuspended, current_tool_call
+from .loop import AgentLoop
+from .tool_calls import SubAgentSuspended, current_tool_call
 from .messages import final_text
 from .models import LanguageModel
 from .options import RunOptions

@@ -11,7 +11,21 @@ by accident) reports it to the model as interrupted; ``"safe"`` (reads, pure com
 runs it again.
 
 Input that fails validation never reaches `execute`: the model gets an `is_error` result
-describing what was wrong, and can try again.
+describing what was wrong (``path: reason``, e.g. ``input.items[2].qty: must be at least 1``),
+and can try again.
+
+A JSON-Schema `parameters` is checked and compiled when the `Tool` is built (see `_schema`):
+draft 2020-12 keywords are enforced (type, enum, const; properties, required,
+additionalProperties, patternProperties, propertyNames, min/maxProperties, dependentRequired,
+dependentSchemas; items, prefixItems, min/maxItems, uniqueItems, contains, min/maxContains;
+min/maxLength, pattern; minimum, maximum, exclusiveMinimum/Maximum, multipleOf; allOf, anyOf,
+oneOf, not, if/then/else; $ref to ``#``/``#/$defs/...``/``#/definitions/...`` inside the schema).
+title, description, default, examples, deprecated, readOnly, writeOnly, $comment, $schema, $id
+(root), format, content*, discriminator and ``x-`` keywords are annotations. Anything else raises
+`ConfigurationError` naming the keyword and its JSON pointer: a keyword is never silently ignored.
+A bool is not an integer or a number; 1.0 is an integer; multipleOf is exact on the decimal a
+number was written as (0.3 is a multiple of 0.1); pattern is a Python regular expression.
+A pydantic model validates its own input (and converts it).
 """
 
 from __future__ import annotations
@@ -20,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._schema import validate
+from ._schema import Validator, compile_schema
 from ._util import maybe_await
 from .errors import ConfigurationError
 from .models import ToolSpec
@@ -30,13 +44,14 @@ ApprovalPredicate = Callable[[Any], bool | Awaitable[bool]]
 
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """A tool the model can call. See the module docstring."""
+    """A tool the model can call. See the module docstring (which JSON Schema keywords are supported)."""
 
     description: str = ""
     parameters: Any = field(default_factory=lambda: {"type": "object"})
     execute: Callable[[Any], Any] | None = None
     needs_approval: bool | ApprovalPredicate = False
     replay: Literal["safe", "unsafe"] = "unsafe"
+    _validator: Validator | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.replay not in ("safe", "unsafe"):
@@ -45,6 +60,8 @@ class Tool:
             raise ConfigurationError("Tool parameters must be a JSON-Schema dict or a pydantic model class")
         if self.execute is not None and not callable(self.execute):
             raise ConfigurationError("Tool execute must be callable")
+        if not _is_pydantic_model(self.parameters):
+            object.__setattr__(self, "_validator", compile_schema(self.parameters))
 
     @property
     def is_client_tool(self) -> bool:
@@ -61,12 +78,12 @@ class Tool:
 
     def parse_input(self, raw: Any) -> tuple[Any, str | None]:
         """The input `execute` receives, or an error message for the model when it is invalid."""
-        if _is_pydantic_model(self.parameters):
+        if self._validator is None:  # a pydantic model: it validates and converts
             try:
                 return self.parameters.model_validate(raw), None
             except ValueError as exc:  # pydantic's ValidationError is a ValueError
                 return None, f"Invalid input: {exc}"
-        problems = validate(raw, self.parameters)
+        problems = self._validator(raw)
         if problems:
             return None, "Invalid input: " + "; ".join(problems)
         return raw, None

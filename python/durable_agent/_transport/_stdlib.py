@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import http.client
 import socket
-import ssl
 import threading
 import urllib.parse
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._base import HttpRequest, HttpResponse, lower_headers
+
+if TYPE_CHECKING:
+    import ssl  # imported when an HTTPS connection is made: Pyodide 0.28 ships it as a separate package
 
 _CHUNK = 65_536
 _END = object()
@@ -77,7 +79,7 @@ class _Worker:
             timeouts = self.request.timeouts
             if url.scheme == "https":
                 conn = http.client.HTTPSConnection(url.hostname or "", url.port, timeout=timeouts.connect,
-                                                   context=self.context or ssl.create_default_context())
+                                                   context=self.context or _default_ssl_context())
             else:
                 conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=timeouts.connect)
             conn.connect()
@@ -131,3 +133,9 @@ def _as_builtin(exc: BaseException) -> BaseException:
     if isinstance(exc, http.client.IncompleteRead | http.client.HTTPException):
         return ConnectionError(f"the connection broke mid-response: {exc!r}")
     return exc
+
+
+def _default_ssl_context() -> ssl.SSLContext:
+    import ssl
+
+    return ssl.create_default_context()

@@ -7,6 +7,8 @@ call itself (transport, timeouts, error classification of a non-2xx status) is h
 
 from __future__ import annotations
 
+import re
+
 import base64
 import json
 import os
@@ -142,6 +144,11 @@ class HttpModel:
         async with aclosing(events):  # the response is released here, not when the generator is collected
             async for event in self.parse(events):
                 yield event
+
+
+def schema_name(name: str) -> str:
+    """A JSON schema's name as OpenAI accepts it: letters, digits, '_' and '-', at most 64 characters."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64] or "output"
 
 
 def data_url(part: ImagePart | FilePart) -> str:

@@ -27,7 +27,7 @@ from ..checkpoint import Usage
 from ..errors import ConfigurationError, ModelCallError
 from ..messages import ContentPart, Message, content_parts
 from ..models import ModelEvent, ModelFinishReason, ModelRequest
-from ._base import HttpModel, HttpOptions, data_url, output_text, parse_arguments
+from ._base import HttpModel, HttpOptions, data_url, output_text, parse_arguments, schema_name
 from ._errors import classify, error_body, parse_duration_ms, transport_error
 from ._sse import SSEEvent
 
@@ -235,6 +235,9 @@ class OpenAIChatModel(HttpModel):
         for name in ("temperature", "seed", "top_p"):
             if (value := getattr(s, name)) is not None:
                 body[name] = value
+        if request.output_schema is not None:
+            body["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": schema_name(request.output_name), "schema": dict(request.output_schema)}}
         return body
 
     def classify_http(self, status: int, headers: Mapping[str, str], body: bytes) -> ModelCallError:

@@ -25,7 +25,7 @@ from ..checkpoint import Usage
 from ..errors import ModelCallError
 from ..messages import ContentPart, content_parts
 from ..models import ModelEvent, ModelFinishReason, ModelRequest
-from ._base import HttpModel, HttpOptions, data_url, output_text, parse_arguments
+from ._base import HttpModel, HttpOptions, data_url, output_text, parse_arguments, schema_name
 from ._errors import transport_error
 from ._sse import SSEEvent
 from .openai_chat import OPENAI_BASE_URL, classify_openai
@@ -138,6 +138,9 @@ class OpenAIResponsesModel(HttpModel):
         for name in ("temperature", "top_p"):
             if (value := getattr(s, name)) is not None:
                 body[name] = value
+        if request.output_schema is not None:
+            body["text"] = {"format": {"type": "json_schema", "name": schema_name(request.output_name),
+                                       "schema": dict(request.output_schema)}}
         return body
 
     def classify_http(self, status: int, headers: Mapping[str, str], body: bytes) -> ModelCallError:

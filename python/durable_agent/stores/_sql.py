@@ -6,8 +6,11 @@ SQLite and Postgres except for placeholders and the per-run write lock, kept in 
 
 Tables (see `MIGRATIONS`): `durable_agent_runs` holds one header row per run
 (`message_count`, the `revision` token of its last save, and the columns list/prune
-filter on); `durable_agent_messages` one row per message, `(run_id, seq)` unique. A load
-reads the rows in order and decodes their bodies in batches (`_history.decode_batched`).
+filter on); `durable_agent_messages` one row per message, `(run_id, seq)` unique;
+`durable_agent_step_log` (schema 2) the step log: per run and step index, the header saved at
+that step and its history's length (`durable_agent.stores._steps` states the rules). Runs
+saved before schema 2 have no step rows: only their latest step can be read back. A load reads
+the rows in order and decodes their bodies in batches (`_history.decode_batched`).
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from ._validate import page, prunable, readable_id, readable_ids
 
 RUNS = "durable_agent_runs"
 MESSAGES = "durable_agent_messages"
+STEPS = "durable_agent_step_log"
 VERSIONS = "durable_agent_schema_version"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +68,15 @@ def _schema_v1(dialect: Dialect) -> list[str]:
     ]
 
 
-MIGRATIONS = {1: _schema_v1}  # version -> statements that bring the previous version to it
+def _schema_v2(dialect: Dialect) -> list[str]:
+    return [
+        f"CREATE TABLE IF NOT EXISTS {STEPS} ("
+        f" run_id {dialect.text_type} NOT NULL, step_index BIGINT NOT NULL, message_count INTEGER NOT NULL,"
+        " header TEXT NOT NULL, PRIMARY KEY (run_id, step_index))",
+    ]
+
+
+MIGRATIONS = {1: _schema_v1, 2: _schema_v2}  # version -> statements that bring the previous version to it
 
 
 def migrate_plan(
@@ -129,6 +141,7 @@ def save_plan(
         raise CheckpointConflictError(run_id, expected_step_index, stored_step)
     if head is None:  # rows left by a corrupt or foreign writer must not collide with ours
         yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ?", (run_id,))
+        yield Query(f"DELETE FROM {STEPS} WHERE run_id = ?", (run_id,))
     trusted = type(stored_count) is int and type(stored_revision) is int
     keep = cache.kept(run_id, stored_revision, messages) if trusted or head is None else None
     if keep is None:
@@ -140,6 +153,7 @@ def save_plan(
     bodies = encode_messages(messages, keep)
     if keep < stored_count:
         yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ? AND (seq >= ? OR seq < 0)", (run_id, keep))
+        yield Query(f"DELETE FROM {STEPS} WHERE run_id = ? AND message_count > ?", (run_id, keep))
     if bodies:
         yield Query(
             f"INSERT INTO {MESSAGES} (run_id, seq, body) VALUES (?, ?, ?)",
@@ -147,6 +161,14 @@ def save_plan(
             many=True,
         )
     revision = new_revision()
+    header = encode_header(checkpoint)
+    yield Query(f"DELETE FROM {STEPS} WHERE run_id = ? AND step_index > ?", (run_id, checkpoint.step_index))
+    yield Query(
+        f"INSERT INTO {STEPS} (run_id, step_index, message_count, header) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (run_id, step_index) DO UPDATE SET"
+        " message_count = excluded.message_count, header = excluded.header",
+        (run_id, checkpoint.step_index, len(messages), header),
+    )
     yield Query(
         f"INSERT INTO {RUNS} (run_id, step_index, status, created_at, message_count, revision, header)"
         " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET"
@@ -159,7 +181,7 @@ def save_plan(
             checkpoint.created_at,
             len(messages),
             revision,
-            encode_header(checkpoint),
+            header,
         ),
     )
     return revision
@@ -184,7 +206,28 @@ def load_plan(run_id: str) -> Plan:
     return rebuild(run_id, header, [row[1] for row in rows]), revision
 
 
+def load_step_plan(run_id: str, step_index: int) -> Plan:
+    """The checkpoint saved at `step_index` of `run_id` (None when no step row holds it)."""
+    head = yield Query(f"SELECT message_count FROM {RUNS} WHERE run_id = ?", (run_id,), "one")
+    row = yield Query(
+        f"SELECT header, message_count FROM {STEPS} WHERE run_id = ? AND step_index = ?", (run_id, step_index), "one"
+    )
+    if head is None or row is None:
+        return None
+    header, count = row
+    if type(count) is not int or type(head[0]) is not int or not 0 <= count <= head[0]:
+        raise CheckpointCorruptError(f"step {step_index} counts {count!r} messages", run_id=run_id)
+    rows = yield Query(
+        f"SELECT seq, body FROM {MESSAGES} WHERE run_id = ? AND seq >= 0 AND seq < ? ORDER BY seq", (run_id, count), "all"
+    )
+    bodies = _bodies(rows)
+    if len(bodies) != count:
+        raise CheckpointCorruptError(f"step {step_index} needs {count} messages, rows hold {len(bodies)}", run_id=run_id)
+    return rebuild(run_id, header, bodies)
+
+
 def delete_plan(run_id: str) -> Plan:
+    yield Query(f"DELETE FROM {STEPS} WHERE run_id = ?", (run_id,))
     yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ?", (run_id,))
     yield Query(f"DELETE FROM {RUNS} WHERE run_id = ?", (run_id,))
 
@@ -226,6 +269,7 @@ def prune_plan(before: int, status: RunStatus | None, include_suspended: bool) -
         None,
     )
     if doomed:
+        yield Query(f"DELETE FROM {STEPS} WHERE run_id = ?", [(r,) for r in doomed], many=True)
         yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ?", [(r,) for r in doomed], many=True)
         yield Query(f"DELETE FROM {RUNS} WHERE run_id = ?", [(r,) for r in doomed], many=True)
     return doomed

@@ -61,6 +61,12 @@ def check_expected(expected_step_index: Any) -> int | None:
     return expected_step_index
 
 
+def check_step_index(step_index: Any) -> int:
+    if type(step_index) is not int or step_index < 0:
+        raise ConfigurationError(f"a step index is a non-negative int, got {step_index!r}")
+    return step_index
+
+
 def check_status(status: Any) -> RunStatus | None:
     if status is not None and status not in RUN_STATUSES:
         raise ConfigurationError(f"status must be None or one of {RUN_STATUSES}, got {status!r}")

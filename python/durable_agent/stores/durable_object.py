@@ -20,6 +20,10 @@ header. A message or header too large for one entry is split into parts. Keys, u
   ``...:m{seq:010d}.{part:04d}/{parts:04d}`` — message `seq` (codec text, bytes survive as
   ``$bytes``). Each part holds at most `MAX_ENTRY_BYTES` minus its key minus a 1 KiB margin for
   the storage's own encoding, counted in UTF-8 (never less than what the storage counts).
+* ``{prefix}step:{len(run_id)}:{run_id}:{step_index:012d}`` — the step log (`load_step`, for
+  `durable_agent.fork`): JSON ``{"n": message count, "h": header}`` of the save at that step,
+  under the rules of `durable_agent.stores._steps`. A header too large for one entry is not
+  logged (that step cannot be read back; the latest step always can).
 
 Damage stays the damaged run's problem: loading it raises `CheckpointCorruptError` naming it
 (an unreadable index entry, missing or extra parts, undecodable text), its next save replaces
@@ -48,6 +52,7 @@ from ._validate import (
     check_list_args,
     check_prune_args,
     check_run_id,
+    check_step_index,
     logger,
     page,
     prunable,
@@ -115,6 +120,17 @@ def _split_utf8(text: str, limit: int) -> list[str]:
         pieces.append(data[start:end].decode("utf-8"))
         start = end
     return pieces
+
+
+def _step_entry(value: Any) -> tuple[int, str] | None:
+    """``(message count, header)`` of a step log entry, or None when it is damaged."""
+    try:
+        data = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or type(data.get("n")) is not int or not isinstance(data.get("h"), str):
+        return None
+    return data["n"], data["h"]
 
 
 def _part_key(base: str, tag: str, index: int, part: int, parts: int) -> str:
@@ -228,6 +244,35 @@ class DurableObjectSessionStore:
         for key in [key for key, _ in self._kv.list(**options)]:
             self._kv.delete(key)
 
+    def _step_prefix(self, run_id: str) -> str:
+        return f"{self._prefix}step:{len(run_id)}:{run_id}:"
+
+    def _log_step(self, run_id: str, step_index: int, count: int, kept: int | None, header: str) -> None:
+        """Record the save at `step_index` in the step log, dropping the entries it replaces.
+
+        `kept` is where a rewrite of the stored messages began (None: nothing was rewritten);
+        only then is the whole log read, so an appending save reads only the entries it replaces.
+        """
+        base = self._step_prefix(run_id)
+        if kept is None:
+            doomed = [key for key, _ in self._kv.list(prefix=base, start=f"{base}{step_index:012d}")]
+        else:
+            doomed = [
+                key
+                for key, value in self._kv.list(prefix=base)
+                if key >= f"{base}{step_index:012d}" or (_step_entry(value) or (kept + 1, ""))[0] > kept
+            ]
+        for key in doomed:
+            self._kv.delete(key)
+        key = f"{base}{step_index:012d}"
+        value = json.dumps({"n": count, "h": header}, ensure_ascii=False, separators=(",", ":"))
+        if len(key.encode("utf-8")) + len(value.encode("utf-8")) + _MARGIN <= self._max:
+            self._kv.put(key, value)
+
+    def _delete_steps(self, run_id: str) -> None:
+        for key in [key for key, _ in self._kv.list(prefix=self._step_prefix(run_id))]:
+            self._kv.delete(key)
+
     def _index(self, run_id: str) -> tuple[_Index | None, bool]:
         """The run's index entry (None when absent or damaged) and whether an entry exists at all."""
         value = self._kv.get(self._run_key(run_id))
@@ -253,13 +298,16 @@ class DurableObjectSessionStore:
                 raise CheckpointConflictError(run_id, expected, actual)
             base = self._data_prefix(run_id)
             header_entries = self._parts(base, "h", 0, header)
+            rewrote_from: int | None = None
             if index is None:  # a new run, or a damaged one: whatever data it left goes
                 self._delete_data(run_id)
+                self._delete_steps(run_id)
                 keep = 0
             else:
                 keep = self._kept(run_id, index, messages)
                 if keep < index.count:
                     self._delete_data(run_id, f"m{keep:010d}")
+                    rewrote_from = keep
                 if index.header_parts != len(header_entries):  # else the new parts overwrite the old
                     for part in range(index.header_parts):
                         self._kv.delete(_part_key(base, "h", 0, part, index.header_parts))
@@ -278,6 +326,7 @@ class DurableObjectSessionStore:
                 len(header_entries),
             )
             self._kv.put(self._run_key(run_id), entry.dumps())
+            self._log_step(run_id, checkpoint.step_index, len(messages), rewrote_from, header)
             return revision
 
         try:
@@ -304,12 +353,28 @@ class DurableObjectSessionStore:
         self._cache.remember(run_id, index.revision, checkpoint.messages)
         return checkpoint
 
+    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
+        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
+        (the step log's rules: `durable_agent.stores._steps`)."""
+        check_run_id(run_id)
+        check_step_index(step_index)
+        index, exists = self._index(run_id)
+        value = self._kv.get(f"{self._step_prefix(run_id)}{step_index:012d}")
+        if not exists or value is None:
+            return None
+        entry = _step_entry(value)
+        if index is None or entry is None or entry[0] > index.count:
+            raise CheckpointCorruptError(f"the step log entry of step {step_index} is unreadable", run_id=run_id)
+        count, header = entry
+        return rebuild(run_id, header, self._records(run_id, index)[1][:count])
+
     def delete(self, run_id: str) -> None:
         check_run_id(run_id)
 
         def work() -> None:
             self._kv.delete(self._run_key(run_id))
             self._delete_data(run_id)
+            self._delete_steps(run_id)
 
         self._atomic(work)
         self._cache.forget(run_id)

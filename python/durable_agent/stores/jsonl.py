@@ -26,7 +26,9 @@ missing (Windows, Pyodide), the store is for one process only.
 it writes a fresh file under an unguessable name opened with ``O_EXCL|O_NOFOLLOW`` (a symlink
 planted next to the store is never written through), with the mode of the store's file. The
 file is created 0600 when missing: it holds conversations and approval tokens.
-The store keeps an index of the file in memory (per run: offsets of its live lines, header).
+The store keeps an index of the file in memory (per run: offsets of its live lines, header, and
+the step log `load_step` reads: every save line is a step, so the file itself is the log;
+after `compact()` only each run's latest step is left).
 """
 
 from __future__ import annotations
@@ -49,12 +51,14 @@ from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
 from ..errors import CheckpointConflictError, CheckpointCorruptError, CodecError, ConfigurationError
 from ._files import NOFOLLOW, PRIVATE, file_path
 from ._history import PrefixCache, decode_batched, header_dict, kept_by_encoding, new_revision, rebuild_decoded
+from ._steps import StepLog
 from ._validate import (
     check_checkpoint,
     check_expected,
     check_list_args,
     check_prune_args,
     check_run_id,
+    check_step_index,
     page,
     prunable,
 )
@@ -78,6 +82,7 @@ class _Run:
     header: dict[str, Any] | None = None
     segments: list[list[int]] = field(default_factory=list)  # [offset, length, messages taken]
     corrupt: str | None = None
+    steps: StepLog[dict[str, Any]] = field(default_factory=StepLog)
 
     @property
     def status(self) -> str | None:
@@ -244,6 +249,7 @@ class JsonlSessionStore:
             run.keep_only(keep)
             run.segments.append([offset, length, len(record["messages"])])
             run.count += len(record["messages"])
+            run.steps.record(record["header"]["step_index"], run.count, keep, record["header"])
         run.revision = record["rev"]
         run.header = record["header"]
 
@@ -365,20 +371,38 @@ class JsonlSessionStore:
             self._apply(offset, len(line) - 1, record)
         self._cache.remember(run_id, revision, messages)
 
+    def _current(self, run_id: str) -> _Run | None:
+        """The run's index entry once caught up with the file (under the mutex); a corrupt run raises."""
+        self._refresh()
+        run = self._runs.get(run_id)
+        if run is not None and run.corrupt is not None:
+            raise CheckpointCorruptError(run.corrupt, run_id=run_id)
+        return run
+
     def load(self, run_id: str) -> AgentCheckpoint | None:
         """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
         check_run_id(run_id)
         with self._mutex:
-            self._refresh()
-            run = self._runs.get(run_id)
+            run = self._current(run_id)
             if run is None:
                 return None
-            if run.corrupt is not None:
-                raise CheckpointCorruptError(run.corrupt, run_id=run_id)
             checkpoint = rebuild_decoded(run_id, run.header, self._messages(run_id, run))
             assert run.revision is not None
             self._cache.remember(run_id, run.revision, checkpoint.messages)
             return checkpoint
+
+    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
+        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
+        (the step log's rules: `durable_agent.stores._steps`; `compact()` keeps only the latest step)."""
+        check_run_id(run_id)
+        check_step_index(step_index)
+        with self._mutex:
+            run = self._current(run_id)
+            found = None if run is None else run.steps.at(step_index)
+            if run is None or found is None:
+                return None
+            count, header = found
+            return rebuild_decoded(run_id, header, self._messages(run_id, run)[:count])
 
     def delete(self, run_id: str) -> None:
         check_run_id(run_id)

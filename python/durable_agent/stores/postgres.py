@@ -24,7 +24,14 @@ from ..checkpoint import AgentCheckpoint, RunStatus
 from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from . import _sql
 from ._history import PrefixCache
-from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id
+from ._validate import (
+    check_checkpoint,
+    check_expected,
+    check_list_args,
+    check_prune_args,
+    check_run_id,
+    check_step_index,
+)
 
 DIALECT = _sql.Dialect(
     placeholder="%s",
@@ -99,6 +106,12 @@ class _Common:
             self._cache.remember(run_id, revision, checkpoint.messages)
         return checkpoint  # type: ignore[no-any-return]
 
+    @staticmethod
+    def _load_step(run_id: str, step_index: int) -> Callable[[], _sql.Plan]:
+        check_run_id(run_id)
+        check_step_index(step_index)
+        return lambda: _sql.load_step_plan(run_id, step_index)
+
     def _pruned(self, doomed: builtins.list[str]) -> builtins.list[str]:
         for run_id in doomed:
             self._cache.forget(run_id)
@@ -172,6 +185,11 @@ class PostgresSessionStore(_Common):
             self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
             raise
         return self._loaded(run_id, found)
+
+    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
+        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
+        (the step log's rules: `durable_agent.stores._steps`)."""
+        return self._run(self._load_step(run_id, step_index), snapshot=True)  # type: ignore[no-any-return]
 
     def delete(self, run_id: str) -> None:
         self._run(lambda: _sql.delete_plan(check_run_id(run_id)))
@@ -269,6 +287,10 @@ class AsyncPostgresSessionStore(_Common):
             self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
             raise
         return self._loaded(run_id, found)
+
+    async def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
+        """See `PostgresSessionStore.load_step`."""
+        return await self._run(self._load_step(run_id, step_index), snapshot=True)  # type: ignore[no-any-return]
 
     async def delete(self, run_id: str) -> None:
         await self._run(lambda: _sql.delete_plan(check_run_id(run_id)))

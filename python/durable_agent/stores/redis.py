@@ -2,7 +2,10 @@
 
 Keys, under `prefix` (default ``durable_agent:``): ``run:<id>`` a hash (header, revision, step,
 status, created_at, count), ``msgs:<id>`` a list of encoded messages, ``runs`` and
-``status:<status>`` sorted sets (all scores 0, so ranges are lexicographic) for `list`.
+``status:<status>`` sorted sets (all scores 0, so ranges are lexicographic) for `list`, and
+``steps:<id>`` the step log (`load_step`, for `durable_agent.fork`): a list of
+``"<step_index> <message count> <header>"`` entries ordered by step, kept by the save script
+under the rules of `durable_agent.stores._steps` (it pops from the end: O(1) amortized).
 
 A save is one Lua script, so it is atomic: it checks the optional `expected_step_index` and
 that the run's revision is still the one this process wrote last, trims the list to the
@@ -50,19 +53,20 @@ from ._validate import (
     check_list_args,
     check_prune_args,
     check_run_id,
+    check_step_index,
     logger,
     page,
     prunable,
     readable_ids,
 )
 
-# KEYS: head, msgs, runs, status:running, status:suspended, status:completed
+# KEYS: head, msgs, runs, status:running, status:suspended, status:completed, steps
 # ARGV: run_id, expected step ('' = no check), known revision ('' = absent), keep, revision,
 #       step_index, status, created_at, header, bodies...
 _SAVE = """
 -- a key of the wrong type (damage, or another program's key) is replaced, like any corrupt run
-local want = {'hash', 'list'}
-for k = 1, 2 do
+local want = {'hash', 'list', [7] = 'list'}
+for _, k in ipairs({1, 2, 7}) do
   local t = redis.call('TYPE', KEYS[k])['ok']
   if t ~= 'none' and t ~= want[k] then redis.call('DEL', KEYS[k]) end
 end
@@ -74,6 +78,16 @@ if (head[1] or '') ~= ARGV[3] then
   return {'stale', ''}
 end
 local keep = tonumber(ARGV[4])
+if ARGV[3] == '' then redis.call('DEL', KEYS[7]) end  -- a new run: no stray step log
+local step = tonumber(ARGV[6])
+local rewrote = keep < redis.call('LLEN', KEYS[2])
+while true do
+  local last = redis.call('LINDEX', KEYS[7], -1)
+  if not last then break end
+  local s, n = string.match(last, '^(%d+) (%d+) ')
+  if s and tonumber(s) < step and not (rewrote and tonumber(n) > keep) then break end
+  redis.call('RPOP', KEYS[7])
+end
 if keep < redis.call('LLEN', KEYS[2]) then
   if keep == 0 then
     redis.call('DEL', KEYS[2])
@@ -90,6 +104,7 @@ while i <= last do
 end
 redis.call('HSET', KEYS[1], 'revision', ARGV[5], 'step_index', ARGV[6], 'status', ARGV[7],
   'created_at', ARGV[8], 'header', ARGV[9], 'count', redis.call('LLEN', KEYS[2]))
+redis.call('RPUSH', KEYS[7], ARGV[6] .. ' ' .. redis.call('LLEN', KEYS[2]) .. ' ' .. ARGV[9])
 redis.call('ZADD', KEYS[3], 0, ARGV[1])
 local by_status = {running = KEYS[4], suspended = KEYS[5], completed = KEYS[6]}
 for _, key in pairs(by_status) do redis.call('ZREM', key, ARGV[1]) end
@@ -102,7 +117,7 @@ _DELETE = """
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'revision') ~= ARGV[2] then
   return 0
 end
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[7])
 for k = 3, 6 do redis.call('ZREM', KEYS[k], ARGV[1]) end
 return 1
 """
@@ -125,6 +140,14 @@ def _text(value: Any, run_id: str, what: str) -> str:
         except UnicodeDecodeError:
             raise CheckpointCorruptError(f"{what} is not UTF-8", run_id=run_id) from None
     raise CheckpointCorruptError(f"{what} is missing", run_id=run_id)
+
+
+def _texts(bodies: list[Any], run_id: str) -> list[str]:
+    """The message bodies as text, in one pass; per body only to name a bad one (`_text`)."""
+    try:
+        return [body.decode("utf-8") for body in bodies]
+    except (AttributeError, UnicodeDecodeError):
+        return [_text(body, run_id, f"message {seq}") for seq, body in enumerate(bodies)]
 
 
 def _prune_fields(run_id: str, fields: Any) -> tuple[str, int, bytes] | None:
@@ -181,6 +204,7 @@ class RedisSessionStore:
             f"{p}msgs:{run_id}",
             f"{p}runs",
             *(f"{p}status:{s}" for s in RUN_STATUSES),
+            f"{p}steps:{run_id}",
         ]
 
     def _read(self, run_id: str) -> tuple[dict[bytes, bytes], builtins.list[Any], str | None]:
@@ -260,16 +284,42 @@ class RedisSessionStore:
                 raise CheckpointCorruptError(
                     f"header counts {int(count)} messages, the list holds {len(bodies)}", run_id=run_id
                 )
-            try:
-                texts = [body.decode("utf-8") for body in bodies]
-            except (AttributeError, UnicodeDecodeError):  # name the bad one
-                texts = [_text(body, run_id, f"message {seq}") for seq, body in enumerate(bodies)]
-            checkpoint = rebuild(run_id, _text(head.get(b"header"), run_id, "header"), texts)
+            checkpoint = rebuild(run_id, _text(head.get(b"header"), run_id, "header"), _texts(bodies, run_id))
         except CheckpointCorruptError:
             self._cache.forget(run_id)  # so the next save re-reads and repairs the run
             raise
         self._cache.remember(run_id, int(revision), checkpoint.messages)
         return checkpoint
+
+    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
+        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
+        (the step log's rules: `durable_agent.stores._steps`)."""
+        check_run_id(run_id)
+        check_step_index(step_index)
+        keys = self._keys(run_id)
+        pipe = self._client.pipeline(transaction=True)
+        pipe.exists(keys[0])
+        pipe.lrange(keys[6], 0, -1)
+        pipe.lrange(keys[1], 0, -1)
+        exists, entries, bodies = pipe.execute(raise_on_error=False)
+        if any(isinstance(v, Exception) for v in (exists, entries, bodies)):
+            raise CheckpointCorruptError("a key of the run holds another type", run_id=run_id)
+        if not exists:
+            return None
+        for entry in entries:
+            found = re.match(rb"([0-9]+) ([0-9]+) ", entry)
+            if found is None:
+                raise CheckpointCorruptError("a step log entry is unreadable", run_id=run_id)
+            if int(found[1]) == step_index:
+                count = int(found[2])
+                if count > len(bodies):
+                    raise CheckpointCorruptError(f"step {step_index} counts {count} messages", run_id=run_id)
+                return rebuild(
+                    run_id,
+                    _text(entry[found.end() :], run_id, f"the header of step {step_index}"),
+                    _texts(bodies[:count], run_id),
+                )
+        return None
 
     def delete(self, run_id: str) -> None:
         check_run_id(run_id)

@@ -35,7 +35,7 @@ from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavaila
 from . import _sql
 from ._files import create_private, file_path
 from ._history import PrefixCache
-from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id
+from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id, check_step_index
 
 _DIALECT = _sql.Dialect(placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None)
 _CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
@@ -189,6 +189,13 @@ class SqliteSessionStore:
         if type(revision) is int:
             self._cache.remember(run_id, revision, checkpoint.messages)
         return checkpoint  # type: ignore[no-any-return]
+
+    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
+        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
+        (the step log's rules: `durable_agent.stores._steps`)."""
+        check_run_id(run_id)
+        check_step_index(step_index)
+        return self._run("DEFERRED", lambda: _sql.load_step_plan(run_id, step_index), run_id)  # type: ignore[no-any-return]
 
     def delete(self, run_id: str) -> None:
         check_run_id(run_id)

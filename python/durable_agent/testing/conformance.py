@@ -36,6 +36,11 @@ The semantics checked, which every durable-agent backend implements:
   `include_suspended=True`; `status="suspended"` without it is a `ConfigurationError`.
 * Bad arguments (not a checkpoint, an empty or NUL-containing run id, a negative limit)
   raise `ConfigurationError`.
+* Fork and time travel (`durable_agent.fork`): `fork_run` at the latest step works on every
+  store. A store with a step log (`load_step(run_id, step_index)`; set `keeps_step_log = False`
+  on one without) returns the checkpoint saved at every boundary, drops the steps after a save
+  at an earlier step and the steps whose messages a save rewrote, and never returns anything
+  but what was saved at that step.
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ from typing import Any
 import pytest
 
 from ..checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, Usage
-from ..errors import CheckpointConflictError, CodecError, ConfigurationError
+from ..errors import CheckpointConflictError, CheckpointNotFoundError, CodecError, ConfigurationError, StepNotFoundError
+from ..fork import checkpoint_at_step, fork_run, update_run
 from ..stores._validate import MAX_RUN_ID_BYTES
 
 
@@ -165,7 +171,134 @@ class StoreDriver:
                 self._loop.close()
 
 
-class SessionStoreConformance:
+class ForkConformance:
+    """The fork and step-log cases of `SessionStoreConformance` (mixed into it)."""
+
+    keeps_step_log: bool
+
+    def _steps(self, store: Any, driver: StoreDriver, run_id: str = "src") -> list[AgentCheckpoint]:
+        """Five boundaries: growing history, one boundary with no new message, a suspension."""
+        saved = []
+        plan: list[tuple[int, RunStatus]] = [
+            (2, "running"), (4, "running"), (4, "running"), (5, "suspended"), (7, "completed")
+        ]
+        for step, (count, status) in enumerate(plan):
+            cp = make_checkpoint(run_id, step, conversation(count), status=status, created_at=100 + step,
+                                 pending=status == "suspended")
+            driver(store.save(cp))
+            saved.append(cp)
+        return saved
+
+    def _need_log(self) -> None:
+        if not self.keeps_step_log:
+            pytest.skip("this store keeps no step log")
+
+    def test_fork_at_the_latest_step(self, store: Any, driver: StoreDriver) -> None:
+        saved = self._steps(store, driver)
+        forked = driver(fork_run(store, "src", new_run_id="copy", clock=lambda: 5_000))
+        assert forked.run_id == "copy" and forked.step_index == 4 and forked.created_at == 5_000
+        assert driver(store.load("copy")) == forked
+        assert list(forked.messages) == list(saved[-1].messages) and forked.usage == saved[-1].usage
+        assert driver(store.load("src")) == saved[-1]  # the source is untouched
+
+    def test_load_step_reads_every_boundary(self, store: Any, driver: StoreDriver) -> None:
+        self._need_log()
+        saved = self._steps(store, driver)
+        for cp in saved:
+            assert driver(store.load_step("src", cp.step_index)) == cp
+        assert driver(store.load_step("src", 9)) is None
+        assert driver(store.load_step("nope", 0)) is None
+        with pytest.raises(ConfigurationError):
+            driver(store.load_step("src", -1))
+
+    def test_a_save_at_an_earlier_step_drops_the_later_ones(self, store: Any, driver: StoreDriver) -> None:
+        self._need_log()
+        saved = self._steps(store, driver)
+        again = make_checkpoint("src", 2, [*conversation(4), message(50)], created_at=900)
+        driver(store.save(again))
+        assert [driver(store.load_step("src", i)) for i in range(5)] == [saved[0], saved[1], again, None, None]
+
+    def test_a_rewritten_history_drops_the_steps_it_replaced(self, store: Any, driver: StoreDriver) -> None:
+        self._need_log()
+        saved = self._steps(store, driver)
+        history = conversation(7)
+        rewritten = make_checkpoint("src", 5, [*history[:3], {"role": "user", "content": "edited"}, *history[4:]])
+        driver(store.save(rewritten))
+        found = [driver(store.load_step("src", i)) for i in range(6)]
+        assert found == [saved[0], None, None, None, None, rewritten]
+
+    def test_delete_and_prune_drop_the_step_log(self, store: Any, driver: StoreDriver) -> None:
+        self._need_log()
+        self._steps(store, driver)
+        driver(store.delete("src"))
+        driver(store.save(make_checkpoint("src", 0, conversation(1))))
+        assert driver(store.load_step("src", 1)) is None
+        self._steps(store, driver, "old")
+        assert driver(store.prune(before=10_000)) == ["old", "src"]
+        assert driver(store.load_step("old", 1)) is None
+
+    def test_fork_at_an_earlier_step_then_the_runs_diverge(self, store: Any, driver: StoreDriver) -> None:
+        saved = self._steps(store, driver)
+        if not self.keeps_step_log:
+            with pytest.raises(StepNotFoundError):
+                driver(fork_run(store, "src", new_run_id="b", at_step=1))
+            return
+        forked = driver(fork_run(store, "src", new_run_id="b", at_step=1, clock=lambda: 7))
+        assert list(forked.messages) == list(saved[1].messages)
+        assert (forked.step_index, forked.usage, forked.status) == (1, saved[1].usage, "running")
+        grown = make_checkpoint("b", 2, [*forked.messages, message(90)])
+        driver(store.save(grown))
+        assert driver(store.load("b")) == grown
+        assert driver(store.load("src")) == saved[-1]
+        assert driver(store.load_step("src", 3)) == saved[3]
+        assert driver(checkpoint_at_step(store, "b", 1)) == forked
+
+    def test_fork_at_a_suspended_step_keeps_its_approvals(self, store: Any, driver: StoreDriver) -> None:
+        self._need_log()
+        self._steps(store, driver)
+        # step 3 is suspended on one approval whose call is the assistant message's tool call
+        src = driver(checkpoint_at_step(store, "src", 3))
+        assert src.status == "suspended" and src.pending_approvals
+
+        def mark(history: list[Any]) -> list[Any]:  # make the request's call open and marked
+            call = {"type": "tool-call", "tool_call_id": "call-1", "tool_name": "pay", "input": {}}
+            marker = {"type": "tool-approval-request", "approval_id": "appr-3", "tool_call_id": "call-1"}
+            return [*history, {"role": "assistant", "content": [call, marker]}]
+
+        forked = driver(fork_run(store, "src", new_run_id="f", at_step=3, edit=mark))
+        assert forked.status == "suspended"
+        assert [r.approval_id for r in forked.pending_approvals or ()] == ["appr-3"]
+        assert forked.pending_approvals[0].token is None  # bound to the first run: dropped
+        unmarked = driver(fork_run(store, "src", new_run_id="g", at_step=3))
+        assert unmarked.status == "running" and unmarked.pending_approvals is None
+
+    def test_fork_refuses_bad_targets_and_steps(self, store: Any, driver: StoreDriver) -> None:
+        self._steps(store, driver)
+        driver(store.save(make_checkpoint("taken", 0)))
+        with pytest.raises(CheckpointConflictError):
+            driver(fork_run(store, "src", new_run_id="taken"))
+        with pytest.raises(CheckpointNotFoundError):
+            driver(fork_run(store, "missing", new_run_id="x"))
+        with pytest.raises(StepNotFoundError):
+            driver(fork_run(store, "src", new_run_id="x", at_step=5))
+        with pytest.raises(ConfigurationError):
+            driver(fork_run(store, "src", new_run_id="src"))
+        with pytest.raises(ConfigurationError):
+            bad: Any = {"role": "robot", "content": ""}
+            driver(fork_run(store, "src", new_run_id="x", edit=lambda h: [*h, bad]))
+        assert driver(store.load("x")) is None
+
+    def test_update_run_edits_in_place_and_is_fenced(self, store: Any, driver: StoreDriver) -> None:
+        saved = self._steps(store, driver)
+        updated = driver(update_run(store, "src", lambda h: [*h[:-1], {"role": "user", "content": "instead"}]))
+        assert driver(store.load("src")) == updated and updated.step_index == saved[-1].step_index
+        assert updated.messages[-1] == {"role": "user", "content": "instead"}
+        if self.keeps_step_log:
+            assert driver(store.load_step("src", 4)) == updated
+            assert driver(store.load_step("src", 0)) == saved[0]
+
+
+class SessionStoreConformance(ForkConformance):
     """The suite. Subclass it and define the `make_store` fixture (see the module docstring).
 
     Set `checks_encoding = False` on a store that keeps checkpoints as objects and never
@@ -173,6 +306,7 @@ class SessionStoreConformance:
     """
 
     checks_encoding: bool = True
+    keeps_step_log: bool = True
 
     @pytest.fixture
     def make_store(self) -> Callable[[], Any]:

@@ -1,0 +1,91 @@
+"""Opening what the CLI works on: the store and runtime named by URLs, and the user's agent factory."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._util import maybe_await
+from ..errors import ConfigurationError
+from ..stores import _file_path, open_store
+
+
+class CliError(Exception):
+    """A failure the CLI reports in one line, with its exit code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def open_runtime(url: str) -> Any:
+    """The journal runtime of `url`: ``sqlite:///relative.db``, ``sqlite:////abs.db`` or ``postgresql://...``."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme == "sqlite":
+        from ..runtime.sqlite import sqlite_runtime
+
+        return sqlite_runtime(_file_path(url, scheme))
+    if scheme in ("postgresql", "postgres"):
+        from ..runtime.postgres import postgres_runtime
+
+        return postgres_runtime(url)
+    raise ConfigurationError(f"a runtime URL is sqlite:///path or postgresql://..., got {url!r}")
+
+
+@dataclass
+class Backends:
+    """The store (and runtime) of one CLI call."""
+
+    store: Any
+    runtime: Any = None
+
+    @classmethod
+    async def open(cls, store_url: str | None, runtime_url: str | None) -> Backends:
+        """Without `store_url`, the store is opened on the runtime's database: the runtime keeps its
+        checkpoints in the session store's tables (same URL), which also list, prune and fork."""
+        url = store_url or runtime_url
+        if not url:
+            raise CliError(2, "no store: pass --store URL (or --runtime URL), or set DURABLE_AGENT_STORE")
+        runtime = open_runtime(runtime_url) if runtime_url else None
+        try:
+            store = open_store(url)
+        except BaseException:
+            if runtime is not None:
+                await maybe_await(runtime.close())
+            raise
+        return cls(store, runtime)
+
+    async def close(self) -> None:
+        if self.runtime is not None:
+            await maybe_await(self.runtime.close())
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            await maybe_await(close())
+
+
+async def load_factory(spec: str) -> Any:
+    """What ``module:factory`` returns (or its awaitable resolves to) when called with no arguments:
+    an `Agent`, or a mapping of `resume_from_checkpoint` keyword arguments (``model``, ``tools``,
+    and any other call option)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise CliError(2, f"--agent takes module:factory, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CliError(2, f"cannot import {module_name!r} for --agent: {exc}") from None
+    target: Any = module
+    for name in attr.split("."):
+        if not hasattr(target, name):
+            raise CliError(2, f"{module_name!r} has no {attr!r} for --agent")
+        target = getattr(target, name)
+    if not callable(target):
+        raise CliError(2, f"--agent {spec} is not callable")
+    made = await maybe_await(target())
+    from ..agent import Agent
+
+    if not isinstance(made, (Agent, Mapping)):
+        raise CliError(2, f"--agent {spec} returned {type(made).__name__}: expected an Agent or a dict of options")
+    return made

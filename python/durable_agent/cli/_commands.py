@@ -1,0 +1,280 @@
+"""The ``durable-agent runs ...`` commands. Each takes the parsed arguments and the opened backends
+and returns an exit code (`durable_agent.cli` documents them); failures raise."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from .._util import maybe_await, wall_clock_ms
+from ..checkpoint import AgentCheckpoint, ToolApprovalResponse, deserialize_checkpoint, serialize_checkpoint
+from ..errors import CheckpointCorruptError, CheckpointNotFoundError, CheckpointVersionError, ConfigurationError
+from ..fork import checkpoint_at_step, fork_run
+from . import _render as r
+from ._backends import Backends, CliError, load_factory
+
+OK, ERROR, USAGE, NOT_FOUND, CONFLICT, UNAVAILABLE, TIMEOUT = 0, 1, 2, 3, 4, 5, 6
+
+
+async def _load(backends: Backends, run_id: str, step: int | None = None) -> AgentCheckpoint:
+    return await checkpoint_at_step(backends.store, run_id, step)
+
+
+async def _all_ids(store: Any, status: str | None, limit: int | None, after: str | None) -> list[str]:
+    if not hasattr(store, "list"):
+        raise CliError(USAGE, f"{type(store).__name__} cannot list its runs")
+    return list(await maybe_await(store.list(status=status, limit=limit, after=after)))
+
+
+async def runs_list(args: argparse.Namespace, b: Backends) -> int:
+    ids = await _all_ids(b.store, args.status, args.limit, args.after)
+    found: list[AgentCheckpoint | str] = []
+    for run_id in ids:
+        try:
+            cp = await maybe_await(b.store.load(run_id))
+        except (CheckpointCorruptError, CheckpointVersionError) as exc:
+            found.append(f"{run_id}: {exc}")
+            continue
+        if cp is not None:  # deleted since it was listed
+            found.append(cp)
+    if args.json:
+        r.emit_json([r.summary_json(cp) if isinstance(cp, AgentCheckpoint) else {"error": cp} for cp in found])
+    else:
+        rows = [r.summary_row(cp) if isinstance(cp, AgentCheckpoint) else [cp, "unreadable", "", "", "", ""]
+                for cp in found]
+        r.table(r.SUMMARY_HEADERS, rows)
+    return OK
+
+
+async def runs_show(args: argparse.Namespace, b: Backends) -> int:
+    cp = await _load(b, args.run, args.step)
+    journal = await b.runtime.inspect.steps(args.run) if b.runtime is not None else None
+    if args.json:
+        out: dict[str, Any] = {"checkpoint": cp.to_dict()}
+        if journal is not None:
+            out["journal"] = [_step_json(s) for s in journal]
+        r.emit_json(out)
+        return OK
+    r.table(["FIELD", "VALUE"], [
+        ["run", cp.run_id], ["status", cp.status], ["step", cp.step_index], ["saved", r.when(cp.created_at)],
+        ["usage", r.usage_text(cp.usage)], ["messages", len(cp.messages)],
+        *([["agent", "/".join(cp.agent_path)]] if cp.agent_path else []),
+    ])
+    print("\nTranscript")
+    for i, message in enumerate(cp.messages):
+        for line in r.message_lines(i, message, args.full):
+            print("  " + line)
+    if cp.pending_approvals:
+        print("\nPending approvals")
+        r.table(r.APPROVAL_HEADERS, r.approval_rows(cp.pending_approvals))
+    if journal is not None:
+        print("\nJournal steps")
+        r.table(["KEY", "KIND", "STATUS", "REPLAY"], [[s.key, s.kind, s.status, s.replay] for s in journal])
+    return OK
+
+
+def _step_json(step: Any) -> dict[str, Any]:
+    return {"key": step.key, "kind": step.kind, "status": step.status, "replay": step.replay,
+            "session_id": step.session_id, "result": step.result}
+
+
+async def runs_verdict(args: argparse.Namespace, b: Backends) -> int:
+    """``approve`` / ``deny``: through the runtime's awakeable when there is a runtime, else by resuming."""
+    approved = args.command == "approve"
+    cp = await _load(b, args.run)
+    pending = {p.approval_id: p for p in cp.pending_approvals or ()}
+    missing = [a for a in args.approval_id if a not in pending]
+    if missing:
+        raise CliError(NOT_FOUND, f"approval {', '.join(missing)} is not pending on run {args.run!r}"
+                       f" (pending: {', '.join(pending) or 'none'})")
+    if args.token is not None and len(args.approval_id) > 1:
+        raise CliError(USAGE, "--token names one approval: give one APPROVAL_ID with it")
+    responses = [
+        ToolApprovalResponse(a, approved, args.reason, args.token if args.token is not None else pending[a].token)
+        for a in args.approval_id
+    ]
+    if b.runtime is not None:
+        from ..agent import resolve_approval
+
+        for response in responses:
+            if not await resolve_approval(b.runtime, response.approval_id, approved=approved,
+                                          reason=response.reason, token=response.token):
+                raise CliError(NOT_FOUND, f"no run waits on approval {response.approval_id!r} in the runtime")
+        if args.agent is None:
+            _said(args, {"run_id": args.run, "approvals": args.approval_id, "approved": approved, "resumed": False},
+                  f"{args.command}d {', '.join(args.approval_id)}; the run's next resume settles it")
+            return OK
+        return await _resume(args, b, ())
+    left = sorted(set(pending) - set(args.approval_id))
+    if left:
+        raise CliError(USAGE, f"run {args.run!r} also waits on {', '.join(left)}: a resume denies every approval"
+                       " left unanswered, so name them all")
+    if args.agent is None:
+        raise CliError(USAGE, "a run in a store is approved by resuming it: pass --agent module:factory"
+                       " (or --runtime URL for an Agent's run)")
+    return await _resume(args, b, responses)
+
+
+async def runs_resume(args: argparse.Namespace, b: Backends) -> int:
+    return await _resume(args, b, ())
+
+
+async def _resume(args: argparse.Namespace, b: Backends, responses: Any) -> int:
+    made = await load_factory(args.agent)
+    if isinstance(made, Mapping):
+        from ..generate import resume_from_checkpoint
+
+        options = dict(made)
+        if responses:
+            options["approval_responses"] = [*options.get("approval_responses", ()), *responses]
+        result = await resume_from_checkpoint(b.store, args.run, **options)
+    else:
+        result = await made.resume(run_id=args.run, approval_responses=responses)
+        if result is None:
+            _said(args, {"run_id": args.run, "resumed": False}, f"run {args.run} has nothing to continue")
+            return OK
+    out = {
+        "run_id": args.run, "resumed": True, "finish_reason": result.finish_reason, "text": result.text,
+        "usage": result.usage.to_dict(), "total_usage": result.total_usage.to_dict(),
+        "pending_approvals": [p.to_dict() for p in result.pending_approvals],
+    }
+    if args.json:
+        r.emit_json(out)
+        return OK
+    print(f"run {args.run}: {result.finish_reason} (this leg: {r.usage_text(result.usage)})")
+    if result.text:
+        print(r.cut(result.text))
+    if result.pending_approvals:
+        r.table(r.APPROVAL_HEADERS, r.approval_rows(result.pending_approvals))
+    return OK
+
+
+def _said(args: argparse.Namespace, data: Any, text: str) -> None:
+    if args.json:
+        r.emit_json(data)
+    else:
+        print(text)
+
+
+_AGO = re.compile(r"([0-9]+)([smhd])")
+_UNIT_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_before(text: str, now_ms: int) -> int:
+    """``--before``: epoch milliseconds, an ISO 8601 time (UTC when it names no zone), or an age
+    such as ``30m``, ``12h``, ``7d`` (that long before now)."""
+    if text.isascii() and text.isdigit():
+        return int(text)
+    ago = _AGO.fullmatch(text)
+    if ago:
+        return now_ms - int(ago[1]) * _UNIT_MS[ago[2]]
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"--before takes epoch ms, an ISO 8601 time or an age like 7d/12h/30m, got {text!r}"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+async def runs_prune(args: argparse.Namespace, b: Backends) -> int:
+    before = parse_before(args.before, wall_clock_ms())
+    doomed = await maybe_await(b.store.prune(before=before, status=args.status,
+                                             include_suspended=args.include_suspended))
+    _said(args, {"deleted": doomed, "before": before},
+          f"deleted {len(doomed)} run(s) saved before {r.when(before)}" + "".join(f"\n  {d}" for d in doomed))
+    return OK
+
+
+async def runs_fork(args: argparse.Namespace, b: Backends) -> int:
+    forked = await fork_run(b.store, args.run, new_run_id=args.to, at_step=args.at)
+    _said(args, r.summary_json(forked),
+          f"forked {args.run} at step {forked.step_index} to {forked.run_id} ({forked.status},"
+          f" {len(forked.messages)} messages)")
+    return OK
+
+
+async def runs_export(args: argparse.Namespace, b: Backends) -> int:
+    """One line per run: its latest checkpoint as codec text (bytes kept). The step log is not exported."""
+    ids = args.run or await _all_ids(b.store, args.status, None, None)
+    lines = []
+    for run_id in ids:
+        cp = await maybe_await(b.store.load(run_id))
+        if cp is None:
+            if args.run:
+                raise CheckpointNotFoundError(run_id)
+            continue
+        lines.append(serialize_checkpoint(cp) + "\n")
+    if args.output in (None, "-"):
+        sys.stdout.write("".join(lines))
+        return OK
+    with open(args.output, "w", encoding="utf-8") as f:
+        f.write("".join(lines))
+    _said(args, {"exported": len(lines), "file": args.output}, f"exported {len(lines)} run(s) to {args.output}")
+    return OK
+
+
+async def runs_import(args: argparse.Namespace, b: Backends) -> int:
+    """Read every line first: a bad line or a run that exists (without --overwrite) writes nothing."""
+    if args.input in (None, "-"):
+        text = sys.stdin.read()
+    else:
+        with open(args.input, encoding="utf-8") as f:
+            text = f.read()
+    checkpoints = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                checkpoints.append(deserialize_checkpoint(line))
+            except CheckpointCorruptError as exc:
+                raise CheckpointCorruptError(f"line {number}: {exc}") from None
+    if not args.overwrite:
+        taken = [cp.run_id for cp in checkpoints if await maybe_await(b.store.load(cp.run_id)) is not None]
+        if taken:
+            raise CliError(CONFLICT, f"runs already stored (pass --overwrite to replace them): {', '.join(taken)}")
+    for cp in checkpoints:
+        await maybe_await(b.store.save(cp))
+    _said(args, {"imported": [cp.run_id for cp in checkpoints]}, f"imported {len(checkpoints)} run(s)")
+    return OK
+
+
+async def runs_watch(args: argparse.Namespace, b: Backends) -> int:
+    """Poll the run; print each new message and status change; stop when it completes (or suspends)."""
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    shown, last = 0, None
+    while True:
+        cp = await maybe_await(b.store.load(args.run))
+        if cp is None:
+            raise CheckpointNotFoundError(args.run)
+        if shown > len(cp.messages):
+            shown = 0  # the history was rewritten: show it again
+        for i in range(shown, len(cp.messages)):
+            if args.json:
+                r.emit_json({"type": "message", "index": i, "message": cp.messages[i]})
+            else:
+                print("\n".join(r.message_lines(i, cp.messages[i])))
+        shown = len(cp.messages)
+        state = (cp.step_index, cp.status)
+        if state != last:
+            last = state
+            if args.json:
+                r.emit_json({"type": "status", **r.summary_json(cp),
+                             "pending_approvals": [p.to_dict() for p in cp.pending_approvals or ()]})
+            else:
+                print(f"-- step {cp.step_index}: {cp.status} ({r.usage_text(cp.usage)})")
+                if cp.pending_approvals:
+                    r.table(r.APPROVAL_HEADERS, r.approval_rows(cp.pending_approvals))
+        sys.stdout.flush()
+        if cp.status == "completed" or (cp.status == "suspended" and not args.follow):
+            return OK
+        if deadline is not None and time.monotonic() >= deadline:
+            raise CliError(TIMEOUT, f"run {args.run} is still {cp.status} after {args.timeout:g}s")
+        await asyncio.sleep(args.interval)

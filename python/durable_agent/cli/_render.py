@@ -1,0 +1,114 @@
+"""What the CLI prints: tables, transcripts and JSON, kept apart from what it does."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from .._kernels import kernels
+from ..checkpoint import AgentCheckpoint, ToolApprovalRequest, Usage
+from ..messages import Message, content_parts
+
+WIDTH = 160  # a value longer than this is cut in tables and transcripts (`--json` never cuts)
+
+
+def as_json(value: Any) -> str:
+    """`value` as one line of JSON, through the checkpoint codec: bytes survive as ``{"$bytes": ...}``."""
+    return kernels.encode(value)  # type: ignore[no-any-return]
+
+
+def emit_json(value: Any, out: TextIO | None = None) -> None:
+    print(as_json(value), file=out or sys.stdout)
+
+
+def when(epoch_ms: int) -> str:
+    """Epoch milliseconds as ISO 8601 UTC, to the second."""
+    try:
+        return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return str(epoch_ms)
+
+
+def cut(text: str, width: int = WIDTH) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def brief(value: Any) -> str:
+    """A one-line form of a tool input or output (bytes shown by size)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return f"<{len(value)} bytes>"
+    try:
+        return as_json(value)
+    except ValueError:
+        return repr(value)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO | None = None) -> None:
+    """Left-aligned columns separated by two spaces; nothing but the header when there are no rows."""
+    cells = [[str(c) for c in headers], *[[cut(str(c), 80) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out or sys.stdout)
+
+
+def usage_text(usage: Usage) -> str:
+    return f"input {usage.input_tokens}, output {usage.output_tokens}, total {usage.total_tokens}"
+
+
+def summary_row(cp: AgentCheckpoint) -> list[Any]:
+    return [cp.run_id, cp.status, cp.step_index, len(cp.messages), cp.usage.total_tokens, when(cp.created_at)]
+
+
+SUMMARY_HEADERS = ["RUN", "STATUS", "STEP", "MESSAGES", "TOKENS", "SAVED"]
+
+
+def summary_json(cp: AgentCheckpoint) -> dict[str, Any]:
+    return {
+        "run_id": cp.run_id,
+        "status": cp.status,
+        "step_index": cp.step_index,
+        "messages": len(cp.messages),
+        "usage": cp.usage.to_dict(),
+        "created_at": cp.created_at,
+    }
+
+
+def message_lines(index: int, message: Message, full: bool = False) -> list[str]:
+    """A message as transcript lines: ``#3 assistant  text``, then one line per tool call or result."""
+    width = 10**9 if full else WIDTH
+    head = f"#{index:<3} {message['role']:<9}  "
+    pad = " " * len(head)
+    lines: list[str] = []
+    for part in content_parts(message):
+        kind = part["type"]
+        if kind == "text":
+            line = cut(part["text"], width)  # type: ignore[typeddict-item]
+        elif kind == "tool-call":
+            line = f"-> {part['tool_name']} {cut(brief(part['input']), width)}  [{part['tool_call_id']}]"  # type: ignore[typeddict-item]
+        elif kind == "tool-result":
+            mark = "error " if part.get("is_error") else ""
+            line = f"<- {part['tool_name']} [{part['tool_call_id']}] {mark}{cut(brief(part['output']), width)}"  # type: ignore[typeddict-item]
+        elif kind == "tool-approval-request":
+            line = f"awaiting approval {part['approval_id']} for [{part['tool_call_id']}]"  # type: ignore[typeddict-item]
+        else:
+            data = part.get("data")
+            size = len(data) if isinstance(data, (bytes, bytearray)) else "?"
+            line = f"[{kind} {part.get('media_type', '')} {size} bytes]"
+        lines.append((head if not lines else pad) + line)
+    return lines or [head.rstrip()]
+
+
+def approval_rows(requests: Sequence[ToolApprovalRequest]) -> list[list[Any]]:
+    return [
+        [r.approval_id, r.tool_name, r.tool_call_id, brief(r.input), "/".join(r.agent_path or ()) or "-",
+         "yes" if r.token else "no"]
+        for r in requests
+    ]
+
+
+APPROVAL_HEADERS = ["APPROVAL", "TOOL", "CALL", "INPUT", "AGENT", "SIGNED"]

@@ -1,0 +1,211 @@
+"""Fork and time travel: a new run from a step boundary of another, and editing a run before it resumes.
+
+**What "the state at step N" means.** A run's `step_index` starts at 0 and grows by one per
+boundary: each model step is one (its assistant message, plus the tool message of the tools
+it ran), and settling verdicts on resume is one too (the tool message answering the suspended
+calls, saved before the next model call). The state at step N is the checkpoint saved at
+boundary N: the history right after that boundary, the run's cumulative usage then, and its
+status then (``suspended`` with its pending approvals, ``running`` or ``completed``). A fork at
+N continues with boundary N + 1: nothing up to N runs again, nothing after N is kept. Only
+saved boundaries exist: a step interrupted before its checkpoint has no state.
+
+**Where it comes from.** The latest step is the run's checkpoint (`load`). An earlier one is
+read from the store's step log, `store.load_step(run_id, N)`, which every bundled store keeps
+(one small entry per save: the header and the history's length; the messages are the run's
+own append-only rows). `durable_agent.stores._steps` states when a step is dropped: a later
+save at an earlier step, a save that rewrote the messages it covered, a JSONL `compact()`.
+Runs saved before the step log existed (SQL schema 1) fork at their latest step only. A store
+of your own without `load_step` forks at its latest step; an earlier step raises
+`StepNotFoundError`, as does a step the log no longer holds.
+
+**Cost.** A fork is one `save` of a new run: its messages are written under the new run id,
+so the shared prefix is copied once, O(prefix). No bundled backend shares message rows
+between runs: each keys its rows by run id, and a parent pointer would be a stored format
+older versions could not read. After the fork the new run saves append-only like any other.
+
+**Editing (LangGraph's update_state).** `edit=` on `fork_run`, or `update_run` on a run in
+place, takes the history as a new list and returns the history to continue from (drop a turn,
+change the user's question, answer a client tool by appending a ``tool`` message...). The
+pending approvals are then recomputed: a request survives only while its call is still
+unanswered in the last assistant message, and a ``suspended`` run none of whose requests
+survive becomes ``running``. Resume the result with `resume_from_checkpoint(store, run_id, ...)`.
+
+**Signed approvals.** An approval token binds its run id, so a token of the first run is
+refused in a fork. Pass `approval_signer=` to sign the fork's pending requests for the new
+run; without it their tokens are dropped (a signed deployment then denies them on resume).
+A run suspended inside a durable sub-agent keeps the sub-agent's own checkpoint under the
+first run's id (``{run_id}::{name}#{call}``): a fork does not copy it, so resuming the fork
+runs that sub-agent call again from its start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._util import maybe_await, wall_clock_ms
+from .checkpoint import AgentCheckpoint, ToolApprovalRequest
+from .errors import CheckpointConflictError, CheckpointNotFoundError, ConfigurationError, StepNotFoundError
+from .transcript import unresolved_calls
+from .messages import Message
+from .signing import ApprovalSigner
+from .stores._validate import check_run_id, check_step_index
+
+MessageEdit = Callable[[list[Message]], Sequence[Message]]
+"""Takes the history (a new list the edit may change) and returns the history to continue from."""
+
+
+async def checkpoint_at_step(store: Any, run_id: str, step_index: int | None = None) -> AgentCheckpoint:
+    """The state of `run_id` at boundary `step_index` (the latest when None); see the module docstring.
+
+    Raises `CheckpointNotFoundError` for an unknown run and `StepNotFoundError` for a step the
+    store holds no state of (not reached yet, replaced, or not kept by this store).
+    """
+    check_run_id(run_id)
+    if step_index is not None:
+        check_step_index(step_index)
+    latest = await maybe_await(store.load(run_id))
+    if latest is None:
+        raise CheckpointNotFoundError(run_id)
+    latest.refuse_newer()
+    if step_index is None or step_index == latest.step_index:
+        return latest  # type: ignore[no-any-return]
+    if step_index > latest.step_index:
+        raise StepNotFoundError(run_id, step_index, f"the run's latest step is {latest.step_index}")
+    reader = getattr(store, "load_step", None)
+    if reader is None:
+        raise StepNotFoundError(
+            run_id, step_index, f"{type(store).__name__} keeps no step log: only the latest step can be read"
+        )
+    found = await maybe_await(reader(run_id, step_index))
+    if found is None:
+        raise StepNotFoundError(
+            run_id, step_index, "the store no longer holds it (saved over, history rewritten, or saved before the step log)"
+        )
+    return found.refuse_newer()  # type: ignore[no-any-return]
+
+
+async def fork_run(
+    store: Any,
+    run_id: str,
+    *,
+    new_run_id: str,
+    at_step: int | None = None,
+    edit: MessageEdit | None = None,
+    approval_signer: ApprovalSigner | None = None,
+    clock: Callable[[], int] = wall_clock_ms,
+) -> AgentCheckpoint:
+    """Start run `new_run_id` from the state of `run_id` at step `at_step` (the latest when None).
+
+    `edit` may change the history first. The new run's checkpoint keeps the step index, usage
+    and status of that step (its `created_at` is now); it is saved and returned. Raises
+    `CheckpointNotFoundError`, `StepNotFoundError`, and `CheckpointConflictError` when
+    `new_run_id` already holds a run (checked before the save: two forks racing to one new id
+    are not told apart).
+    """
+    check_run_id(new_run_id, "new_run_id")
+    if new_run_id == run_id:
+        raise ConfigurationError("new_run_id must differ from run_id (use update_run to edit a run in place)")
+    source = await checkpoint_at_step(store, run_id, at_step)
+    existing = await maybe_await(store.load(new_run_id))
+    if existing is not None:
+        raise CheckpointConflictError(
+            new_run_id, None, existing.step_index, f"run {new_run_id!r} exists already (at step {existing.step_index})"
+        )
+    forked = _edited(source, edit, new_run_id, approval_signer, clock)
+    await maybe_await(store.save(forked))
+    return forked
+
+
+async def update_run(
+    store: Any,
+    run_id: str,
+    edit: MessageEdit,
+    *,
+    approval_signer: ApprovalSigner | None = None,
+    clock: Callable[[], int] = wall_clock_ms,
+) -> AgentCheckpoint:
+    """Edit the history of `run_id`'s latest checkpoint in place, before it resumes.
+
+    The edited checkpoint is saved at the same step index with ``expected_step_index`` set,
+    so a run that moved on meanwhile raises `CheckpointConflictError` and nothing is written.
+    Stores whose `save` takes no `expected_step_index` are saved to without that guard.
+    `approval_signer` signs requests left without a token (none is changed otherwise).
+    """
+    latest = await checkpoint_at_step(store, run_id)
+    updated = _edited(latest, edit, run_id, approval_signer, clock)
+    if _takes_expected(store.save):
+        await maybe_await(store.save(updated, expected_step_index=latest.step_index))
+    else:
+        await maybe_await(store.save(updated))
+    return updated
+
+
+def _takes_expected(save: Any) -> bool:
+    try:
+        return "expected_step_index" in inspect.signature(save).parameters
+    except (TypeError, ValueError):  # a builtin or an object without a signature
+        return False
+
+
+def _edited(
+    source: AgentCheckpoint,
+    edit: MessageEdit | None,
+    run_id: str,
+    signer: ApprovalSigner | None,
+    clock: Callable[[], int],
+) -> AgentCheckpoint:
+    messages: Sequence[Message] = list(source.messages)
+    if edit is not None:
+        messages = edit(list(messages))
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise ConfigurationError(f"an edit returns a sequence of messages, got {type(messages).__name__}")
+        messages = list(messages)
+    pending = _still_pending(source.pending_approvals, messages, source.run_id == run_id, run_id, signer)
+    status = source.status
+    if status == "suspended" and not pending:
+        status = "running"
+    draft = dataclasses.replace(
+        source,
+        run_id=run_id,
+        step_id="",
+        messages=messages,
+        pending_approvals=pending,
+        status=status,
+        created_at=clock(),
+    )
+    try:  # the same checks a load applies: a bad edit fails here, not when the run resumes
+        AgentCheckpoint.from_dict(draft.to_dict(), run_id=run_id)
+    except Exception as exc:  # noqa: BLE001 - any malformed message is the edit's error
+        raise ConfigurationError(f"the edited history is not a valid history: {exc}") from None
+    return draft
+
+
+def _still_pending(
+    requests: tuple[ToolApprovalRequest, ...] | None,
+    messages: Sequence[Message],
+    same_run: bool,
+    run_id: str,
+    signer: ApprovalSigner | None,
+) -> tuple[ToolApprovalRequest, ...] | None:
+    if not requests:
+        return requests
+    calls, approval_ids = unresolved_calls(messages)
+    open_calls = {c["tool_call_id"] for c in calls}
+    # A sub-agent's request is marked in the sub-agent's history, not here: it waits while the
+    # parent's call into the sub-agent is unanswered.
+    kept = [
+        r
+        for r in requests
+        if (open_calls if r.agent_path is not None else approval_ids.get(r.tool_call_id) == r.approval_id
+            and r.tool_call_id in open_calls)
+    ]
+    out = []
+    for request in kept:
+        token = request.token if same_run else None
+        if token is None and signer is not None and request.agent_path is None:
+            token = signer.sign(request, run_id=run_id)
+        out.append(dataclasses.replace(request, token=token))
+    return tuple(out) or None

@@ -1,0 +1,267 @@
+"""OpenTelemetry spans for runs, steps, model calls and tool calls; the run's ids on log records.
+
+**Spans** are made when ``opentelemetry-api`` is importable (configure a tracer provider with
+the SDK, as for any instrumented library). The API is imported at the first run, never when
+`durable_agent` is imported, and only once; without it every hook is one attribute check.
+``DURABLE_AGENT_TRACING=0`` turns spans off even when it is installed. Under Pyodide (and so in
+Cloudflare Workers) spans are off unless ``DURABLE_AGENT_TRACING=1``: importing the API draws
+entropy (its context keys are ``uuid4``), which Workers forbid outside a request handler. One call of the loop
+(`generate_text`, a resume, `Agent.run`) is one leg of a run:
+
+* ``invoke_agent {name}`` — the leg, child of the caller's current span. ``gen_ai.operation.name``
+  ``invoke_agent``, ``gen_ai.agent.name`` (the sub-agent's name, else ``durable_agent``),
+  ``gen_ai.request.model``, ``gen_ai.conversation.id`` (the `Agent`'s session id, else the run
+  id), ``gen_ai.usage.input_tokens`` / ``output_tokens`` (this leg),
+  ``durable_agent.run_id``, ``durable_agent.session_id``, ``durable_agent.finish_reason``,
+  ``durable_agent.total_tokens`` (the whole run). A leg that continues a stored run (a resume,
+  a recovered run, the next call on a session's run) has ``durable_agent.resumed = true`` and
+  ``durable_agent.resumed_from_step`` (the last step stored before it), and, when the leg it
+  continues ran in this process, a span link to that leg (an `Agent`'s fresh run starts from
+  its start checkpoint, which no leg wrote: it is not ``resumed``). Across processes the legs of one run
+  share ``durable_agent.run_id``: query by it.
+* ``durable_agent.step`` — each step boundary, child of the leg: ``durable_agent.step_index``
+  and ``durable_agent.step_kind`` (``model``, or ``settle`` for settling verdicts on resume).
+* ``chat {model}`` — each model call (kind CLIENT), child of its step: ``gen_ai.operation.name``
+  ``chat``, ``gen_ai.request.model``, ``gen_ai.response.finish_reasons``,
+  ``gen_ai.usage.input_tokens`` / ``output_tokens``; ``durable_agent.replayed`` when the
+  journal replayed it instead of calling the model.
+* ``execute_tool {name}`` — each tool call that runs, child of its step and current while the
+  tool runs (so a sub-agent's leg, or an instrumented HTTP client, nests under it):
+  ``gen_ai.operation.name`` ``execute_tool``, ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
+  ``gen_ai.tool.type`` ``function``; a tool that raised has status ERROR and ``error.type``.
+
+A failing leg ends with status ERROR and the exception recorded, and so do the step and model call
+it interrupted. A leg, step or tool call stopped by a control signal (a suspension inside a
+sub-agent, `Agent.suspend()`, an abort, a lost lease) is not a failure: it carries
+``durable_agent.stopped_by`` (the signal's class name) instead.
+
+**Logs**: the loop logs on the ``durable_agent`` logger with ``run_id``, ``step_index`` (the
+step in progress, or the next one between steps) and ``session_id`` (the `Agent`'s, else None)
+as record attributes (`extra`). Add `RunContextFilter` to a handler whose format names them,
+so records that lack them (other loggers) get None instead of a formatting error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections import OrderedDict
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
+from typing import Any
+
+from .checkpoint import AgentCheckpoint, Usage
+from .errors import is_control_error
+
+_UNSET: Any = object()
+_tracer: Any = _UNSET
+_LAST_LEGS = 1024
+_last_leg: OrderedDict[str, Any] = OrderedDict()  # run id -> span context of its latest leg in this process
+LOG_FIELDS = ("run_id", "step_index", "session_id")
+
+
+def get_tracer() -> Any:
+    """The package's OpenTelemetry tracer, or None (API not installed, or DURABLE_AGENT_TRACING=0).
+
+    Resolved once, at the first run. The tracer follows the global tracer provider, so one set
+    after the first run is still used.
+    """
+    global _tracer
+    if _tracer is _UNSET:
+        _tracer = _load_tracer()
+    return _tracer
+
+
+def _load_tracer() -> Any:
+    setting = os.environ.get("DURABLE_AGENT_TRACING", "").strip().lower()
+    if setting in ("0", "false", "no", "off"):
+        return None
+    if sys.platform == "emscripten" and setting not in ("1", "true", "yes", "on"):
+        return None  # importing the API draws entropy (uuid4 context keys): Workers forbid it outside a request
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return None
+    from ._version import __version__
+
+    return trace.get_tracer("durable_agent", __version__)
+
+
+def _usage_attributes(usage: Usage) -> dict[str, int]:
+    return {"gen_ai.usage.input_tokens": usage.input_tokens, "gen_ai.usage.output_tokens": usage.output_tokens}
+
+
+def _fail(span: Any, error: BaseException) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    span.record_exception(error)
+    span.set_attribute("error.type", type(error).__qualname__)
+    span.set_status(Status(StatusCode.ERROR, str(error)))
+
+
+def _stopped(span: Any, error: BaseException) -> None:
+    """A span cut short by `error`: a control signal (a suspension, an abort, a lost lease) is
+    an attribute, not a failure; anything else is recorded as the failure it is."""
+    if is_control_error(error):
+        span.set_attribute("durable_agent.stopped_by", type(error).__qualname__)
+    else:
+        _fail(span, error)
+
+
+class RunTrace:
+    """The spans of one leg of a run. Every method is a no-op when there is no tracer."""
+
+    __slots__ = ("_tracer", "_run", "_step", "_model")
+
+    def __init__(self) -> None:
+        self._tracer = get_tracer()
+        self._run: Any = None
+        self._step: Any = None
+        self._model: Any = None
+
+    def _child(self, parent: Any, name: str, attributes: dict[str, Any], **options: Any) -> Any:
+        from opentelemetry import trace
+
+        return self._tracer.start_span(name, context=trace.set_span_in_context(parent), attributes=attributes,
+                                       **options)
+
+    def start_run(self, run_id: str | None, model_id: str, agent_path: tuple[str, ...]) -> None:
+        if self._tracer is None:
+            return
+        name = agent_path[-1] if agent_path else "durable_agent"
+        attributes: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name,
+                                      "gen_ai.request.model": model_id}
+        if run_id is not None:
+            attributes["durable_agent.run_id"] = run_id
+        self._run = self._tracer.start_span(f"invoke_agent {name}", attributes=attributes)
+
+    def run_loaded(self, run_id: str, session_id: str | None, stored: AgentCheckpoint | None) -> None:
+        """The leg knows its run and what was `stored` of it before this leg (None: nothing).
+
+        The leg continues an earlier one when the stored checkpoint was written by a loop: every
+        boundary ends the history with an assistant or tool message, while an `Agent`'s start
+        checkpoint (no leg before it) ends with the user's prompt.
+        """
+        span = self._run
+        if span is None:
+            return
+        resumed_from = None
+        if stored is not None and stored.messages and stored.messages[-1]["role"] != "user":
+            resumed_from = stored.step_index
+        span.set_attribute("durable_agent.run_id", run_id)
+        span.set_attribute("gen_ai.conversation.id", session_id or run_id)
+        if session_id is not None:
+            span.set_attribute("durable_agent.session_id", session_id)
+        span.set_attribute("durable_agent.resumed", resumed_from is not None)
+        if resumed_from is not None:
+            span.set_attribute("durable_agent.resumed_from_step", resumed_from)
+            previous = _last_leg.get(run_id)
+            if previous is not None:
+                span.add_link(previous, {"durable_agent.link": "continues"})
+
+    def end_run(self, run_id: str | None, finish_reason: str | None, usage: Usage, total_usage: Usage,
+                error: BaseException | None) -> None:
+        span = self._run
+        if span is None:
+            return
+        self.end_step(error)
+        span.set_attributes(_usage_attributes(usage))
+        span.set_attribute("durable_agent.total_tokens", total_usage.total_tokens)
+        if finish_reason is not None:
+            span.set_attribute("durable_agent.finish_reason", finish_reason)
+        if error is not None:
+            _stopped(span, error)
+        span.end()
+        if run_id is not None:
+            _last_leg[run_id] = span.get_span_context()
+            _last_leg.move_to_end(run_id)
+            while len(_last_leg) > _LAST_LEGS:
+                _last_leg.popitem(last=False)
+
+    def start_step(self, step_index: int, kind: str) -> None:
+        if self._run is not None:
+            self._step = self._child(self._run, "durable_agent.step",
+                                     {"durable_agent.step_index": step_index, "durable_agent.step_kind": kind})
+
+    def end_step(self, error: BaseException | None = None) -> None:
+        if self._model is not None:
+            self.end_model(None, None, error=error or RuntimeError("the step ended during the model call"))
+        if self._step is not None:
+            if error is not None:
+                _stopped(self._step, error)
+            self._step.end()
+            self._step = None
+
+    def start_model(self, model_id: str) -> None:
+        if self._step is not None:
+            from opentelemetry.trace import SpanKind
+
+            self._model = self._child(self._step, f"chat {model_id}",
+                                      {"gen_ai.operation.name": "chat", "gen_ai.request.model": model_id},
+                                      kind=SpanKind.CLIENT)
+
+    def end_model(self, usage: Usage | None, finish_reason: str | None, *, replayed: bool = False,
+                  error: BaseException | None = None) -> None:
+        span = self._model
+        if span is None:
+            return
+        if usage is not None:
+            span.set_attributes(_usage_attributes(usage))
+        if finish_reason is not None:
+            span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
+        if replayed:
+            span.set_attribute("durable_agent.replayed", True)
+        if error is not None:
+            _stopped(span, error)
+        span.end()
+        self._model = None
+
+    @contextmanager
+    def tool(self, tool_name: str, tool_call_id: str) -> Iterator[Any]:
+        """The span of one tool call, current while the body runs; yields it (None without tracing)."""
+        if self._step is None:
+            yield None
+            return
+        from opentelemetry import trace
+
+        span = self._child(self._step, f"execute_tool {tool_name}",
+                           {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool_name,
+                            "gen_ai.tool.call.id": tool_call_id, "gen_ai.tool.type": "function"})
+        with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
+            try:
+                yield span
+            except BaseException as error:
+                _stopped(span, error)
+                raise
+
+    @staticmethod
+    def tool_failed(span: Any, error: BaseException) -> None:
+        """Mark the tool span of a tool that raised (the loop turns the error into a result)."""
+        if span is not None:
+            _fail(span, error)
+
+
+class RunLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The ``durable_agent`` logger, adding the run's `LOG_FIELDS` to every record (`extra`)."""
+
+    def __init__(self, logger: logging.Logger, fields: Any) -> None:
+        super().__init__(logger, {})
+        self._fields = fields  # a callable returning (run_id, step_index, session_id), read per record
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        kwargs["extra"] = {**dict(zip(LOG_FIELDS, self._fields(), strict=True)), **(kwargs.get("extra") or {})}
+        return msg, kwargs
+
+
+class RunContextFilter(logging.Filter):
+    """Gives every record the run fields (None when it has none), so a format may name them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for name in LOG_FIELDS:
+            if not hasattr(record, name):
+                setattr(record, name, None)
+        return True
+
+
+__all__ = ["LOG_FIELDS", "RunContextFilter", "RunLogger", "RunTrace", "get_tracer"]

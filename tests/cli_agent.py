@@ -1,0 +1,47 @@
+"""Agent factories for the CLI tests (`--agent cli_agent:...`): a pay tool that needs approval.
+
+The pay tool appends to the file named by ``CLI_LEDGER``, so a test sees how often it ran.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
+
+
+def _pay(args: Any) -> str:
+    with open(os.environ["CLI_LEDGER"], "a", encoding="utf-8") as ledger:
+        ledger.write(f"paid {args['id']}\n")
+    return "paid"
+
+
+def tools() -> dict[str, Tool]:
+    return {
+        "lookup": Tool(description="Find an invoice.", parameters={"type": "object"},
+                       execute=lambda args: {"id": args["id"], "amount": 42, "scan": b"\x00\xffPDF"}),
+        "pay": Tool(description="Pay an invoice.", parameters={"type": "object"}, execute=_pay, needs_approval=True),
+    }
+
+
+def model(delay: float = 0.0) -> ScriptedModel:
+    return ScriptedModel([reply("Looking it up.", call("lookup", {"id": "inv-7"})),
+                          reply("Paying it.", call("pay", {"id": "inv-7"})), "Invoice inv-7 is paid."], delay=delay)
+
+
+def resume_options() -> dict[str, Any]:
+    """For a run in a store: the options of `resume_from_checkpoint`."""
+    return {"model": model(), "tools": tools(), "max_steps": 5}
+
+
+def journal_agent() -> Agent:
+    """For an Agent's run on the SQLite runtime named by ``CLI_JOURNAL``."""
+    from durable_agent.runtime.sqlite import sqlite_runtime
+
+    return Agent(model=model(), tools=tools(), durable=DurableOptions(sqlite_runtime(os.environ["CLI_JOURNAL"])),
+                 session_id="chat-1", max_steps=5)
+
+
+def not_an_agent() -> int:
+    return 42

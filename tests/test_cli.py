@@ -1,0 +1,283 @@
+"""The ``durable-agent`` CLI as a subprocess against real SQLite and Postgres stores (and the SQLite runtime).
+
+Postgres cases run under `scripts/services run -- ...` (skipped without a server, failed under CI).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cli_agent
+import pytest
+
+from durable_agent import Session, generate_text, open_store
+from durable_agent._util import maybe_await
+
+pytestmark = pytest.mark.host_only("runs the CLI in subprocesses")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), str(ROOT / "tests")]), **(env or {})}
+    environ.pop("DURABLE_AGENT_STORE", None)
+    return subprocess.run([sys.executable, "-m", "durable_agent.cli", *args], capture_output=True, text=True,
+                          env=environ, input=stdin, timeout=120)
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], code: int) -> str:
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("durable-agent: error: "), done.stderr
+    return done.stderr
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/runs.db"
+        return
+    from durable_agent.testing.services import POSTGRES_URL_VAR, postgres_schema, service_url
+
+    with postgres_schema("cli") as info:
+        schema = info.rsplit("search_path=", 1)[1].strip("'\" ")
+        base = service_url(POSTGRES_URL_VAR, "Postgres")
+        yield f"{base}{'&' if '?' in base else '?'}options=-c%20search_path%3D{schema}"
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "ledger.txt"
+    path.touch()
+    monkeypatch.setenv("CLI_LEDGER", str(path))
+    return path
+
+
+def suspended_run(url: str, run_id: str = "run-42") -> str:
+    """Start a run that suspends on the pay approval; returns the approval id."""
+
+    async def go() -> str:
+        store = open_store(url)
+        try:
+            result = await generate_text(model=cli_agent.model(), tools=cli_agent.tools(), max_steps=5,
+                                         messages=[{"role": "user", "content": "Pay inv-7."}],
+                                         session=Session(store, run_id))
+        finally:
+            await maybe_await(store.close())
+        assert result.finish_reason == "suspended"
+        return result.pending_approvals[0].approval_id
+
+    return asyncio.run(go())
+
+
+def stored(url: str, run_id: str) -> Any:
+    async def go() -> Any:
+        store = open_store(url)
+        try:
+            return await maybe_await(store.load(run_id))
+        finally:
+            await maybe_await(store.close())
+
+    return asyncio.run(go())
+
+
+def test_the_console_script_is_declared() -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"durable-agent": "durable_agent.cli:main"}
+
+
+def test_list_show_and_exit_codes(store_url: str) -> None:
+    empty = cli("--store", store_url, "runs", "list", "--json")
+    assert empty.returncode == 0 and json.loads(empty.stdout) == []
+    approval = suspended_run(store_url)
+
+    listed = cli("runs", "list", "--store", store_url)
+    assert listed.returncode == 0
+    header, row = listed.stdout.splitlines()
+    assert header.split() == ["RUN", "STATUS", "STEP", "MESSAGES", "TOKENS", "SAVED"]
+    assert row.split()[:4] == ["run-42", "suspended", "1", "4"]
+    assert json.loads(cli("--store", store_url, "--json", "runs", "list", "--status", "completed").stdout) == []
+
+    shown = cli("--store", store_url, "runs", "show", "run-42")
+    assert shown.returncode == 0
+    assert "Pay inv-7." in shown.stdout and "-> pay" in shown.stdout and approval in shown.stdout
+    assert "Pending approvals" in shown.stdout
+    data = json.loads(cli("--store", store_url, "--json", "runs", "show", "run-42").stdout)["checkpoint"]
+    assert data["pending_approvals"][0]["approval_id"] == approval
+    assert data["messages"][2]["content"][0]["output"]["scan"] == {"$bytes": "AP9QREY="}  # bytes, tagged
+    at0 = json.loads(cli("--store", store_url, "--json", "runs", "show", "run-42", "--step", "0").stdout)
+    assert at0["checkpoint"]["step_index"] == 0 and len(at0["checkpoint"]["messages"]) == 3
+
+    assert "run 'nope'" in one_line_error(cli("--store", store_url, "runs", "show", "nope"), 3)
+    one_line_error(cli("--store", store_url, "runs", "show", "run-42", "--step", "7"), 3)
+    one_line_error(cli("--store", store_url, "runs", "approve", "run-42", "not-an-approval"), 3)
+
+
+def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    one_line_error(cli("runs", "list"), 2)  # no store
+    one_line_error(cli("--store", url, "runs", "frobnicate"), 2)
+    one_line_error(cli("--store", url, "runs", "list", "--limit", "many"), 2)
+    one_line_error(cli("--store", "mysql://x", "runs", "list"), 2)
+    one_line_error(cli("--store", url, "runs", "prune", "--before", "last tuesday"), 2)
+    one_line_error(cli("--store", url, "runs", "resume", "r", "--agent", "no_such_module:f"), 2)
+    one_line_error(cli("--store", url, "runs", "resume", "r", "--agent", "cli_agent:not_an_agent"), 2)
+    assert cli("--help").returncode == 0 and cli("runs", "list", "--help").returncode == 0
+
+
+def test_approve_resumes_with_the_agent_and_the_tool_runs_once(store_url: str, ledger: Path) -> None:
+    approval = suspended_run(store_url)
+    one_line_error(cli("--store", store_url, "runs", "approve", "run-42", approval), 2)  # no --agent
+    done = cli("--store", store_url, "--json", "runs", "approve", "run-42", approval, "--agent", "cli_agent:resume_options")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["finish_reason"] == "stop" and out["text"] == "Invoice inv-7 is paid."
+    assert ledger.read_text() == "paid inv-7\n"
+    assert stored(store_url, "run-42").status == "completed"
+    one_line_error(cli("--store", store_url, "runs", "approve", "run-42", approval, "--agent", "cli_agent:resume_options"), 3)
+    assert ledger.read_text() == "paid inv-7\n"
+
+
+def test_deny_gives_the_model_the_reason(store_url: str, ledger: Path) -> None:
+    approval = suspended_run(store_url)
+    done = cli("--store", store_url, "runs", "deny", "run-42", approval, "--reason", "over budget",
+               "--agent", "cli_agent:resume_options")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("run run-42: stop")
+    results = [p for m in stored(store_url, "run-42").messages if m["role"] == "tool" for p in m["content"]]
+    assert results[-1]["is_error"] and results[-1]["output"] == "over budget"
+    assert ledger.read_text() == ""
+
+
+def test_fork_then_resume_the_fork(store_url: str, ledger: Path) -> None:
+    suspended_run(store_url)
+    forked = cli("--store", store_url, "--json", "runs", "fork", "run-42", "--at", "0", "--to", "run-43")
+    assert forked.returncode == 0, forked.stderr
+    assert json.loads(forked.stdout)["step_index"] == 0
+    one_line_error(cli("--store", store_url, "runs", "fork", "run-42", "--to", "run-43"), 4)
+    one_line_error(cli("--store", store_url, "runs", "fork", "run-42", "--at", "9", "--to", "run-44"), 3)
+    resumed = cli("--store", store_url, "--json", "runs", "resume", "run-43", "--agent", "cli_agent:resume_options")
+    out = json.loads(resumed.stdout)
+    assert out["finish_reason"] == "suspended" and out["pending_approvals"][0]["tool_name"] == "pay"
+    assert stored(store_url, "run-43").step_index == 1
+    assert stored(store_url, "run-42").status == "suspended"
+
+
+def test_export_import_keeps_bytes_and_refuses_overwrites(store_url: str, tmp_path: Path) -> None:
+    suspended_run(store_url, "a")
+    suspended_run(store_url, "b")
+    exported = cli("--store", store_url, "runs", "export")
+    assert exported.returncode == 0 and len(exported.stdout.splitlines()) == 2
+    target = f"sqlite:///{tmp_path}/copy.db"
+    imported = cli("--store", target, "runs", "import", stdin=exported.stdout)
+    assert imported.returncode == 0, imported.stderr
+    assert stored(target, "a") == stored(store_url, "a") and stored(target, "b") == stored(store_url, "b")
+    one_line_error(cli("--store", target, "runs", "import", stdin=exported.stdout), 4)
+    assert cli("--store", target, "runs", "import", "--overwrite", stdin=exported.stdout).returncode == 0
+    (tmp_path / "bad.jsonl").write_text(exported.stdout + "{not json\n")
+    one_line_error(cli("--store", target, "runs", "import", str(tmp_path / "bad.jsonl"), "--overwrite"), 1)
+    file = tmp_path / "a.jsonl"
+    assert cli("--store", store_url, "runs", "export", "a", "-o", str(file)).returncode == 0
+    assert file.read_text().splitlines() == exported.stdout.splitlines()[:1]
+
+
+def test_prune_keeps_suspended_runs_unless_asked(store_url: str) -> None:
+    suspended_run(store_url)
+    kept = json.loads(cli("--store", store_url, "--json", "runs", "prune", "--before", "2999-01-01").stdout)
+    assert kept["deleted"] == []
+    assert cli("--store", store_url, "runs", "prune", "--before", "1d", "--include-suspended").stdout.startswith(
+        "deleted 0 run(s)")
+    gone = cli("--store", store_url, "--json", "runs", "prune", "--before", "2999-01-01T00:00:00Z", "--include-suspended")
+    assert json.loads(gone.stdout)["deleted"] == ["run-42"]
+
+
+def test_watch_follows_a_live_run_to_its_end(tmp_path: Path, ledger: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    approval = suspended_run(url)
+    stopped = cli("--store", url, "runs", "watch", "run-42", "--interval", "0.05")
+    assert stopped.returncode == 0 and "-- step 1: suspended" in stopped.stdout
+    one_line_error(cli("--store", url, "runs", "watch", "run-42", "--follow", "--interval", "0.05", "--timeout", "0.2"), 6)
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), str(ROOT / "tests")])}
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "durable_agent.cli", "--store", url, "--json", "runs", "watch", "run-42", "--follow",
+         "--interval", "0.05", "--timeout", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ)
+    assert watcher.stdout is not None
+    first = json.loads(watcher.stdout.readline())
+    assert first["type"] == "message" and first["index"] == 0  # the watcher is polling
+    approved = cli("--store", url, "runs", "approve", "run-42", approval, "--agent", "cli_agent:resume_options")
+    assert approved.returncode == 0, approved.stderr
+    out = watcher.stdout.read()  # not communicate(): it would skip the lines readline() buffered
+    assert watcher.wait(timeout=60) == 0, watcher.stderr.read() if watcher.stderr else ""
+    events = [first, *map(json.loads, out.splitlines())]
+    assert [e["index"] for e in events if e["type"] == "message"] == list(range(6))
+    assert events[-1]["type"] == "status" and events[-1]["status"] == "completed"
+    one_line_error(cli("--store", url, "runs", "watch", "nope"), 3)
+
+
+def test_an_agents_run_on_the_sqlite_runtime(tmp_path: Path, ledger: Path) -> None:
+    journal = tmp_path / "journal.db"
+    env = {"CLI_JOURNAL": str(journal)}
+    os.environ["CLI_JOURNAL"] = str(journal)
+    try:
+        result = asyncio.run(cli_agent.journal_agent().run("Pay inv-7."))
+    finally:
+        del os.environ["CLI_JOURNAL"]
+    assert result.finish_reason == "suspended"
+    runtime = f"sqlite:///{journal}"
+    run_id, approval = result.run_id, result.pending_approvals[0].approval_id
+    assert run_id is not None
+
+    shown = cli("--runtime", runtime, "runs", "show", run_id, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "Journal steps" in shown.stdout and f"{run_id}:1:model:0" in shown.stdout
+    journal_steps = json.loads(cli("--runtime", runtime, "--json", "runs", "show", run_id, env=env).stdout)["journal"]
+    assert {s["kind"] for s in journal_steps} == {"model", "tool"}
+
+    approved = cli("--runtime", runtime, "runs", "approve", run_id, approval, env=env)
+    assert approved.returncode == 0, approved.stderr
+    assert ledger.read_text() == ""  # resolved, not resumed yet
+    resumed = cli("--runtime", runtime, "--json", "runs", "resume", run_id, "--agent", "cli_agent:journal_agent", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["finish_reason"] == "stop"
+    assert ledger.read_text() == "paid inv-7\n"
+    again = cli("--runtime", runtime, "--json", "runs", "resume", run_id, "--agent", "cli_agent:journal_agent", env=env)
+    assert json.loads(again.stdout) == {"run_id": run_id, "resumed": False}
+
+
+def test_an_agents_run_on_the_postgres_runtime(ledger: Path) -> None:
+    from durable_agent import Agent, DurableOptions
+    from durable_agent.runtime.postgres import postgres_runtime
+    from durable_agent.testing.services import POSTGRES_URL_VAR, postgres_schema, service_url
+
+    with postgres_schema("clirt") as info:
+        schema = info.rsplit("search_path=", 1)[1].strip("'\" ")
+        base = service_url(POSTGRES_URL_VAR, "Postgres")
+        url = f"{base}{'&' if '?' in base else '?'}options=-c%20search_path%3D{schema}"
+
+        async def start() -> Any:
+            runtime = postgres_runtime(url)
+            try:
+                agent = Agent(model=cli_agent.model(), tools=cli_agent.tools(), durable=DurableOptions(runtime),
+                              session_id="chat-pg", max_steps=5)
+                return await agent.run("Pay inv-7.")
+            finally:
+                await runtime.close()
+
+        result = asyncio.run(start())
+        assert result.finish_reason == "suspended" and result.run_id is not None
+        shown = json.loads(cli("--runtime", url, "--json", "runs", "show", result.run_id).stdout)
+        assert shown["checkpoint"]["status"] == "suspended" and {s["kind"] for s in shown["journal"]} == {"model", "tool"}
+        approval = result.pending_approvals[0].approval_id
+        assert cli("--runtime", url, "runs", "approve", result.run_id, approval).returncode == 0
+        one_line_error(cli("--runtime", url, "runs", "approve", result.run_id, "other"), 3)
+        listed = json.loads(cli("--runtime", url, "--json", "runs", "list").stdout)
+        assert [r["run_id"] for r in listed] == [result.run_id]
