@@ -13,7 +13,8 @@ one process, for each backend (and LangGraph's SqliteSaver as the anchor, when i
   within 1.5x);
 * bytes stored after 800 steps (only that run in the store) divided by the encoded size of
   its final checkpoint (goal: at most 1.5x for SQLite, Postgres and JSONL);
-* load (resume) time of the run at 1,000 and 10,000 steps (median of 3 fresh-handle loads).
+* load (resume) time of the run at 1,000 and 10,000 steps: median and minimum of LOAD_TIMES
+  fresh-handle loads (on a shared, noisy machine the minimum is the stable figure).
 
 The fsync-free variants (SQLite synchronous=NORMAL, JSONL fsync=False) show the stores' own
 cost without the disk-flush latency, which on a shared disk varies more than the stores do.
@@ -48,6 +49,7 @@ MARKS = (10, 100, 1_000, 10_000)
 WINDOW = 30
 BYTES_AT = 800
 LOAD_AT = (1_000, 10_000)
+LOAD_TIMES = 5
 ANCHOR_MARKS = (10, 100)  # LangGraph writes ~1 GB by step 800: its deep run stops there
 WORDS = "tool result observation alpha beta gamma delta epsilon zeta theta kappa lambda sigma".split()
 
@@ -249,9 +251,10 @@ def run_backend(backend: Backend, marks: tuple[int, ...], final_size: dict[int, 
     return result
 
 
-def time_load(backend: Backend, expected: AgentCheckpoint) -> float:
+def time_load(backend: Backend, expected: AgentCheckpoint) -> tuple[float, float]:
+    """(median, min) seconds of LOAD_TIMES loads of `expected`'s run, each from a freshly opened store."""
     times = []
-    for _ in range(3):
+    for _ in range(LOAD_TIMES):
         store = backend.open_store()
         t0 = time.perf_counter()
         loaded = store.load(expected.run_id)
@@ -259,7 +262,7 @@ def time_load(backend: Backend, expected: AgentCheckpoint) -> float:
         close(store)
         if loaded != expected:
             raise SystemExit(f"{backend.name}: the loaded checkpoint differs from the saved one")
-    return statistics.median(times)
+    return statistics.median(times), min(times)
 
 
 def langgraph_anchor(tmp: Path, marks: tuple[int, ...]) -> dict[str, Any] | None:
@@ -315,23 +318,27 @@ def report(results: dict[str, dict[str, Any]], final_size: dict[int, int], marks
         for name, r in results.items():
             if r.get("bytes"):
                 print(f"{name:<26}{r['bytes'] / 1e6:>10.2f} MB {r['bytes'] / size:>9.2f}x")
-    print("\nload (resume) time, ms")
-    print(f"{'backend':<26}" + "".join(f"{'@' + str(s):>11}" for s in LOAD_AT if s <= max(marks)))
+    print(f"\nload (resume) time, ms: median (min) of {LOAD_TIMES} loads")
+    print(f"{'backend':<26}" + "".join(f"{'@' + str(s):>17}" for s in LOAD_AT if s <= max(marks)))
     for name, r in results.items():
         if not r["load"]:
             continue
-        print(f"{name:<26}" + "".join(f"{r['load'][s] * 1e3:>11.1f}" for s in LOAD_AT if s in r["load"]))
+        cells = (f"{r['load'][s][0] * 1e3:.1f} ({r['load'][s][1] * 1e3:.1f})" for s in LOAD_AT if s in r["load"])
+        print(f"{name:<26}" + "".join(f"{cell:>17}" for cell in cells))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="marks up to 1,000 steps only")
+    parser.add_argument("--only", default="", help="only the backends whose name contains this text (no anchor)")
     args = parser.parse_args()
     marks = tuple(m for m in MARKS if not args.quick or m <= 1_000)
     final_size: dict[int, int] = {}
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-stores-") as tmp:
         for backend in backends(Path(tmp)):
+            if args.only not in backend.name:
+                continue
             t0 = time.perf_counter()
             gc.collect()
             gc.disable()  # as timeit does: the benchmark's own growing heap must not bill its GC pauses to a store
@@ -340,11 +347,11 @@ def main() -> None:
             finally:
                 gc.enable()
             print(f"{backend.name}: done in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        anchor = langgraph_anchor(Path(tmp), ANCHOR_MARKS)
-        if anchor is None:
-            print("langgraph not installed: no SqliteSaver anchor", file=sys.stderr)
-        else:
+        anchor = None if args.only else langgraph_anchor(Path(tmp), ANCHOR_MARKS)
+        if anchor is not None:
             results["langgraph SqliteSaver"] = anchor
+        elif not args.only:
+            print("langgraph not installed: no SqliteSaver anchor", file=sys.stderr)
     report(results, final_size, marks)
 
 

@@ -9,7 +9,8 @@ Tables (see `MIGRATIONS`): `durable_agent_runs` holds one header row per run
 filter on); `durable_agent_messages` one row per message, `(run_id, seq)` unique;
 `durable_agent_step_log` (schema 2) the step log: per run and step index, the header saved at
 that step and its history's length (`durable_agent.stores._steps` states the rules). Runs
-saved before schema 2 have no step rows: only their latest step can be read back.
+saved before schema 2 have no step rows: only their latest step can be read back. A load reads
+the rows in order and decodes their bodies in batches (`_history.decode_batched`).
 """
 
 from __future__ import annotations
@@ -197,13 +198,12 @@ def load_plan(run_id: str) -> Plan:
     rows = yield Query(f"SELECT seq, body FROM {MESSAGES} WHERE run_id = ? ORDER BY seq", (run_id,), "all")
     if type(count) is not int or count < 0:
         raise CheckpointCorruptError(f"message_count is {count!r}", run_id=run_id)
-    bodies = _bodies(rows)
-    if len(bodies) != len(rows) or len(rows) != count:
+    if len(rows) != count or [row[0] for row in rows] != list(range(count)):  # C-speed form of `_bodies`
         raise CheckpointCorruptError(
-            f"header counts {count} messages, rows hold {len(rows)} (contiguous from 0: {len(bodies)})",
+            f"header counts {count} messages, rows hold {len(rows)} (contiguous from 0: {len(_bodies(rows))})",
             run_id=run_id,
         )
-    return rebuild(run_id, header, bodies), revision
+    return rebuild(run_id, header, [row[1] for row in rows]), revision
 
 
 def load_step_plan(run_id: str, step_index: int) -> Plan:

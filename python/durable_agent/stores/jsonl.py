@@ -50,7 +50,7 @@ from .._kernels import kernels
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
 from ..errors import CheckpointConflictError, CheckpointCorruptError, CodecError, ConfigurationError
 from ._files import NOFOLLOW, PRIVATE, file_path
-from ._history import PrefixCache, header_dict, kept_by_encoding, new_revision, rebuild_decoded
+from ._history import PrefixCache, decode_batched, header_dict, kept_by_encoding, new_revision, rebuild_decoded
 from ._steps import StepLog
 from ._validate import (
     check_checkpoint,
@@ -254,15 +254,20 @@ class JsonlSessionStore:
         run.header = record["header"]
 
     def _messages(self, run_id: str, run: _Run) -> builtins.list[Any]:
-        messages: builtins.list[Any] = []
-        for offset, length, take in run.segments:
-            raw = os.pread(self._fd, length, offset)
+        segments = run.segments
+        lines = self._read(segments)
+
+        def decode_one(index: int, line: str | bytes) -> Any:
             try:
-                record = kernels.decode(raw.decode("utf-8"))
+                text = line if isinstance(line, str) else line.decode("utf-8")
+                return kernels.decode(text)
             except (UnicodeDecodeError, CodecError) as exc:
                 raise CheckpointCorruptError(
-                    f"the line at byte {offset} is unreadable: {exc}", run_id=run_id
+                    f"the line at byte {segments[index][0]} is unreadable: {exc}", run_id=run_id
                 ) from None
+
+        messages: builtins.list[Any] = []
+        for (offset, _, take), record in zip(segments, decode_batched(lines, decode_one), strict=True):
             if (
                 _record_problem(record) is not None
                 or record["run_id"] != run_id
@@ -271,8 +276,27 @@ class JsonlSessionStore:
                 raise CheckpointCorruptError(
                     f"the line at byte {offset} changed under the store", run_id=run_id
                 )
-            messages.extend(record["messages"][:take])
+            messages += record["messages"][:take]
         return messages
+
+    def _read(self, segments: builtins.list[builtins.list[int]]) -> builtins.list[str | bytes]:
+        """The lines at `segments`, as str (as bytes when not UTF-8), one read per run of adjacent lines."""
+        lines: builtins.list[str | bytes] = []
+        i = 0
+        while i < len(segments):
+            first = j = i
+            while j + 1 < len(segments) and segments[j + 1][0] == segments[j][0] + segments[j][1] + 1:
+                j += 1
+            base = segments[first][0]
+            raw = os.pread(self._fd, segments[j][0] + segments[j][1] - base, base)
+            for offset, length, _ in segments[first : j + 1]:
+                line = raw[offset - base : offset - base + length]
+                try:
+                    lines.append(line.decode("utf-8"))
+                except UnicodeDecodeError:
+                    lines.append(line)
+            i = j + 1
+        return lines
 
     @contextmanager
     def _write_lock(self) -> Iterator[None]:

@@ -142,6 +142,14 @@ def _text(value: Any, run_id: str, what: str) -> str:
     raise CheckpointCorruptError(f"{what} is missing", run_id=run_id)
 
 
+def _texts(bodies: list[Any], run_id: str) -> list[str]:
+    """The message bodies as text, in one pass; per body only to name a bad one (`_text`)."""
+    try:
+        return [body.decode("utf-8") for body in bodies]
+    except (AttributeError, UnicodeDecodeError):
+        return [_text(body, run_id, f"message {seq}") for seq, body in enumerate(bodies)]
+
+
 def _prune_fields(run_id: str, fields: Any) -> tuple[str, int, bytes] | None:
     """(status, created_at, revision) of a run's header for `prune`, or None, logged, when damaged."""
     if not isinstance(fields, Exception):
@@ -276,11 +284,7 @@ class RedisSessionStore:
                 raise CheckpointCorruptError(
                     f"header counts {int(count)} messages, the list holds {len(bodies)}", run_id=run_id
                 )
-            checkpoint = rebuild(
-                run_id,
-                _text(head.get(b"header"), run_id, "header"),
-                [_text(body, run_id, f"message {seq}") for seq, body in enumerate(bodies)],
-            )
+            checkpoint = rebuild(run_id, _text(head.get(b"header"), run_id, "header"), _texts(bodies, run_id))
         except CheckpointCorruptError:
             self._cache.forget(run_id)  # so the next save re-reads and repairs the run
             raise
@@ -313,7 +317,7 @@ class RedisSessionStore:
                 return rebuild(
                     run_id,
                     _text(entry[found.end() :], run_id, f"the header of step {step_index}"),
-                    [_text(body, run_id, f"message {seq}") for seq, body in enumerate(bodies[:count])],
+                    _texts(bodies[:count], run_id),
                 )
         return None
 
