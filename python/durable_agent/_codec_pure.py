@@ -541,7 +541,7 @@ def _bracket_depth(outside: str) -> int:
     if "[" not in brackets:
         return peeled  # every open bracket was closed within `peeled` levels
     # What is left nests as deep as the text less the levels peeled off (exact for JSON).
-    return peeled + max(accumulate(map(_BRACKET_STEP.__getitem__, brackets)))
+    return peeled + max(accumulate(map(_BRACKET_STEP.__getitem__, brackets), initial=0))
 
 
 def _bounded_int(literal: str) -> int:
