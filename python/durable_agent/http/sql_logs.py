@@ -7,6 +7,7 @@ every `poll_interval_ms` while it waits.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import os
 import threading
@@ -28,7 +29,7 @@ _POSTGRES = (Dialect(placeholder="%s", text_type="TEXT", lock_run=None, lock_sch
              _sql.LogDialect(lock_run=" FOR UPDATE", lock_schema="SELECT pg_advisory_xact_lock(20263)"))
 
 
-class _SqlEventLog:
+class _SqlEventLog(abc.ABC):
     """The `EventLog` methods over a driver's `_run(plan, write=)`; subclasses open the database."""
 
     _dialect: _sql.LogDialect
@@ -40,8 +41,9 @@ class _SqlEventLog:
         self._poll = poll_interval_ms / 1000
         self._wakeups = Wakeups()
 
+    @abc.abstractmethod
     async def _run(self, plan: Plan, *, write: bool) -> Any:
-        raise NotImplementedError
+        ...
 
     async def create_run(self, run_id: str, session_id: str, meta: Mapping[str, Any]) -> bool:
         return bool(await self._run(_sql.create_run_plan(run_id, session_id, int(self._clock()), meta), write=True))

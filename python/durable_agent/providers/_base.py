@@ -7,11 +7,11 @@ call itself (transport, timeouts, error classification of a non-2xx status) is h
 
 from __future__ import annotations
 
-import re
-
+import abc
 import base64
 import json
 import os
+import re
 from contextlib import aclosing
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
@@ -56,7 +56,7 @@ class HttpOptions(TypedDict, total=False):
     timeouts: Timeouts | None
 
 
-class HttpModel:
+class HttpModel(abc.ABC):
     """A `LanguageModel` over a streamed HTTP API. See the module docstring.
 
     `base_url` defaults to the environment variable `base_url_env`, else `default_base_url`;
@@ -111,20 +111,25 @@ class HttpModel:
 
     # -- what each adapter supplies -------------------------------------------------------------
 
+    @abc.abstractmethod
     def url(self) -> str:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def request_headers(self) -> dict[str, str]:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def body(self, request: ModelRequest) -> dict[str, Any]:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def parse(self, events: AsyncIterator[SSEEvent]) -> AsyncIterator[ModelEvent]:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def classify_http(self, status: int, headers: Mapping[str, str], body: bytes) -> ModelCallError:
-        raise NotImplementedError
+        ...
 
     # -- the call ---------------------------------------------------------------------------------
 
