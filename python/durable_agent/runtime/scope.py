@@ -223,7 +223,7 @@ class JournalScope:
         if live.defer_done:
             done = self._record_of(request, "done", result=result, tool_state=ops)
             self._deferred.append(done)
-            self._known()[request.key] = done
+            self._remember(done)
         else:
             await self._put(request, "done", result=result, tool_state=ops)
         return StepCompleted(value, replayed=False, tool_state=ops)
@@ -253,10 +253,10 @@ class JournalScope:
             self._records = {r.key: r for r in await self._backend.run_steps(self.session_id, self.run_id)}
         return self._records.get(key)
 
-    def _known(self) -> dict[str, StepRecord]:
-        if self._records is None:
-            self._records = {}
-        return self._records
+    def _remember(self, record: StepRecord) -> None:
+        """Keep `record` in the map of this run's records, once that map was read (never start one empty)."""
+        if self._records is not None and record.key.startswith(self._prefix):
+            self._records[record.key] = record
 
     def _record_of(self, request: StepRequest, status: str, **fields: Any) -> StepRecord:
         return StepRecord(self.session_id, self.run_id, request.key, request.kind, request.replay,
@@ -271,10 +271,8 @@ class JournalScope:
         if not batch:
             return
         await self._backend.put_steps(batch, epoch=self.epoch)
-        known = self._known()
         for record in batch:
-            if record.key.startswith(self._prefix):
-                known[record.key] = record
+            self._remember(record)
 
     def _progress_writer(
         self, key: str, forward: Callable[[dict[str, str]], None] | None
