@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage
-from .errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, SessionStateError
+from .errors import ConfigurationError, RunExistsError, RunLeaseHeldError, RunSuspendedError, SessionStateError
 from .generate import PartSink, _consume
 from .loop import AgentLoop
 from .tool_calls import TOOL_INTERRUPTED_MESSAGE
@@ -303,11 +303,11 @@ class DurableSession:
         """Commit the new run's first checkpoint, make it the session's last run, and mark it: one transaction.
 
         `run_id` names the run (a caller that must know it up front, e.g. an idempotent HTTP
-        request); a run id that already has a checkpoint is refused (`ConfigurationError`).
+        request); a run id that already has a checkpoint is refused (`RunExistsError`).
         """
         history = await self._session_history(spec)
         if run_id is not None and await self._load(run_id) is not None:
-            raise ConfigurationError(f"run id {run_id!r} already names a stored run; a run id names one run")
+            raise RunExistsError(run_id)
         run_id = run_id or str((spec.options.get("generate_id") or random_id)())
         start = AgentCheckpoint(run_id=run_id, step_index=0, status="running", usage=Usage(),
                                 messages=[*history, {"role": "user", "content": prompt}], created_at=self._now(spec))
