@@ -24,6 +24,7 @@ from durable_agent import (
     DurableOptions,
     InMemorySessionStore,
     ModelRequest,
+    RunExistsError,
     ScriptedModel,
     Session,
     SessionStateError,
@@ -183,6 +184,32 @@ async def test_run_resumes_a_run_whose_owner_went_away_between_listing_and_claim
              if p["type"] == "text"]
     assert texts.count("Done with first.") == 1
     assert effects.count(("charge", "first")) == 1  # its unsafe call is reported interrupted, never repeated
+
+
+async def test_a_run_id_makes_starting_a_prompt_idempotent_across_processes(
+    runtime_on: Callable[[], Any]  # noqa: F811
+) -> None:
+    """Two processes decide to run the same prompt: the second start is refused with `RunExistsError`,
+    after finishing the first one's interrupted run (resume mode), and the prompt is in the history once."""
+    effects: list[tuple[str, Any]] = []
+    requests: list[tuple[str, int]] = []
+    model, tools = scripted(effects, requests)
+    doomed = dies_after(runtime_on(), 2)  # dies inside the run: after its start and its first step's write
+    with pytest.raises(Crash):
+        await Agent(model=model, tools=tools, session_id="chat-1",
+                    durable=DurableOptions(doomed, stale_after_ms=1)).run("first", run_id="chat-1/0")
+    await asyncio.sleep(0.005)  # the dead process's lease goes stale
+    runtime = runtime_on()
+    agent = Agent(model=model, tools=tools, session_id="chat-1",
+                  durable=DurableOptions(runtime, on_interrupted="resume", stale_after_ms=1))
+    with pytest.raises(RunExistsError) as refused:
+        await agent.run("first", run_id="chat-1/0")
+    assert refused.value.run_id == "chat-1/0" and refused.value.code == "run_exists"
+    assert isinstance(refused.value, ConfigurationError)
+    stored = await maybe_await(runtime.stores.session.load("chat-1/0"))
+    assert stored.status == "completed"  # finished by the refused call's recovery
+    assert [m["content"] for m in stored.messages if m["role"] == "user"] == ["first"]
+    assert (await agent.run("second", run_id="chat-1/1")).text == "Done with second."
 
 
 async def test_a_stale_owner_lands_no_lifecycle_write(agent_on: Callable[..., Agent],  # noqa: F811
