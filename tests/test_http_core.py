@@ -415,3 +415,83 @@ async def test_a_retried_model_call_streams_its_failed_attempt_then_the_next() -
     assert [(e["type"], e.get("attempt"), e.get("text")) for e in events if e["type"] in ("text-delta", "step-retry")] == [
         ("text-delta", 0, "Hel"), ("step-retry", 0, None), ("text-delta", 1, "Hel"), ("text-delta", 1, "lo")]
     assert events[-1]["type"] == "finish" and [e["seq"] for e in events] == list(range(1, len(events) + 1))
+
+
+def client_tool_app(model: ScriptedModel, **tools: Any) -> tuple[ChatEndpoint, Any]:
+    from durable_agent import Tool
+
+    runtime = create_memory_runtime()
+    tools = {"pick_file": Tool(description="Ask the user for a file.", parameters={"type": "object"}), **tools}
+    app = ChatEndpoint(agent=lambda s: Agent(model=model, tools=tools, session_id=s, durable=DurableOptions(runtime)),
+                       runtime=runtime, events=MemoryEventLog())
+    return app, runtime
+
+
+def data_lines(body: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: {")]
+
+
+async def test_client_tool_results_resume_the_run_once_every_call_has_one() -> None:
+    from durable_agent import call
+
+    model = ScriptedModel([reply("", call("pick_file", {"n": 1}, "c1"), call("pick_file", {"n": 2}, "c2")), "thanks"])
+    app, _ = client_tool_app(model)
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    leg1 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])
+    view = json.loads((await asgi(app, "GET", f"/runs/{run_id}"))[1])
+    assert [c["tool_call_id"] for c in view["pending_tool_calls"]] == ["c1", "c2"]
+    status, _ = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": "a.txt"})
+    assert status == 202
+    view = json.loads((await asgi(app, "GET", f"/runs/{run_id}"))[1])
+    assert view["status"] == "suspended" and [c["tool_call_id"] for c in view["pending_tool_calls"]] == ["c2"]
+    assert len(model.requests) == 1  # one call still waits: the run does not go on
+    status, body = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": "b"})
+    assert (status, json.loads(body)["error"]["code"]) == (409, "already_answered")
+    status, _ = await asgi(app, "POST", f"/runs/{run_id}/tool-results",
+                           {"results": [{"tool_call_id": "c2", "output": None, "is_error": True}]})
+    assert status == 202
+    leg2 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1])
+    assert [(e["type"], e.get("tool_call_id"), e.get("output"), e.get("is_error")) for e in leg2[:2]] == [
+        ("tool-result", "c1", "a.txt", False), ("tool-result", "c2", None, True)]
+    assert leg2[-1]["type"] == "finish" and leg2[-1]["finish_reason"] == "stop"
+    assert [e["seq"] for e in leg1 + leg2] == list(range(1, len(leg1) + len(leg2) + 1))
+    tool_message = model.requests[1].messages[-1]
+    assert [(p["tool_call_id"], p["output"]) for p in tool_message["content"]] == [("c1", "a.txt"), ("c2", None)]
+    status, body = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c2", "output": 1})
+    assert (status, json.loads(body)["error"]["code"]) == (409, "not_waiting")
+
+
+async def test_an_approval_does_not_resume_a_run_whose_client_tool_call_waits() -> None:
+    from agent_kit import Ledger
+
+    from durable_agent import call
+
+    ledger = Ledger()
+    model = ScriptedModel([reply("", call("pick_file", {}, "c1"), call("rm", {"path": "x"}, "c2")), "done"])
+    app, _ = client_tool_app(model, rm=ledger.tool("rm", needs_approval=True))
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    leg1 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])
+    request = next(e for e in leg1 if e["type"] == "tool-approval-request")
+    assert (await asgi(app, "POST", f"/runs/{run_id}/approvals",
+                       {"approval_id": request["approval_id"], "approved": True}))[0] == 202
+    again = (await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1]
+    assert b"data: " not in again and len(model.requests) == 1  # the client call still waits: no placeholder
+    assert (await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": "f"}))[0] == 202
+    leg2 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1])
+    assert leg2[-1]["finish_reason"] == "stop" and ledger.entries == [("rm", {"path": "x"})]
+    answers = [m for m in model.requests[1].messages if m["role"] == "tool"]  # the client's result, then the settled
+    assert [[(p["tool_call_id"], p["is_error"]) for p in m["content"]] for m in answers] == [[("c1", False)],
+                                                                                           [("c2", False)]]
+
+
+def test_client_results_recorded_after_a_parked_leg_are_rebuilt() -> None:
+    parked = [{"role": "user", "content": "x"},
+              {"role": "assistant", "content": [{"type": "tool-call", "tool_call_id": "c1", "tool_name": "t",
+                                                 "input": {}}]},
+              {"role": "tool", "content": [{"type": "tool-result", "tool_call_id": "c1", "tool_name": "t",
+                                            "output": "f", "is_error": False}]}]
+    finish = ("finish/1", {"type": "finish", "step_index": 1, "finish_reason": "suspended"})
+    events = missing_events("r", logged(START1, ("step/1/finish", {"type": "step-finish"}), finish),
+                            checkpoint(1, "suspended", parked), [], [])
+    assert events == [("result/c1", {"type": "tool-result", "tool_call_id": "c1", "tool_name": "t", "output": "f",
+                                     "is_error": False})]
