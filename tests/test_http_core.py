@@ -272,6 +272,48 @@ async def test_a_waiting_reader_wakes_on_an_append(make_log: Any) -> None:
     await asyncio.wait_for(waiter, 5)
 
 
+async def test_forget_and_prune_drop_runs_with_their_events(make_log: Any, tmp_path: Path) -> None:
+    clock = iter(range(100, 10_000, 100))
+    log = make_log()
+    log._clock = lambda: next(clock)  # registration times 100, 200, ...: the test's, not the wall clock's
+    ends = {"done": {"type": "finish", "finish_reason": "stop"}, "failed": {"type": "error", "message": "x"},
+            "parked": {"type": "finish", "finish_reason": "suspended"}, "streaming": {"type": "text-delta"},
+            "late": {"type": "finish", "finish_reason": "stop"}}
+    for run_id, last in ends.items():
+        await log.create_run(run_id, "s", {})
+        await log.append(run_id, [("step/0/start", {"type": "step-start"}), ("end", last)])
+    await log.create_run("silent", "s", {})
+    assert sorted(await log.prune(before=500)) == ["done", "failed"]  # registered before 500 and ended for good
+    assert await log.run_info("done") is None and await log.read("done") == []
+    assert await make_log().run_info("parked") is not None  # another connection sees the same
+    assert await log.forget(["parked", "nope", "parked"]) == ["parked"]
+    assert await log.read("parked") == [] and await log.run_info("late") is not None
+    assert await log.prune(before=10_000) == ["late"]
+    assert sorted([r for r in ("streaming", "silent") if await log.run_info(r) is not None]) == ["silent", "streaming"]
+    with pytest.raises(ConfigurationError):
+        await log.prune(before="yesterday")
+    with pytest.raises(ConfigurationError):
+        await log.forget("done")
+
+
+async def test_a_pruned_run_is_a_clear_404_and_its_reader_is_let_go() -> None:
+    runtime = create_memory_runtime()
+    log = MemoryEventLog()
+    model = ScriptedModel([reply("a b c d e f g h i j k l m n o p")], delay=0.05)
+    app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime)),
+                       runtime=runtime, events=log)
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    reader = asyncio.ensure_future(asgi(app, "GET", f"/runs/{run_id}/events"))
+    while len(await log.read(run_id)) < 3:
+        await asyncio.sleep(0.01)
+    assert await log.forget([run_id]) == [run_id]  # dropped while streaming (prune() only drops finished runs)
+    status, body = await reader  # the stream ends instead of waiting for events that will never be logged
+    assert status == 200 and body.count(b"data: ") < 17
+    status, body = await asgi(app, "GET", f"/runs/{run_id}/events?after=3")
+    assert status == 404 and json.loads(body)["error"] == {
+        "code": "unknown_run", "message": f"no run {run_id!r} (never started here, or pruned)"}
+
+
 # --------------------------------------------------------- Agent and ASGI app
 
 

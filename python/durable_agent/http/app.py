@@ -192,7 +192,7 @@ class ChatEndpoint:
     async def _run(self, run_id: str) -> RunInfo:
         info = await self.events.run_info(run_id)
         if info is None:
-            raise HttpError(404, "unknown_run", f"no run {run_id!r}")
+            raise HttpError(404, "unknown_run", f"no run {run_id!r} (never started here, or pruned)")
         return info
 
     # ---------------------------------------------------------- handlers
@@ -444,6 +444,8 @@ class ChatEndpoint:
                 idle_since = loop.time()
                 continue
             if loop.time() >= next_check:
+                if await self.events.run_info(info.run_id) is None:
+                    return  # pruned while read: the stream ends, and a reconnect gets 404 unknown_run
                 await self.driver.ensure_driven(info)
                 next_check = loop.time() + TAKEOVER_CHECK_SECONDS
                 if await self._leg_over(info, after):
