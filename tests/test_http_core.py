@@ -537,3 +537,20 @@ def test_client_results_recorded_after_a_parked_leg_are_rebuilt() -> None:
                             checkpoint(1, "suspended", parked), [], [])
     assert events == [("result/c1", {"type": "tool-result", "tool_call_id": "c1", "tool_name": "t", "output": "f",
                                      "is_error": False})]
+
+
+async def test_a_resumed_chat_stream_is_the_leg_in_flight_not_the_first() -> None:
+    from durable_agent import call
+
+    model = ScriptedModel([reply("Let me see.", call("pick_file", {}, "c1")), "You picked a file, and so on."],
+                          delay=0.05)
+    app, _ = client_tool_app(model)
+    user = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "pick one"}]}
+    first = data_lines((await asgi(app, "POST", "/chat", {"id": "s", "messages": [user]}))[1])
+    run_id = first[0]["messageId"]
+    assert (await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": "f"}))[0] == 202
+    resumed = data_lines((await asgi(app, "GET", "/chat/s/stream"))[1])  # a page reload while the next leg streams
+    assert resumed[:2] == [{"type": "start", "messageId": run_id},
+                           {"type": "tool-output-available", "toolCallId": "c1", "output": "f"}]
+    assert "".join(c["delta"] for c in resumed if c["type"] == "text-delta") == "You picked a file, and so on."
+    assert resumed[-1]["type"] == "finish" and resumed[-1]["messageMetadata"]["finishReason"] == "stop"

@@ -382,7 +382,11 @@ class ChatEndpoint:
 
     async def _chat_resume(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
                            cors: list[tuple[bytes, bytes]]) -> None:
-        """``useChat``'s stream resumption: the session's latest run from its start, or 204 when none runs."""
+        """``useChat``'s stream resumption: the leg in flight of the session's latest run, or 204 when none runs.
+
+        The leg from its first event: the SDK continues the assistant message it has (the
+        earlier legs are in it), as it does after the request that started the leg.
+        """
         session_id = params["session"]
         run_id = await self.runtime.stores.runs.last(session_id)
         info = await self.events.run_info(run_id) if run_id else None
@@ -395,7 +399,8 @@ class ChatEndpoint:
         if events and await self._leg_over(info, events[-1].seq):
             await send_empty(send, 204, cors)
             return
-        await self._stream(info, "0", True, receive, send, cors)
+        leg_start = max((e.seq for e in events if e.data.get("type") in TERMINAL), default=0)
+        await self._stream(info, str(leg_start), True, receive, send, cors)
 
     # -------------------------------------------------------------- SSE
 
