@@ -554,3 +554,23 @@ async def test_a_resumed_chat_stream_is_the_leg_in_flight_not_the_first() -> Non
                            {"type": "tool-output-available", "toolCallId": "c1", "output": "f"}]
     assert "".join(c["delta"] for c in resumed if c["type"] == "text-delta") == "You picked a file, and so on."
     assert resumed[-1]["type"] == "finish" and resumed[-1]["messageMetadata"]["finishReason"] == "stop"
+
+
+async def test_results_for_a_run_this_process_drives_do_not_fence_it_out() -> None:
+    from durable_agent import call
+
+    model = ScriptedModel([reply("one two three four five six seven eight nine ten")], delay=0.02)
+    app, runtime = client_tool_app(model)
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    status, body = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": 1})
+    assert (status, json.loads(body)["error"]["code"]) == (409, "not_waiting")
+    events = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])
+    assert events[-1]["finish_reason"] == "stop" and len(model.requests) == 1  # never fenced out, never replayed
+    parked = ScriptedModel([reply("", call("pick_file", {}, "c1")), "thanks"])
+    app, _ = client_tool_app(parked)
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    # answered while the parked leg's task may still be ending: it is waited for, not refused
+    status, _ = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": 1})
+    assert status == 202
+    events = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])
+    assert events[-1]["finish_reason"] == "suspended"

@@ -22,7 +22,7 @@ from ..tools import Tool
 from ..transcript import tool_message, unresolved_calls
 from .asgi import HttpError, field_of
 
-__all__ = ["ClientResult", "answered_history", "client_results_of", "parse_results", "ui_tool_results",
+__all__ = ["ClientResult", "answered_history", "answers_for", "client_results_of", "parse_results", "ui_tool_results",
            "waiting_client_calls"]
 
 
@@ -52,6 +52,22 @@ def client_results_of(messages: Sequence[Message]) -> list[dict[str, Any]]:
     if last is None or any(m["role"] != "tool" for m in messages[last + 1:]):
         return []
     return [dict(p) for m in messages[last + 1:] for p in content_parts(m) if p["type"] == "tool-result"]
+
+
+def answers_for(run_id: str, checkpoint: AgentCheckpoint | None, tools: Mapping[str, Tool],
+                results: Sequence[ClientResult]) -> list[tuple[dict[str, Any], ClientResult]]:
+    """Each result with the call it answers; `HttpError` 409 when the run is not parked (``not_waiting``), a call
+    has a result already (``already_answered``) or the run waits for no such client call (``not_pending``)."""
+    if checkpoint is None or checkpoint.status != "suspended":
+        raise HttpError(409, "not_waiting", f"run {run_id!r} is not waiting for tool results")
+    waiting = waiting_client_calls(checkpoint, tools)
+    answered = {r["tool_call_id"] for r in client_results_of(checkpoint.messages)}
+    for result in results:
+        if result.tool_call_id in answered:
+            raise HttpError(409, "already_answered", f"tool call {result.tool_call_id!r} has a result already")
+        if result.tool_call_id not in waiting:
+            raise HttpError(409, "not_pending", f"run {run_id!r} waits for no client tool call {result.tool_call_id!r}")
+    return [(waiting[r.tool_call_id], r) for r in results]
 
 
 def answered_history(checkpoint: AgentCheckpoint, answers: Sequence[tuple[dict[str, Any], ClientResult]],

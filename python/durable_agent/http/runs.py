@@ -29,7 +29,7 @@ from ..errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, S
 from ..runtime.protocols import DurableRuntime
 from ..runtime.records import RunTransition
 from .asgi import HttpError
-from .client_tools import ClientResult, answered_history, client_results_of, waiting_client_calls
+from .client_tools import ClientResult, answered_history, answers_for, client_results_of, waiting_client_calls
 from .events import EventLog, RunInfo
 from .progress import ProgressKeys, error_event, missing_events
 
@@ -204,6 +204,10 @@ class RunDriver:
         self._check_free(info.session_id, info.run_id)
         agent = self.agent(info.session_id)
         assert agent.durable is not None
+        answers_for(info.run_id, await self.checkpoint(info.run_id), agent.tools, results)  # refused before a claim
+        task = self._tasks.get(info.run_id)
+        if task is not None:  # parked on these calls, and its leg's task is ending: a claim now would fence it out
+            await asyncio.wait({task})
         async with self._answering:
             lease = self.runtime.lease
             claim = await lease.claim(info.session_id, stale_at=wall_clock_ms() - agent.durable.stale_after_ms)
@@ -213,18 +217,9 @@ class RunDriver:
             assert claim.epoch is not None
             try:
                 checkpoint = await self.checkpoint(info.run_id)
-                if checkpoint is None or checkpoint.status != "suspended":
-                    raise HttpError(409, "not_waiting", f"run {info.run_id!r} is not waiting for tool results")
-                waiting = waiting_client_calls(checkpoint, agent.tools)
-                answered = {r["tool_call_id"] for r in client_results_of(checkpoint.messages)}
-                for result in results:
-                    if result.tool_call_id in answered:
-                        raise HttpError(409, "already_answered", f"tool call {result.tool_call_id!r} has a result")
-                    if result.tool_call_id not in waiting:
-                        raise HttpError(409, "not_pending", f"run {info.run_id!r} waits for no client tool call "
-                                        f"{result.tool_call_id!r}")
-                edited = answered_history(checkpoint, [(waiting[r.tool_call_id], r) for r in results],
-                                          wall_clock_ms())
+                answers = answers_for(info.run_id, checkpoint, agent.tools, results)  # again, holding the lease
+                assert checkpoint is not None
+                edited = answered_history(checkpoint, answers, wall_clock_ms())
                 await self.runtime.commit(RunTransition(info.session_id, claim.epoch, checkpoint=edited))
             finally:
                 with contextlib.suppress(Exception):
