@@ -574,3 +574,19 @@ async def test_results_for_a_run_this_process_drives_do_not_fence_it_out() -> No
     assert status == 202
     events = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])
     assert events[-1]["finish_reason"] == "suspended"
+
+
+def test_the_tool_outputs_of_a_ui_message_are_read_as_use_chat_writes_them() -> None:
+    from durable_agent.http.client_tools import ClientResult, ui_tool_results
+
+    message = {"role": "assistant", "parts": [
+        {"type": "text", "text": "hi"},
+        {"type": "tool-pick_file", "toolCallId": "c1", "state": "output-available", "input": {}, "output": {"f": 1}},
+        {"type": "tool-pick_file", "toolCallId": "c1", "state": "output-available", "input": {}, "output": "again"},
+        {"type": "dynamic-tool", "toolName": "ask", "toolCallId": "c2", "state": "output-error", "errorText": "no"},
+        {"type": "tool-pick_file", "toolCallId": "c3", "state": "input-available", "input": {}},
+        {"type": "dynamic-tool", "toolCallId": "c4", "state": "output-available", "output": 1},  # no tool name
+        {"type": "tool-x", "state": "output-available", "output": 1},  # no call id
+    ]}
+    assert ui_tool_results(message) == [("pick_file", ClientResult("c1", {"f": 1})),
+                                        ("ask", ClientResult("c2", "no", is_error=True))]

@@ -106,9 +106,9 @@ def parse_results(body: Mapping[str, Any]) -> list[ClientResult]:
 def ui_tool_results(message: Mapping[str, Any]) -> list[tuple[str, ClientResult]]:
     """(tool name, result) of each tool part of an AI SDK UI message that has an output: what `addToolResult` put
     there (``tool-<name>`` or ``dynamic-tool`` parts in state ``output-available`` or ``output-error``)."""
-    out = []
+    out: dict[str, tuple[str, ClientResult]] = {}  # one result per call: the first part naming it
     for part in message.get("parts") or ():
-        if not isinstance(part, dict) or not isinstance(part.get("toolCallId"), str):
+        if not isinstance(part, dict) or not isinstance(part.get("toolCallId"), str) or part["toolCallId"] in out:
             continue
         kind = part.get("type")
         if kind == "dynamic-tool":
@@ -119,8 +119,9 @@ def ui_tool_results(message: Mapping[str, Any]) -> list[tuple[str, ClientResult]
             continue
         if not isinstance(name, str):
             continue
+        call_id = part["toolCallId"]
         if part.get("state") == "output-available":
-            out.append((name, ClientResult(part["toolCallId"], part.get("output"))))
+            out[call_id] = name, ClientResult(call_id, part.get("output"))
         elif part.get("state") == "output-error":
-            out.append((name, ClientResult(part["toolCallId"], str(part.get("errorText") or ""), True)))
-    return out
+            out[call_id] = name, ClientResult(call_id, str(part.get("errorText") or ""), True)
+    return list(out.values())
