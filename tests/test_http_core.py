@@ -272,23 +272,24 @@ async def test_a_waiting_reader_wakes_on_an_append(make_log: Any) -> None:
     await asyncio.wait_for(waiter, 5)
 
 
-async def test_forget_and_prune_drop_runs_with_their_events(make_log: Any, tmp_path: Path) -> None:
-    clock = iter(range(100, 10_000, 100))
+async def test_forget_and_prune_drop_runs_with_their_events(make_log: Any) -> None:
     log = make_log()
-    log._clock = lambda: next(clock)  # registration times 100, 200, ...: the test's, not the wall clock's
     ends = {"done": {"type": "finish", "finish_reason": "stop"}, "failed": {"type": "error", "message": "x"},
             "parked": {"type": "finish", "finish_reason": "suspended"}, "streaming": {"type": "text-delta"},
             "late": {"type": "finish", "finish_reason": "stop"}}
     for run_id, last in ends.items():
+        if run_id == "late":
+            await asyncio.sleep(0.01)  # registered a few ms after the others
         await log.create_run(run_id, "s", {})
         await log.append(run_id, [("step/0/start", {"type": "step-start"}), ("end", last)])
     await log.create_run("silent", "s", {})
-    assert sorted(await log.prune(before=500)) == ["done", "failed"]  # registered before 500 and ended for good
+    cut = (await log.run_info("late")).created_at  # type: ignore[union-attr]
+    assert sorted(await log.prune(before=cut)) == ["done", "failed"]  # registered before `cut`, ended for good
     assert await log.run_info("done") is None and await log.read("done") == []
     assert await make_log().run_info("parked") is not None  # another connection sees the same
     assert await log.forget(["parked", "nope", "parked"]) == ["parked"]
     assert await log.read("parked") == [] and await log.run_info("late") is not None
-    assert await log.prune(before=10_000) == ["late"]
+    assert await log.prune(before=cut + 1) == ["late"]
     assert sorted([r for r in ("streaming", "silent") if await log.run_info(r) is not None]) == ["silent", "streaming"]
     with pytest.raises(ConfigurationError):
         await log.prune(before="yesterday")
@@ -569,11 +570,12 @@ async def test_results_for_a_run_this_process_drives_do_not_fence_it_out() -> No
     parked = ScriptedModel([reply("", call("pick_file", {}, "c1")), "thanks"])
     app, _ = client_tool_app(parked)
     run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
-    # answered while the parked leg's task may still be ending: it is waited for, not refused
+    leg1 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])
+    # answered as soon as the parked leg's finish is read, while its task may still be ending: waited for, not refused
     status, _ = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": 1})
-    assert status == 202
-    events = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])
-    assert events[-1]["finish_reason"] == "suspended"
+    assert status == 202 and leg1[-1]["finish_reason"] == "suspended"
+    leg2 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1])
+    assert leg2[-1]["finish_reason"] == "stop" and len(parked.requests) == 2
 
 
 def test_the_tool_outputs_of_a_ui_message_are_read_as_use_chat_writes_them() -> None:
