@@ -21,7 +21,8 @@ Routes (JSON bodies; errors are ``{"error": {"code", "message"}}``, never a trac
   starts the session's next run; 201 with the run's view. A retried POST with the same key
   returns the same run (200) and starts nothing: the key names the run id, and the runtime's
   submissions store remembers the outcome (the same key with another prompt: 409).
-* ``GET /runs/{id}``: status, step, final text, usage, pending approvals, last event id.
+* ``GET /runs/{id}``: status, step, final text, usage, pending approvals and client tool calls,
+  last event id.
 * ``GET /runs/{id}/events``: server-sent events, ``id:`` on every event. With
   ``Last-Event-ID`` (header, or ``?after=``) the reader gets exactly the events after it,
   then the live tail; the stream ends after a leg's ``finish`` (or ``error``).
