@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from store_kit import BlockingStore
 
 from durable_agent.errors import (
     CheckpointConflictError,
@@ -53,27 +54,12 @@ def db(tmp_path: Path) -> Path:
     return tmp_path / "runs.db"
 
 
-class _Blocking:
-    """An `AsyncSqliteSessionStore` driven from sync test code: each call on an event loop of its own."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._store = AsyncSqliteSessionStore(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._store, name)
-        return lambda *args, **kwargs: asyncio.run(method(*args, **kwargs))
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 @pytest.fixture(params=["sync", "async"])
 def Store(request: pytest.FixtureRequest) -> Callable[..., Any]:  # noqa: N802 - stands for a class
     """Each store class with a sync face: the rules of damage and healing hold for both."""
-    return SqliteSessionStore if request.param == "sync" else _Blocking
+    if request.param == "sync":
+        return SqliteSessionStore
+    return lambda *args, **kwargs: BlockingStore(AsyncSqliteSessionStore(*args, **kwargs))
 
 
 def _rows(db: Path, run_id: str) -> list[tuple[int, str]]:
