@@ -41,10 +41,9 @@ from __future__ import annotations
 import builtins
 import importlib
 import re
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from typing import Any
 
-from .._util import run_now
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
 from ..errors import (
     CheckpointConflictError,
@@ -52,6 +51,7 @@ from ..errors import (
     ConfigurationError,
     FeatureUnavailableError,
 )
+from ._faces import AsyncFace, StoreLogic, SyncFace
 from ._history import PrefixCache, encode_header, encode_messages, kept_by_encoding, new_revision, rebuild
 from ._validate import (
     check_checkpoint,
@@ -156,6 +156,11 @@ def _texts(bodies: list[Any], run_id: str) -> list[str]:
         return [_text(body, run_id, f"message {seq}") for seq, body in enumerate(bodies)]
 
 
+def _limit(limit: int | None) -> tuple[int, ...]:
+    """ZRANGEBYLEX's LIMIT arguments (offset, count), none for no limit."""
+    return () if limit is None else (0, limit)
+
+
 def _prune_fields(run_id: str, fields: Any) -> tuple[str, int, bytes] | None:
     """(status, created_at, revision) of a run's header for `prune`, or None, logged, when damaged."""
     if not isinstance(fields, Exception):
@@ -169,17 +174,24 @@ def _prune_fields(run_id: str, fields: Any) -> tuple[str, int, bytes] | None:
     return None
 
 
-class _RedisStore(ABC):
+class _RedisStore(StoreLogic):
     """The store's logic, written once as coroutines over three kinds of Redis call.
 
     `RedisSessionStore` makes those calls with a sync client (they complete at once: its
     methods drive the logic with `run_now`), `AsyncRedisSessionStore` with a `redis.asyncio` one.
     """
 
-    _client: Any
+    _module: str  # redis-py's module whose `Redis` the store makes from a URL
 
-    def __init__(self, url: str | None, client: Any, prefix: str, cache_runs: int, module: str) -> None:
-        redis = _redis(module)
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        client: Any = None,
+        prefix: str = "durable_agent:",
+        cache_runs: int = 256,
+    ) -> None:
+        redis = _redis(self._module)
         if (url is None) == (client is None):
             raise ConfigurationError(f"{type(self).__name__} needs exactly one of url= or client=")
         if not isinstance(prefix, str):
@@ -211,6 +223,13 @@ class _RedisStore(ABC):
     @abstractmethod
     async def _range(self, key: str, low: bytes, limit: int | None) -> builtins.list[bytes]:
         """ZRANGEBYLEX `key` from `low` to the end, at most `limit` members."""
+
+    def _queue(self, transaction: bool, commands: tuple[tuple[str, Any], ...]) -> Any:
+        """A pipeline of the client holding `commands`, not sent yet."""
+        pipe = self._client.pipeline(transaction=transaction)
+        for name, args in commands:
+            getattr(pipe, name)(*args)
+        return pipe
 
     # The logic.
 
@@ -359,151 +378,53 @@ class _RedisStore(ABC):
         return page(doomed, None, None)
 
 
-class RedisSessionStore(_RedisStore):
+class RedisSessionStore(_RedisStore, SyncFace):
     """Checkpoints in Redis; synchronous methods, safe for many processes (see the durability notes).
 
     Give a `url` (``redis://host:port/db``) or a ready `client` (a `redis.Redis` with
-    ``decode_responses=False``). `prefix` namespaces the keys. In an asyncio server use
+    ``decode_responses=False``). `prefix` namespaces the keys. A run saved again while `prune`
+    runs (its revision changed) is left alone. In an asyncio server use
     `AsyncRedisSessionStore`: this store's calls wait for Redis on the caller's thread.
     """
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        client: Any = None,
-        prefix: str = "durable_agent:",
-        cache_runs: int = 256,
-    ) -> None:
-        super().__init__(url, client, prefix, cache_runs, "redis")
+    _module = "redis"
 
     async def _pipeline(self, transaction: bool, *commands: tuple[str, Any]) -> builtins.list[Any]:
-        pipe = self._client.pipeline(transaction=transaction)
-        for name, args in commands:
-            getattr(pipe, name)(*args)
-        return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+        return self._queue(transaction, commands).execute(raise_on_error=False)  # type: ignore[no-any-return]
 
     async def _eval(self, script: Any, keys: builtins.list[str], args: builtins.list[Any]) -> Any:
         return script(keys=keys, args=args)
 
     async def _range(self, key: str, low: bytes, limit: int | None) -> builtins.list[bytes]:
-        return self._client.zrangebylex(key, low, b"+", *((0, limit) if limit is not None else ()))  # type: ignore[no-any-return]
-
-    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
-        """Store `checkpoint` atomically as the latest of its run, sending only the new messages.
-
-        With `expected_step_index`, raise `CheckpointConflictError` (and write nothing) unless
-        the stored checkpoint of this run is at that step.
-        """
-        run_now(self._save(checkpoint, expected_step_index))
-
-    def load(self, run_id: str) -> AgentCheckpoint | None:
-        """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
-        return run_now(self._load(run_id))
-
-    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
-        (the step log's rules: `durable_agent.stores._steps`)."""
-        return run_now(self._load_step(run_id, step_index))
-
-    def delete(self, run_id: str) -> None:
-        run_now(self._delete(run_id))
-
-    def list(
-        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
-    ) -> builtins.list[str]:
-        """Run ids in code-point order, optionally only those whose latest status is `status`.
-
-        Page with `limit` and `after` (the last id of the previous page).
-        """
-        return run_now(self._list(status, limit, after))
-
-    def prune(
-        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
-    ) -> builtins.list[str]:
-        """Delete runs whose latest checkpoint was created before `before` (epoch ms); returns their ids.
-
-        Suspended runs (awaiting approval) are kept unless `include_suspended=True`. A run
-        saved again while pruning (its revision changed) is left alone.
-        """
-        return run_now(self._prune(before, status, include_suspended))
+        return self._client.zrangebylex(key, low, b"+", *_limit(limit))  # type: ignore[no-any-return]
 
     def close(self) -> None:
         if self._own_client:
             self._client.close()
         self._cache.clear()
 
-    def __enter__(self) -> RedisSessionStore:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class AsyncRedisSessionStore(_RedisStore):
+class AsyncRedisSessionStore(_RedisStore, AsyncFace):
     """`RedisSessionStore` with coroutine methods over `redis.asyncio`, for asyncio servers.
 
     Same keys, Lua scripts and rules: the two stores may share a prefix. Give a `url` or a
     ready `client` (a `redis.asyncio.Redis` with ``decode_responses=False``); the client
-    connects on first use, inside the running event loop. `await store.close()` closes it.
+    connects on first use, inside the running event loop. `await store.close()` (or
+    ``async with``) closes it.
     """
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        client: Any = None,
-        prefix: str = "durable_agent:",
-        cache_runs: int = 256,
-    ) -> None:
-        super().__init__(url, client, prefix, cache_runs, "redis.asyncio")
+    _module = "redis.asyncio"
 
     async def _pipeline(self, transaction: bool, *commands: tuple[str, Any]) -> builtins.list[Any]:
-        pipe = self._client.pipeline(transaction=transaction)
-        for name, args in commands:
-            getattr(pipe, name)(*args)
-        return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+        return await self._queue(transaction, commands).execute(raise_on_error=False)  # type: ignore[no-any-return]
 
     async def _eval(self, script: Any, keys: builtins.list[str], args: builtins.list[Any]) -> Any:
         return await script(keys=keys, args=args)
 
     async def _range(self, key: str, low: bytes, limit: int | None) -> builtins.list[bytes]:
-        return await self._client.zrangebylex(key, low, b"+", *((0, limit) if limit is not None else ()))  # type: ignore[no-any-return]
-
-    async def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
-        """See `RedisSessionStore.save`."""
-        await self._save(checkpoint, expected_step_index)
-
-    async def load(self, run_id: str) -> AgentCheckpoint | None:
-        """See `RedisSessionStore.load`."""
-        return await self._load(run_id)
-
-    async def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        """See `RedisSessionStore.load_step`."""
-        return await self._load_step(run_id, step_index)
-
-    async def delete(self, run_id: str) -> None:
-        await self._delete(run_id)
-
-    async def list(
-        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
-    ) -> builtins.list[str]:
-        """See `RedisSessionStore.list`."""
-        return await self._list(status, limit, after)
-
-    async def prune(
-        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
-    ) -> builtins.list[str]:
-        """See `RedisSessionStore.prune`."""
-        return await self._prune(before, status, include_suspended)
+        return await self._client.zrangebylex(key, low, b"+", *_limit(limit))  # type: ignore[no-any-return]
 
     async def close(self) -> None:
         if self._own_client:
             await self._client.aclose()
         self._cache.clear()
-
-    async def __aenter__(self) -> AsyncRedisSessionStore:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()

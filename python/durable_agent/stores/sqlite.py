@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
+from abc import abstractmethod
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -38,11 +39,11 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, Literal
 
-from .._util import run_now
-from ..checkpoint import AgentCheckpoint, RunStatus
+from ..checkpoint import AgentCheckpoint
 from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from ..runtime._group_commit import GroupCommitSqlite, InlineSqlite
 from . import _sql
+from ._faces import AsyncFace, StoreLogic, SyncFace
 from ._files import create_private, file_path
 from ._history import PrefixCache
 from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id, check_step_index
@@ -116,10 +117,8 @@ class _LockedInline(InlineSqlite):
             return super().transaction(plan, write=write)
 
 
-class _SqliteStore:
+class _SqliteStore(StoreLogic):
     """The store's logic, written once as coroutines over a plan runner (see the subclasses)."""
-
-    _runner: InlineSqlite | GroupCommitSqlite
 
     def __init__(
         self,
@@ -159,6 +158,11 @@ class _SqliteStore:
         except BaseException:
             self._conn.close()
             raise
+        self._runner = self._make_runner()
+
+    @abstractmethod
+    def _make_runner(self) -> InlineSqlite | GroupCommitSqlite:
+        """What runs the plans on `_conn`."""
 
     async def _run(self, write: bool, make_plan: Callable[[], _sql.Plan], run_id: str | None = None) -> Any:
         """Run a fresh plan in one transaction, the damage of a run's data reported as that run's.
@@ -232,7 +236,7 @@ class _SqliteStore:
         return f"{type(self).__name__}({self.path!r})"
 
 
-class SqliteSessionStore(_SqliteStore):
+class SqliteSessionStore(_SqliteStore, SyncFace):
     """Checkpoints in one SQLite file; synchronous methods, safe for several processes and threads.
 
     `path` is a file path (created when missing) or ":memory:". `busy_timeout_ms` is how long
@@ -240,113 +244,27 @@ class SqliteSessionStore(_SqliteStore):
     server use `AsyncSqliteSessionStore`: this store's calls run on the caller's thread.
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        busy_timeout_ms: int = 10_000,
-        synchronous: Literal["FULL", "NORMAL"] = "FULL",
-        cache_runs: int = 256,
-    ) -> None:
-        super().__init__(path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous, cache_runs=cache_runs)
+    def _make_runner(self) -> InlineSqlite:
         self._lock = threading.RLock()
-        self._runner = _LockedInline(self._conn, self._lock)
-
-    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
-        """Store `checkpoint` as the latest of its run, writing only the messages not stored yet.
-
-        With `expected_step_index`, raise `CheckpointConflictError` (and write nothing) unless
-        the stored checkpoint of this run is at that step.
-        """
-        run_now(self._save(checkpoint, expected_step_index))
-
-    def load(self, run_id: str) -> AgentCheckpoint | None:
-        """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
-        return run_now(self._load(run_id))
-
-    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
-        (the step log's rules: `durable_agent.stores._steps`)."""
-        return run_now(self._load_step(run_id, step_index))
-
-    def delete(self, run_id: str) -> None:
-        run_now(self._delete(run_id))
-
-    def list(
-        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
-    ) -> builtins.list[str]:
-        """Run ids in code-point order, optionally only those whose latest status is `status`.
-
-        Page with `limit` and `after` (the last id of the previous page).
-        """
-        return run_now(self._list(status, limit, after))
-
-    def prune(
-        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
-    ) -> builtins.list[str]:
-        """Delete runs whose latest checkpoint was created before `before` (epoch ms); returns their ids.
-
-        Suspended runs (awaiting approval) are kept unless `include_suspended=True`.
-        """
-        return run_now(self._prune(before, status, include_suspended))
+        return _LockedInline(self._conn, self._lock)
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
             self._cache.clear()
 
-    def __enter__(self) -> SqliteSessionStore:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class AsyncSqliteSessionStore(_SqliteStore):
+class AsyncSqliteSessionStore(_SqliteStore, AsyncFace):
     """`SqliteSessionStore` with coroutine methods that never block the event loop (see the module docs).
 
-    Same file format, options and rules; one handle serves any number of event loops' tasks.
-    `await store.close()` finishes the queued saves and closes the connection.
+    Same file format, options and rules; one handle serves any number of event loops' tasks;
+    `save` returns once that save is durable. `await store.close()` (or ``async with``)
+    finishes the queued saves and closes the connection.
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        busy_timeout_ms: int = 10_000,
-        synchronous: Literal["FULL", "NORMAL"] = "FULL",
-        cache_runs: int = 256,
-    ) -> None:
-        super().__init__(path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous, cache_runs=cache_runs)
+    def _make_runner(self) -> InlineSqlite | GroupCommitSqlite:
         self._threaded = sys.platform != "emscripten"  # Pyodide: no threads, each plan runs inline
-        self._runner = (GroupCommitSqlite if self._threaded else InlineSqlite)(self._conn, _DIALECT)
-
-    async def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
-        """See `SqliteSessionStore.save`; returns once this save is durable."""
-        await self._save(checkpoint, expected_step_index)
-
-    async def load(self, run_id: str) -> AgentCheckpoint | None:
-        """See `SqliteSessionStore.load`."""
-        return await self._load(run_id)
-
-    async def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        """See `SqliteSessionStore.load_step`."""
-        return await self._load_step(run_id, step_index)
-
-    async def delete(self, run_id: str) -> None:
-        await self._delete(run_id)
-
-    async def list(
-        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
-    ) -> builtins.list[str]:
-        """See `SqliteSessionStore.list`."""
-        return await self._list(status, limit, after)
-
-    async def prune(
-        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
-    ) -> builtins.list[str]:
-        """See `SqliteSessionStore.prune`."""
-        return await self._prune(before, status, include_suspended)
+        return (GroupCommitSqlite if self._threaded else InlineSqlite)(self._conn, _DIALECT)
 
     async def close(self) -> None:
         """Finish the queued plans, stop the connection's thread and close the connection."""
@@ -355,9 +273,3 @@ class AsyncSqliteSessionStore(_SqliteStore):
         else:
             self._runner.close()
         self._cache.clear()
-
-    async def __aenter__(self) -> AsyncSqliteSessionStore:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
