@@ -31,9 +31,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
-from abc import abstractmethod
 import sys
 import threading
+from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
