@@ -248,7 +248,7 @@ def main() -> None:
                 continue
             print(f"{n:>5} {name:<18} {row['steps_per_s']:9.0f} {row['wall'] / base['wall']:12.2f}x"
                   f" {row['lag_p50'] * 1000:7.1f}ms {row['lag_p99'] * 1000:7.1f}ms {row['lag_max'] * 1000:7.1f}ms"
-                  f" {row['commits_per_step']:13.2f} {row['rss_mb']:7.0f}MB", flush=True)
+                  f" {row['commits_per_step']:13.3f} {row['rss_mb']:7.0f}MB", flush=True)
 
 
 if __name__ == "__main__":
