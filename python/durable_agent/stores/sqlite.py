@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from ..checkpoint import AgentCheckpoint, RunStatus
 from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
-from . import _sql
+from ..sql import checkpoints as _sql
 from ._files import create_private, file_path
 from ._history import PrefixCache
 from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id, check_step_index

@@ -1,0 +1,423 @@
+"""The step journal's plans (no I/O), for the SQLite and Postgres runtimes: rows in, rows out.
+
+Every write of a lease holder is fenced: it applies only while the session's lease is at
+the writer's epoch, and otherwise raises `StaleEpochError` with nothing applied (the driver
+rolls the plan's transaction back).
+
+* SQLite: writes run under ``BEGIN IMMEDIATE`` (one writer at a time for the whole file), so
+  the plain read in `_fence` cannot race a claim.
+* Postgres: `_fence` reads the lease row ``FOR SHARE`` and a lease change takes it ``FOR UPDATE``:
+  a claim waits for fenced writes in flight to commit, and a fenced write waits for a claim
+  in flight, then sees its new epoch (READ COMMITTED re-reads a locked row's latest version).
+  Fenced writes of the same owner share the lock and do not serialize on each other.
+
+The lease rules are not here: `durable_agent.runtime.stored` applies them to the rows these
+plans read and write (`change_lease_plan` hands it the row under its lock).
+
+Values (step results, errors, tool state, awakeable values, queue entries, submission
+results) are stored as codec text, so bytes and reserved keys round-trip as in checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from .._kernels import kernels
+from ..errors import StaleEpochError
+from ..runtime.records import (
+    AwakeableRecord,
+    LeaseRow,
+    RunOwner,
+    RunTransition,
+    StepErrorRecord,
+    StepRecord,
+    StreamPartialRecord,
+    ToolStateOp,
+)
+from ..stores._history import PrefixCache
+from .checkpoints import save_plan
+from .journal_schema import AWAKEABLES, LAST_RUNS, LEASES, PARTIALS, QUEUES, STEPS, SUBMISSIONS, TOOL_STATE
+from .plan import Dialect, Plan, Query
+
+
+def _text(value: Any) -> str:
+    text: str = kernels.encode(value)
+    return text
+
+
+def _value(text: str | None) -> Any:
+    return None if text is None else kernels.decode(text)
+
+
+# ----------------------------------------------------------------- fencing
+
+
+def _fence(d: Dialect, session_id: str, epoch: int | None) -> Plan[None]:
+    """Stop the plan with `StaleEpochError` unless `epoch` is the session's current one (None: unguarded)."""
+    if epoch is None:
+        return
+    row = yield Query(f"SELECT epoch FROM {LEASES} WHERE session_id = ?{d.lock_shared}", (session_id,), "one")
+    if row is None or row[0] != epoch:
+        raise StaleEpochError(session_id, epoch)
+
+
+# ------------------------------------------------------------------- steps
+
+_STEP_COLUMNS = "session_id, run_id, key, kind, replay, status, fingerprint, result, error, tool_state"
+
+
+def _step(row: Sequence[Any]) -> StepRecord:
+    session_id, run_id, key, kind, replay, status, fingerprint, result, error, tool_state = row
+    return StepRecord(
+        session_id,
+        run_id,
+        key,
+        kind,
+        replay,
+        status,
+        fingerprint,
+        _value(result),
+        StepErrorRecord(**_value(error)) if error is not None else None,
+        tuple(_value(tool_state)) if tool_state is not None else None,
+    )
+
+
+def get_step_plan(session_id: str, key: str) -> Plan[StepRecord | None]:
+    row = yield Query(
+        f"SELECT {_STEP_COLUMNS} FROM {STEPS} WHERE session_id = ? AND key = ?", (session_id, key), "one"
+    )
+    return None if row is None else _step(row)
+
+
+def steps_plan(session_id: str | None, run_id: str | None) -> Plan[list[StepRecord]]:
+    where, params = _where(session_id=session_id, run_id=run_id)
+    rows = yield Query(f"SELECT {_STEP_COLUMNS} FROM {STEPS}{where} ORDER BY id", params, "all")
+    return [_step(r) for r in rows]
+
+
+def put_steps_plan(d: Dialect, records: Sequence[StepRecord], epoch: int | None) -> Plan[None]:
+    """Write the `records` of one session, fenced, in one transaction (see `_write_step`)."""
+    sessions = {record.session_id for record in records}
+    if len(sessions) != 1:
+        raise ValueError("put_steps writes the records of one session")
+    yield from _fence(d, sessions.pop(), epoch)
+    for record in records:
+        yield from _write_step(record)
+
+
+def _write_step(record: StepRecord) -> Plan[None]:
+    """Upsert `record`; a ``done`` record commits its tool-state ops, a finished one drops its partials."""
+    if record.status == "done" and record.tool_state:
+        yield from _apply_tool_state(record.session_id, record.tool_state)
+    yield Query(
+        f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (session_id, key) DO UPDATE SET run_id = excluded.run_id, kind = excluded.kind,"
+        " replay = excluded.replay, status = excluded.status, fingerprint = excluded.fingerprint,"
+        " result = excluded.result, error = excluded.error, tool_state = excluded.tool_state",
+        (
+            record.session_id,
+            record.run_id,
+            record.key,
+            record.kind,
+            record.replay,
+            record.status,
+            record.fingerprint,
+            _text(record.result),
+            _text(asdict(record.error)) if record.error is not None else None,
+            _text(list(record.tool_state)) if record.tool_state is not None else None,
+        ),
+    )
+    if record.status != "pending":
+        yield Query(
+            f"DELETE FROM {PARTIALS} WHERE session_id = ? AND step_key = ?", (record.session_id, record.key)
+        )
+
+
+def _apply_tool_state(session_id: str, ops: tuple[ToolStateOp, ...]) -> Plan[None]:
+    for op in ops:
+        if op.get("op") == "set":
+            yield Query(
+                f"INSERT INTO {TOOL_STATE} (session_id, key, value) VALUES (?, ?, ?)"
+                " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value",
+                (session_id, op["key"], _text(op.get("value"))),
+            )
+        elif op.get("op") == "delete":
+            yield Query(f"DELETE FROM {TOOL_STATE} WHERE session_id = ? AND key = ?", (session_id, op["key"]))
+        else:
+            raise ValueError(f"unknown tool-state op {op!r}")
+
+
+def tool_state_plan(session_id: str, key: str | None) -> Plan[dict[str, Any]]:
+    if key is None:
+        rows = yield Query(
+            f"SELECT key, value FROM {TOOL_STATE} WHERE session_id = ? ORDER BY key", (session_id,), "all"
+        )
+    else:
+        rows = yield Query(
+            f"SELECT key, value FROM {TOOL_STATE} WHERE session_id = ? AND key = ?", (session_id, key), "all"
+        )
+    return {k: _value(v) for k, v in rows}
+
+
+# ---------------------------------------------------------------- partials
+
+
+def add_partial_plan(d: Dialect, record: StreamPartialRecord, epoch: int | None) -> Plan[None]:
+    yield from _fence(d, record.session_id, epoch)
+    yield Query(
+        f"INSERT INTO {PARTIALS} (session_id, run_id, step_key, seq, text, thinking)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (record.session_id, record.run_id, record.step_key, record.seq, record.text, record.thinking),
+    )
+
+
+def partials_plan(session_id: str | None, run_id: str | None) -> Plan[list[StreamPartialRecord]]:
+    where, params = _where(session_id=session_id, run_id=run_id)
+    rows = yield Query(
+        f"SELECT session_id, run_id, step_key, seq, text, thinking FROM {PARTIALS}{where} ORDER BY id",
+        params,
+        "all",
+    )
+    return [StreamPartialRecord(*r) for r in rows]
+
+
+def _where(**equal: str | None) -> tuple[str, tuple[str, ...]]:
+    used = {column: value for column, value in equal.items() if value is not None}
+    if not used:
+        return "", ()
+    return " WHERE " + " AND ".join(f"{column} = ?" for column in used), tuple(used.values())
+
+
+# -------------------------------------------------------------- awakeables
+
+_AWAKEABLE_COLUMNS = "id, session_id, key, resolved, value, deadline"
+
+
+def _awakeable(row: Sequence[Any]) -> AwakeableRecord:
+    awakeable_id, session_id, key, resolved, value, deadline = row
+    return AwakeableRecord(awakeable_id, session_id, key, bool(resolved), _value(value), deadline)
+
+
+def find_awakeable_plan(session_id: str, key: str) -> Plan[AwakeableRecord | None]:
+    row = yield Query(
+        f"SELECT {_AWAKEABLE_COLUMNS} FROM {AWAKEABLES} WHERE session_id = ? AND key = ?",
+        (session_id, key),
+        "one",
+    )
+    return None if row is None else _awakeable(row)
+
+
+def get_awakeable_plan(awakeable_id: str) -> Plan[AwakeableRecord | None]:
+    row = yield Query(f"SELECT {_AWAKEABLE_COLUMNS} FROM {AWAKEABLES} WHERE id = ?", (awakeable_id,), "one")
+    return None if row is None else _awakeable(row)
+
+
+def awakeables_plan() -> Plan[list[AwakeableRecord]]:
+    rows = yield Query(f"SELECT {_AWAKEABLE_COLUMNS} FROM {AWAKEABLES} ORDER BY session_id, key", (), "all")
+    return [_awakeable(r) for r in rows]
+
+
+def awakeable_for_plan(
+    d: Dialect, session_id: str, key: str, new_id: str, deadline: int | None, epoch: int | None
+) -> Plan[AwakeableRecord]:
+    """The awakeable of (session, key), created (fenced) with `new_id` and `deadline` when there is none."""
+    found = yield from find_awakeable_plan(session_id, key)
+    if found is not None:
+        return found
+    yield from _fence(d, session_id, epoch)
+    yield Query(
+        f"INSERT INTO {AWAKEABLES} ({_AWAKEABLE_COLUMNS}) VALUES (?, ?, ?, 0, ?, ?)"
+        " ON CONFLICT (session_id, key) DO NOTHING",
+        (new_id, session_id, key, _text(None), deadline),
+    )
+    created = yield from find_awakeable_plan(session_id, key)  # ours, or a racing writer's
+    assert created is not None  # the insert or its conflict left a row, and nothing deletes one
+    return created
+
+
+def resolve_awakeable_plan(d: Dialect, awakeable_id: str, value: Any) -> Plan[bool]:
+    """True when the id exists; only the first resolution sticks. Not fenced: the resumer resolves."""
+    changed = yield Query(
+        f"UPDATE {AWAKEABLES} SET resolved = 1, value = ? WHERE id = ? AND resolved = 0 RETURNING id",
+        (_text(value), awakeable_id),
+        "one",
+    )
+    if changed is None:
+        return (yield from get_awakeable_plan(awakeable_id)) is not None
+    if d.notify is not None:
+        yield Query(d.notify, (awakeable_id,), "one")
+    return True
+
+
+# ------------------------------------------------------------------ leases
+
+_LEASE_COLUMNS = "epoch, owner_host, owner_pid, owner_token, renewed_at, released, resumable_run"
+
+
+def _lease(row: Sequence[Any]) -> LeaseRow:
+    epoch, host, pid, token, renewed_at, released, resumable_run = row
+    owner = RunOwner(host, int(pid), token) if token is not None else None
+    return LeaseRow(int(epoch), owner, int(renewed_at), bool(released), resumable_run)
+
+
+def lease_row_plan(session_id: str) -> Plan[LeaseRow | None]:
+    row = yield Query(f"SELECT {_LEASE_COLUMNS} FROM {LEASES} WHERE session_id = ?", (session_id,), "one")
+    return None if row is None else _lease(row)
+
+
+def change_lease_plan(
+    d: Dialect, session_id: str, change: Callable[[LeaseRow], LeaseRow | None], epoch: int | None
+) -> Plan[tuple[LeaseRow, bool]]:
+    """Apply `change` to the session's lease row read under its lock (`LeaseRow()` when there is none).
+
+    `change` returns the new row, or None to leave it. With `epoch`, a row at another epoch
+    raises `StaleEpochError`. Returns the row as it is now and whether it changed. A missing
+    row is created (and locked) before `change` sees it only when `change` would change it,
+    so two first claims of a session queue on one row instead of both inserting.
+    """
+    lock = f"SELECT {_LEASE_COLUMNS} FROM {LEASES} WHERE session_id = ?{d.lock_update}"
+    found = yield Query(lock, (session_id,), "one")
+    if found is None and epoch is None and change(LeaseRow()) is not None:
+        yield Query(
+            f"INSERT INTO {LEASES} (session_id, epoch, renewed_at, released) VALUES (?, 0, 0, 1)"
+            " ON CONFLICT (session_id) DO NOTHING",
+            (session_id,),
+        )
+        found = yield Query(lock, (session_id,), "one")
+    row = LeaseRow() if found is None else _lease(found)
+    if epoch is not None and (found is None or row.epoch != epoch):
+        raise StaleEpochError(session_id, epoch)
+    new = change(row) if found is not None else None
+    if new is None:
+        return row, False
+    owner = new.owner
+    yield Query(
+        f"UPDATE {LEASES} SET epoch = ?, owner_host = ?, owner_pid = ?, owner_token = ?, renewed_at = ?,"
+        " released = ?, resumable_run = ? WHERE session_id = ?",
+        (
+            new.epoch,
+            owner.host if owner else None,
+            owner.pid if owner else None,
+            owner.token if owner else None,
+            new.renewed_at,
+            int(new.released),
+            new.resumable_run,
+            session_id,
+        ),
+    )
+    return new, True
+
+
+def marked_leases_plan(session_id: str | None) -> Plan[list[tuple[str, LeaseRow, list[str]]]]:
+    """Sessions (all, or `session_id`) leased at least once with a run marked in progress, in session order,
+    each with its lease row and the keys of its unresolved awakeables."""
+    only = " AND session_id = ?" if session_id is not None else ""
+    rows = yield Query(
+        f"SELECT session_id, {_LEASE_COLUMNS} FROM {LEASES}"
+        f" WHERE resumable_run IS NOT NULL AND epoch > 0{only} ORDER BY session_id",
+        (session_id,) if session_id is not None else (),
+        "all",
+    )
+    marked = []
+    for sid, *columns in rows:
+        keys = yield Query(f"SELECT key FROM {AWAKEABLES} WHERE session_id = ? AND resolved = 0", (sid,), "all")
+        marked.append((sid, _lease(columns), [k for (k,) in keys]))
+    return marked
+
+
+def _mark(session_id: str, run_id: str | None) -> Plan[None]:
+    yield Query(
+        f"INSERT INTO {LEASES} (session_id, epoch, renewed_at, released) VALUES (?, 0, 0, 1)"
+        " ON CONFLICT (session_id) DO NOTHING",
+        (session_id,),
+    )
+    yield Query(f"UPDATE {LEASES} SET resumable_run = ? WHERE session_id = ?", (run_id, session_id))
+
+
+# ---------------------------------------------- queue, submissions, runs
+
+
+def queue_read_plan(session_id: str) -> Plan[list[Any]]:
+    row = yield Query(f"SELECT entries FROM {QUEUES} WHERE session_id = ?", (session_id,), "one")
+    return [] if row is None else list(_value(row[0]))
+
+
+def queue_write_plan(d: Dialect, session_id: str, entries: list[Any], epoch: int | None) -> Plan[None]:
+    yield from _fence(d, session_id, epoch)
+    yield Query(
+        f"INSERT INTO {QUEUES} (session_id, entries) VALUES (?, ?)"
+        " ON CONFLICT (session_id) DO UPDATE SET entries = excluded.entries",
+        (session_id, _text(list(entries))),
+    )
+
+
+def add_submission_plan(session_id: str, request_id: str, fingerprint: str) -> Plan[tuple[str, Any] | None]:
+    """Record a new send: None when it is new, else the stored (fingerprint, result) of the earlier one."""
+    new = yield Query(
+        f"INSERT INTO {SUBMISSIONS} (session_id, request_id, fingerprint, result, settled)"
+        " VALUES (?, ?, ?, ?, 0) ON CONFLICT (session_id, request_id) DO NOTHING RETURNING settled",
+        (session_id, request_id, fingerprint, _text(None)),
+        "one",
+    )
+    if new is not None:
+        return None
+    stored, result = yield Query(
+        f"SELECT fingerprint, result FROM {SUBMISSIONS} WHERE session_id = ? AND request_id = ?",
+        (session_id, request_id),
+        "one",
+    )
+    return stored, _value(result)
+
+
+def settle_submission_plan(session_id: str, request_id: str, result: Any) -> Plan[None]:
+    if result is None:
+        yield Query(
+            f"DELETE FROM {SUBMISSIONS} WHERE session_id = ? AND request_id = ?", (session_id, request_id)
+        )
+    else:
+        yield Query(
+            f"UPDATE {SUBMISSIONS} SET result = ?, settled = 1 WHERE session_id = ? AND request_id = ?",
+            (_text(result), session_id, request_id),
+        )
+
+
+def last_run_plan(session_id: str) -> Plan[str | None]:
+    row = yield Query(f"SELECT run_id FROM {LAST_RUNS} WHERE session_id = ?", (session_id,), "one")
+    return None if row is None else str(row[0])
+
+
+def set_last_run_plan(d: Dialect, session_id: str, run_id: str, epoch: int | None) -> Plan[None]:
+    yield from _fence(d, session_id, epoch)
+    yield from _set_last_run(session_id, run_id)
+
+
+def _set_last_run(session_id: str, run_id: str) -> Plan[None]:
+    yield Query(
+        f"INSERT INTO {LAST_RUNS} (session_id, run_id) VALUES (?, ?)"
+        " ON CONFLICT (session_id) DO UPDATE SET run_id = excluded.run_id",
+        (session_id, run_id),
+    )
+
+
+def commit_plan(d: Dialect, transition: RunTransition, cache: PrefixCache) -> Plan[int | None]:
+    """A `RunTransition` as one plan: the fence, then each part it holds; returns the checkpoint's revision."""
+    session_id = transition.session_id
+    yield from _fence(d, session_id, transition.epoch)
+    for record in transition.steps:
+        yield from _write_step(record)
+    revision = None
+    if transition.checkpoint is not None:
+        revision = yield from save_plan(cache, transition.checkpoint, None, d)
+    if transition.last_run is not None:
+        yield from _set_last_run(session_id, transition.last_run)
+    if transition.mark is not None or transition.unmark:
+        yield from _mark(session_id, transition.mark)
+    for key, awakeable_id in transition.awakeables:
+        yield Query(
+            f"INSERT INTO {AWAKEABLES} ({_AWAKEABLE_COLUMNS}) VALUES (?, ?, ?, 0, ?, NULL)"
+            " ON CONFLICT (session_id, key) DO NOTHING",
+            (awakeable_id, session_id, key, _text(None)),
+        )
+    return revision
