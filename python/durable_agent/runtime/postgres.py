@@ -34,7 +34,7 @@ from typing import Any
 from ..errors import ConfigurationError, FeatureUnavailableError
 from .._util import wall_clock_ms
 from ..sql.journal_schema import schema_plan
-from ..sql.plan import POSTGRES, Plan, T, run_async
+from ..sql.plan import POSTGRES, Plan, T, execute_async, resumed, run_async
 from .sql_runtime import SqlRuntime
 
 logger = logging.getLogger("durable_agent")
@@ -157,6 +157,10 @@ class _PostgresDriver:
     async def run(self, plan: Plan[T], *, write: bool) -> T:
         """A write in one transaction; a read statement by statement (autocommit: one round trip each).
 
+        A write whose first statement may run alone (`Query.alone`: a fenced write checks the
+        lease inside its one statement) is that statement, committed as it ends: one round trip.
+        If the plan goes on, the rest runs in a transaction of its own.
+
         Every read is one statement but `resumable`'s, whose answer is advisory anyway: a listed
         run is only resumed through a claim, which re-checks the lease under its row lock.
         """
@@ -164,10 +168,24 @@ class _PostgresDriver:
             if not self._migrated:
                 await self._transaction(conn, schema_plan(DIALECT))
                 self._migrated = True
-            if write:
-                return await self._transaction(conn, plan)
+            if not write:
+                async with conn.cursor() as cur:
+                    return await run_async(cur, DIALECT, plan)
+            try:
+                first = next(plan)
+            except StopIteration as stop:
+                done: T = stop.value
+                return done
+            if not (first.alone and conn.autocommit):
+                return await self._transaction(conn, resumed(first, plan))
             async with conn.cursor() as cur:
-                return await run_async(cur, DIALECT, plan)
+                answer = await execute_async(cur, DIALECT, first)
+            try:
+                rest = plan.send(answer)
+            except StopIteration as stop:
+                value: T = stop.value
+                return value
+            return await self._transaction(conn, resumed(rest, plan))
 
     async def wait_for_change(self, timeout: float) -> None:
         await self.listener.wait(timeout)

@@ -21,10 +21,11 @@ results) are stored as codec text, so bytes and reserved keys round-trip as in c
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .._kernels import kernels
+from ..checkpoint import AgentCheckpoint
 from ..errors import StaleEpochError
 from ..runtime.records import (
     AwakeableRecord,
@@ -36,8 +37,9 @@ from ..runtime.records import (
     StreamPartialRecord,
     ToolStateOp,
 )
-from ..stores._history import PrefixCache
-from .checkpoints import save_plan
+from ..stores._history import PrefixCache, encode_header, encode_messages, new_revision
+from .checkpoints import MESSAGES, RUNS, save_plan
+from .checkpoints import STEPS as STEP_LOG
 from .journal_schema import AWAKEABLES, LAST_RUNS, LEASES, PARTIALS, QUEUES, STEPS, SUBMISSIONS, TOOL_STATE
 from .plan import Dialect, Plan, Query
 
@@ -54,6 +56,20 @@ def _value(text: str | None) -> Any:
 # ----------------------------------------------------------------- fencing
 
 
+@dataclass(frozen=True, slots=True)
+class Write:
+    """A write statement with a ``{guard}`` hole where a fenced write puts its epoch check."""
+
+    sql: str
+    params: tuple[Any, ...]
+
+    def guarded(self, guard: str) -> str:
+        return self.sql.replace("{guard}", guard)
+
+
+_FENCE = f"SELECT 1 FROM {LEASES} WHERE session_id = ? AND epoch = ?"
+
+
 def _fence(d: Dialect, session_id: str, epoch: int | None) -> Plan[None]:
     """Stop the plan with `StaleEpochError` unless `epoch` is the session's current one (None: unguarded)."""
     if epoch is None:
@@ -61,6 +77,36 @@ def _fence(d: Dialect, session_id: str, epoch: int | None) -> Plan[None]:
     row = yield Query(f"SELECT epoch FROM {LEASES} WHERE session_id = ?{d.lock_shared}", (session_id,), "one")
     if row is None or row[0] != epoch:
         raise StaleEpochError(session_id, epoch)
+
+
+def fenced_plan(d: Dialect, session_id: str, epoch: int | None, writes: Sequence[Write]) -> Plan[None]:
+    """Apply `writes` only while the session's lease is at `epoch` (None: unguarded), else `StaleEpochError`.
+
+    Where the dialect says so (Postgres) the check and every write are ONE statement, run alone:
+    each write is guarded by the fence's row (read ``FOR SHARE``, so a claim waits for it), a stale
+    fence makes every guard false, and the statement commits as it ends. Elsewhere (SQLite, whose
+    writes are serialized) the fence is read first, then each write runs unguarded. The writes
+    must touch distinct rows (one statement cannot change a row twice).
+    """
+    if not d.fence_in_statement:
+        yield from _fence(d, session_id, epoch)
+        for write in writes:
+            yield Query(write.guarded("1 = 1"), write.params)
+        return
+    if epoch is None:
+        ctes, params, guard = [], [], "1 = 1"
+    else:
+        ctes, params, guard = [f"fence AS ({_FENCE}{d.lock_shared})"], [session_id, epoch], _EXISTS_FENCE
+    for i, write in enumerate(writes):
+        ctes.append(f"w{i} AS ({write.guarded(guard)})")
+        params.extend(write.params)
+    answer = "(SELECT count(*) FROM fence)" if epoch is not None else "1"
+    row = yield Query(f"WITH {', '.join(ctes)} SELECT {answer}", params, "one", alone=True)
+    if epoch is not None and row[0] == 0:
+        raise StaleEpochError(session_id, epoch)
+
+
+_EXISTS_FENCE = "EXISTS (SELECT 1 FROM fence)"
 
 
 # ------------------------------------------------------------------- steps
@@ -98,55 +144,88 @@ def steps_plan(session_id: str | None, run_id: str | None) -> Plan[list[StepReco
 
 
 def put_steps_plan(d: Dialect, records: Sequence[StepRecord], epoch: int | None) -> Plan[None]:
-    """Write the `records` of one session, fenced, in one transaction (see `_write_step`)."""
+    """Write the `records` of one session, fenced, in one transaction (see `_step_writes`)."""
     sessions = {record.session_id for record in records}
     if len(sessions) != 1:
         raise ValueError("put_steps writes the records of one session")
-    yield from _fence(d, sessions.pop(), epoch)
+    yield from fenced_plan(d, sessions.pop(), epoch, _step_writes(d, records))
+
+
+def _step_row(record: StepRecord) -> tuple[Any, ...]:
+    return (
+        record.session_id,
+        record.run_id,
+        record.key,
+        record.kind,
+        record.replay,
+        record.status,
+        record.fingerprint,
+        _text(record.result),
+        _text(asdict(record.error)) if record.error is not None else None,
+        _text(list(record.tool_state)) if record.tool_state is not None else None,
+    )
+
+
+def _step_writes(d: Dialect, records: Sequence[StepRecord]) -> list[Write]:
+    """Upserts of `records` in order; a ``done`` record commits its tool-state ops, a finished one drops
+    its step's partials. Folded to one write per row, with the state writing them in order would leave."""
+    if not records:
+        return []
+    last: dict[str, StepRecord] = {}
+    finished: set[str] = set()
+    ops: list[ToolStateOp] = []
     for record in records:
-        yield from _write_step(record)
-
-
-def _write_step(record: StepRecord) -> Plan[None]:
-    """Upsert `record`; a ``done`` record commits its tool-state ops, a finished one drops its partials."""
-    if record.status == "done" and record.tool_state:
-        yield from _apply_tool_state(record.session_id, record.tool_state)
-    yield Query(
-        f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        last.pop(record.key, None)  # re-inserted: a later record of a key keeps the key's latest place
+        last[record.key] = record
+        if record.status != "pending":
+            finished.add(record.key)
+        if record.status == "done" and record.tool_state:
+            ops.extend(record.tool_state)
+    session_id = records[0].session_id
+    writes = _tool_state_writes(session_id, ops)
+    rows = [_step_row(record) for record in last.values()]
+    upsert = (
         " ON CONFLICT (session_id, key) DO UPDATE SET run_id = excluded.run_id, kind = excluded.kind,"
         " replay = excluded.replay, status = excluded.status, fingerprint = excluded.fingerprint,"
-        " result = excluded.result, error = excluded.error, tool_state = excluded.tool_state",
-        (
-            record.session_id,
-            record.run_id,
-            record.key,
-            record.kind,
-            record.replay,
-            record.status,
-            record.fingerprint,
-            _text(record.result),
-            _text(asdict(record.error)) if record.error is not None else None,
-            _text(list(record.tool_state)) if record.tool_state is not None else None,
-        ),
+        " result = excluded.result, error = excluded.error, tool_state = excluded.tool_state"
     )
-    if record.status != "pending":
-        yield Query(
-            f"DELETE FROM {PARTIALS} WHERE session_id = ? AND step_key = ?", (record.session_id, record.key)
+    if d.fence_in_statement:  # one statement: ONE insert, so the rows take their ids in order
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, CAST(? AS INTEGER))"] * len(rows))
+        writes.append(Write(
+            f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT {_STEP_COLUMNS} FROM (VALUES {values})"
+            f" AS v ({_STEP_COLUMNS}, n) WHERE {{guard}} ORDER BY n{upsert}",
+            tuple(value for n, row in enumerate(rows) for value in (*row, n)),
+        ))
+    else:
+        writes.extend(
+            Write(f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {{guard}}{upsert}", row)
+            for row in rows
         )
+    writes.extend(
+        Write(f"DELETE FROM {PARTIALS} WHERE session_id = ? AND step_key = ? AND {{guard}}", (session_id, key))
+        for key in last
+        if key in finished
+    )
+    return writes
 
 
-def _apply_tool_state(session_id: str, ops: tuple[ToolStateOp, ...]) -> Plan[None]:
+def _tool_state_writes(session_id: str, ops: Sequence[ToolStateOp]) -> list[Write]:
+    """`ops` applied in order, as one write per key: the last op of each key decides."""
+    final: dict[str, ToolStateOp] = {}
     for op in ops:
-        if op.get("op") == "set":
-            yield Query(
-                f"INSERT INTO {TOOL_STATE} (session_id, key, value) VALUES (?, ?, ?)"
-                " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value",
-                (session_id, op["key"], _text(op.get("value"))),
-            )
-        elif op.get("op") == "delete":
-            yield Query(f"DELETE FROM {TOOL_STATE} WHERE session_id = ? AND key = ?", (session_id, op["key"]))
-        else:
+        if op.get("op") not in ("set", "delete"):
             raise ValueError(f"unknown tool-state op {op!r}")
+        final[op["key"]] = op
+    return [
+        Write(
+            f"INSERT INTO {TOOL_STATE} (session_id, key, value) SELECT ?, ?, ? WHERE {{guard}}"
+            " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value",
+            (session_id, key, _text(op.get("value"))),
+        )
+        if op["op"] == "set"
+        else Write(f"DELETE FROM {TOOL_STATE} WHERE session_id = ? AND key = ? AND {{guard}}", (session_id, key))
+        for key, op in final.items()
+    ]
 
 
 def tool_state_plan(session_id: str, key: str | None) -> Plan[dict[str, Any]]:
@@ -165,12 +244,12 @@ def tool_state_plan(session_id: str, key: str | None) -> Plan[dict[str, Any]]:
 
 
 def add_partial_plan(d: Dialect, record: StreamPartialRecord, epoch: int | None) -> Plan[None]:
-    yield from _fence(d, record.session_id, epoch)
-    yield Query(
+    write = Write(
         f"INSERT INTO {PARTIALS} (session_id, run_id, step_key, seq, text, thinking)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
+        " SELECT ?, ?, ?, ?, ?, ? WHERE {guard}",
         (record.session_id, record.run_id, record.step_key, record.seq, record.text, record.thinking),
     )
+    yield from fenced_plan(d, record.session_id, epoch, [write])
 
 
 def partials_plan(session_id: str | None, run_id: str | None) -> Plan[list[StreamPartialRecord]]:
@@ -226,15 +305,18 @@ def awakeable_for_plan(
     found = yield from find_awakeable_plan(session_id, key)
     if found is not None:
         return found
-    yield from _fence(d, session_id, epoch)
-    yield Query(
-        f"INSERT INTO {AWAKEABLES} ({_AWAKEABLE_COLUMNS}) VALUES (?, ?, ?, 0, ?, ?)"
-        " ON CONFLICT (session_id, key) DO NOTHING",
-        (new_id, session_id, key, _text(None), deadline),
-    )
+    yield from fenced_plan(d, session_id, epoch, [_awakeable_write(session_id, key, new_id, deadline)])
     created = yield from find_awakeable_plan(session_id, key)  # ours, or a racing writer's
     assert created is not None  # the insert or its conflict left a row, and nothing deletes one
     return created
+
+
+def _awakeable_write(session_id: str, key: str, awakeable_id: str, deadline: int | None) -> Write:
+    return Write(
+        f"INSERT INTO {AWAKEABLES} ({_AWAKEABLE_COLUMNS}) SELECT ?, ?, ?, 0, ?, ? WHERE {{guard}}"
+        " ON CONFLICT (session_id, key) DO NOTHING",
+        (awakeable_id, session_id, key, _text(None), deadline),
+    )
 
 
 def resolve_awakeable_plan(d: Dialect, awakeable_id: str, value: Any) -> Plan[bool]:
@@ -327,15 +409,6 @@ def marked_leases_plan(session_id: str | None) -> Plan[list[tuple[str, LeaseRow,
     return marked
 
 
-def _mark(session_id: str, run_id: str | None) -> Plan[None]:
-    yield Query(
-        f"INSERT INTO {LEASES} (session_id, epoch, renewed_at, released) VALUES (?, 0, 0, 1)"
-        " ON CONFLICT (session_id) DO NOTHING",
-        (session_id,),
-    )
-    yield Query(f"UPDATE {LEASES} SET resumable_run = ? WHERE session_id = ?", (run_id, session_id))
-
-
 # ---------------------------------------------- queue, submissions, runs
 
 
@@ -345,12 +418,12 @@ def queue_read_plan(session_id: str) -> Plan[list[Any]]:
 
 
 def queue_write_plan(d: Dialect, session_id: str, entries: list[Any], epoch: int | None) -> Plan[None]:
-    yield from _fence(d, session_id, epoch)
-    yield Query(
-        f"INSERT INTO {QUEUES} (session_id, entries) VALUES (?, ?)"
+    write = Write(
+        f"INSERT INTO {QUEUES} (session_id, entries) SELECT ?, ? WHERE {{guard}}"
         " ON CONFLICT (session_id) DO UPDATE SET entries = excluded.entries",
         (session_id, _text(list(entries))),
     )
+    yield from fenced_plan(d, session_id, epoch, [write])
 
 
 def add_submission_plan(session_id: str, request_id: str, fingerprint: str) -> Plan[tuple[str, Any] | None]:
@@ -389,35 +462,121 @@ def last_run_plan(session_id: str) -> Plan[str | None]:
 
 
 def set_last_run_plan(d: Dialect, session_id: str, run_id: str, epoch: int | None) -> Plan[None]:
-    yield from _fence(d, session_id, epoch)
-    yield from _set_last_run(session_id, run_id)
+    yield from fenced_plan(d, session_id, epoch, [_last_run_write(session_id, run_id)])
 
 
-def _set_last_run(session_id: str, run_id: str) -> Plan[None]:
-    yield Query(
-        f"INSERT INTO {LAST_RUNS} (session_id, run_id) VALUES (?, ?)"
+def _last_run_write(session_id: str, run_id: str) -> Write:
+    return Write(
+        f"INSERT INTO {LAST_RUNS} (session_id, run_id) SELECT ?, ? WHERE {{guard}}"
         " ON CONFLICT (session_id) DO UPDATE SET run_id = excluded.run_id",
         (session_id, run_id),
     )
 
 
 def commit_plan(d: Dialect, transition: RunTransition, cache: PrefixCache) -> Plan[int | None]:
-    """A `RunTransition` as one plan: the fence, then each part it holds; returns the checkpoint's revision."""
+    """A `RunTransition` as one fenced transaction; returns the checkpoint's revision (None without one).
+
+    Where the fence is checked inside the statement (Postgres) and this process knows the stored
+    checkpoint (its cache holds the revision stored, and the new checkpoint only appends to it),
+    the whole transition is ONE statement (`_append_plan`); otherwise the fence, then each part.
+    """
+    if d.fence_in_statement:
+        done, revision = yield from _append_plan(d, transition, cache)
+        if done:
+            return revision
     session_id = transition.session_id
     yield from _fence(d, session_id, transition.epoch)
-    for record in transition.steps:
-        yield from _write_step(record)
-    revision = None
+    for write in _transition_writes(d, transition):
+        yield Query(write.guarded("1 = 1"), write.params)
     if transition.checkpoint is not None:
-        revision = yield from save_plan(cache, transition.checkpoint, None, d)
+        return (yield from save_plan(cache, transition.checkpoint, None, d))
+    return None
+
+
+def _transition_writes(d: Dialect, transition: RunTransition) -> list[Write]:
+    """The writes of `transition` but its checkpoint, to run once the fence holds."""
+    session_id = transition.session_id
+    writes = _step_writes(d, transition.steps)
     if transition.last_run is not None:
-        yield from _set_last_run(session_id, transition.last_run)
-    if transition.mark is not None or transition.unmark:
-        yield from _mark(session_id, transition.mark)
-    for key, awakeable_id in transition.awakeables:
-        yield Query(
-            f"INSERT INTO {AWAKEABLES} ({_AWAKEABLE_COLUMNS}) VALUES (?, ?, ?, 0, ?, NULL)"
-            " ON CONFLICT (session_id, key) DO NOTHING",
-            (awakeable_id, session_id, key, _text(None)),
+        writes.append(_last_run_write(session_id, transition.last_run))
+    if transition.mark is not None or transition.unmark:  # the fence holds: the lease row exists
+        writes.append(Write(
+            f"UPDATE {LEASES} SET resumable_run = ? WHERE session_id = ? AND {{guard}}", (transition.mark, session_id)
+        ))
+    writes.extend(_awakeable_write(session_id, key, awakeable_id, None) for key, awakeable_id in transition.awakeables)
+    return writes
+
+
+def _append_plan(d: Dialect, transition: RunTransition, cache: PrefixCache) -> Plan[tuple[bool, int | None]]:
+    """Try `transition` as ONE statement; (False, None) when it wrote nothing and must be committed in parts.
+
+    The checkpoint part is the append-only save `save_plan` would do when the stored run is the
+    one this process saved last: its new messages, its step-log row and its header. The statement
+    checks that (the run's row at the remembered revision and message count, locked as the store's
+    saves lock it) together with the fence; when either fails, none of its writes apply.
+    """
+    checkpoint = transition.checkpoint
+    session_id, epoch = transition.session_id, transition.epoch
+    ctes = [f"fence AS ({_FENCE}{d.lock_shared})"]
+    params: list[Any] = [session_id, epoch]
+    guard = _EXISTS_FENCE
+    writes = _transition_writes(d, transition)
+    revision = None
+    if checkpoint is not None:
+        run_id, messages = checkpoint.run_id, checkpoint.messages
+        stored_revision, stored_count = cache.revision(run_id), cache.count(run_id)
+        if stored_revision is None or stored_count is None:
+            return False, None
+        if cache.kept(run_id, stored_revision, messages) != stored_count:
+            return False, None  # not an append: the save re-reads and rewrites
+        if d.lock_run is not None:
+            ctes.append(f"run_lock AS ({d.lock_run})")
+            params.append(run_id)
+        ctes.append(
+            f"head AS (SELECT 1 FROM {RUNS} WHERE run_id = ? AND revision = ? AND message_count = ?"
+            f" AND EXISTS (SELECT 1 FROM {'run_lock' if d.lock_run is not None else 'fence'}){d.lock_update})"
         )
-    return revision
+        params.extend((run_id, stored_revision, stored_count))
+        guard = f"{_EXISTS_FENCE} AND EXISTS (SELECT 1 FROM head)"
+        revision = new_revision()
+        writes.extend(_append_writes(checkpoint, stored_count, revision))
+    for i, write in enumerate(writes):
+        ctes.append(f"w{i} AS ({write.guarded(guard)})")
+        params.extend(write.params)
+    fits = "(SELECT count(*) FROM head)" if checkpoint is not None else "1"
+    fenced, fitted = yield Query(
+        f"WITH {', '.join(ctes)} SELECT (SELECT count(*) FROM fence), {fits}", params, "one", alone=True
+    )
+    if fenced == 0:
+        raise StaleEpochError(session_id, epoch)
+    return fitted == 1, revision
+
+
+def _append_writes(checkpoint: AgentCheckpoint, stored_count: int, revision: int) -> list[Write]:
+    """`save_plan`'s writes for a checkpoint that appends to `stored_count` stored messages."""
+    run_id, messages = checkpoint.run_id, checkpoint.messages
+    bodies = encode_messages(messages, stored_count)
+    header = encode_header(checkpoint)
+    writes = []
+    if bodies:
+        writes.append(Write(
+            f"INSERT INTO {MESSAGES} (run_id, seq, body) SELECT * FROM (VALUES "
+            + ", ".join(["(?, CAST(? AS INTEGER), ?)"] * len(bodies))
+            + ") AS v (run_id, seq, body) WHERE {guard}",
+            tuple(value for i, body in enumerate(bodies) for value in (run_id, stored_count + i, body)),
+        ))
+    writes += [
+        Write(f"DELETE FROM {STEP_LOG} WHERE run_id = ? AND step_index > ? AND {{guard}}", (run_id, checkpoint.step_index)),
+        Write(
+            f"INSERT INTO {STEP_LOG} (run_id, step_index, message_count, header) SELECT ?, ?, ?, ? WHERE {{guard}}"
+            " ON CONFLICT (run_id, step_index) DO UPDATE SET"
+            " message_count = excluded.message_count, header = excluded.header",
+            (run_id, checkpoint.step_index, len(messages), header),
+        ),
+        Write(
+            f"UPDATE {RUNS} SET step_index = ?, status = ?, created_at = ?, message_count = ?, revision = ?,"
+            " header = ? WHERE run_id = ? AND {guard}",
+            (checkpoint.step_index, checkpoint.status, checkpoint.created_at, len(messages), revision, header, run_id),
+        ),
+    ]
+    return writes

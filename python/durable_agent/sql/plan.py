@@ -31,12 +31,19 @@ else:
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """One statement of a plan; `many` runs it once per parameter row (``executemany``)."""
+    """One statement of a plan; `many` runs it once per parameter row (``executemany``).
+
+    `alone`: when this is the first query of a write plan, a driver may run it as a transaction
+    of its own (on Postgres one round trip: the statement commits as it ends); the queries the
+    plan yields after it, if any, then run in a new transaction. The plan must make such a
+    statement all-or-nothing, and continue only when it wrote nothing.
+    """
 
     sql: str
     params: Sequence[Any] | Sequence[Sequence[Any]] = ()
     fetch: Literal["one", "all", None] = None
     many: bool = False
+    alone: bool = False
 
 
 Plan = Generator[Query, Any, T]
@@ -134,10 +141,26 @@ async def run_async(cursor: Any, dialect: Dialect, plan: Plan[T]) -> T:
         except StopIteration as stop:
             value: T = stop.value
             return value
-        sql = dialect.sql(query.sql)
-        if query.many:
-            await cursor.executemany(sql, query.params)
-            result = None
-            continue
-        await cursor.execute(sql, query.params)
-        result = _answer(await cursor.fetchall(), query.fetch) if query.fetch else None
+        result = await execute_async(cursor, dialect, query)
+
+
+async def execute_async(cursor: Any, dialect: Dialect, query: Query) -> Any:
+    """Run one query on an async cursor; returns what its plan receives for it."""
+    sql = dialect.sql(query.sql)
+    if query.many:
+        await cursor.executemany(sql, query.params)
+        return None
+    await cursor.execute(sql, query.params)
+    return _answer(await cursor.fetchall(), query.fetch) if query.fetch else None
+
+
+def resumed(first: Query, plan: Plan[T]) -> Plan[T]:
+    """`plan`, already started, as a plan again: from `first`, the query it yielded last, on."""
+    answer = yield first
+    while True:
+        try:
+            query = plan.send(answer)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+        answer = yield query
