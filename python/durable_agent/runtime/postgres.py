@@ -34,7 +34,7 @@ from typing import Any
 from ..errors import ConfigurationError, FeatureUnavailableError
 from .._util import wall_clock_ms
 from ..sql.journal_schema import schema_plan
-from ..sql.plan import POSTGRES, Plan, T, execute_async, resumed, run_async
+from ..sql.plan import POSTGRES, Plan, Query, T, execute_async, run_async
 from .sql_runtime import SqlRuntime
 
 logger = logging.getLogger("durable_agent")
@@ -150,9 +150,9 @@ class _PostgresDriver:
                 self._conn = await self._psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
             yield self._conn
 
-    async def _transaction(self, conn: Any, plan: Plan[T]) -> T:
+    async def _transaction(self, conn: Any, plan: Plan[T], first: Query | None = None) -> T:
         async with conn.transaction(), conn.cursor() as cur:
-            return await run_async(cur, DIALECT, plan)
+            return await run_async(cur, DIALECT, plan, first)
 
     async def run(self, plan: Plan[T], *, write: bool) -> T:
         """A write in one transaction; a read statement by statement (autocommit: one round trip each).
@@ -177,7 +177,7 @@ class _PostgresDriver:
                 done: T = stop.value
                 return done
             if not (first.alone and conn.autocommit):
-                return await self._transaction(conn, resumed(first, plan))
+                return await self._transaction(conn, plan, first)
             async with conn.cursor() as cur:
                 answer = await execute_async(cur, DIALECT, first)
             try:
@@ -185,7 +185,7 @@ class _PostgresDriver:
             except StopIteration as stop:
                 value: T = stop.value
                 return value
-            return await self._transaction(conn, resumed(rest, plan))
+            return await self._transaction(conn, plan, rest)
 
     async def wait_for_change(self, timeout: float) -> None:
         await self.listener.wait(timeout)

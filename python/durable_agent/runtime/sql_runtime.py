@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from ..checkpoint import AgentCheckpoint
 from ..errors import CheckpointCorruptError, StaleEpochError
 from ..sql import journal as plans
-from ..sql.checkpoints import load_plan, save_plan
+from ..sql.checkpoints import load_plan, remembered, save_plan
 from ..sql.plan import Dialect, Plan, T
 from ..stores._history import PrefixCache
 from ..stores._validate import check_checkpoint, check_expected, check_run_id
@@ -152,12 +152,7 @@ class SqlRows:
             if "decode" in str(exc):  # SQLite text that is not UTF-8: a damaged row
                 raise CheckpointCorruptError(f"stored text is not UTF-8 ({exc})", run_id=run_id) from None
             raise
-        if found is None:
-            return None
-        checkpoint, revision = found
-        if type(revision) is int:
-            self.cache.remember(run_id, revision, checkpoint.messages)
-        return checkpoint
+        return remembered(self.cache, run_id, found)
 
     async def save_checkpoint(self, checkpoint: AgentCheckpoint, expected_step_index: int | None) -> None:
         try:

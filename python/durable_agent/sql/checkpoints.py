@@ -33,6 +33,7 @@ __all__ = [  # the plan machinery too: the session stores import this module as 
     "load_plan",
     "load_step_plan",
     "prune_plan",
+    "remembered",
     "run_async",
     "run_sync",
     "save_plan",
@@ -175,6 +176,16 @@ def load_plan(run_id: str) -> Plan[tuple[AgentCheckpoint, Any] | None]:
             run_id=run_id,
         )
     return rebuild(run_id, header, [row[1] for row in rows]), revision
+
+
+def remembered(cache: PrefixCache, run_id: str, found: tuple[AgentCheckpoint, Any] | None) -> AgentCheckpoint | None:
+    """The checkpoint `load_plan` found, told to `cache` (when its revision is sound) so the next save appends."""
+    if found is None:
+        return None
+    checkpoint, revision = found
+    if type(revision) is int:
+        cache.remember(run_id, revision, checkpoint.messages)
+    return checkpoint
 
 
 def load_step_plan(run_id: str, step_index: int) -> Plan[AgentCheckpoint | None]:

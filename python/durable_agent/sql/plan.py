@@ -111,37 +111,42 @@ def _answer(rows: list[Any], fetch: str | None) -> Any:
 
 
 def run_sync(cursor: Any, dialect: Dialect, plan: Plan[T]) -> T:
-    """Drive `plan` on a DB-API cursor; returns the plan's result.
+    """Drive `plan` on a DB-API cursor; returns the plan's result."""
+    try:
+        query = plan.send(None)
+        while True:
+            query = plan.send(execute_sync(cursor, dialect, query))
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+
+
+def execute_sync(cursor: Any, dialect: Dialect, query: Query) -> Any:
+    """Run one query on a DB-API cursor; returns what its plan receives for it.
 
     A ``"one"`` query is fetched to its end too: SQLite keeps an ``UPDATE ... RETURNING``
     in progress (and refuses to commit) until its cursor is exhausted.
     """
-    result: Any = None
-    while True:
-        try:
-            query = plan.send(result)
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
-        sql = dialect.sql(query.sql)
-        if query.many:
-            cursor.executemany(sql, query.params)
-            result = None
-            continue
-        cursor.execute(sql, query.params)
-        result = _answer(cursor.fetchall(), query.fetch) if query.fetch else None
+    sql = dialect.sql(query.sql)
+    if query.many:
+        cursor.executemany(sql, query.params)
+        return None
+    cursor.execute(sql, query.params)
+    return _answer(cursor.fetchall(), query.fetch) if query.fetch else None
 
 
-async def run_async(cursor: Any, dialect: Dialect, plan: Plan[T]) -> T:
-    """`run_sync` for an async cursor (psycopg's AsyncCursor)."""
-    result: Any = None
-    while True:
-        try:
-            query = plan.send(result)
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
-        result = await execute_async(cursor, dialect, query)
+async def run_async(cursor: Any, dialect: Dialect, plan: Plan[T], first: Query | None = None) -> T:
+    """`run_sync` for an async cursor (psycopg's AsyncCursor).
+
+    `first`: for a plan already started, the query it yielded last (not run yet).
+    """
+    try:
+        query = first if first is not None else plan.send(None)
+        while True:
+            query = plan.send(await execute_async(cursor, dialect, query))
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
 
 
 async def execute_async(cursor: Any, dialect: Dialect, query: Query) -> Any:
@@ -152,15 +157,3 @@ async def execute_async(cursor: Any, dialect: Dialect, query: Query) -> Any:
         return None
     await cursor.execute(sql, query.params)
     return _answer(await cursor.fetchall(), query.fetch) if query.fetch else None
-
-
-def resumed(first: Query, plan: Plan[T]) -> Plan[T]:
-    """`plan`, already started, as a plan again: from `first`, the query it yielded last, on."""
-    answer = yield first
-    while True:
-        try:
-            query = plan.send(answer)
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
-        answer = yield query

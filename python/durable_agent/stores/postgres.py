@@ -94,14 +94,6 @@ class _Common:
         expected = check_expected(expected_step_index)
         return checked, lambda: _sql.save_plan(self._cache, checked, expected, DIALECT)
 
-    def _loaded(self, run_id: str, found: tuple[AgentCheckpoint, Any] | None) -> AgentCheckpoint | None:
-        if found is None:
-            return None
-        checkpoint, revision = found
-        if type(revision) is int:
-            self._cache.remember(run_id, revision, checkpoint.messages)
-        return checkpoint
-
     @staticmethod
     def _load_step(run_id: str, step_index: int) -> Callable[[], Plan[AgentCheckpoint | None]]:
         check_run_id(run_id)
@@ -180,7 +172,7 @@ class PostgresSessionStore(_Common):
         except CheckpointCorruptError:
             self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
             raise
-        return self._loaded(run_id, found)
+        return _sql.remembered(self._cache, run_id, found)
 
     def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
         """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
@@ -282,7 +274,7 @@ class AsyncPostgresSessionStore(_Common):
         except CheckpointCorruptError:
             self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
             raise
-        return self._loaded(run_id, found)
+        return _sql.remembered(self._cache, run_id, found)
 
     async def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
         """See `PostgresSessionStore.load_step`."""
