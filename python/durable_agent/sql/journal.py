@@ -1,14 +1,16 @@
 """The step journal's plans (no I/O), for the SQLite and Postgres runtimes: rows in, rows out.
 
 Every write of a lease holder is fenced: it applies only while the session's lease is at
-the writer's epoch, and otherwise raises `StaleEpochError` with nothing applied (the driver
-rolls the plan's transaction back).
+the writer's epoch, and otherwise raises `StaleEpochError` with nothing applied.
 
 * SQLite: writes run under ``BEGIN IMMEDIATE`` (one writer at a time for the whole file), so
-  the plain read in `_fence` cannot race a claim.
-* Postgres: `_fence` reads the lease row ``FOR SHARE`` and a lease change takes it ``FOR UPDATE``:
-  a claim waits for fenced writes in flight to commit, and a fenced write waits for a claim
-  in flight, then sees its new epoch (READ COMMITTED re-reads a locked row's latest version).
+  the plain read in `_fence` cannot race a claim; a stale fence stops the plan, and the
+  driver rolls its transaction back.
+* Postgres: a fenced write is ONE statement (`fenced_plan`, `_append_plan`) whose writes are
+  guarded by the lease row read ``FOR SHARE`` in the same statement, committed as it ends (one
+  round trip); a stale fence makes every guard false. A lease change takes the row ``FOR UPDATE``:
+  a claim waits for fenced writes in flight to commit, and a fenced write waits for a claim in
+  flight, then sees its new epoch (READ COMMITTED re-checks a locked row's latest version).
   Fenced writes of the same owner share the lock and do not serialize on each other.
 
 The lease rules are not here: `durable_agent.runtime.stored` applies them to the rows these
@@ -68,6 +70,7 @@ class Write:
 
 
 _FENCE = f"SELECT 1 FROM {LEASES} WHERE session_id = ? AND epoch = ?"
+_EXISTS_FENCE = "EXISTS (SELECT 1 FROM fence)"
 
 
 def _fence(d: Dialect, session_id: str, epoch: int | None) -> Plan[None]:
@@ -94,6 +97,8 @@ def fenced_plan(d: Dialect, session_id: str, epoch: int | None, writes: Sequence
             yield Query(write.guarded("1 = 1"), write.params)
         return
     if epoch is None:
+        if not writes:
+            return
         ctes, params, guard = [], [], "1 = 1"
     else:
         ctes, params, guard = [f"fence AS ({_FENCE}{d.lock_shared})"], [session_id, epoch], _EXISTS_FENCE
@@ -105,8 +110,6 @@ def fenced_plan(d: Dialect, session_id: str, epoch: int | None, writes: Sequence
     if epoch is not None and row[0] == 0:
         raise StaleEpochError(session_id, epoch)
 
-
-_EXISTS_FENCE = "EXISTS (SELECT 1 FROM fence)"
 
 
 # ------------------------------------------------------------------- steps
