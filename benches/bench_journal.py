@@ -6,8 +6,9 @@ Variants, each running the same N-step agent (a scripted model that calls one to
 * a plain session store (checkpoints only): memory, SQLite;
 * `Agent` on a durable runtime (checkpoints + step journal + lease): memory, SQLite, and
   Postgres when DURABLE_AGENT_BENCH_POSTGRES_URL is set;
-* the anchor: the same agent as a DBOS workflow on SQLite (a model step and a tool step per
-  turn; `pip install dbos` for the bench only — the anchor row is skipped, and says so, without it).
+* the anchors: the same agent as a DBOS workflow (a model step and a tool step per turn) on SQLite,
+  and on the same Postgres when the URL is set; the Postgres rows are compared with DBOS on Postgres
+  (`pip install dbos` for the bench only — the anchor rows are skipped, and say so, without it).
 
     .venv/bin/python benches/bench_journal.py [--steps 10,100] [--repeat 3]
 """
@@ -83,21 +84,59 @@ def runtime_factories(tmp: str) -> dict[str, Callable[[], Any]]:
 
         path = str(Path(tmp) / "journal.db")
         factories["Agent + SQLite runtime"] = lambda: sqlite_runtime(path)
-    url = os.environ.get("DURABLE_AGENT_BENCH_POSTGRES_URL")
-    if url:
-        from durable_agent.runtime.postgres import postgres_runtime
-
-        factories["Agent + Postgres runtime"] = lambda: postgres_runtime(url)
     return factories
 
 
-def dbos_runner(tmp: str) -> Callable[[int], None] | None:
-    if importlib.util.find_spec("dbos") is None:
-        return None
-    from dbos import DBOS
+class PostgresAgent:
+    """`Agent` runs on ONE Postgres runtime (a server keeps its runtime, as DBOS keeps its engine), on one loop."""
 
-    DBOS(config={"name": "bench-journal", "system_database_url": f"sqlite:///{tmp}/dbos.sqlite",
-                 "log_level": "WARNING"})
+    def __init__(self, url: str) -> None:
+        from durable_agent.runtime.postgres import postgres_runtime
+
+        self._loop = asyncio.new_event_loop()
+        self._runtime = postgres_runtime(url)
+
+    def __call__(self, steps: int) -> None:
+        agent = Agent(model=script(steps), tools=TOOLS, max_steps=steps + 1,
+                      durable=DurableOptions(self._runtime), session_id=f"s-{time.perf_counter_ns()}")
+        result = self._loop.run_until_complete(agent.run("go"))
+        assert len(result.steps) == steps
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._runtime.close())
+        self._loop.close()
+
+
+class DbosAnchor:
+    """The agent as a DBOS workflow; `on(url)` (re)launches DBOS on that system database when it changes."""
+
+    def __init__(self) -> None:
+        self._url: str | None = None
+        self._workflow: Callable[[int], int] | None = None
+
+    def on(self, url: str) -> Callable[[int], int]:
+        from dbos import DBOS
+
+        if self._url != url:
+            if self._url is not None:
+                DBOS.destroy(destroy_registry=False)
+            DBOS(config={"name": "bench-journal", "system_database_url": url, "log_level": "WARNING"})
+            if self._workflow is None:
+                self._workflow = dbos_workflow()
+            DBOS.launch()
+            self._url = url
+        assert self._workflow is not None
+        return self._workflow
+
+    def close(self) -> None:
+        if self._url is not None:
+            from dbos import DBOS
+
+            DBOS.destroy(destroy_registry=True)
+
+
+def dbos_workflow() -> Callable[[int], int]:
+    from dbos import DBOS
 
     @DBOS.step()
     def model_step(turn: int, steps: int) -> dict[str, Any]:
@@ -119,8 +158,7 @@ def dbos_runner(tmp: str) -> Callable[[int], None] | None:
                 history.append({"role": "tool", "content": tool_step(tool_call["input"])})
         return len(history)
 
-    DBOS.launch()
-    return lambda steps: agent_workflow(steps)
+    return agent_workflow
 
 
 def main() -> None:
@@ -128,13 +166,15 @@ def main() -> None:
     parser.add_argument("--steps", default="10,100")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    url = os.environ.get("DURABLE_AGENT_BENCH_POSTGRES_URL")
+    dbos = DbosAnchor() if importlib.util.find_spec("dbos") is not None else None
     with tempfile.TemporaryDirectory() as tmp:
         sqlite_store = SqliteSessionStore(str(Path(tmp) / "sessions.db"))
-        dbos = dbos_runner(tmp)
         print_header(32, "none", "DBOS")
         for steps in (int(s) for s in args.steps.split(",")):
+            none = per_step(steps, args.repeat, lambda: session_run(steps, None))
             rows: dict[str, float] = {
-                "no durability": per_step(steps, args.repeat, lambda: session_run(steps, None)),
+                "no durability": none,
                 "session store: memory": per_step(steps, args.repeat,
                                                   lambda: session_run(steps, InMemorySessionStore())),
                 "session store: SQLite": per_step(steps, args.repeat, lambda: session_run(steps, sqlite_store)),
@@ -142,10 +182,24 @@ def main() -> None:
             for name, factory in runtime_factories(tmp).items():
                 rows[name] = per_step(steps, args.repeat, lambda factory=factory: agent_run(steps, factory))
             if dbos is not None:
-                rows["DBOS workflow on SQLite"] = per_step(steps, args.repeat, lambda: dbos(steps))
+                on_sqlite = dbos.on(f"sqlite:///{tmp}/dbos.sqlite")
+                rows["DBOS workflow on SQLite"] = per_step(steps, args.repeat, lambda: on_sqlite(steps))
             print_rows(steps, rows, 32, "no durability", "DBOS workflow on SQLite")
+            if url:
+                on_postgres_agent = PostgresAgent(url)
+                on_postgres_agent(1)  # the pool's first connection and the schema check: not per step
+                pg_rows = {"no durability": none,
+                           "Agent + Postgres runtime": per_step(steps, args.repeat, lambda: on_postgres_agent(steps))}
+                on_postgres_agent.close()
+                if dbos is not None:
+                    on_postgres = dbos.on(url)
+                    on_postgres(1)
+                    pg_rows["DBOS workflow on Postgres"] = per_step(steps, args.repeat, lambda: on_postgres(steps))
+                print_rows(steps, pg_rows, 32, "no durability", "DBOS workflow on Postgres")
         if dbos is None:
             print("DBOS is not installed: pip install dbos (bench only)")
+        else:
+            dbos.close()
         sqlite_store.close()
 
 

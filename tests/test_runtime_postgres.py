@@ -171,6 +171,57 @@ async def test_a_fenced_write_waits_for_a_claim_in_flight_and_is_refused_after_i
     assert info.value.epoch == claim.epoch and await writer.inspect.steps("r") == []
 
 
+async def test_a_journal_write_and_an_appending_transition_are_one_statement_each(
+    opened: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One round trip per write: the epoch check rides in the write's own statement, outside any
+    transaction block (the statement commits as it ends); a stale one is refused and lands nothing."""
+    import psycopg
+
+    from durable_agent import AgentCheckpoint, Usage
+    from durable_agent.errors import StaleEpochError
+    from durable_agent.runtime import StepRecord
+    from durable_agent.runtime.records import RunTransition
+
+    runtime = opened()
+    claim = await runtime.lease.claim(SESSION, stale_at=0)
+
+    def checkpoint(texts: list[str], step: int) -> AgentCheckpoint:
+        return AgentCheckpoint(run_id="r", step_index=step, status="running", usage=Usage(), created_at=0,
+                               messages=[{"role": "user", "content": text} for text in texts])
+
+    await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=checkpoint(["a"], 0)))  # first save: parts
+    sent: list[str] = []
+    execute, transaction = psycopg.AsyncCursor.execute, psycopg.AsyncConnection.transaction
+
+    def counted_execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    def counted_transaction(self: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append("BEGIN")
+        return transaction(self, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counted_execute)
+    monkeypatch.setattr(psycopg.AsyncConnection, "transaction", counted_transaction)
+    pending = StepRecord(SESSION, "r", step_key("r", 1, "t1"), "tool", "unsafe", "pending")
+    await runtime.backend.put_steps([pending], epoch=claim.epoch)
+    assert len(sent) == 1
+    done = StepRecord(SESSION, "r", pending.key, "tool", "unsafe", "done", result="ok",
+                      tool_state=({"op": "set", "key": "k", "value": 1},))
+    await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=checkpoint(["a", "b"], 1), steps=(done,),
+                                       last_run="r", mark="r"))
+    assert len(sent) == 2
+    with pytest.raises(StaleEpochError):
+        await runtime.backend.put_steps([pending], epoch=claim.epoch + 1)
+    assert len(sent) == 3
+    monkeypatch.undo()
+    assert [(r.key, r.status) for r in await runtime.inspect.steps("r")] == [(pending.key, "done")]
+    assert await runtime.stores.tool_state(SESSION).all() == {"k": 1}
+    assert (await runtime.stores.session.load("r")).messages == checkpoint(["a", "b"], 1).messages
+    assert await runtime.stores.runs.last(SESSION) == "r" and await runtime.lease.marked_run(SESSION) == "r"
+
+
 async def test_the_default_pool_serves_concurrent_runs_without_queueing_on_one_connection(conninfo: str) -> None:
     from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
     from durable_agent.runtime.postgres import postgres_runtime

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from durable_agent.errors import FeatureUnavailableError, StaleEpochError
-from durable_agent.runtime import RunOwner, StepRequest, step_key
+from durable_agent import AgentCheckpoint, Usage
+from durable_agent.runtime import RunOwner, StepRecord, StepRequest, step_key
+from durable_agent.runtime.records import RunTransition
 from durable_agent.runtime.scope import StepContext
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
 
@@ -57,6 +59,11 @@ def opened(db: Path) -> Iterator[Callable[..., Any]]:
     yield open_runtime
     for runtime in runtimes:
         runtime.close()
+
+
+def _checkpoint(texts: list[str], step: int) -> AgentCheckpoint:
+    return AgentCheckpoint(run_id=RUN, step_index=step, status="running", usage=Usage(), created_at=0,
+                           messages=[{"role": "user", "content": text} for text in texts])
 
 
 def _req(key: str, replay: str = "unsafe") -> StepRequest:
@@ -108,6 +115,37 @@ class SqlJournalChecks:
         with pytest.raises(StaleEpochError):
             await old.stores.queue.write(SESSION, ["typed ahead"])  # fenced by the old claim, still on `old`
         assert await new.stores.runs.last(SESSION) is None and await new.stores.queue.read(SESSION) == []
+
+    async def test_a_stale_transition_lands_none_of_its_parts(self, make_runtime: Any) -> None:
+        """A lifecycle commit of a taken-over session: its checkpoint (an append this process could
+        write in one statement), step records, mark and awakeables all stay unwritten."""
+        clock = Clock()
+        old, new = make_runtime(clock), make_runtime(clock)
+        first = await old.lease.claim(SESSION, stale_at=0, owner=RunOwner("elsewhere", 1, old.owner.token))
+        saved = _checkpoint(["hi"], 0)
+        await old.commit(RunTransition(SESSION, first.epoch, checkpoint=saved, last_run=RUN, mark=RUN))
+        clock.now += 60_000
+        assert (await new.lease.claim(SESSION, stale_at=clock.now - 1)).claimed
+        record = StepRecord(SESSION, RUN, step_key(RUN, 1, "t1"), "tool", "unsafe", "pending")
+        with pytest.raises(StaleEpochError):
+            await old.commit(RunTransition(SESSION, first.epoch, checkpoint=_checkpoint(["hi", "more"], 1),
+                                           last_run="r-2", unmark=True, awakeables=(("k", "aw-1"),),
+                                           steps=(record,)))
+        assert await new.stores.session.load(RUN) == saved
+        assert await new.stores.runs.last(SESSION) == RUN and await new.lease.marked_run(SESSION) == RUN
+        assert await new.inspect.steps() == [] and await new.inspect.awakeables() == []
+
+    async def test_a_commit_after_another_writers_save_stores_its_own_checkpoint(self, make_runtime: Any) -> None:
+        """The append this process would write in one statement assumes its own last save is stored;
+        after another writer's save it must notice, and store the whole checkpoint."""
+        clock = Clock()
+        runtime, other = make_runtime(clock), make_runtime(clock)
+        claim = await runtime.lease.claim(SESSION, stale_at=0)
+        await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=_checkpoint(["a", "b"], 0)))
+        await other.stores.session.save(_checkpoint(["x"], 5))
+        latest = _checkpoint(["a", "b", "c"], 1)
+        await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=latest))
+        assert await other.stores.session.load(RUN) == latest
 
     async def test_values_round_trip_through_the_codec(self, make_runtime: Any) -> None:
         clock = Clock()

@@ -1,5 +1,5 @@
 """The SQL event log's statements as plans (no I/O): one SQLite driver runs them synchronously, a Postgres one
-asynchronously (`durable_agent.stores._sql` runs the plans; placeholders are written ``?``).
+asynchronously (`durable_agent.sql.plan` runs the plans; placeholders are written ``?``).
 
 Appends to one run are serialized: SQLite's ``BEGIN IMMEDIATE`` keeps other writers out, and
 Postgres locks the run's row (``FOR UPDATE``) before reading the last ``seq``, so two processes
@@ -9,49 +9,41 @@ appending at once number their events one after the other instead of colliding.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .._kernels import kernels
-from ..stores._sql import Plan, Query
+from ..sql.plan import Dialect, Plan, Query
 from .events import RunEvent, RunInfo, finished
 
 RUNS = "durable_agent_http_runs"
 EVENTS = "durable_agent_http_events"
+SCHEMA_LOCK = 20263  # the schema lock's key (Postgres advisory lock)
 
 
-@dataclass(frozen=True, slots=True)
-class LogDialect:
-    """What differs between the SQLite and the Postgres event log."""
-
-    lock_run: str  # appended to the run's SELECT in an append: "" or " FOR UPDATE"
-    lock_schema: str | None  # a statement serializing schema creation between processes
-
-
-def schema_plan(dialect: LogDialect) -> Plan:
+def schema_plan(dialect: Dialect) -> Plan[None]:
     if dialect.lock_schema:
-        yield Query(dialect.lock_schema, fetch="one")
+        yield Query(dialect.lock_schema, (SCHEMA_LOCK,), fetch="one")
     yield Query(f"CREATE TABLE IF NOT EXISTS {RUNS} (run_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, "
                 "created_at BIGINT NOT NULL, meta TEXT NOT NULL)")
     yield Query(f"CREATE TABLE IF NOT EXISTS {EVENTS} (run_id TEXT NOT NULL, seq BIGINT NOT NULL, key TEXT NOT NULL, "
                 "data TEXT NOT NULL, PRIMARY KEY (run_id, seq), UNIQUE (run_id, key))")
 
 
-def create_run_plan(run_id: str, session_id: str, created_at: int, meta: Mapping[str, Any]) -> Plan:
+def create_run_plan(run_id: str, session_id: str, created_at: int, meta: Mapping[str, Any]) -> Plan[bool]:
     row = yield Query(f"INSERT INTO {RUNS} (run_id, session_id, created_at, meta) VALUES (?, ?, ?, ?) "
                       "ON CONFLICT DO NOTHING RETURNING run_id",
                       (run_id, session_id, created_at, kernels.encode(dict(meta))), fetch="one")
     return row is not None
 
 
-def run_info_plan(run_id: str) -> Plan:
+def run_info_plan(run_id: str) -> Plan[RunInfo | None]:
     row = yield Query(f"SELECT session_id, created_at, meta FROM {RUNS} WHERE run_id = ?", (run_id,), fetch="one")
     return None if row is None else RunInfo(run_id, row[0], int(row[1]), kernels.decode(row[2]))
 
 
-def append_plan(dialect: LogDialect, run_id: str, events: Sequence[tuple[str, dict[str, Any]]]) -> Plan:
+def append_plan(dialect: Dialect, run_id: str, events: Sequence[tuple[str, dict[str, Any]]]) -> Plan[list[RunEvent]]:
     encoded = [(key, kernels.encode(data)) for key, data in events]
-    if (yield Query(f"SELECT run_id FROM {RUNS} WHERE run_id = ?{dialect.lock_run}", (run_id,), fetch="one")) is None:
+    if (yield Query(f"SELECT run_id FROM {RUNS} WHERE run_id = ?{dialect.lock_update}", (run_id,), fetch="one")) is None:
         raise KeyError(run_id)
     (last,) = yield Query(f"SELECT COALESCE(MAX(seq), 0) FROM {EVENTS} WHERE run_id = ?", (run_id,), fetch="one")
     added = []
@@ -64,18 +56,18 @@ def append_plan(dialect: LogDialect, run_id: str, events: Sequence[tuple[str, di
     return added
 
 
-def read_plan(run_id: str, after: int) -> Plan:
+def read_plan(run_id: str, after: int) -> Plan[list[RunEvent]]:
     rows = yield Query(f"SELECT seq, key, data FROM {EVENTS} WHERE run_id = ? AND seq > ? ORDER BY seq",
                        (run_id, after), fetch="all")
     return [RunEvent(int(seq), key, kernels.decode(data)) for seq, key, data in rows]
 
 
-def latest_plan(run_id: str) -> Plan:
+def latest_plan(run_id: str) -> Plan[int]:
     (last,) = yield Query(f"SELECT COALESCE(MAX(seq), 0) FROM {EVENTS} WHERE run_id = ?", (run_id,), fetch="one")
     return int(last)
 
 
-def forget_plan(run_ids: Sequence[str]) -> Plan:
+def forget_plan(run_ids: Sequence[str]) -> Plan[list[str]]:
     gone = []
     for run_id in run_ids:
         if (yield Query(f"DELETE FROM {RUNS} WHERE run_id = ? RETURNING run_id", (run_id,), fetch="one")) is not None:
@@ -84,7 +76,7 @@ def forget_plan(run_ids: Sequence[str]) -> Plan:
     return gone
 
 
-def prune_plan(before: int) -> Plan:
+def prune_plan(before: int) -> Plan[list[str]]:
     """Forget the runs registered before `before` whose last event ends them for good (`events.finished`)."""
     rows = yield Query(f"SELECT e.run_id, e.seq, e.key, e.data FROM {RUNS} r JOIN {EVENTS} e ON e.run_id = r.run_id "
                        f"WHERE r.created_at < ? AND e.seq = (SELECT MAX(seq) FROM {EVENTS} WHERE run_id = r.run_id) "

@@ -16,23 +16,19 @@ from typing import Any
 
 from .._util import wall_clock_ms
 from ..errors import ConfigurationError, FeatureUnavailableError
-from ..stores._sql import Dialect, Plan, run_async, run_sync
+from ..sql.plan import POSTGRES, SQLITE, Dialect, Plan, T, run_async, run_sync
 from ..stores.sqlite import sqlite_transaction
 from . import _sql
 from .events import RunEvent, RunInfo, Wakeups, check_prune, check_run_ids
 
 __all__ = ["PostgresEventLog", "SqliteEventLog"]
 
-_SQLITE = (Dialect(placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None),
-           _sql.LogDialect(lock_run="", lock_schema=None))
-_POSTGRES = (Dialect(placeholder="%s", text_type="TEXT", lock_run=None, lock_schema=None),
-             _sql.LogDialect(lock_run=" FOR UPDATE", lock_schema="SELECT pg_advisory_xact_lock(20263)"))
 
 
 class _SqlEventLog(abc.ABC):
     """The `EventLog` methods over a driver's `_run(plan, write=)`; subclasses open the database."""
 
-    _dialect: _sql.LogDialect
+    _dialect: Dialect
 
     def __init__(self, clock: Callable[[], int], poll_interval_ms: int) -> None:
         if type(poll_interval_ms) is not int or poll_interval_ms <= 0:
@@ -42,25 +38,23 @@ class _SqlEventLog(abc.ABC):
         self._wakeups = Wakeups()
 
     @abc.abstractmethod
-    async def _run(self, plan: Plan, *, write: bool) -> Any:
+    async def _run(self, plan: Plan[T], *, write: bool) -> T:
         ...
 
     async def create_run(self, run_id: str, session_id: str, meta: Mapping[str, Any]) -> bool:
-        return bool(await self._run(_sql.create_run_plan(run_id, session_id, int(self._clock()), meta), write=True))
+        return await self._run(_sql.create_run_plan(run_id, session_id, int(self._clock()), meta), write=True)
 
     async def run_info(self, run_id: str) -> RunInfo | None:
-        info: RunInfo | None = await self._run(_sql.run_info_plan(run_id), write=False)
-        return info
+        return await self._run(_sql.run_info_plan(run_id), write=False)
 
     async def append(self, run_id: str, events: Sequence[tuple[str, dict[str, Any]]]) -> list[RunEvent]:
-        added: list[RunEvent] = await self._run(_sql.append_plan(self._dialect, run_id, events), write=True)
+        added = await self._run(_sql.append_plan(self._dialect, run_id, events), write=True)
         if added:
             self._wakeups.notify(run_id)
         return added
 
     async def read(self, run_id: str, after: int = 0) -> list[RunEvent]:
-        events: list[RunEvent] = await self._run(_sql.read_plan(run_id, after), write=False)
-        return events
+        return await self._run(_sql.read_plan(run_id, after), write=False)
 
     async def wait(self, run_id: str, after: int, timeout: float) -> None:
         if await self._run(_sql.latest_plan(run_id), write=False) <= after:
@@ -85,7 +79,7 @@ class SqliteEventLog(_SqlEventLog):
     IMMEDIATE`` transaction. The file is created owner-only when missing. Close with `close()`.
     """
 
-    _dialect = _SQLITE[1]
+    _dialect = SQLITE
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 10_000, poll_interval_ms: int = 50,
                  clock: Callable[[], int] = wall_clock_ms) -> None:
@@ -108,11 +102,11 @@ class SqliteEventLog(_SqlEventLog):
         except (sqlite3.Error, OSError) as exc:
             raise ConfigurationError(f"cannot open the event log {self.path!r}: {exc}") from exc
 
-    def _transaction(self, plan: Plan, *, write: bool) -> Any:
+    def _transaction(self, plan: Plan[T], *, write: bool) -> T:
         with sqlite_transaction(self._conn, self._lock, "IMMEDIATE" if write else "DEFERRED") as cursor:
-            return run_sync(cursor, _SQLITE[0], plan)
+            return run_sync(cursor, SQLITE, plan)
 
-    async def _run(self, plan: Plan, *, write: bool) -> Any:
+    async def _run(self, plan: Plan[T], *, write: bool) -> T:
         return self._transaction(plan, write=write)
 
     def close(self) -> None:
@@ -131,7 +125,7 @@ class PostgresEventLog(_SqlEventLog):
     its transactions take turns. Close with ``await log.close()``.
     """
 
-    _dialect = _POSTGRES[1]
+    _dialect = POSTGRES
 
     def __init__(self, conninfo: str, *, poll_interval_ms: int = 100, clock: Callable[[], int] = wall_clock_ms
                  ) -> None:
@@ -146,16 +140,16 @@ class PostgresEventLog(_SqlEventLog):
         self._conn: Any = None
         self._turn: asyncio.Lock | None = None
 
-    async def _run(self, plan: Plan, *, write: bool) -> Any:
+    async def _run(self, plan: Plan[T], *, write: bool) -> T:
         if self._turn is None:
             self._turn = asyncio.Lock()
         async with self._turn:
             if self._conn is None or self._conn.closed:
                 self._conn = await self._psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
                 async with self._conn.transaction(), self._conn.cursor() as cursor:
-                    await run_async(cursor, _POSTGRES[0], _sql.schema_plan(self._dialect))
+                    await run_async(cursor, POSTGRES, _sql.schema_plan(POSTGRES))
             async with self._conn.transaction(), self._conn.cursor() as cursor:
-                return await run_async(cursor, _POSTGRES[0], plan)
+                return await run_async(cursor, POSTGRES, plan)
 
     async def close(self) -> None:
         if self._conn is not None:

@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ..stores._sql import Dialect, Plan, run_sync
+from ..sql.plan import Dialect, Plan, run_sync
 
 MAX_BATCH = 512
 

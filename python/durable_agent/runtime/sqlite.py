@@ -3,7 +3,7 @@
 Several processes may open one file: it is used in WAL mode with a busy timeout, and every
 write runs in a ``BEGIN IMMEDIATE`` transaction, so writers queue on SQLite's write lock and
 readers never block. A lease holder's write checks the session's epoch inside its own
-transaction (see `durable_agent.runtime._sql`): a stale writer gets `StaleEpochError` and its
+transaction (see `durable_agent.sql.journal`): a stale writer gets `StaleEpochError` and its
 write is not applied. A ``done`` step record commits its tool-state ops in the same transaction.
 
 Checkpoints live in the same file, in the tables of `SqliteSessionStore` (which can open the file
@@ -28,20 +28,13 @@ from typing import Any, Literal
 
 from ..errors import ConfigurationError, FeatureUnavailableError
 from .._util import wall_clock_ms
-from ..stores._sql import Dialect as StatementDialect
-from ..stores._sql import Plan
+from ..sql.journal_schema import schema_plan
+from ..sql.plan import SQLITE, Plan, T
 from ..stores._files import create_private
 from ._group_commit import GroupCommitSqlite, InlineSqlite
-from ._sql import JournalDialect, SqlRuntime, schema_plan
+from .sql_runtime import SqlRuntime
 
-DIALECT = JournalDialect(
-    statements=StatementDialect(placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None),
-    serial="INTEGER PRIMARY KEY",
-    lock_shared="",  # BEGIN IMMEDIATE already keeps every other writer out
-    lock_update="",
-    lock_schema=None,
-    notify=None,
-)
+DIALECT = SQLITE  # no row locks: BEGIN IMMEDIATE already keeps every other writer out
 
 
 def _sqlite3() -> ModuleType:
@@ -75,7 +68,7 @@ class _SqliteDriver:
             self._conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
             self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
             self._conn.execute(f"PRAGMA synchronous = {synchronous}")
-            InlineSqlite(self._conn, DIALECT.statements).transaction(schema_plan(DIALECT), write=True)
+            InlineSqlite(self._conn, DIALECT).transaction(schema_plan(DIALECT), write=True)
         except sqlite3.Error as exc:
             self._conn.close()
             raise ConfigurationError(f"cannot use SQLite database {path!r}: {exc}") from exc
@@ -84,10 +77,11 @@ class _SqliteDriver:
             raise
 
         threaded = sys.platform != "emscripten"
-        self._runner = (GroupCommitSqlite if threaded else InlineSqlite)(self._conn, DIALECT.statements)
+        self._runner = (GroupCommitSqlite if threaded else InlineSqlite)(self._conn, DIALECT)
 
-    async def run(self, plan: Plan, *, write: bool) -> Any:
-        return await self._runner.run(plan, write=write)
+    async def run(self, plan: Plan[T], *, write: bool) -> T:
+        result: T = await self._runner.run(plan, write=write)
+        return result
 
     async def wait_for_change(self, timeout: float) -> None:
         """SQLite cannot tell another connection of a change: wait one polling interval."""

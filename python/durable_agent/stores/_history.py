@@ -192,6 +192,11 @@ class PrefixCache:
         saved = self._runs.get(run_id)
         return None if saved is None else saved.revision
 
+    def count(self, run_id: str) -> int | None:
+        """How many messages the remembered save of `run_id` held, if it still remembers one."""
+        saved = self._runs.get(run_id)
+        return None if saved is None else saved.count
+
     def kept(self, run_id: str, stored_revision: int | None, new: Sequence[Message]) -> int | None:
         """How many leading messages of `new` are stored already, or None when this cache cannot tell.
 

@@ -22,7 +22,8 @@ from typing import Any
 
 from ..checkpoint import AgentCheckpoint, RunStatus
 from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
-from . import _sql
+from ..sql import checkpoints as _sql
+from ..sql.plan import POSTGRES, Plan, T
 from ._history import PrefixCache
 from ._validate import (
     check_checkpoint,
@@ -33,12 +34,7 @@ from ._validate import (
     check_step_index,
 )
 
-DIALECT = _sql.Dialect(
-    placeholder="%s",
-    text_type='TEXT COLLATE "C"',
-    lock_run="SELECT pg_advisory_xact_lock(hashtextextended(?, 20260))",
-    lock_schema="SELECT pg_advisory_xact_lock(20260)",
-)
+DIALECT = POSTGRES
 _READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
 
 
@@ -93,21 +89,13 @@ class _Common:
 
     def _save(
         self, checkpoint: Any, expected_step_index: Any
-    ) -> tuple[AgentCheckpoint, Callable[[], _sql.Plan]]:
+    ) -> tuple[AgentCheckpoint, Callable[[], Plan[int]]]:
         checked = check_checkpoint(checkpoint)
         expected = check_expected(expected_step_index)
         return checked, lambda: _sql.save_plan(self._cache, checked, expected, DIALECT)
 
-    def _loaded(self, run_id: str, found: Any) -> AgentCheckpoint | None:
-        if found is None:
-            return None
-        checkpoint, revision = found
-        if type(revision) is int:
-            self._cache.remember(run_id, revision, checkpoint.messages)
-        return checkpoint  # type: ignore[no-any-return]
-
     @staticmethod
-    def _load_step(run_id: str, step_index: int) -> Callable[[], _sql.Plan]:
+    def _load_step(run_id: str, step_index: int) -> Callable[[], Plan[AgentCheckpoint | None]]:
         check_run_id(run_id)
         check_step_index(step_index)
         return lambda: _sql.load_step_plan(run_id, step_index)
@@ -141,7 +129,7 @@ class PostgresSessionStore(_Common):
             else pool
         )
 
-    def _run(self, make_plan: Callable[[], _sql.Plan], *, snapshot: bool = False) -> Any:
+    def _run(self, make_plan: Callable[[], Plan[T]], *, snapshot: bool = False) -> T:
         """Run a fresh plan in one transaction, once more on a new connection if the first one was dead.
 
         Every plan is safe to run again: a save whose commit was lost in the failure finds a
@@ -152,7 +140,7 @@ class PostgresSessionStore(_Common):
         except self._operational_error:
             return self._run_once(make_plan(), snapshot)
 
-    def _run_once(self, plan: _sql.Plan, snapshot: bool) -> Any:
+    def _run_once(self, plan: Plan[T], snapshot: bool) -> T:
         with self._pool.connection() as conn:
             if not self._migrated:
                 with conn.transaction(), conn.cursor() as cur:
@@ -184,12 +172,12 @@ class PostgresSessionStore(_Common):
         except CheckpointCorruptError:
             self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
             raise
-        return self._loaded(run_id, found)
+        return _sql.remembered(self._cache, run_id, found)
 
     def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
         """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
         (the step log's rules: `durable_agent.stores._steps`)."""
-        return self._run(self._load_step(run_id, step_index), snapshot=True)  # type: ignore[no-any-return]
+        return self._run(self._load_step(run_id, step_index), snapshot=True)
 
     def delete(self, run_id: str) -> None:
         self._run(lambda: _sql.delete_plan(check_run_id(run_id)))
@@ -200,7 +188,7 @@ class PostgresSessionStore(_Common):
     ) -> builtins.list[str]:
         """Run ids in code-point order, optionally only those whose latest status is `status`."""
         args = check_list_args(status, limit, after)
-        return self._run(lambda: _sql.list_plan(*args))  # type: ignore[no-any-return]
+        return self._run(lambda: _sql.list_plan(*args))
 
     def prune(
         self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
@@ -248,14 +236,14 @@ class AsyncPostgresSessionStore(_Common):
         )
         self._opened = not self._own_pool
 
-    async def _run(self, make_plan: Callable[[], _sql.Plan], *, snapshot: bool = False) -> Any:
+    async def _run(self, make_plan: Callable[[], Plan[T]], *, snapshot: bool = False) -> T:
         """See `PostgresSessionStore._run`."""
         try:
             return await self._run_once(make_plan(), snapshot)
         except self._operational_error:
             return await self._run_once(make_plan(), snapshot)
 
-    async def _run_once(self, plan: _sql.Plan, snapshot: bool) -> Any:
+    async def _run_once(self, plan: Plan[T], snapshot: bool) -> T:
         if not self._opened:
             await self._pool.open()
             self._opened = True
@@ -286,11 +274,11 @@ class AsyncPostgresSessionStore(_Common):
         except CheckpointCorruptError:
             self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
             raise
-        return self._loaded(run_id, found)
+        return _sql.remembered(self._cache, run_id, found)
 
     async def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
         """See `PostgresSessionStore.load_step`."""
-        return await self._run(self._load_step(run_id, step_index), snapshot=True)  # type: ignore[no-any-return]
+        return await self._run(self._load_step(run_id, step_index), snapshot=True)
 
     async def delete(self, run_id: str) -> None:
         await self._run(lambda: _sql.delete_plan(check_run_id(run_id)))
@@ -301,7 +289,7 @@ class AsyncPostgresSessionStore(_Common):
     ) -> builtins.list[str]:
         """See `PostgresSessionStore.list`."""
         args = check_list_args(status, limit, after)
-        return await self._run(lambda: _sql.list_plan(*args))  # type: ignore[no-any-return]
+        return await self._run(lambda: _sql.list_plan(*args))
 
     async def prune(
         self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False

@@ -42,7 +42,7 @@ from typing import Any, Literal
 from ..checkpoint import AgentCheckpoint
 from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from ..runtime._group_commit import GroupCommitSqlite, InlineSqlite
-from . import _sql
+from ..sql import checkpoints as _sql
 from ._faces import AsyncFace, StoreLogic, SyncFace
 from ._files import create_private, file_path
 from ._history import PrefixCache

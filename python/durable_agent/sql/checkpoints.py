@@ -1,8 +1,8 @@
-"""The SQL stores' logic, written once without I/O and driven by SQLite, sync Postgres and async Postgres.
+"""The checkpoint stores' schema and plans, written once for SQLite, sync Postgres and async Postgres.
 
-Each operation is a generator that yields `Query` values and receives their results; a
-driver (`run_sync` / `run_async`) executes them on a DB-API cursor. The SQL is the same for
-SQLite and Postgres except for placeholders and the per-run write lock, kept in `Dialect`.
+Each operation is a plan (`durable_agent.sql.plan`); the session stores and the SQL runtimes
+run them with their drivers. The SQL is the same for SQLite and Postgres except for
+placeholders and the per-run write lock, kept in `Dialect`.
 
 Tables (see `MIGRATIONS`): `durable_agent_runs` holds one header row per run
 (`message_count`, the `revision` token of its last save, and the columns list/prune
@@ -15,44 +15,37 @@ the rows in order and decodes their bodies in batches (`_history.decode_batched`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Generator, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
 from ..checkpoint import AgentCheckpoint, RunStatus
-from ..errors import CheckpointConflictError, CheckpointCorruptError, FeatureUnavailableError
-from ._history import PrefixCache, encode_header, encode_messages, kept_by_encoding, new_revision, rebuild
-from ._validate import page, prunable, readable_id, readable_ids
+from ..errors import CheckpointConflictError, CheckpointCorruptError
+from ..stores._history import PrefixCache, encode_header, encode_messages, kept_by_encoding, new_revision, rebuild
+from ..stores._validate import page, prunable, readable_id, readable_ids
+from .plan import Dialect, Plan, Query, migrate_plan, run_async, run_sync
+
+__all__ = [  # the plan machinery too: the session stores import this module as their `_sql`
+    "Dialect",
+    "Plan",
+    "Query",
+    "delete_plan",
+    "list_plan",
+    "load_plan",
+    "load_step_plan",
+    "prune_plan",
+    "remembered",
+    "run_async",
+    "run_sync",
+    "save_plan",
+    "schema_plan",
+]
 
 RUNS = "durable_agent_runs"
 MESSAGES = "durable_agent_messages"
 STEPS = "durable_agent_step_log"
 VERSIONS = "durable_agent_schema_version"
 SCHEMA_VERSION = 2
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    sql: str
-    params: Sequence[Any] | Sequence[Sequence[Any]] = ()
-    fetch: Literal["one", "all", None] = None
-    many: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    """What differs between SQLite and Postgres."""
-
-    placeholder: str  # "?" or "%s"
-    text_type: str  # column type of run ids: byte-ordered so list() pages in code-point order
-    lock_run: str | None  # statement taking a per-run write lock inside the save transaction
-    lock_schema: str | None  # statement serializing schema migrations between processes
-
-    def sql(self, text: str) -> str:
-        return text if self.placeholder == "?" else text.replace("?", self.placeholder)
-
-
-Plan = Generator[Query, Any, Any]
+SCHEMA_LOCK = 20260  # the migration lock's key (Postgres advisory lock)
 
 
 def _schema_v1(dialect: Dialect) -> list[str]:
@@ -79,31 +72,10 @@ def _schema_v2(dialect: Dialect) -> list[str]:
 MIGRATIONS = {1: _schema_v1, 2: _schema_v2}  # version -> statements that bring the previous version to it
 
 
-def migrate_plan(
-    lock_schema: str | None, versions: str, target: int, migrations: Mapping[int, list[str]], what: str
-) -> Plan:
-    """Bring a schema recorded in table `versions` up to `target`, one migration at a time.
-
-    Shared by the session stores and the journal runtimes. Raises `FeatureUnavailableError`
-    for a database migrated by a newer durable-agent (`what` names the schema in the message).
-    """
-    if lock_schema is not None:
-        yield Query(lock_schema)
-    yield Query(f"CREATE TABLE IF NOT EXISTS {versions} (version INTEGER NOT NULL)")
-    row = yield Query(f"SELECT max(version) FROM {versions}", (), "one")
-    current = row[0] or 0
-    if current > target:
-        raise FeatureUnavailableError(f"{what} is version {current}, newer than {target}: upgrade durable-agent")
-    for version in range(current + 1, target + 1):
-        for statement in migrations[version]:
-            yield Query(statement)
-        yield Query(f"INSERT INTO {versions} (version) VALUES (?)", (version,))
-
-
-def schema_plan(dialect: Dialect) -> Plan:
+def schema_plan(dialect: Dialect) -> Plan[None]:
     """Create or migrate the store's tables to `SCHEMA_VERSION`."""
     migrations = {version: make(dialect) for version, make in MIGRATIONS.items()}
-    return (yield from migrate_plan(dialect.lock_schema, VERSIONS, SCHEMA_VERSION, migrations, "the store's schema"))
+    yield from migrate_plan(dialect, SCHEMA_LOCK, VERSIONS, SCHEMA_VERSION, migrations, "the store's schema")
 
 
 def _bodies(rows: Sequence[Sequence[Any]]) -> list[Any]:
@@ -118,7 +90,7 @@ def _bodies(rows: Sequence[Sequence[Any]]) -> list[Any]:
 
 def save_plan(
     cache: PrefixCache, checkpoint: AgentCheckpoint, expected_step_index: int | None, dialect: Dialect
-) -> Plan:
+) -> Plan[int]:
     """Write `checkpoint` appending only its new messages; returns the revision written.
 
     The caller runs this inside one transaction and, after the commit, tells the cache
@@ -187,7 +159,7 @@ def save_plan(
     return revision
 
 
-def load_plan(run_id: str) -> Plan:
+def load_plan(run_id: str) -> Plan[tuple[AgentCheckpoint, Any] | None]:
     """The stored checkpoint of `run_id` (None when absent); run inside one read snapshot."""
     head = yield Query(
         f"SELECT header, message_count, revision FROM {RUNS} WHERE run_id = ?", (run_id,), "one"
@@ -206,7 +178,17 @@ def load_plan(run_id: str) -> Plan:
     return rebuild(run_id, header, [row[1] for row in rows]), revision
 
 
-def load_step_plan(run_id: str, step_index: int) -> Plan:
+def remembered(cache: PrefixCache, run_id: str, found: tuple[AgentCheckpoint, Any] | None) -> AgentCheckpoint | None:
+    """The checkpoint `load_plan` found, told to `cache` (when its revision is sound) so the next save appends."""
+    if found is None:
+        return None
+    checkpoint, revision = found
+    if type(revision) is int:
+        cache.remember(run_id, revision, checkpoint.messages)
+    return checkpoint
+
+
+def load_step_plan(run_id: str, step_index: int) -> Plan[AgentCheckpoint | None]:
     """The checkpoint saved at `step_index` of `run_id` (None when no step row holds it)."""
     head = yield Query(f"SELECT message_count FROM {RUNS} WHERE run_id = ?", (run_id,), "one")
     row = yield Query(
@@ -226,13 +208,13 @@ def load_step_plan(run_id: str, step_index: int) -> Plan:
     return rebuild(run_id, header, bodies)
 
 
-def delete_plan(run_id: str) -> Plan:
+def delete_plan(run_id: str) -> Plan[None]:
     yield Query(f"DELETE FROM {STEPS} WHERE run_id = ?", (run_id,))
     yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ?", (run_id,))
     yield Query(f"DELETE FROM {RUNS} WHERE run_id = ?", (run_id,))
 
 
-def list_plan(status: RunStatus | None, limit: int | None, after: str | None) -> Plan:
+def list_plan(status: RunStatus | None, limit: int | None, after: str | None) -> Plan[list[str]]:
     where: list[str] = []
     params: list[Any] = []
     if status is not None:
@@ -252,7 +234,7 @@ def list_plan(status: RunStatus | None, limit: int | None, after: str | None) ->
     return readable_ids(row[0] for row in rows)
 
 
-def prune_plan(before: int, status: RunStatus | None, include_suspended: bool) -> Plan:
+def prune_plan(before: int, status: RunStatus | None, include_suspended: bool) -> Plan[list[str]]:
     """Delete the runs `prunable` selects; returns their ids (sorted)."""
     rows = yield Query(
         f"SELECT run_id, status, created_at FROM {RUNS} WHERE created_at < ?", (before,), "all"
@@ -273,48 +255,3 @@ def prune_plan(before: int, status: RunStatus | None, include_suspended: bool) -
         yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ?", [(r,) for r in doomed], many=True)
         yield Query(f"DELETE FROM {RUNS} WHERE run_id = ?", [(r,) for r in doomed], many=True)
     return doomed
-
-
-def _answer(rows: list[Any], fetch: str | None) -> Any:
-    """What a plan receives for a query: its first row (or None) for ``"one"``, every row for ``"all"``."""
-    if fetch == "one":
-        return rows[0] if rows else None
-    return rows if fetch == "all" else None
-
-
-def run_sync(cursor: Any, dialect: Dialect, plan: Plan) -> Any:
-    """Drive `plan` on a DB-API cursor; returns the plan's result.
-
-    A ``"one"`` query is fetched to its end too: SQLite keeps an ``UPDATE ... RETURNING``
-    in progress (and refuses to commit) until its cursor is exhausted.
-    """
-    result: Any = None
-    while True:
-        try:
-            query = plan.send(result)
-        except StopIteration as stop:
-            return stop.value
-        sql = dialect.sql(query.sql)
-        if query.many:
-            cursor.executemany(sql, query.params)
-            result = None
-            continue
-        cursor.execute(sql, query.params)
-        result = _answer(cursor.fetchall(), query.fetch) if query.fetch else None
-
-
-async def run_async(cursor: Any, dialect: Dialect, plan: Plan) -> Any:
-    """`run_sync` for an async cursor (psycopg's AsyncCursor)."""
-    result: Any = None
-    while True:
-        try:
-            query = plan.send(result)
-        except StopIteration as stop:
-            return stop.value
-        sql = dialect.sql(query.sql)
-        if query.many:
-            await cursor.executemany(sql, query.params)
-            result = None
-            continue
-        await cursor.execute(sql, query.params)
-        result = _answer(await cursor.fetchall(), query.fetch) if query.fetch else None
