@@ -15,6 +15,10 @@ subprocess (so peak RSS is its own):
 Loop lag: a ticker sleeping 5 ms measures how late it wakes (p50 / p99 / max). Commits: the
 transactions a runtime or store wrote, per step.
 
+With ``sqlite`` among the variants, a last line prices one run alone: the SQLite runtime's
+per-step overhead over no durability (N=1, median of 5 runs each) as a multiple of the measured
+cost of one commit on the same disk (WAL, ``synchronous=FULL`` as the runtime, one small row).
+
     .venv/bin/python benches/bench_concurrency.py [--n 1,10,100,1000] [--variants none,sqlite-store,memory,sqlite]
 """
 
@@ -213,6 +217,36 @@ def dbos_variant(n: int, tmp: str) -> dict[str, Any]:
     return result
 
 
+def commit_cost(tmp: str, rounds: int = 200) -> float:
+    """Median seconds of one SQLite commit of one small row (WAL, synchronous=FULL) in `tmp`: the disk's price."""
+    import sqlite3
+
+    conn = sqlite3.connect(Path(tmp) / "commit.db", isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL").fetchone()
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE t (v TEXT)")
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO t (v) VALUES ('x')")
+        conn.execute("COMMIT")
+        times.append(time.perf_counter() - start)
+    conn.close()
+    return statistics.median(times)
+
+
+def single_run_multiple() -> None:
+    """Print the SQLite runtime's per-step overhead of one run alone, as a multiple of one commit."""
+    walls = {name: [row["wall"] for row in (run_child(name, 1) for _ in range(5)) if row] for name in ("none", "sqlite")}
+    commit = run_child("commit", 1)
+    if not walls["none"] or not walls["sqlite"] or commit is None:
+        return
+    overhead = (statistics.median(walls["sqlite"]) - statistics.median(walls["none"])) / STEPS
+    print(f"single run: the SQLite runtime costs {overhead * 1000:.2f} ms per step over no durability ="
+          f" {overhead / commit['commit_s']:.1f}x one commit on this disk ({commit['commit_s'] * 1000:.2f} ms)")
+
+
 def run_child(name: str, n: int) -> dict[str, Any] | None:
     out = subprocess.run([sys.executable, __file__, "--child", name, "--n", str(n)], capture_output=True, text=True,
                          timeout=1800)
@@ -231,7 +265,12 @@ def main() -> None:
     if args.child:
         with tempfile.TemporaryDirectory() as tmp:
             n = int(args.n)
-            result = dbos_variant(n, tmp) if args.child == "dbos" else asyncio.run(variant(args.child, n, tmp))
+            if args.child == "commit":
+                result = {"commit_s": commit_cost(tmp)}
+            elif args.child == "dbos":
+                result = dbos_variant(n, tmp)
+            else:
+                result = asyncio.run(variant(args.child, n, tmp))
         print(json.dumps(result))
         return
     wanted = args.variants.split(",")
@@ -249,6 +288,8 @@ def main() -> None:
             print(f"{n:>5} {name:<18} {row['steps_per_s']:9.0f} {row['wall'] / base['wall']:12.2f}x"
                   f" {row['lag_p50'] * 1000:7.1f}ms {row['lag_p99'] * 1000:7.1f}ms {row['lag_max'] * 1000:7.1f}ms"
                   f" {row['commits_per_step']:13.3f} {row['rss_mb']:7.0f}MB", flush=True)
+    if "sqlite" in wanted:
+        single_run_multiple()
 
 
 if __name__ == "__main__":

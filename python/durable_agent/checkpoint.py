@@ -6,6 +6,7 @@ checkpoint codec's output (see ``docs/codec.md``).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -37,10 +38,7 @@ class Usage:
     cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(*(a + b for a, b in zip(self._values(), other._values(), strict=True)))
-
-    def _values(self) -> tuple[int, ...]:
-        return tuple(getattr(self, name) for name in _USAGE_FIELDS)
+        return Usage(*map(operator.add, _usage_values(self), _usage_values(other)))  # C-speed: a few per step
 
     def to_dict(self) -> dict[str, int]:
         out = {name: getattr(self, name) for name in _USAGE_FIELDS[:3]}
@@ -57,6 +55,7 @@ class Usage:
 
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "reasoning_tokens", "cache_read_tokens",
                  "cache_write_tokens")
+_usage_values = operator.attrgetter(*_USAGE_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)

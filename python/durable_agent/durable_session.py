@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ._util import maybe_await, wall_clock_ms
@@ -85,8 +85,10 @@ def approval_key(run_id: str, step_index: int, approval_id: str) -> str:
     return step_key(run_id, step_index, f"approval/{approval_id}")
 
 
-def checkpoint_transition(session_id: str, epoch: int, run_id: str, checkpoint: AgentCheckpoint) -> RunTransition:
-    """What saving `checkpoint` commits with it, for the session's run `run_id`. In order:
+def checkpoint_transition(
+    session_id: str, epoch: int, run_id: str, checkpoint: AgentCheckpoint, steps: tuple[StepRecord, ...] = ()
+) -> RunTransition:
+    """What saving `checkpoint` commits with it (and the deferred step records `steps`), for the run `run_id`. In order:
 
     * a checkpoint of another run (a sub-agent's) → the checkpoint alone;
     * ``completed`` → the checkpoint and the unmark (finish);
@@ -95,16 +97,16 @@ def checkpoint_transition(session_id: str, epoch: int, run_id: str, checkpoint: 
     * ``running`` → the checkpoint alone.
     """
     if checkpoint.run_id != run_id:
-        return RunTransition(session_id, epoch, checkpoint=checkpoint)
+        return RunTransition(session_id, epoch, checkpoint=checkpoint, steps=steps)
     if checkpoint.status == "completed":
-        return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=True)
+        return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=True, steps=steps)
     if checkpoint.status == "suspended":
         parked = tuple(
             (approval_key(run_id, checkpoint.step_index, r.approval_id), r.approval_id)
             for r in checkpoint.pending_approvals or ()
         )
-        return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=True, awakeables=parked)
-    return RunTransition(session_id, epoch, checkpoint=checkpoint)
+        return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=True, awakeables=parked, steps=steps)
+    return RunTransition(session_id, epoch, checkpoint=checkpoint, steps=steps)
 
 
 def is_model_call(key: str, run_id: str, turn: int) -> bool:
@@ -155,8 +157,8 @@ class RunCheckpoints:
         return self._runtime.stores.session.load(run_id)
 
     async def save(self, checkpoint: AgentCheckpoint) -> None:
-        transition = checkpoint_transition(self._scope.session_id, self._epoch, self._run_id, checkpoint)
-        await self._runtime.commit(replace(transition, steps=self._scope.take_deferred()))
+        await self._runtime.commit(checkpoint_transition(self._scope.session_id, self._epoch, self._run_id, checkpoint,
+                                                         self._scope.take_deferred()))
 
 
 class DurableSession:

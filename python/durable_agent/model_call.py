@@ -64,20 +64,17 @@ class ModelTurn:
         self.text, self.tool_calls, self.usage, self.finish_reason, self.reasoning = "", [], Usage(), "stop", []
 
 
-async def drain(parts: asyncio.Queue[Part], step: Any, turn: ModelTurn) -> AsyncIterator[Part]:
-    """Yield the parts a journaled model step streams while it runs; for a replayed step, its stored ones."""
+async def drain(parts: asyncio.Queue[Part | None], step: Any, turn: ModelTurn) -> AsyncIterator[Part]:
+    """Yield the parts a journaled model step streams while it runs; for a replayed step, its stored ones.
+
+    The step runs as a task that puts its parts on `parts`; when it ends, a done callback puts
+    None after them. So each part costs one queue hand-off, with no waiter task per part.
+    """
     task = asyncio.ensure_future(step)
+    task.add_done_callback(lambda _: parts.put_nowait(None))
     try:
-        while not task.done() or not parts.empty():
-            if not parts.empty():
-                yield parts.get_nowait()
-                continue
-            getter = asyncio.ensure_future(parts.get())
-            await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
-                yield getter.result()
-            else:
-                getter.cancel()
+        while (part := await parts.get()) is not None:
+            yield part
         outcome = task.result()
     finally:
         if not task.done():
@@ -176,7 +173,7 @@ class ModelCaller:
                 yield part
             self.trace.end_model(turn.usage, turn.finish_reason)
             return
-        parts: asyncio.Queue[Part] = asyncio.Queue()
+        parts: asyncio.Queue[Part | None] = asyncio.Queue()
         called = []
 
         async def live(context: StepContext) -> dict[str, Any]:

@@ -3,11 +3,19 @@
 A server runs many runs at once; if each write were its own transaction on the event loop's
 thread, every fsync would stall every run. Here the event loop only queues a plan and awaits
 its future. The writer thread takes everything queued, runs the reads in one snapshot, then
-the writes in ONE ``BEGIN IMMEDIATE`` transaction, each inside a ``SAVEPOINT`` of its own (a
-write whose plan raises — a fenced, stale one — is rolled back alone and its waiter gets the
-error), and commits once: one fsync for the whole batch. A waiter is released only after the
-commit that made its own write durable; if that commit fails, every writer of the batch gets
-the error and nothing of the batch is applied.
+the writes in ONE ``BEGIN IMMEDIATE`` transaction, and commits once: one fsync for the whole
+batch. A waiter is released only after the commit that made its own write durable; if that
+commit fails, every writer of the batch gets the error and nothing of the batch is applied.
+
+A write whose plan raises gets its error and none of its writes is kept, without a
+``SAVEPOINT`` per plan (two statements more per write, and every statement is a GIL hand-off
+between this thread and the event loop's, the cost that bounds a busy server): a plan that
+fails before it wrote anything (a fenced, stale one fails at its first SELECT) needs no undo;
+one that fails after writing rolls the transaction back, and the writes of the plans before
+it in the batch, kept by `_Recorder`, run again on the state they first ran on.
+
+Waiters are released in one callback per event loop and batch (`_settle_all`): one wake-up of
+the loop for the whole batch, not one per write.
 
 Writes that arrive while a commit is in flight wait for the next batch: under load the batches
 grow by themselves, with no timer. Pyodide has no threads: `InlineSqlite` runs each plan at
@@ -37,13 +45,16 @@ class _Job:
     error: BaseException | None = None
 
 
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():  # its waiter was cancelled: the write may still have committed
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
+def _settle_all(jobs: list[_Job]) -> None:
+    """Release the waiters of `jobs` (all of one event loop), on that loop's thread."""
+    for job in jobs:
+        future = job.future
+        if future.done():  # its waiter was cancelled: the write may still have committed
+            continue
+        if job.error is not None:
+            future.set_exception(job.error)
+        else:
+            future.set_result(job.result)
 
 
 class GroupCommitSqlite:
@@ -97,58 +108,108 @@ class GroupCommitSqlite:
                     break
                 batch.append(job)
             self._run_batch(batch)
-            for job in batch:
-                try:
-                    job.loop.call_soon_threadsafe(_settle, job.future, job.result, job.error)
-                except RuntimeError:  # that event loop is closed: nobody waits any more
-                    pass
+            self._release(batch)
             if stop:
                 return
+
+    @staticmethod
+    def _release(batch: list[_Job]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+        for job in batch:
+            by_loop.setdefault(job.loop, []).append(job)
+        for loop, jobs in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle_all, jobs)
+            except RuntimeError:  # that event loop is closed: nobody waits any more
+                pass
 
     def _run_batch(self, batch: list[_Job]) -> None:
         reads = [job for job in batch if not job.write]
         writes = [job for job in batch if job.write]
         if reads:
-            self._in_transaction("DEFERRED", reads, savepoints=False)
+            self._read(reads)
         if writes:
-            self._in_transaction("IMMEDIATE", writes, savepoints=True)
+            self._write(writes)
 
-    def _in_transaction(self, mode: str, jobs: list[_Job], *, savepoints: bool) -> None:
+    def _read(self, jobs: list[_Job]) -> None:
+        """Run read plans in one snapshot; one failing costs only its own waiter."""
         cur = self._conn.cursor()
         try:
-            try:
-                cur.execute(f"BEGIN {mode}")
-            except BaseException as exc:  # noqa: BLE001 - the database refused: every waiter learns why
-                for job in jobs:
-                    job.error = exc
-                return
+            cur.execute("BEGIN DEFERRED")
             for job in jobs:
-                if savepoints:
-                    cur.execute("SAVEPOINT plan")
                 try:
                     job.result = run_sync(cur, self._statements, job.plan)
                 except BaseException as exc:  # noqa: BLE001 - this plan's own failure, for its waiter
                     job.error = exc
-                    if savepoints:
-                        cur.execute("ROLLBACK TO plan")
-                if savepoints:
-                    cur.execute("RELEASE plan")
-            try:
-                cur.execute("COMMIT")
-            except BaseException as exc:  # noqa: BLE001 - nothing of the batch is durable
-                if self._conn.in_transaction:
-                    self._conn.rollback()
-                for job in jobs:
-                    if job.error is None:
-                        job.error, job.result = exc, None
-        except BaseException as exc:  # noqa: BLE001 - a savepoint statement failed: roll the batch back
-            if self._conn.in_transaction:
-                self._conn.rollback()
-            for job in jobs:
-                if job.error is None:
-                    job.error, job.result = exc, None
+            self._conn.rollback()  # a read-only snapshot: nothing to commit
+        except BaseException as exc:  # noqa: BLE001 - the database refused: every waiter learns why
+            self._fail_all(jobs, exc)
         finally:
             cur.close()
+
+    def _write(self, jobs: list[_Job]) -> None:
+        """Run write plans in ONE transaction and commit once; a failed plan's writes are undone (module docs)."""
+        raw = self._conn.cursor()
+        cur = _Recorder(raw)
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+            for job in jobs:
+                done = len(cur.writes)
+                try:
+                    job.result = run_sync(cur, self._statements, job.plan)
+                except BaseException as exc:  # noqa: BLE001 - this plan's own failure, for its waiter
+                    job.error = exc
+                    if len(cur.writes) > done:  # it wrote before it failed: undo it alone
+                        del cur.writes[done:]
+                        self._conn.rollback()
+                        raw.execute("BEGIN IMMEDIATE")
+                        cur.replay()
+            raw.execute("COMMIT")
+        except BaseException as exc:  # noqa: BLE001 - nothing of the batch is durable
+            self._fail_all(jobs, exc)
+        finally:
+            raw.close()
+
+    def _fail_all(self, jobs: list[_Job], exc: BaseException) -> None:
+        if self._conn.in_transaction:
+            self._conn.rollback()
+        for job in jobs:
+            if job.error is None:
+                job.error, job.result = exc, None
+
+
+class _Recorder:
+    """A cursor that keeps the writes it ran (a SELECT changes nothing), to apply them again after a rollback.
+
+    Replaying them on the state they first ran on (the transaction's start) gives the same
+    effects and the same answers, so the plans that ran them keep their results.
+    """
+
+    __slots__ = ("_cur", "writes")
+
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+        self.writes: list[tuple[bool, str, Any]] = []
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        if not sql.startswith("SELECT"):
+            self.writes.append((False, sql, params))
+        return self._cur.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Any) -> Any:
+        rows = rows if isinstance(rows, (list, tuple)) else list(rows)  # replayable
+        self.writes.append((True, sql, rows))
+        return self._cur.executemany(sql, rows)
+
+    def fetchall(self) -> list[Any]:
+        return self._cur.fetchall()  # type: ignore[no-any-return]
+
+    def replay(self) -> None:
+        for many, sql, params in self.writes:
+            if many:
+                self._cur.executemany(sql, params)
+            else:
+                self._cur.execute(sql, params).fetchall()  # stepped to its end (``RETURNING``)
 
 
 class InlineSqlite:
