@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from durable_agent.runtime._group_commit import GroupCommitSqlite
-from durable_agent.stores._sql import Dialect, Plan, Query
+from durable_agent.sql.plan import SQLITE, Plan, Query
 
 pytestmark = pytest.mark.skipif(sys.platform == "emscripten", reason="Pyodide has no threads (InlineSqlite)")
 
-DIALECT = Dialect(placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None)
+DIALECT = SQLITE
 
 
 class Refused(Exception):
