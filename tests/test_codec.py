@@ -177,6 +177,66 @@ def test_the_wasm_encode_path_agrees_with_the_copying_one(value: Any) -> None:
     assert _encode_plain(value, isolated=True) == _encode_plain(value, isolated=False)
 
 
+def _outcome(decode: Any, text: str) -> str:
+    try:
+        return strict_repr(decode(text))
+    except errors.CodecError:
+        return "refused"
+
+
+_TAG_SOUP = st.lists(
+    st.sampled_from(
+        [
+            '{"$bytes":"AA=="}',
+            '{"$bytes":"Zh=="}',
+            '{"$bytes":""}',
+            '{"$bytes":"AA\\"}',
+            '{"$bytes":"AA==","a":1}',
+            '{"$esc":',
+            '{"$bytes":',
+            '"$bytes"',
+            '"AA=="',
+            "NaN",
+            '"',
+            '\\"',
+            '"a"',
+            "[",
+            "]",
+            "{",
+            "}",
+            ",",
+            ":",
+            "1",
+            " ",
+            "\n",
+        ]
+    ),
+    max_size=14,
+).map("".join)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_TAG_SOUP)
+@example('["{"$bytes":"AA=="}"]')  # a tag inside a string: no JSON, refused, not ["\nNaN"]
+@example('["a:{"$bytes":"AA=="}"]')
+@example('{"$esc":{"$bytes":"AA=="}}')  # an escaped user dict, not bytes under $esc
+@example('{"$esc":{"$bytes":"Zh=="}}')  # the same with base64 that is not canonical
+@example('[NaN,{"$bytes":"AA=="}]')  # the text's own NaN
+@example('[{"$bytes":"AA=="},NaN]')
+@example('{"$bytes":{"$bytes":"AA=="}}')
+@example('{"a":{"$bytes":"AA=="},"a":1}')  # a duplicate key beside a tag
+@example("[" * 255 + '{"$bytes":"AA=="}' + "]" * 255)  # bytes at depth 256
+@example("[" * 256 + '{"$bytes":"AA=="}' + "]" * 256)  # bytes at depth 257: refused
+def test_the_wasm_decode_path_agrees_with_the_general_one_around_bytes(text: str) -> None:
+    """Under WebAssembly the pure decoder cuts `{"$bytes":"..."}` objects out of the text
+    before it measures and parses it (see `_cut_bytes`): on any text, with tags anywhere
+    (inside strings, escaped, beside NaN, too deep), it must decode or refuse as the general
+    path does."""
+    from durable_agent._codec_pure import _decode, _decode_measured
+
+    assert _outcome(_decode_measured, text) == _outcome(_decode, text)
+
+
 def test_vectors_cover_the_documented_edge_cases() -> None:
     names = " ".join(v["name"] for v in VECTORS["encode"] + VECTORS["decode"])
     for topic in (

@@ -36,7 +36,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from itertools import accumulate
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import CodecError
 
@@ -58,6 +58,9 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _ESCAPED_QUOTE = re.compile(r'\\"')
 # Either of the two above: most texts hold neither, and one pass says so.
 _TRICKY_ESCAPE = re.compile(r'\\(?:"|u[dD][89a-fA-F])')
+# See _cut_bytes.
+_BYTES_OPEN = '{"' + BYTES_TAG + '":"'
+_CUT_MARK = "\nNaN"
 # Read left to right, an escaped backslash or quote: the backslash of any other escape is
 # skipped, and the character after it is never a backslash, so pairs align as json's do.
 _ESCAPE_PAIR = re.compile(r'\\[\\"]')
@@ -400,11 +403,59 @@ def encode(value: Any) -> str:
 
 
 class _Restart(Exception):
-    """The fast decoding path met an escaped dict; decode again on the exact path."""
+    """The fast decoding path met an escaped dict (or a text whose bytes were cut out, see
+    `_cut_bytes`, met a duplicate key); decode again on the exact path."""
 
 
-def _reject_constant(name: str) -> None:
+def _reject_constant(name: str) -> NoReturn:
     raise CodecError(f"{name} is not valid JSON")
+
+
+def _constants_giving(payloads: list[bytes]) -> Callable[[str], Any]:
+    """json's `parse_constant` for a text `_cut_bytes` made: each NaN is the next bytes cut out
+    (a NaN the text held itself leaves one too few, and the last is refused)."""
+    queue = iter(payloads)
+
+    def constant(name: str) -> Any:
+        if name == "NaN":
+            for raw in queue:
+                return raw
+        _reject_constant(name)
+
+    return constant
+
+
+def _cut_bytes(text: str) -> tuple[str, list[bytes]] | None:
+    """`text` with each `{"$bytes":"..."}` object cut out and `_CUT_MARK` in its place, and the
+    bytes they hold, in order; None if it holds no such object, or one that is not exactly that
+    object with canonical base64 (which json reads as the same string: no escape, no quote).
+
+    A checkpoint's bytes are often most of its text: cut out, their base64 is neither measured
+    nor parsed as a string. Where the text is JSON, such an object's `{"` opens it (inside a
+    string, the quote would end the string and the `$` after it be no JSON). The mark is a NaN
+    token, which json hands to `parse_constant`, after a raw newline, which json allows only
+    outside strings: a text that was no JSON stays no JSON.
+    """
+    start = text.find(_BYTES_OPEN)
+    if start < 0:
+        return None
+    pieces: list[str] = []
+    payloads: list[bytes] = []
+    end = 0
+    while start >= 0:
+        pieces.append(text[end:start])
+        begin = start + len(_BYTES_OPEN)
+        close = text.find('"', begin)
+        if close < 0 or not text.startswith("}", close + 1):
+            return None
+        try:
+            payloads.append(_bytes_from(text[begin:close]))
+        except CodecError:
+            return None
+        end = close + 2
+        start = text.find(_BYTES_OPEN, end)
+    pieces.append(text[end:])
+    return _CUT_MARK.join(pieces), payloads
 
 
 def _duplicate_key(pairs: list[tuple[str, Any]]) -> CodecError:
@@ -459,14 +510,14 @@ def _fast_hook(pairs: list[tuple[str, Any]]) -> Any:
     return _untagged(*pairs[0], out)
 
 
-def _loads_counting_keys(text: str) -> tuple[Any, int]:
+def _loads_counting_keys(text: str, payloads: list[bytes] | None = None) -> tuple[Any, int]:
     """The fast path's value of `text` through json's `object_hook`, and how many keys its
     objects kept.
 
     An object hook gets each object as the dict json built: no tuple per pair, no second dict,
     about half the cost of `_fast_hook`, but blind to duplicate keys, which the dict drops. The
     caller knows how many pairs the text holds: the two counts differ if and only if a key was
-    dropped.
+    dropped. `payloads` are the bytes `_cut_bytes` cut out of `text`, if it made `text`.
     """
     kept = 0
 
@@ -479,7 +530,8 @@ def _loads_counting_keys(text: str) -> tuple[Any, int]:
         for key in obj:
             return _untagged(key, obj[key], obj)
 
-    return _loads(text, object_hook=hook), kept
+    constant = _reject_constant if payloads is None else _constants_giving(payloads)
+    return _loads(text, object_hook=hook, constant=constant), kept
 
 
 class _Tag:
@@ -612,6 +664,7 @@ def _loads(
     *,
     pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
     object_hook: Callable[[dict[str, Any]], Any] | None = None,
+    constant: Callable[[str], Any] = _reject_constant,
 ) -> Any:
     # The interpreter's own int-from-str limit (4300 digits by default) already refuses longer
     # ints, fast; only when it was raised or lifted must every int literal be checked here.
@@ -621,7 +674,7 @@ def _loads(
         text,
         object_pairs_hook=pairs_hook,
         object_hook=object_hook,
-        parse_constant=_reject_constant,
+        parse_constant=constant,
         parse_float=_finite_float,
         parse_int=parse_int,
     )
@@ -633,41 +686,71 @@ def decode(text: str) -> Any:
         raise CodecError(f"expected str to decode, got {type(text).__name__}")
     if type(text) is not str:
         text = str.__str__(text)  # a subclass is decoded from its characters, never its methods
+    if _ON_WASM:
+        return _decode_measured(text)
+    _refuse_lone_surrogates(text)
+    return _with_headroom(_decode, text)
+
+
+def _refuse_lone_surrogates(text: str) -> None:
     if _has_lone_surrogate(text):
         raise CodecError("the text contains a lone surrogate, which is not valid Unicode")
-    return _decode_measured(text) if _ON_WASM else _with_headroom(_decode, text)
 
 
 def _decode_measured(text: str) -> Any:
     """`decode` under WebAssembly, where the C stack can run out before CPython's recursion
     guard trips (which kills the runtime): the text is measured before it is parsed. The
-    measure also counts its pairs, which lets `_parse` take its cheapest path."""
-    escapes = _TRICKY_ESCAPE.search(text) is not None
+    measure also counts its pairs, which lets `_parse` take its cheapest path.
+
+    The text's bytes objects are cut out first (see `_cut_bytes`); if the cut text is refused
+    or needs the exact path, the text is decoded again as it is, which says what is wrong."""
+    cut = _cut_bytes(text)
+    if cut is not None:
+        try:
+            return _measure_and_decode(*cut)
+        except (CodecError, _Restart):
+            pass
+    return _measure_and_decode(text, None)
+
+
+def _measure_and_decode(text: str, payloads: list[bytes] | None) -> Any:
+    """`_decode_measured` of `text`, which `_cut_bytes` made if `payloads` are given."""
+    _refuse_lone_surrogates(text)  # a cut-out payload is base64: it holds no surrogate
+    escapes = _TRICKY_ESCAPE.search(text) is not None  # nor a backslash
     outside = _outside_strings(text, escapes=escapes)
+    if payloads is not None:
+        outside = outside.replace("NaN", "[]")  # a bytes object cut out was one level deep
     if _bracket_depth(outside) > MAX_DEPTH:
         raise CodecError(f"nesting deeper than {MAX_DEPTH}")
     pairs = outside.count(":")  # JSON has a colon outside strings for each pair, and no other
-    return _with_headroom(lambda text: _decode(text, pairs, escapes), text)
+    return _with_headroom(lambda text: _decode(text, pairs, escapes, payloads), text)
 
 
-def _parse(text: str, pairs: int | None) -> Any:
+def _parse(text: str, pairs: int | None, payloads: list[bytes] | None = None) -> Any:
     """json's value of `text`, on the cheapest path that can tell it (see `decode`)."""
     try:
         if pairs is not None:
-            value, kept = _loads_counting_keys(text)
+            value, kept = _loads_counting_keys(text, payloads)
             if kept == pairs:
                 return value
+            if payloads is not None:
+                raise _Restart  # a duplicate key: the text as it is will name it
         return _loads(text, pairs_hook=_fast_hook)  # also the judge of duplicate keys
     except _Restart:
+        if payloads is not None:
+            raise
         return _resolve(_loads(text, pairs_hook=_exact_hook))
 
 
-def _decode(text: str, pairs: int | None = None, escapes: bool = True) -> Any:
+def _decode(
+    text: str, pairs: int | None = None, escapes: bool = True, payloads: list[bytes] | None = None
+) -> Any:
     """`decode` once the text is checked; `pairs`, when known (under WebAssembly, where the
     text is measured first), is how many pairs its objects hold; `escapes=False` says the
-    text holds no escape that may decode to a surrogate."""
+    text holds no escape that may decode to a surrogate; `payloads` are the bytes
+    `_cut_bytes` cut out of `text`, if it made `text`."""
     try:
-        value = _parse(text, pairs)
+        value = _parse(text, pairs, payloads)
     except CodecError:
         raise
     except RecursionError:
