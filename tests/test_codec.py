@@ -459,7 +459,7 @@ def _reference_depth(text: str) -> int:
     return deepest
 
 
-_TRICKY = st.text(alphabet='"\\[]{}a\n\u00e9', max_size=8)
+_TRICKY = st.text(alphabet='"\\[]{}:Na\n\u00e9', max_size=8)
 _JSONISH = st.recursive(
     st.none() | st.integers() | _TRICKY,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TRICKY, inner, max_size=4),
@@ -479,6 +479,19 @@ def test_text_depth_is_exact_on_json_with_brackets_and_escapes_in_strings(value:
     assert _text_depth(text) == _reference_depth(text)
     for cut in (len(text) // 3, len(text) // 2):  # not JSON: at least the depth the parser reaches
         assert _text_depth(text[:cut]) >= _reference_depth(text[:cut])
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSONISH | st.binary(max_size=6), st.booleans())
+def test_the_wasm_decode_path_agrees_with_the_general_one_on_json(value: Any, spaced: bool) -> None:
+    """Strings full of quotes, brackets, colons and escapes, spaced or compact, with bytes cut
+    out: the measured path decodes what the general one does."""
+    from durable_agent._codec_pure import _decode, _decode_measured, encode
+
+    text = encode(value)
+    if spaced:
+        text = json.dumps(json.loads(text), ensure_ascii=False, indent=1)
+    assert _outcome(_decode_measured, text) == _outcome(_decode, text)
 
 
 def _canonical(encoded: str) -> bool:

@@ -55,26 +55,24 @@ _SAFE_INT_BITS = 2126
 _HEADROOM = 4 * MAX_DEPTH
 _HEADROOM_LOCK = threading.RLock()
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_ESCAPED_QUOTE = re.compile(r'\\"')
-# Either of the two above: most texts hold neither, and one pass says so.
-_TRICKY_ESCAPE = re.compile(r'\\(?:"|u[dD][89a-fA-F])')
 # See _cut_bytes.
 _BYTES_OPEN = '{"' + BYTES_TAG + '":"'
 _CUT_MARK = "\nNaN"
-# Read left to right, an escaped backslash or quote: the backslash of any other escape is
-# skipped, and the character after it is never a backslash, so pairs align as json's do.
-_ESCAPE_PAIR = re.compile(r'\\[\\"]')
-_STRING = re.compile(r'"[^"]*"')  # once escaped quotes are gone
+# The shape of a text (see _shape) keeps these bytes of its UTF-8 form: every other goes.
+_NOT_SHAPE = bytes(sorted(set(range(256)) - set(b'"[]{}:N')))
+_ESCAPED_QUOTE = re.compile(rb'\\"')  # a regex finds it faster than `in` does, on Pyodide
+# An escaped quote or an escape that may decode to a surrogate: most texts hold neither.
+_TRICKY_ESCAPE = re.compile(rb'\\(?:"|u[dD][89a-fA-F])')
+_QUOTED = re.compile(rb'"[^"]*"')  # once escaped quotes are gone
+_AS_BRACKETS = bytes.maketrans(b"{}", b"[]")
+_BRACKET_STEP = {ord("["): 1, ord("]"): -1}
+# _shape_depth peels this many innermost levels off with bytes.replace before counting the rest.
+_PEEL_LEVELS = 16
 _RELEASED_MEMORYVIEW = "a released memoryview holds no data"
+_LONE_SURROGATE = "the text contains a lone surrogate, which is not valid Unicode"
 # Under WebAssembly (Pyodide, Workers) the C stack can run out before CPython's recursion guard
 # trips, which kills the runtime: there, a text that may nest too deep is measured before parsing.
 _ON_WASM = sys.platform in ("emscripten", "wasi")
-# Outside strings, a JSON text's brackets, all as "[" and "]" (other characters are dropped).
-_BRACKETS_ONLY = {c: None for c in range(128)} | {ord("["): "[", ord("{"): "[", ord("]"): "]", ord("}"): "]"}
-_NOT_BRACKET = re.compile(r"[^\[\]]+")
-_BRACKET_STEP = {"[": 1, "]": -1}
-# _bracket_depth peels this many innermost levels off with str.replace before counting the rest.
-_PEEL_LEVELS = 16
 
 _dumps = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False
@@ -603,43 +601,44 @@ def _may_nest_too_deep(text: str) -> bool:
     return text.count("[") + text.count("{") > MAX_DEPTH
 
 
-def _outside_strings(text: str, *, escapes: bool = True) -> str:
-    """What lies between the strings of a JSON text (of another text: at least what json's
-    parser reads outside strings before it stops), at C speed: under WebAssembly this runs
-    before every parse.
+def _shape(data: bytes, *, escapes: bool = True) -> bytes:
+    """The brackets, colons and `N`s of UTF-8 JSON text `data` outside its strings (of another
+    text: at least those json's parser reads before it stops), at C speed: under WebAssembly
+    this runs before every parse. `escapes=False` says the text holds no escaped quote.
 
-    Escaped backslashes and escaped quotes are dropped (only if a quote is escaped at all, or
-    follows an escaped backslash), so that each quote left opens or closes a string; then
-    the strings. (An unterminated string stays: its brackets count, an overestimate.)
-    `escapes=False` says the text holds no escaped quote.
+    UTF-8 writes every non-ASCII character with bytes past 0x7F, so a byte that looks like a
+    quote or a bracket is one. If a quote is escaped at all, escaped backslashes, then escaped
+    quotes are dropped (bytes.replace pairs them left to right as json reads them), so that
+    each quote left opens or closes a string. Then every byte but those kept, then each `""`
+    (an empty string, or a string's end and the next one's start with nothing kept between:
+    either way nothing outside strings goes), then the strings left.
+    (An unterminated string stays: its brackets count, an overestimate.)
     """
-    if escapes and _ESCAPED_QUOTE.search(text):  # a regex finds it faster than `in` does, on Pyodide
-        text = _ESCAPE_PAIR.sub("", text)
-    return _STRING.sub("", text)  # faster than "".join(text.split('"')[::2]) on Pyodide
+    if escapes and _ESCAPED_QUOTE.search(data):
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return _QUOTED.sub(b"", data.translate(None, _NOT_SHAPE).replace(b'""', b""))
 
 
 def _text_depth(text: str) -> int:
     """How deep the brackets outside strings nest: exact for JSON text, and for any other text
     at least as deep as json's parser goes in it before it stops."""
-    return _bracket_depth(_outside_strings(text))
+    return _shape_depth(_shape(text.encode("utf-8", "surrogatepass")))
 
 
-def _bracket_depth(outside: str) -> int:
-    """How deep the brackets of `outside` (see `_outside_strings`) nest.
+def _shape_depth(shape: bytes) -> int:
+    """How deep the brackets of `shape` (see `_shape`) nest.
 
-    Keep the brackets; peel innermost `[]` pairs level by level (a checkpoint nests a handful
-    deep) and count whatever is left.
+    Keep the brackets, all as `[` and `]`; peel innermost `[]` pairs level by level (a
+    checkpoint nests a handful deep) and count whatever is left.
     """
-    brackets = outside.translate(_BRACKETS_ONLY)
-    if not brackets.isascii():  # not JSON: characters outside strings that the table keeps
-        brackets = _NOT_BRACKET.sub("", brackets)
+    brackets = shape.translate(_AS_BRACKETS, b'":N')  # an unterminated string's quote goes too
     peeled = 0
-    while peeled < _PEEL_LEVELS and "[" in brackets:
-        inner = brackets.replace("[]", "")
+    while peeled < _PEEL_LEVELS and b"[" in brackets:
+        inner = brackets.replace(b"[]", b"")
         if len(inner) == len(brackets):
             break  # no pair left to peel: not JSON
         brackets, peeled = inner, peeled + 1
-    if "[" not in brackets:
+    if b"[" not in brackets:
         return peeled  # every open bracket was closed within `peeled` levels
     # What is left nests as deep as the text less the levels peeled off (exact for JSON).
     return peeled + max(accumulate(map(_BRACKET_STEP.__getitem__, brackets), initial=0))
@@ -688,13 +687,11 @@ def decode(text: str) -> Any:
         text = str.__str__(text)  # a subclass is decoded from its characters, never its methods
     if _ON_WASM:
         return _decode_measured(text)
-    _refuse_lone_surrogates(text)
+    if _has_lone_surrogate(text):
+        raise CodecError(_LONE_SURROGATE)
     return _with_headroom(_decode, text)
 
 
-def _refuse_lone_surrogates(text: str) -> None:
-    if _has_lone_surrogate(text):
-        raise CodecError("the text contains a lone surrogate, which is not valid Unicode")
 
 
 def _decode_measured(text: str) -> Any:
@@ -715,14 +712,17 @@ def _decode_measured(text: str) -> Any:
 
 def _measure_and_decode(text: str, payloads: list[bytes] | None) -> Any:
     """`_decode_measured` of `text`, which `_cut_bytes` made if `payloads` are given."""
-    _refuse_lone_surrogates(text)  # a cut-out payload is base64: it holds no surrogate
-    escapes = _TRICKY_ESCAPE.search(text) is not None  # nor a backslash
-    outside = _outside_strings(text, escapes=escapes)
+    try:
+        data = text.encode("utf-8")  # UTF-8 refuses lone surrogates (a cut-out payload holds none)
+    except UnicodeEncodeError:
+        raise CodecError(_LONE_SURROGATE) from None
+    escapes = _TRICKY_ESCAPE.search(data) is not None  # nor a backslash
+    shape = _shape(data, escapes=escapes)
     if payloads is not None:
-        outside = outside.replace("NaN", "[]")  # a bytes object cut out was one level deep
-    if _bracket_depth(outside) > MAX_DEPTH:
+        shape = shape.replace(b"N", b"[]")  # a NaN mark stands for a bytes object, one level deep
+    if _shape_depth(shape) > MAX_DEPTH:
         raise CodecError(f"nesting deeper than {MAX_DEPTH}")
-    pairs = outside.count(":")  # JSON has a colon outside strings for each pair, and no other
+    pairs = shape.count(b":")  # JSON has a colon outside strings for each pair, and no other
     return _with_headroom(lambda text: _decode(text, pairs, escapes, payloads), text)
 
 
