@@ -58,7 +58,8 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # See _cut_bytes.
 _BYTES_OPEN = '{"' + BYTES_TAG + '":"'
 _CUT_MARK = "\nNaN"
-# The shape of a text (see _shape) keeps these bytes of its UTF-8 form: every other goes.
+# The shape of a text (see _shape) keeps these bytes of its UTF-8 form, every other goes: the
+# quotes (to find the strings), brackets, colons (one a pair), and N (of a NaN mark, _cut_bytes).
 _NOT_SHAPE = bytes(sorted(set(range(256)) - set(b'"[]{}:N')))
 _ESCAPED_QUOTE = re.compile(rb'\\"')  # a regex finds it faster than `in` does, on Pyodide
 # An escaped quote or an escape that may decode to a surrogate: most texts hold neither.
@@ -692,8 +693,6 @@ def decode(text: str) -> Any:
     return _with_headroom(_decode, text)
 
 
-
-
 def _decode_measured(text: str) -> Any:
     """`decode` under WebAssembly, where the C stack can run out before CPython's recursion
     guard trips (which kills the runtime): the text is measured before it is parsed. The
@@ -712,11 +711,12 @@ def _decode_measured(text: str) -> Any:
 
 def _measure_and_decode(text: str, payloads: list[bytes] | None) -> Any:
     """`_decode_measured` of `text`, which `_cut_bytes` made if `payloads` are given."""
+    # A payload cut out is base64: it held no surrogate and no backslash, so what is left tells.
     try:
-        data = text.encode("utf-8")  # UTF-8 refuses lone surrogates (a cut-out payload holds none)
+        data = text.encode("utf-8")  # which refuses lone surrogates
     except UnicodeEncodeError:
         raise CodecError(_LONE_SURROGATE) from None
-    escapes = _TRICKY_ESCAPE.search(data) is not None  # nor a backslash
+    escapes = _TRICKY_ESCAPE.search(data) is not None
     shape = _shape(data, escapes=escapes)
     if payloads is not None:
         shape = shape.replace(b"N", b"[]")  # a NaN mark stands for a bytes object, one level deep
