@@ -4,9 +4,10 @@ Run: ``scripts/venv && scripts/build-native && .venv/bin/pip install -r benches/
 then ``.venv/bin/python benches/bench_codec.py [--quick]``.
 
 ``benches/bench_codec.py --pyodide [--quick]`` runs the edge figures instead: this file inside
-Pyodide 314 in Node (``pyodide/run-python.mjs``; ``npm ci`` in pyodide/ first), where the pure
-codec is timed side by side with plain ``json.loads`` and ``json.dumps`` with a bytes hook, the
-anchors a Worker could use instead, and printed as ratios.
+Pyodide 314, then 0.28, in Node (``pyodide/run-python.mjs``; ``npm ci`` in pyodide/ first), where
+the pure codec is timed side by side with the anchors a Worker could use instead and printed as
+ratios: ``json.dumps`` with a bytes hook, plain ``json.loads`` (which neither decodes the base64
+nor checks anything), and ``json.loads`` with an object hook that gives the bytes back.
 
 Everything is measured side by side in this one run and printed as MB/s and as ratios; there
 are no absolute thresholds (the machine is shared). Anchors that are not installed are reported
@@ -173,9 +174,12 @@ def best_times(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, floa
     """Seconds per call of each function: the fastest of `rounds` timed batches (~20 ms each).
 
     The batches are interleaved (one batch of every function per round), so a burst of load
-    from elsewhere on a shared machine slows every implementation alike instead of one. The
-    cyclic GC stays on (a server runs with it; building many containers triggers it) unless
-    `--gc-off` asks for timeit-style numbers.
+    from elsewhere on a shared machine slows every implementation alike instead of one, and
+    each round starts with another function: under Pyodide the first batch after the round's
+    `gc.collect()` pays ~10 ms more (measured: json.loads of the 1,000-step checkpoint, 14 ms
+    after another batch, 24-28 ms right after the collection), which a fixed order would
+    charge to one function every time. The cyclic GC stays on (a server runs with it;
+    building many containers triggers it) unless `--gc-off` asks for timeit-style numbers.
     """
     numbers: dict[str, int] = {}
     for name, fn in fns.items():
@@ -185,13 +189,15 @@ def best_times(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, floa
         once = max(time.perf_counter() - start, 1e-7)
         numbers[name] = max(1, int(0.02 / once))
     best = dict.fromkeys(fns, float("inf"))
+    names = list(fns)
     if GC_OFF:
         gc.disable()
     try:
-        for _ in range(rounds):
+        for round_ in range(rounds):
             gc.collect()
-            for name, fn in fns.items():
-                number = numbers[name]
+            turn = round_ % len(names)
+            for name in names[turn:] + names[:turn]:
+                fn, number = fns[name], numbers[name]
                 start = time.perf_counter()
                 for _ in range(number):
                     fn()
@@ -398,6 +404,13 @@ def _bytes_hook(value: object) -> dict[str, str]:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+def _bytes_object_hook(obj: dict[str, Any]) -> Any:
+    """json.loads' `object_hook`: the least a plain-json user must write to get bytes back."""
+    if len(obj) == 1 and "$bytes" in obj:
+        return base64.b64decode(obj["$bytes"])
+    return obj
+
+
 def bench_edge(steps_list: list[int], rounds: int) -> None:
     """The pure codec against the stdlib json it is built on, in this interpreter (Pyodide)."""
     print(f"{'checkpoint':>16} {'operation':<9} {'pure ms':>9} {'json ms':>9} {'ratio':>7}  anchor")
@@ -413,6 +426,7 @@ def bench_edge(steps_list: list[int], rounds: int) -> None:
                 ),
                 "decode": lambda: _pure.decode(text),
                 "loads": lambda: json.loads(text),
+                "loads+bytes": lambda: json.loads(text, object_hook=_bytes_object_hook),
             },
             rounds,
         )
@@ -420,6 +434,7 @@ def bench_edge(steps_list: list[int], rounds: int) -> None:
         for op, anchor, anchor_name in (
             ("encode", "dumps", "json.dumps(default=bytes hook)"),
             ("decode", "loads", "json.loads"),
+            ("decode", "loads+bytes", "json.loads(object_hook=bytes hook)"),
         ):
             ours, theirs = timed[op], timed[anchor]
             print(
@@ -427,11 +442,18 @@ def bench_edge(steps_list: list[int], rounds: int) -> None:
             )
 
 
+PYODIDE_RUNTIMES = ("314", "028")  # Pyodide 314.0.7 (Python 3.14), 0.28.2 (Python 3.13)
+
+
 def run_in_pyodide(args: list[str]) -> None:
-    """This file again, inside Pyodide 314 in Node (pyodide/run-python.mjs)."""
+    """This file again, inside each Pyodide runtime in Node (pyodide/run-python.mjs)."""
     runner = ROOT / "pyodide" / "run-python.mjs"
-    done = subprocess.run(["node", str(runner), "--runtime", "314", __file__, *args])
-    sys.exit(done.returncode)
+    code = 0
+    for runtime in PYODIDE_RUNTIMES:
+        print(f"\n## Pyodide runtime {runtime}", flush=True)
+        done = subprocess.run(["node", str(runner), "--runtime", runtime, __file__, *args])
+        code = code or done.returncode
+    sys.exit(code)
 
 
 def main() -> None:
@@ -441,7 +463,9 @@ def main() -> None:
         "--gc-off", action="store_true", help="time with the cyclic GC disabled (as timeit does)"
     )
     parser.add_argument(
-        "--pyodide", action="store_true", help="the pure codec against stdlib json inside Pyodide 314"
+        "--pyodide",
+        action="store_true",
+        help="the pure codec against stdlib json inside Pyodide 314 and 0.28",
     )
     args = parser.parse_args()
     global GC_OFF

@@ -141,6 +141,113 @@ def test_the_wasm_decode_path_agrees_with_the_vectors(vector: dict[str, Any]) ->
         assert strict_repr(_decode_measured(text)) == strict_repr(from_tagged(vector["value"]))
 
 
+_PLAINISH = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=4)
+    | st.binary(max_size=4)
+    | st.binary(max_size=4).map(bytearray),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(st.sampled_from(["$bytes", "$esc", "a", "$"]) | st.integers(0, 2), inner, max_size=2),
+    max_leaves=12,
+)
+
+
+@pytest.mark.parametrize("vector", VECTORS["encode"], ids=_ids(VECTORS["encode"]))
+def test_the_wasm_encode_path_agrees_with_the_vectors(vector: dict[str, Any]) -> None:
+    """Under WebAssembly, where no other thread runs, the pure encoder checks a plain value and
+    lets json's encoder read it directly instead of a copy; run that path here too. None means
+    the value is left to the exact path (which the vectors check through `encode`)."""
+    from durable_agent._codec_pure import _encode_plain
+
+    value = from_tagged(vector["value"])
+    assert _encode_plain(value, isolated=True) == _encode_plain(value, isolated=False)
+    if "error" not in vector and _encode_plain(value, isolated=True) is not None:
+        assert _encode_plain(value, isolated=True) == vector["text"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_PLAINISH)
+def test_the_wasm_encode_path_agrees_with_the_copying_one(value: Any) -> None:
+    from durable_agent._codec_pure import _encode_plain
+
+    assert _encode_plain(value, isolated=True) == _encode_plain(value, isolated=False)
+
+
+def _outcome(decode: Any, text: str) -> str:
+    try:
+        return strict_repr(decode(text))
+    except errors.CodecError:
+        return "refused"
+
+
+def _general_outcome(text: str) -> str:
+    """What the measured path gives without cutting bytes out (and, off WebAssembly, where
+    depth is checked after parsing, what the general path gives too: they must agree)."""
+    from durable_agent._codec_pure import _decode, _measure_and_decode
+
+    outcome = _outcome(lambda text: _measure_and_decode(text, None), text)
+    if sys.platform != "emscripten":
+        assert _outcome(_decode, text) == outcome
+    return outcome
+
+
+_TAG_SOUP = st.lists(
+    st.sampled_from(
+        [
+            '{"$bytes":"AA=="}',
+            '{"$bytes":"Zh=="}',
+            '{"$bytes":""}',
+            '{"$bytes":"AA\\"}',
+            '{"$bytes":"AA==","a":1}',
+            '{"$esc":',
+            '{"$bytes":',
+            '"$bytes"',
+            '"AA=="',
+            "NaN",
+            '"',
+            '\\"',
+            '"a"',
+            "[",
+            "]",
+            "{",
+            "}",
+            ",",
+            ":",
+            "1",
+            " ",
+            "\n",
+        ]
+    ),
+    max_size=14,
+).map("".join)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_TAG_SOUP)
+@example('["{"$bytes":"AA=="}"]')  # a tag inside a string: no JSON, refused, not ["\nNaN"]
+@example('["a:{"$bytes":"AA=="}"]')
+@example('{"$esc":{"$bytes":"AA=="}}')  # an escaped user dict, not bytes under $esc
+@example('{"$esc":{"$bytes":"Zh=="}}')  # the same with base64 that is not canonical
+@example('[NaN,{"$bytes":"AA=="}]')  # the text's own NaN
+@example('[{"$bytes":"AA=="},NaN]')
+@example('{"$bytes":{"$bytes":"AA=="}}')
+@example('{"a":{"$bytes":"AA=="},"a":1}')  # a duplicate key beside a tag
+@example("[" * 255 + '{"$bytes":"AA=="}' + "]" * 255)  # bytes at depth 256
+@example("[" * 256 + '{"$bytes":"AA=="}' + "]" * 256)  # bytes at depth 257: refused
+def test_the_wasm_decode_path_agrees_with_the_general_one_around_bytes(text: str) -> None:
+    """Under WebAssembly the pure decoder cuts `{"$bytes":"..."}` objects out of the text
+    before it measures and parses it (see `_cut_bytes`): on any text, with tags anywhere
+    (inside strings, escaped, beside NaN, too deep), it must decode or refuse as the general
+    path does."""
+    from durable_agent._codec_pure import _decode_measured
+
+    assert _outcome(_decode_measured, text) == _general_outcome(text)
+
+
 def test_vectors_cover_the_documented_edge_cases() -> None:
     names = " ".join(v["name"] for v in VECTORS["encode"] + VECTORS["decode"])
     for topic in (
@@ -363,7 +470,7 @@ def _reference_depth(text: str) -> int:
     return deepest
 
 
-_TRICKY = st.text(alphabet='"\\[]{}a\n\u00e9', max_size=8)
+_TRICKY = st.text(alphabet='"\\[]{}:Na\n\u00e9', max_size=8)
 _JSONISH = st.recursive(
     st.none() | st.integers() | _TRICKY,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TRICKY, inner, max_size=4),
@@ -383,6 +490,19 @@ def test_text_depth_is_exact_on_json_with_brackets_and_escapes_in_strings(value:
     assert _text_depth(text) == _reference_depth(text)
     for cut in (len(text) // 3, len(text) // 2):  # not JSON: at least the depth the parser reaches
         assert _text_depth(text[:cut]) >= _reference_depth(text[:cut])
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSONISH | st.binary(max_size=6), st.booleans())
+def test_the_wasm_decode_path_agrees_with_the_general_one_on_json(value: Any, spaced: bool) -> None:
+    """Strings full of quotes, brackets, colons and escapes, spaced or compact, with bytes cut
+    out: the measured path decodes what the general one does."""
+    from durable_agent._codec_pure import _decode_measured, encode
+
+    text = encode(value)
+    if spaced:
+        text = json.dumps(json.loads(text), ensure_ascii=False, indent=1)
+    assert _outcome(_decode_measured, text) == _general_outcome(text)
 
 
 def _canonical(encoded: str) -> bool:

@@ -36,7 +36,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from itertools import accumulate
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import CodecError
 
@@ -55,21 +55,25 @@ _SAFE_INT_BITS = 2126
 _HEADROOM = 4 * MAX_DEPTH
 _HEADROOM_LOCK = threading.RLock()
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_ESCAPED_QUOTE = re.compile(r'\\"')
-# Read left to right, an escaped backslash or quote: the backslash of any other escape is
-# skipped, and the character after it is never a backslash, so pairs align as json's do.
-_ESCAPE_PAIR = re.compile(r'\\[\\"]')
-_STRING = re.compile(r'"[^"]*"')  # once escaped quotes are gone
+# See _cut_bytes.
+_BYTES_OPEN = '{"' + BYTES_TAG + '":"'
+_CUT_MARK = "\nNaN"
+# The shape of a text (see _shape) keeps these bytes of its UTF-8 form, every other goes: the
+# quotes (to find the strings), brackets, colons (one a pair), and N (of a NaN mark, _cut_bytes).
+_NOT_SHAPE = bytes(sorted(set(range(256)) - set(b'"[]{}:N')))
+_ESCAPED_QUOTE = re.compile(rb'\\"')  # a regex finds it faster than `in` does, on Pyodide
+# An escaped quote or an escape that may decode to a surrogate: most texts hold neither.
+_TRICKY_ESCAPE = re.compile(rb'\\(?:"|u[dD][89a-fA-F])')
+_QUOTED = re.compile(rb'"[^"]*"')  # once escaped quotes are gone
+_AS_BRACKETS = bytes.maketrans(b"{}", b"[]")
+_BRACKET_STEP = {ord("["): 1, ord("]"): -1}
+# _shape_depth peels this many innermost levels off with bytes.replace before counting the rest.
+_PEEL_LEVELS = 16
 _RELEASED_MEMORYVIEW = "a released memoryview holds no data"
+_LONE_SURROGATE = "the text contains a lone surrogate, which is not valid Unicode"
 # Under WebAssembly (Pyodide, Workers) the C stack can run out before CPython's recursion guard
 # trips, which kills the runtime: there, a text that may nest too deep is measured before parsing.
 _ON_WASM = sys.platform in ("emscripten", "wasi")
-# Outside strings, a JSON text's brackets, all as "[" and "]" (other characters are dropped).
-_BRACKETS_ONLY = {c: None for c in range(128)} | {ord("["): "[", ord("{"): "[", ord("]"): "]", ord("}"): "]"}
-_NOT_BRACKET = re.compile(r"[^\[\]]+")
-_BRACKET_STEP = {"[": 1, "]": -1}
-# _bracket_depth peels this many innermost levels off with str.replace before counting the rest.
-_PEEL_LEVELS = 16
 
 _dumps = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False
@@ -308,8 +312,50 @@ def _plain(value: Any, depth: int) -> Any:
     return items
 
 
-def _encode_plain(value: Any) -> str | None:
-    """The text of `value` through `_plain`, or None when `_prepare` must handle it."""
+def _check_plain(value: Any, depth: int) -> None:
+    """Raise `_NotPlain` where `_plain` would, having run no user code, but copy nothing: the
+    WebAssembly fast path (see `_encode_plain`) lets json's encoder read `value` itself."""
+    kind = type(value)
+    if depth > MAX_DEPTH:
+        raise _NotPlain
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlain
+            kind = type(item)
+            if not (kind is str or kind is int or kind is bool or kind is float or item is None):
+                _check_plain(item, depth + 1)
+        if len(value) == 1 and key in RESERVED_TAGS:
+            raise _NotPlain
+    elif kind is list or kind is tuple:
+        for item in value:
+            kind = type(item)
+            if not (kind is str or kind is int or kind is bool or kind is float or item is None):
+                _check_plain(item, depth + 1)
+    elif not (kind is bytes or kind is bytearray):
+        raise _NotPlain
+
+
+def _bytes_tag(value: Any) -> dict[str, str]:
+    """json's `default` on the WebAssembly fast path: `_check_plain` let only bytes through."""
+    if type(value) is bytes or type(value) is bytearray:
+        return {BYTES_TAG: binascii.b2a_base64(value, newline=False).decode("ascii")}
+    raise _NotPlain
+
+
+_dumps_tagging = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False, default=_bytes_tag
+).encode
+
+
+def _encode_plain(value: Any, *, isolated: bool = _ON_WASM) -> str | None:
+    """The text of `value` through `_plain`, or None when `_prepare` must handle it.
+
+    `isolated` says no other thread can run (so under WebAssembly). Then, with the cyclic GC
+    paused so that no finalizer runs either, nothing can change `value` between
+    `_check_plain` and json's encoder: the encoder reads it directly (bytes through
+    `_bytes_tag`) instead of `_plain`'s copy, about a third of the time saved.
+    """
     limit = sys.get_int_max_str_digits()
     if limit == 0 or limit > MAX_INT_DIGITS:
         return None  # json's encoder would write ints the codec refuses
@@ -320,7 +366,11 @@ def _encode_plain(value: Any) -> str | None:
     if paused:
         gc.disable()
     try:
-        text: str = _dumps(_plain(value, 1))
+        if isolated:
+            _check_plain(value, 1)
+            text: str = _dumps_tagging(value)
+        else:
+            text = _dumps(_plain(value, 1))
     except (_NotPlain, ValueError):
         return None
     finally:
@@ -352,11 +402,59 @@ def encode(value: Any) -> str:
 
 
 class _Restart(Exception):
-    """The fast decoding path met an escaped dict; decode again on the exact path."""
+    """The fast decoding path met an escaped dict (or a text whose bytes were cut out, see
+    `_cut_bytes`, met a duplicate key); decode again on the exact path."""
 
 
-def _reject_constant(name: str) -> None:
+def _reject_constant(name: str) -> NoReturn:
     raise CodecError(f"{name} is not valid JSON")
+
+
+def _constants_giving(payloads: list[bytes]) -> Callable[[str], Any]:
+    """json's `parse_constant` for a text `_cut_bytes` made: each NaN is the next bytes cut out
+    (a NaN the text held itself leaves one too few, and the last is refused)."""
+    queue = iter(payloads)
+
+    def constant(name: str) -> Any:
+        if name == "NaN":
+            for raw in queue:
+                return raw
+        _reject_constant(name)
+
+    return constant
+
+
+def _cut_bytes(text: str) -> tuple[str, list[bytes]] | None:
+    """`text` with each `{"$bytes":"..."}` object cut out and `_CUT_MARK` in its place, and the
+    bytes they hold, in order; None if it holds no such object, or one that is not exactly that
+    object with canonical base64 (which json reads as the same string: no escape, no quote).
+
+    A checkpoint's bytes are often most of its text: cut out, their base64 is neither measured
+    nor parsed as a string. Where the text is JSON, such an object's `{"` opens it (inside a
+    string, the quote would end the string and the `$` after it be no JSON). The mark is a NaN
+    token, which json hands to `parse_constant`, after a raw newline, which json allows only
+    outside strings: a text that was no JSON stays no JSON.
+    """
+    start = text.find(_BYTES_OPEN)
+    if start < 0:
+        return None
+    pieces: list[str] = []
+    payloads: list[bytes] = []
+    end = 0
+    while start >= 0:
+        pieces.append(text[end:start])
+        begin = start + len(_BYTES_OPEN)
+        close = text.find('"', begin)
+        if close < 0 or not text.startswith("}", close + 1):
+            return None
+        try:
+            payloads.append(_bytes_from(text[begin:close]))
+        except CodecError:
+            return None
+        end = close + 2
+        start = text.find(_BYTES_OPEN, end)
+    pieces.append(text[end:])
+    return _CUT_MARK.join(pieces), payloads
 
 
 def _duplicate_key(pairs: list[tuple[str, Any]]) -> CodecError:
@@ -411,14 +509,14 @@ def _fast_hook(pairs: list[tuple[str, Any]]) -> Any:
     return _untagged(*pairs[0], out)
 
 
-def _loads_counting_keys(text: str) -> tuple[Any, int]:
+def _loads_counting_keys(text: str, payloads: list[bytes] | None = None) -> tuple[Any, int]:
     """The fast path's value of `text` through json's `object_hook`, and how many keys its
     objects kept.
 
     An object hook gets each object as the dict json built: no tuple per pair, no second dict,
     about half the cost of `_fast_hook`, but blind to duplicate keys, which the dict drops. The
     caller knows how many pairs the text holds: the two counts differ if and only if a key was
-    dropped.
+    dropped. `payloads` are the bytes `_cut_bytes` cut out of `text`, if it made `text`.
     """
     kept = 0
 
@@ -431,7 +529,8 @@ def _loads_counting_keys(text: str) -> tuple[Any, int]:
         for key in obj:
             return _untagged(key, obj[key], obj)
 
-    return _loads(text, object_hook=hook), kept
+    constant = _reject_constant if payloads is None else _constants_giving(payloads)
+    return _loads(text, object_hook=hook, constant=constant), kept
 
 
 class _Tag:
@@ -503,42 +602,44 @@ def _may_nest_too_deep(text: str) -> bool:
     return text.count("[") + text.count("{") > MAX_DEPTH
 
 
-def _outside_strings(text: str) -> str:
-    """What lies between the strings of a JSON text (of another text: at least what json's
-    parser reads outside strings before it stops), at C speed: under WebAssembly this runs
-    before every parse.
+def _shape(data: bytes, *, escapes: bool = True) -> bytes:
+    """The brackets, colons and `N`s of UTF-8 JSON text `data` outside its strings (of another
+    text: at least those json's parser reads before it stops), at C speed: under WebAssembly
+    this runs before every parse. `escapes=False` says the text holds no escaped quote.
 
-    Escaped backslashes and escaped quotes are dropped (only if a quote is escaped at all, or
-    follows an escaped backslash), so that each quote left opens or closes a string; then
-    the strings. (An unterminated string stays: its brackets count, an overestimate.)
+    UTF-8 writes every non-ASCII character with bytes past 0x7F, so a byte that looks like a
+    quote or a bracket is one. If a quote is escaped at all, escaped backslashes, then escaped
+    quotes are dropped (bytes.replace pairs them left to right as json reads them), so that
+    each quote left opens or closes a string. Then every byte but those kept, then each `""`
+    (an empty string, or a string's end and the next one's start with nothing kept between:
+    either way nothing outside strings goes), then the strings left.
+    (An unterminated string stays: its brackets count, an overestimate.)
     """
-    if _ESCAPED_QUOTE.search(text):  # a regex finds it faster than `in` does, on Pyodide
-        text = _ESCAPE_PAIR.sub("", text)
-    return _STRING.sub("", text)  # faster than "".join(text.split('"')[::2]) on Pyodide
+    if escapes and _ESCAPED_QUOTE.search(data):
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return _QUOTED.sub(b"", data.translate(None, _NOT_SHAPE).replace(b'""', b""))
 
 
 def _text_depth(text: str) -> int:
     """How deep the brackets outside strings nest: exact for JSON text, and for any other text
     at least as deep as json's parser goes in it before it stops."""
-    return _bracket_depth(_outside_strings(text))
+    return _shape_depth(_shape(text.encode("utf-8", "surrogatepass")))
 
 
-def _bracket_depth(outside: str) -> int:
-    """How deep the brackets of `outside` (see `_outside_strings`) nest.
+def _shape_depth(shape: bytes) -> int:
+    """How deep the brackets of `shape` (see `_shape`) nest.
 
-    Keep the brackets; peel innermost `[]` pairs level by level (a checkpoint nests a handful
-    deep) and count whatever is left.
+    Keep the brackets, all as `[` and `]`; peel innermost `[]` pairs level by level (a
+    checkpoint nests a handful deep) and count whatever is left.
     """
-    brackets = outside.translate(_BRACKETS_ONLY)
-    if not brackets.isascii():  # not JSON: characters outside strings that the table keeps
-        brackets = _NOT_BRACKET.sub("", brackets)
+    brackets = shape.translate(_AS_BRACKETS, b'":N')  # an unterminated string's quote goes too
     peeled = 0
-    while peeled < _PEEL_LEVELS and "[" in brackets:
-        inner = brackets.replace("[]", "")
+    while peeled < _PEEL_LEVELS and b"[" in brackets:
+        inner = brackets.replace(b"[]", b"")
         if len(inner) == len(brackets):
             break  # no pair left to peel: not JSON
         brackets, peeled = inner, peeled + 1
-    if "[" not in brackets:
+    if b"[" not in brackets:
         return peeled  # every open bracket was closed within `peeled` levels
     # What is left nests as deep as the text less the levels peeled off (exact for JSON).
     return peeled + max(accumulate(map(_BRACKET_STEP.__getitem__, brackets), initial=0))
@@ -563,6 +664,7 @@ def _loads(
     *,
     pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
     object_hook: Callable[[dict[str, Any]], Any] | None = None,
+    constant: Callable[[str], Any] = _reject_constant,
 ) -> Any:
     # The interpreter's own int-from-str limit (4300 digits by default) already refuses longer
     # ints, fast; only when it was raised or lifted must every int literal be checked here.
@@ -572,7 +674,7 @@ def _loads(
         text,
         object_pairs_hook=pairs_hook,
         object_hook=object_hook,
-        parse_constant=_reject_constant,
+        parse_constant=constant,
         parse_float=_finite_float,
         parse_int=parse_int,
     )
@@ -584,39 +686,71 @@ def decode(text: str) -> Any:
         raise CodecError(f"expected str to decode, got {type(text).__name__}")
     if type(text) is not str:
         text = str.__str__(text)  # a subclass is decoded from its characters, never its methods
+    if _ON_WASM:
+        return _decode_measured(text)
     if _has_lone_surrogate(text):
-        raise CodecError("the text contains a lone surrogate, which is not valid Unicode")
-    return _decode_measured(text) if _ON_WASM else _with_headroom(_decode, text)
+        raise CodecError(_LONE_SURROGATE)
+    return _with_headroom(_decode, text)
 
 
 def _decode_measured(text: str) -> Any:
     """`decode` under WebAssembly, where the C stack can run out before CPython's recursion
     guard trips (which kills the runtime): the text is measured before it is parsed. The
-    measure also counts its pairs, which lets `_parse` take its cheapest path."""
-    outside = _outside_strings(text)
-    if _bracket_depth(outside) > MAX_DEPTH:
+    measure also counts its pairs, which lets `_parse` take its cheapest path.
+
+    The text's bytes objects are cut out first (see `_cut_bytes`); if the cut text is refused
+    or needs the exact path, the text is decoded again as it is, which says what is wrong."""
+    cut = _cut_bytes(text)
+    if cut is not None:
+        try:
+            return _measure_and_decode(*cut)
+        except (CodecError, _Restart):
+            pass
+    return _measure_and_decode(text, None)
+
+
+def _measure_and_decode(text: str, payloads: list[bytes] | None) -> Any:
+    """`_decode_measured` of `text`, which `_cut_bytes` made if `payloads` are given."""
+    # A payload cut out is base64: it held no surrogate and no backslash, so what is left tells.
+    try:
+        data = text.encode("utf-8")  # which refuses lone surrogates
+    except UnicodeEncodeError:
+        raise CodecError(_LONE_SURROGATE) from None
+    escapes = _TRICKY_ESCAPE.search(data) is not None
+    shape = _shape(data, escapes=escapes)
+    if payloads is not None:
+        shape = shape.replace(b"N", b"[]")  # a NaN mark stands for a bytes object, one level deep
+    if _shape_depth(shape) > MAX_DEPTH:
         raise CodecError(f"nesting deeper than {MAX_DEPTH}")
-    pairs = outside.count(":")  # JSON has a colon outside strings for each pair, and no other
-    return _with_headroom(lambda text: _decode(text, pairs), text)
+    pairs = shape.count(b":")  # JSON has a colon outside strings for each pair, and no other
+    return _with_headroom(lambda text: _decode(text, pairs, escapes, payloads), text)
 
 
-def _parse(text: str, pairs: int | None) -> Any:
+def _parse(text: str, pairs: int | None, payloads: list[bytes] | None = None) -> Any:
     """json's value of `text`, on the cheapest path that can tell it (see `decode`)."""
     try:
         if pairs is not None:
-            value, kept = _loads_counting_keys(text)
+            value, kept = _loads_counting_keys(text, payloads)
             if kept == pairs:
                 return value
+            if payloads is not None:
+                raise _Restart  # a duplicate key: the text as it is will name it
         return _loads(text, pairs_hook=_fast_hook)  # also the judge of duplicate keys
     except _Restart:
+        if payloads is not None:
+            raise
         return _resolve(_loads(text, pairs_hook=_exact_hook))
 
 
-def _decode(text: str, pairs: int | None = None) -> Any:
+def _decode(
+    text: str, pairs: int | None = None, escapes: bool = True, payloads: list[bytes] | None = None
+) -> Any:
     """`decode` once the text is checked; `pairs`, when known (under WebAssembly, where the
-    text is measured first), is how many pairs its objects hold."""
+    text is measured first), is how many pairs its objects hold; `escapes=False` says the
+    text holds no escape that may decode to a surrogate; `payloads` are the bytes
+    `_cut_bytes` cut out of `text`, if it made `text`."""
     try:
-        value = _parse(text, pairs)
+        value = _parse(text, pairs, payloads)
     except CodecError:
         raise
     except RecursionError:
@@ -630,7 +764,7 @@ def _decode(text: str, pairs: int | None = None) -> Any:
     # Under WebAssembly the text's depth was measured before parsing; elsewhere the value's is.
     if not _ON_WASM and type(value) in _NESTED and _may_nest_too_deep(text) and _too_deep(value):
         raise CodecError(f"nesting deeper than {MAX_DEPTH}")
-    if _SURROGATE_ESCAPE.search(text) and _has_surrogate(value):
+    if escapes and _SURROGATE_ESCAPE.search(text) and _has_surrogate(value):
         raise CodecError("a string escape decodes to a lone surrogate, which is not valid Unicode")
     return value
 
