@@ -41,6 +41,7 @@ from .errors import (
 )
 from .errors import RUN_TAKEN_OVER_MESSAGE
 from .durable_session import AgentSpec, DurableOptions, DurableSession
+from .checkpoint_store import CheckpointStore, InMemoryCheckpointStore
 from .generate import (
     StreamChatResult,
     generate_text,
@@ -65,7 +66,6 @@ from .models import (
 from .options import AbortSignal, PrepareStepContext, StepOverrides
 from .results import GenerateTextResult, StepResult
 from .retry import RetryPolicy
-from .session import InMemorySessionStore, Session, SessionStore
 from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
 from .stores import open_store
 from .stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_tokens_exceed
@@ -73,9 +73,8 @@ from .subagent import agent_tool
 from .tools import Tool
 from .runtime import (
     MODEL_CALL,
-    create_memory_durable_state,
-    create_memory_runtime,
-    memory_runtime,
+    MemoryDurableState,
+    MemoryRuntime,
     nested_call,
     parse_step_key,
     step_key,
@@ -94,6 +93,7 @@ __all__ = [
     "CheckpointConflictError",
     "CheckpointCorruptError",
     "CheckpointNotFoundError",
+    "CheckpointStore",
     "CheckpointVersionError",
     "CodecError",
     "ConfigurationError",
@@ -102,9 +102,11 @@ __all__ = [
     "DurableSession",
     "FeatureUnavailableError",
     "GenerateTextResult",
-    "InMemorySessionStore",
+    "InMemoryCheckpointStore",
     "LanguageModel",
     "MODEL_CALL",
+    "MemoryDurableState",
+    "MemoryRuntime",
     "Message",
     "ModelCallError",
     "ModelPrice",
@@ -121,9 +123,7 @@ __all__ = [
     "ScriptedModel",
     "ScriptedResponse",
     "ScriptedToolCall",
-    "Session",
     "SessionStateError",
-    "SessionStore",
     "StaleEpochError",
     "StepFailedError",
     "StepKeyError",
@@ -142,13 +142,10 @@ __all__ = [
     "call",
     "checkpoint_at_step",
     "cost_exceeds",
-    "create_memory_durable_state",
-    "create_memory_runtime",
     "current_tool_call",
     "deserialize_checkpoint",
     "fork_run",
     "generate_text",
-    "memory_runtime",
     "nested_call",
     "open_store",
     "parse_step_key",

@@ -738,7 +738,7 @@ class SqlStores:
     runtime: SqlRuntime
 
     @property
-    def session(self) -> SqlCheckpoints:
+    def checkpoints(self) -> SqlCheckpoints:
         return SqlCheckpoints(self.runtime)
 
     @property

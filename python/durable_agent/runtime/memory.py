@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import StaleEpochError, SubmissionConflictError, is_control_error
+from ..errors import ConfigurationError, StaleEpochError, SubmissionConflictError, is_control_error
 from .._util import wall_clock_ms
-from ..session import InMemorySessionStore
+from ..checkpoint_store import InMemoryCheckpointStore
 from .leases import (
     RUN_OWNER_HOLD_MS,
     Fences,
@@ -43,11 +43,8 @@ __all__ = [  # the lease helpers stay importable from here, where they first liv
     "MemoryDurableState",
     "MemoryRuntime",
     "apply_tool_state",
-    "create_memory_durable_state",
-    "create_memory_runtime",
     "is_run_owner_dead",
     "is_run_owner_holding",
-    "memory_runtime",
 ]
 
 
@@ -63,7 +60,7 @@ class MemoryDurableState:
     submissions: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     tool_state: dict[str, dict[str, Any]] = field(default_factory=dict)
     last_runs: dict[str, str] = field(default_factory=dict)
-    session_store: InMemorySessionStore = field(default_factory=InMemorySessionStore)
+    checkpoint_store: InMemoryCheckpointStore = field(default_factory=InMemoryCheckpointStore)
 
     def clone(self) -> MemoryDurableState:
         """A copy of the state as it is now; later writes to either never reach the other."""
@@ -72,11 +69,6 @@ class MemoryDurableState:
     @property
     def inspect(self) -> MemoryInspector:
         return MemoryInspector(self)
-
-
-def create_memory_durable_state() -> MemoryDurableState:
-    """An empty state for `memory_runtime`."""
-    return MemoryDurableState()
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,8 +281,8 @@ class MemoryStores:
     runtime: MemoryRuntime
 
     @property
-    def session(self) -> InMemorySessionStore:
-        return self.runtime.state.session_store
+    def checkpoints(self) -> InMemoryCheckpointStore:
+        return self.runtime.state.checkpoint_store
 
     @property
     def queue(self) -> MemoryQueueStore:
@@ -309,11 +301,20 @@ class MemoryStores:
 
 
 class MemoryRuntime(OwnedRuntime):
-    """A checkpoint-mode `DurableRuntime` over a `MemoryDurableState`."""
+    """A checkpoint-mode `DurableRuntime` over a `MemoryDurableState` (a fresh one when `state` is None).
+
+    Several runtimes may share one state: two "processes" on one database.
+    """
 
     mode = "checkpoint"
 
-    def __init__(self, state: MemoryDurableState, *, clock: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(
+        self, state: MemoryDurableState | None = None, *, clock: Callable[[], int] = wall_clock_ms
+    ) -> None:
+        if state is None:
+            state = MemoryDurableState()
+        elif not isinstance(state, MemoryDurableState):
+            raise ConfigurationError(f"state must be a MemoryDurableState or None, got {type(state).__name__}")
         self.state = state
         self.clock = clock
         self.fences = Fences()
@@ -336,7 +337,7 @@ class MemoryRuntime(OwnedRuntime):
         for record in transition.steps:
             self.backend.write_step(record)
         if transition.checkpoint is not None:
-            self.state.session_store.save(transition.checkpoint)
+            self.state.checkpoint_store.save(transition.checkpoint)
         if transition.last_run is not None:
             self.state.last_runs[session_id] = transition.last_run
         if transition.mark is not None or transition.unmark:
@@ -361,12 +362,3 @@ class MemoryRuntime(OwnedRuntime):
     def inspect(self) -> MemoryInspector:
         return self.state.inspect
 
-
-def memory_runtime(*, state: MemoryDurableState, clock: Callable[[], int] = wall_clock_ms) -> MemoryRuntime:
-    """A memory runtime over `state`; several may share one state (two "processes" on one database)."""
-    return MemoryRuntime(state, clock=clock)
-
-
-def create_memory_runtime(*, clock: Callable[[], int] = wall_clock_ms) -> MemoryRuntime:
-    """A memory runtime over a fresh state."""
-    return MemoryRuntime(create_memory_durable_state(), clock=clock)
