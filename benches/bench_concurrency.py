@@ -4,8 +4,8 @@ N sessions run at once in one process, each 10 steps (a model call of 20 ms late
 tool call), side by side with the same agent and no durability. Each variant runs in a fresh
 subprocess (so peak RSS is its own):
 
-* ``none``: `generate_text` without a session;
-* ``sqlite-store``: `generate_text` with a `SqliteSessionStore` session (checkpoints only, each
+* ``none``: `generate_text` without a store;
+* ``sqlite-store``: `generate_text` with a `SqliteSessionStore` (checkpoints only, each
   save a transaction on the event loop's thread); ``sqlite-store-async``: the same with an
   `AsyncSqliteSessionStore` (saves on its connection's thread, concurrent saves in one commit);
 * ``memory``, ``sqlite``, ``postgres``: `Agent` on the memory, SQLite and Postgres runtimes
@@ -145,9 +145,9 @@ async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
                           durable=DurableOptions(runtime))
             result = await agent.run("go")
         else:
-            session = Session(store, f"r-{i}") if store is not None else None
-            result = await generate_text(model=SlowModel(), tools=TOOLS, max_steps=STEPS + 1, session=session,
-                                         messages=[{"role": "user", "content": "go"}])
+            run_id = f"r-{i}" if store is not None else None
+            result = await generate_text(model=SlowModel(), tools=TOOLS, max_steps=STEPS + 1, store=store,
+                                         run_id=run_id, messages=[{"role": "user", "content": "go"}])
         assert len(result.steps) == STEPS, result.finish_reason
 
     lags: list[float] = []

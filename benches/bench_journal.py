@@ -2,7 +2,7 @@
 
 Variants, each running the same N-step agent (a scripted model that calls one tool per step):
 
-* no durability (`generate_text` without a session);
+* no durability (`generate_text` without a store);
 * a plain session store (checkpoints only): memory, SQLite;
 * `Agent` on a durable runtime (checkpoints + step journal + lease): memory, SQLite, and
   Postgres when DURABLE_AGENT_BENCH_POSTGRES_URL is set;
@@ -60,10 +60,10 @@ def script(steps: int) -> ScriptedModel:
     return ScriptedModel(answer)
 
 
-def session_run(steps: int, store: Any) -> None:
-    session = Session(store, f"r-{time.perf_counter_ns()}") if store is not None else None
-    result = asyncio.run(generate_text(model=script(steps), tools=TOOLS, max_steps=steps + 1, session=session,
-                                       messages=[{"role": "user", "content": "go"}]))
+def store_run(steps: int, store: Any) -> None:
+    run_id = f"r-{time.perf_counter_ns()}" if store is not None else None
+    result = asyncio.run(generate_text(model=script(steps), tools=TOOLS, max_steps=steps + 1, store=store,
+                                       run_id=run_id, messages=[{"role": "user", "content": "go"}]))
     assert len(result.steps) == steps
 
 
@@ -172,12 +172,12 @@ def main() -> None:
         sqlite_store = SqliteSessionStore(str(Path(tmp) / "sessions.db"))
         print_header(32, "none", "DBOS")
         for steps in (int(s) for s in args.steps.split(",")):
-            none = per_step(steps, args.repeat, lambda: session_run(steps, None))
+            none = per_step(steps, args.repeat, lambda: store_run(steps, None))
             rows: dict[str, float] = {
                 "no durability": none,
                 "session store: memory": per_step(steps, args.repeat,
-                                                  lambda: session_run(steps, InMemorySessionStore())),
-                "session store: SQLite": per_step(steps, args.repeat, lambda: session_run(steps, sqlite_store)),
+                                                  lambda: store_run(steps, InMemorySessionStore())),
+                "session store: SQLite": per_step(steps, args.repeat, lambda: store_run(steps, sqlite_store)),
             }
             for name, factory in runtime_factories(tmp).items():
                 rows[name] = per_step(steps, args.repeat, lambda factory=factory: agent_run(steps, factory))

@@ -193,12 +193,12 @@ async def test_siblings_of_a_suspended_sub_agent_are_re_run_on_resume() -> None:
     assert ledger.entries.count(("note", {"n": 1})) == 2
 
 
-async def test_without_a_session_a_gated_sub_agent_call_is_a_clear_error_for_the_parent() -> None:
+async def test_without_a_store_a_gated_sub_agent_call_is_a_clear_error_for_the_parent() -> None:
     ledger = Ledger()
     parent = ScriptedModel([reply("", call("coder", {"prompt": "fix"})), "I could not."])
     result = await generate_text(model=parent, messages=[user("x")], tools={"coder": coder(ledger)})
     tool_result = result.steps[0].tool_results[0]
-    assert tool_result["is_error"] and "durable session" in tool_result["output"]
+    assert tool_result["is_error"] and "checkpoint store on the parent call (store=)" in tool_result["output"]
     assert ledger.entries == [] and result.text == "I could not."
 
 

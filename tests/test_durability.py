@@ -16,6 +16,8 @@ from durable_agent import (
     CheckpointCorruptError,
     CheckpointNotFoundError,
     CheckpointVersionError,
+    ConfigurationError,
+    InMemoryCheckpointStore,
     InMemorySessionStore,
     ScriptedModel,
     Session,
@@ -276,3 +278,20 @@ async def test_sibling_calls_of_a_client_suspended_batch_run_once_on_resume() ->
     await resume_from_checkpoint(store, "r", model=model, tools=tools,
                                  approval_responses=[ToolApprovalResponse("ap", True)])
     assert ledger.entries == [("log", {"n": 1}), ("pay", {"n": 2})]
+
+
+async def test_a_run_id_without_a_store_is_a_clear_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="without store="):
+        await generate_text(model=ScriptedModel(["hi"]), messages=[user("x")], run_id="r")
+    with pytest.raises(ConfigurationError, match="without store="):
+        stream_chat(model=ScriptedModel(["hi"]), messages=[user("x")], run_id="r")
+    with pytest.raises(ConfigurationError, match="without store="):
+        await resume_from_checkpoint(None, "r", model=ScriptedModel(["hi"]))  # type: ignore[arg-type]
+
+
+async def test_a_store_without_save_and_load_or_an_empty_run_id_is_refused_before_the_run() -> None:
+    model = ScriptedModel(["hi"])
+    with pytest.raises(ConfigurationError, match="CheckpointStore"):
+        await generate_text(model=model, messages=[user("x")], store={"r": "not a store"}, run_id="r")
+    with pytest.raises(ConfigurationError, match="non-empty str"):
+        await generate_text(model=model, messages=[user("x")], store=InMemoryCheckpointStore(), run_id="")

@@ -592,3 +592,40 @@ def test_the_tool_outputs_of_a_ui_message_are_read_as_use_chat_writes_them() -> 
     ]}
     assert ui_tool_results(message) == [("pick_file", ClientResult("c1", {"f": 1})),
                                         ("ask", ClientResult("c2", "no", is_error=True))]
+
+
+class _AgentOnlyStores:
+    """What `Agent` uses of a runtime's stores, and nothing else (no submissions)."""
+
+    def __init__(self, stores: Any) -> None:
+        self.checkpoints, self.runs, self.tool_state = stores.checkpoints, stores.runs, stores.tool_state
+
+
+class _AgentOnlyRuntime:
+    """A bundled runtime behind only the members `DurableRuntime` declares (set on the instance: a
+    Protocol check reads attributes statically on Python 3.12+, past any `__getattr__`)."""
+
+    def __init__(self, runtime: Any) -> None:
+        for name in ("mode", "owner", "lease", "inspect", "is_control_error", "open_run", "commit",
+                     "resolve_awakeable", "find_awakeable"):
+            setattr(self, name, getattr(runtime, name))
+        self.stores = _AgentOnlyStores(runtime.stores)
+
+
+def test_the_endpoint_needs_a_runtime_with_submissions_an_agent_does_not() -> None:
+    from durable_agent.runtime.protocols import DurableRuntime, EndpointRuntime, EndpointStores
+
+    bundled = create_memory_runtime()
+    assert isinstance(bundled, EndpointRuntime) and isinstance(bundled.stores, EndpointStores)
+    agent_only = _AgentOnlyRuntime(bundled)
+    assert isinstance(agent_only, DurableRuntime) and not isinstance(agent_only.stores, EndpointStores)
+    with pytest.raises(ConfigurationError, match="EndpointRuntime"):
+        ChatEndpoint(agent=lambda s: Agent(model=ScriptedModel(["hi"]), session_id=s,
+                                           durable=DurableOptions(agent_only)),  # type: ignore[arg-type]
+                     runtime=agent_only, events=MemoryEventLog())  # type: ignore[arg-type]
+
+
+async def test_an_agent_runs_on_a_runtime_with_only_what_its_protocol_declares() -> None:
+    runtime = _AgentOnlyRuntime(create_memory_runtime())
+    agent = Agent(model=ScriptedModel(["hi"]), session_id="s", durable=DurableOptions(runtime))  # type: ignore[arg-type]
+    assert (await agent.run("x")).text == "hi"

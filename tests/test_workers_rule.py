@@ -189,7 +189,6 @@ def test_module_scope_code_of_a_worker_runs_without_entropy(rule: WorkersEntropy
     signer = da.ApprovalSigner(b"k" * 32)
     model = da.ScriptedModel(["hello"])
     agent = da.Agent(model=model, tools={})
-    session = da.Session(store)
 
     checkpoint = da.AgentCheckpoint(
         run_id="r-1", step_index=0, status="running", usage=da.Usage(), created_at=0,
@@ -200,7 +199,7 @@ def test_module_scope_code_of_a_worker_runs_without_entropy(rule: WorkersEntropy
     assert kernels.decode(kernels.encode({"$bytes": b"\x01"})) == {"$bytes": b"\x01"}
     store.save(checkpoint)
     assert store.load("r-1") == checkpoint
-    assert (signer, agent, session) and rule.denied == []
+    assert (signer, agent) and rule.denied == []
 
 
 def test_a_memory_runtime_can_be_built_at_module_scope(rule: WorkersEntropyRule, fresh_package: None) -> None:

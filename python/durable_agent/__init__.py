@@ -42,6 +42,7 @@ from .errors import (
 )
 from .errors import RUN_TAKEN_OVER_MESSAGE
 from .durable_session import AgentSpec, DurableOptions, DurableSession
+from .checkpoint_store import CheckpointStore, InMemoryCheckpointStore
 from .generate import (
     StreamChatResult,
     generate_text,
@@ -66,7 +67,6 @@ from .models import (
 from .options import AbortSignal, PrepareStepContext, StepOverrides
 from .results import GenerateTextResult, StepResult
 from .retry import RetryPolicy
-from .session import InMemorySessionStore, Session, SessionStore
 from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
 from .stores import open_store
 from .stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_tokens_exceed
@@ -74,9 +74,8 @@ from .subagent import agent_tool
 from .tools import Tool
 from .runtime import (
     MODEL_CALL,
-    create_memory_durable_state,
-    create_memory_runtime,
-    memory_runtime,
+    MemoryDurableState,
+    MemoryRuntime,
     nested_call,
     parse_step_key,
     step_key,
@@ -95,6 +94,7 @@ __all__ = [
     "CheckpointConflictError",
     "CheckpointCorruptError",
     "CheckpointNotFoundError",
+    "CheckpointStore",
     "CheckpointVersionError",
     "CodecError",
     "ConfigurationError",
@@ -103,9 +103,11 @@ __all__ = [
     "DurableSession",
     "FeatureUnavailableError",
     "GenerateTextResult",
-    "InMemorySessionStore",
+    "InMemoryCheckpointStore",
     "LanguageModel",
     "MODEL_CALL",
+    "MemoryDurableState",
+    "MemoryRuntime",
     "Message",
     "ModelCallError",
     "ModelPrice",
@@ -123,9 +125,7 @@ __all__ = [
     "ScriptedModel",
     "ScriptedResponse",
     "ScriptedToolCall",
-    "Session",
     "SessionStateError",
-    "SessionStore",
     "StaleEpochError",
     "StepFailedError",
     "StepKeyError",
@@ -144,13 +144,10 @@ __all__ = [
     "call",
     "checkpoint_at_step",
     "cost_exceeds",
-    "create_memory_durable_state",
-    "create_memory_runtime",
     "current_tool_call",
     "deserialize_checkpoint",
     "fork_run",
     "generate_text",
-    "memory_runtime",
     "nested_call",
     "open_store",
     "parse_step_key",

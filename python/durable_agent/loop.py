@@ -58,8 +58,7 @@ class AgentLoop:
         self._resume = resume_run_id is not None
         self.run_id: str | None = resume_run_id
         if self.run_id is None and options.durable:
-            assert options.session is not None
-            self.run_id = options.session.run_id or options.generate_id()
+            self.run_id = options.run_id or options.generate_id()
         self.messages: list[Message] = History(messages or [])
         self.steps: list[StepResult] = []
         self.usage = Usage()
@@ -110,9 +109,9 @@ class AgentLoop:
                 yield part
 
     async def _start_from_store(self) -> None:
-        if self.run_id is None or self.options.session is None:
+        store = self.options.store
+        if self.run_id is None or store is None:
             return
-        store = self.options.session.store
         if self._resume:
             checkpoint = await maybe_await(store.load(self.run_id))
             if checkpoint is None:
@@ -308,7 +307,8 @@ class AgentLoop:
     async def _save(
         self, step_index: int, status: RunStatus, pending: tuple[ToolApprovalRequest, ...] | None = None
     ) -> None:
-        if self.run_id is None or self.options.session is None:
+        store = self.options.store
+        if self.run_id is None or store is None:
             return
         checkpoint = AgentCheckpoint(
             run_id=self.run_id,
@@ -321,7 +321,7 @@ class AgentLoop:
             agent_path=self.options.agent_path or None,
         )
         try:
-            await maybe_await(self.options.session.store.save(checkpoint))
+            await maybe_await(store.save(checkpoint))
         except Exception as exc:  # noqa: BLE001 - durability must never kill a run...
             if is_control_error(exc):
                 raise  # ...but a writer that lost its lease must stop at once

@@ -172,7 +172,7 @@ class RestateStores:
         self._runtime = runtime
 
     @property
-    def session(self) -> RestateCheckpoints:
+    def checkpoints(self) -> RestateCheckpoints:
         return RestateCheckpoints(self._runtime)
 
     @property

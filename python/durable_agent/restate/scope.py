@@ -16,7 +16,7 @@ Every step is an entry of the engine's journal (``ctx.run_typed``), named by its
 
 What replay mode cannot do here: stream partials are not journaled (nothing can be written to
 the journal from inside an action), so they reach only the live `on_progress` of the process
-running the step; `stored_steps`, `stored_turns` and `stored_partials` answer empty (the journal
+running the step; `stored_steps` and `stored_partials` answer empty (the journal
 is the engine's, read by the engine).
 """
 
@@ -126,9 +126,6 @@ class RestateScope:
         return ()
 
     async def stored_steps(self) -> list[StepRecord]:
-        return []
-
-    async def stored_turns(self) -> list[int]:
         return []
 
     async def stored_partials(self) -> list[StreamPartialRecord]:

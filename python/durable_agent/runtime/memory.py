@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import StaleEpochError
+from ..errors import ConfigurationError, StaleEpochError
 from .._util import wall_clock_ms
 from ..session import InMemorySessionStore
 from .leases import RUN_OWNER_HOLD_MS, Fences, is_run_owner_dead, is_run_owner_holding
@@ -31,11 +31,8 @@ __all__ = [  # the lease helpers stay importable from here, where they first liv
     "MemoryDurableState",
     "MemoryRuntime",
     "apply_tool_state",
-    "create_memory_durable_state",
-    "create_memory_runtime",
     "is_run_owner_dead",
     "is_run_owner_holding",
-    "memory_runtime",
 ]
 
 
@@ -61,11 +58,6 @@ class MemoryDurableState:
     def inspect(self) -> StoredInspector:
         """Read access to what the state holds, for tests and diagnostics."""
         return StoredInspector(_MemoryRows(self))
-
-
-def create_memory_durable_state() -> MemoryDurableState:
-    """An empty state for `memory_runtime`."""
-    return MemoryDurableState()
 
 
 class _MemoryRows:
@@ -225,19 +217,19 @@ class _MemoryRows:
 
 
 class MemoryRuntime(StoredRuntime[InMemorySessionStore]):
-    """A checkpoint-mode `DurableRuntime` over a `MemoryDurableState`."""
+    """A checkpoint-mode `DurableRuntime` over a `MemoryDurableState` (a fresh one when `state` is None).
 
-    def __init__(self, state: MemoryDurableState, *, clock: Callable[[], int] = wall_clock_ms) -> None:
+    Several runtimes may share one state: two "processes" on one database.
+    """
+
+    def __init__(
+        self, state: MemoryDurableState | None = None, *, clock: Callable[[], int] = wall_clock_ms
+    ) -> None:
+        if state is None:
+            state = MemoryDurableState()
+        elif not isinstance(state, MemoryDurableState):
+            raise ConfigurationError(f"state must be a MemoryDurableState or None, got {type(state).__name__}")
         self.state = state
         fences = Fences()
         super().__init__(_MemoryRows(state, fences.refused), state.session_store, fences, clock)
 
-
-def memory_runtime(*, state: MemoryDurableState, clock: Callable[[], int] = wall_clock_ms) -> MemoryRuntime:
-    """A memory runtime over `state`; several may share one state (two "processes" on one database)."""
-    return MemoryRuntime(state, clock=clock)
-
-
-def create_memory_runtime(*, clock: Callable[[], int] = wall_clock_ms) -> MemoryRuntime:
-    """A memory runtime over a fresh state."""
-    return MemoryRuntime(create_memory_durable_state(), clock=clock)

@@ -230,9 +230,3 @@ class PostgresRuntime(SqlRuntime):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-
-def postgres_runtime(
-    conninfo: str = "", *, clock: Callable[[], int] = wall_clock_ms, **options: Any
-) -> PostgresRuntime:
-    """A `PostgresRuntime`; every call is another "process" on the same database. See `PostgresRuntime`."""
-    return PostgresRuntime(conninfo, clock=clock, **options)

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from .._kernels import kernels
 from ..errors import CodecError, ScopeClosedError, StepFailedError, is_control_error
-from .keys import parse_step_key, run_key_prefix
+from .keys import run_key_prefix
 from .records import (
     AwakeableRecord,
     StepCompleted,
@@ -293,9 +293,6 @@ class JournalScope:
 
     async def stored_steps(self) -> list[StepRecord]:
         return await self._backend.run_steps(self.session_id, self.run_id)
-
-    async def stored_turns(self) -> list[int]:
-        return sorted({parse_step_key(r.key).turn for r in await self.stored_steps()})
 
     async def stored_partials(self) -> list[StreamPartialRecord]:
         return await self._backend.run_partials(self.session_id, self.run_id)

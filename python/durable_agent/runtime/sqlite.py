@@ -137,9 +137,3 @@ class SqliteRuntime(SqlRuntime):
     def __repr__(self) -> str:
         return f"SqliteRuntime({self.path!r})"
 
-
-def sqlite_runtime(
-    path: str | os.PathLike[str], *, clock: Callable[[], int] = wall_clock_ms, **options: Any
-) -> SqliteRuntime:
-    """A `SqliteRuntime` on `path`; every call is another "process" on the same file. See `SqliteRuntime`."""
-    return SqliteRuntime(path, clock=clock, **options)
