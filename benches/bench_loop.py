@@ -22,17 +22,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from durable_agent import (  # noqa: E402
-    InMemorySessionStore,
+    InMemoryCheckpointStore,
     ModelRequest,
     ScriptedModel,
-    Session,
     Tool,
     Usage,
     call,
     generate_text,
     reply,
 )
-from durable_agent.stores.sqlite import SqliteSessionStore  # noqa: E402
+from durable_agent.stores.sqlite import SqliteCheckpointStore  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import per_step, print_header, print_rows  # noqa: E402
@@ -102,7 +101,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        sqlite_store = SqliteSessionStore(str(Path(tmp) / "bench.db"))
+        sqlite_store = SqliteCheckpointStore(str(Path(tmp) / "bench.db"))
         graph = langgraph_runner(str(Path(tmp) / "langgraph.db"))
         print_header(28, "no store", "LangGraph")
         for steps in (int(s) for s in args.steps.split(",")):
@@ -110,7 +109,7 @@ def main() -> None:
             rows: dict[str, float] = {}
             variants = {
                 "durable-agent, no store": None,
-                "durable-agent, memory store": InMemorySessionStore(),
+                "durable-agent, memory store": InMemoryCheckpointStore(),
                 "durable-agent, SQLite store": sqlite_store,
             }
             for name, store in variants.items():

@@ -41,15 +41,15 @@ ANCHOR = "DBOS workflow on SQLite"
 
 
 def checkpoint_runtimes(tmp: str) -> dict[str, Callable[[], Any]]:
-    from durable_agent.runtime.sqlite import sqlite_runtime
+    from durable_agent.runtime.sqlite import SqliteRuntime
 
     path = str(Path(tmp) / "journal.db")
-    factories: dict[str, Callable[[], Any]] = {"Agent + SQLite runtime": lambda: sqlite_runtime(path)}
+    factories: dict[str, Callable[[], Any]] = {"Agent + SQLite runtime": lambda: SqliteRuntime(path)}
     url = os.environ.get("DURABLE_AGENT_BENCH_POSTGRES_URL") or os.environ.get("DURABLE_AGENT_TEST_POSTGRES_URL")
     if url:
-        from durable_agent.runtime.postgres import postgres_runtime
+        from durable_agent.runtime.postgres import PostgresRuntime
 
-        factories["Agent + Postgres runtime"] = lambda: postgres_runtime(url)
+        factories["Agent + Postgres runtime"] = lambda: PostgresRuntime(url)
     else:
         print("no Postgres URL: the Postgres row is left out")
     return factories

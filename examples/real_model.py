@@ -20,10 +20,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from durable_agent import (  # noqa: E402
-    InMemorySessionStore,
+    InMemoryCheckpointStore,
     LanguageModel,
     ModelCallError,
-    Session,
     Tool,
     ToolApprovalResponse,
     generate_text,
@@ -55,9 +54,9 @@ async def tour(model: LanguageModel) -> None:
                        execute=lambda args: {"id": args["id"], "amount": 42, "currency": "EUR"}),
         "pay": Tool(description="Pay an invoice by id.", parameters=INVOICE, execute=pay, needs_approval=True),
     }
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     first = await generate_text(
-        model=model, tools=tools, max_steps=6, session=Session(store, run_id="run-42"),
+        model=model, tools=tools, max_steps=6, store=store, run_id="run-42",
         messages=[{"role": "user", "content": "Look up invoice inv-7, then pay it."}],
     )
     print(f"[{model.model_id}] first leg: {first.finish_reason}; tokens {first.usage.total_tokens}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_agent import InMemorySessionStore, Tool
+from durable_agent import InMemoryCheckpointStore, Tool
 
 NUMBERS = {
     "type": "object",
@@ -33,7 +33,7 @@ def add_tool() -> Tool:
     return Tool(description="Add two numbers.", parameters=NUMBERS, execute=lambda x: x["a"] + x["b"])
 
 
-class FailingStore(InMemorySessionStore):
+class FailingStore(InMemoryCheckpointStore):
     """A store whose saves raise; loads work (what a flaky database looks like to the loop)."""
 
     def __init__(self) -> None:

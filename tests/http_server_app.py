@@ -16,7 +16,7 @@ from typing import Any
 from durable_agent import Agent, ApprovalSigner, DurableOptions, ScriptedModel, Tool, call, reply
 from durable_agent.http import AuthRequest, ChatEndpoint, CorsSettings, EventLog, PostgresEventLog, SqliteEventLog
 from durable_agent.models import ModelRequest, ScriptedResponse
-from durable_agent.runtime.sqlite import sqlite_runtime
+from durable_agent.runtime.sqlite import SqliteRuntime
 
 SECRET = "http-test-secret-0123456789abcdef0123456789"
 LONG_ANSWER = ("The answer, after a careful study of many old and dusty books in the library, "
@@ -52,11 +52,11 @@ def create() -> ChatEndpoint:
     runtime: Any
     events: EventLog
     if postgres:
-        from durable_agent.runtime.postgres import postgres_runtime
+        from durable_agent.runtime.postgres import PostgresRuntime
 
-        runtime, events = postgres_runtime(postgres), PostgresEventLog(postgres)
+        runtime, events = PostgresRuntime(postgres), PostgresEventLog(postgres)
     else:
-        runtime, events = sqlite_runtime(db, synchronous="NORMAL"), SqliteEventLog(db)
+        runtime, events = SqliteRuntime(db, synchronous="NORMAL"), SqliteEventLog(db)
 
     async def effect(name: str, args: Any) -> dict[str, Any]:
         with open(ledger, "a", encoding="utf-8") as file:

@@ -35,7 +35,7 @@ from durable_agent import (
 )
 from durable_agent._util import maybe_await
 from durable_agent.errors import RUN_TAKEN_OVER_MESSAGE
-from durable_agent.runtime import RunOwner, create_memory_durable_state, memory_runtime
+from durable_agent.runtime import MemoryDurableState, MemoryRuntime, RunOwner
 
 
 class Crash(RunSuspendedError):
@@ -53,18 +53,18 @@ def runtime_on(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], A
         opened = request.getfixturevalue("opened")  # test_runtime_postgres: a schema of the test's own
         return lambda: opened()
     if request.param == "sqlite":
-        from durable_agent.runtime.sqlite import sqlite_runtime
+        from durable_agent.runtime.sqlite import SqliteRuntime
 
         runtimes: list[Any] = []
         request.addfinalizer(lambda: [runtime.close() for runtime in runtimes])
 
         def open_sqlite() -> Any:
-            runtimes.append(sqlite_runtime(tmp_path / "agent.db"))
+            runtimes.append(SqliteRuntime(tmp_path / "agent.db"))
             return runtimes[-1]
 
         return open_sqlite
-    state = create_memory_durable_state()
-    return lambda: memory_runtime(state=state)
+    state = MemoryDurableState()
+    return lambda: MemoryRuntime(state=state)
 
 
 @pytest.fixture
@@ -206,7 +206,7 @@ async def test_a_writer_that_lost_the_lease_stops_at_once_without_a_final_save(a
         await agent.run("go")
     assert RUN_TAKEN_OVER_MESSAGE in str(info.value)
     run_id = await victim.stores.runs.last("chat-1")
-    stored = await maybe_await(victim.stores.session.load(run_id))
+    stored = await maybe_await(victim.stores.checkpoints.load(run_id))
     assert stored.step_index == 0  # no save after takeover
     assert len(model.requests) == 1
 

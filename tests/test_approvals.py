@@ -8,9 +8,8 @@ import pytest
 from agent_kit import Ledger, user
 
 from durable_agent import (
-    InMemorySessionStore,
+    InMemoryCheckpointStore,
     ScriptedModel,
-    Session,
     Tool,
     ToolApprovalRequest,
     ToolApprovalResponse,
@@ -63,10 +62,10 @@ async def test_needs_approval_may_be_a_function_of_the_input() -> None:
 
 async def test_client_mode_suspends_then_approved_runs_and_denied_is_an_error() -> None:
     ledger = Ledger()
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = {"pay": ledger.tool("pay", needs_approval=True), "wipe": ledger.tool("wipe", needs_approval=True)}
     model = ScriptedModel([reply("Need approval.", call("pay", {"a": 1}), call("wipe", {"all": True})), "Done."])
-    first = await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"),
+    first = await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r",
                                 generate_id=ids("ap-pay", "ap-wipe"))
     assert first.finish_reason == "suspended"
     assert [(r.approval_id, r.tool_call_id, r.tool_name) for r in first.pending_approvals] == [
@@ -86,10 +85,10 @@ async def test_client_mode_suspends_then_approved_runs_and_denied_is_an_error() 
 
 async def test_an_unanswered_gated_call_is_denied_by_default() -> None:
     ledger = Ledger()
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = {"pay": ledger.tool("pay", needs_approval=True)}
     model = ScriptedModel([reply("", call("pay", {})), "Understood."])
-    await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"))
+    await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r")
     done = await resume_from_checkpoint(store, "r", model=model, tools=tools)
     result = done.messages[2]["content"][0]
     assert result["is_error"] and "denied" in result["output"]
@@ -129,11 +128,11 @@ def coder(ledger: Ledger, name: str = "coder", script: Any = None) -> Tool:
 
 async def test_a_sub_agent_approval_suspends_child_and_parent_and_resumes_the_child() -> None:
     ledger = Ledger()
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     parent_model = ScriptedModel([reply("", call("coder", {"prompt": "fix the test"}, "toolu_1")), "Fixed."])
     tools = {"coder": coder(ledger)}
     first = await generate_text(model=parent_model, messages=[user("fix it")], tools=tools,
-                                session=Session(store, "run-7"), generate_id=ids("ap-9"))
+                                store=store, run_id="run-7", generate_id=ids("ap-9"))
     assert first.finish_reason == "suspended"
     (request,) = first.pending_approvals
     assert (request.approval_id, request.tool_name, request.agent_path) == ("ap-9", "run_shell", ("coder",))
@@ -151,13 +150,13 @@ async def test_a_sub_agent_approval_suspends_child_and_parent_and_resumes_the_ch
 
 async def test_sub_agent_approvals_work_at_any_depth() -> None:
     ledger = Ledger()
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     inner = coder(ledger, "tester")
     middle = agent_tool(name="lead", model=ScriptedModel(
         [reply("", call("tester", {"prompt": "run"}, "toolu_m")), "lead done"], model_id="lead"), tools={"tester": inner})
     top = ScriptedModel([reply("", call("lead", {"prompt": "go"}, "toolu_t")), "all done"])
     first = await generate_text(model=top, messages=[user("x")], tools={"lead": middle},
-                                session=Session(store, "deep"), generate_id=ids("ap-deep"))
+                                store=store, run_id="deep", generate_id=ids("ap-deep"))
     assert first.pending_approvals[0].agent_path == ("lead", "tester")
     assert store.load("deep::lead#toolu_t::tester#toolu_m") is not None
     done = await resume_from_checkpoint(store, "deep", model=top, tools={"lead": middle},
@@ -167,10 +166,10 @@ async def test_sub_agent_approvals_work_at_any_depth() -> None:
 
 async def test_parallel_calls_of_one_sub_agent_never_collide() -> None:
     ledger = Ledger()
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = {"coder": coder(ledger)}
     parent = ScriptedModel([reply("", call("coder", {"prompt": "a"}, "t1"), call("coder", {"prompt": "b"}, "t2")), "ok"])
-    first = await generate_text(model=parent, messages=[user("x")], tools=tools, session=Session(store, "p"),
+    first = await generate_text(model=parent, messages=[user("x")], tools=tools, store=store, run_id="p",
                                 generate_id=ids("ap-1", "ap-2"))
     assert sorted(r.approval_id for r in first.pending_approvals) == ["ap-1", "ap-2"]
     assert store.load("p::coder#t1") is not None and store.load("p::coder#t2") is not None
@@ -183,10 +182,10 @@ async def test_parallel_calls_of_one_sub_agent_never_collide() -> None:
 async def test_siblings_of_a_suspended_sub_agent_are_re_run_on_resume() -> None:
     """Documented behaviour: a suspended step writes no tool message, so its siblings run again."""
     ledger = Ledger()
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = {"coder": coder(ledger), "note": ledger.tool("note")}
     parent = ScriptedModel([reply("", call("note", {"n": 1}), call("coder", {"prompt": "a"}, "t1")), "ok"])
-    await generate_text(model=parent, messages=[user("x")], tools=tools, session=Session(store, "p"),
+    await generate_text(model=parent, messages=[user("x")], tools=tools, store=store, run_id="p",
                         generate_id=ids("ap"))
     await resume_from_checkpoint(store, "p", model=parent, tools=tools,
                                  approval_responses=[ToolApprovalResponse("ap", True)])

@@ -18,9 +18,7 @@ from durable_agent import (
     CheckpointVersionError,
     ConfigurationError,
     InMemoryCheckpointStore,
-    InMemorySessionStore,
     ScriptedModel,
-    Session,
     Tool,
     ToolApprovalResponse,
     Usage,
@@ -36,7 +34,7 @@ from durable_agent import (
 )
 
 
-class RecordingStore(InMemorySessionStore):
+class RecordingStore(InMemoryCheckpointStore):
     """Keeps every saved checkpoint and a deep copy of its messages taken at save time."""
 
     def __init__(self) -> None:
@@ -62,7 +60,7 @@ async def test_a_checkpoint_at_every_step_boundary() -> None:
     store = RecordingStore()
     ticks = iter(range(1000, 2000))
     result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
-                                 session=Session(store, "run-1"), clock=lambda: next(ticks))
+                                 store=store, run_id="run-1", clock=lambda: next(ticks))
     assert result.run_id == "run-1"
     assert [(c.step_index, c.status) for c in store.saved] == [(0, "running"), (1, "running"), (2, "completed")]
     assert [c.step_id for c in store.saved] == ["run-1#0", "run-1#1", "run-1#2"]
@@ -72,24 +70,24 @@ async def test_a_checkpoint_at_every_step_boundary() -> None:
 
 
 async def test_the_run_id_is_minted_by_generate_id_when_not_given() -> None:
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
-                                 session=Session(store), generate_id=lambda: "minted")
+                                 store=store, generate_id=lambda: "minted")
     assert result.run_id == "minted" and store.load("minted") is not None
 
 
 async def test_a_call_without_tools_does_not_checkpoint_or_carry_a_run_id() -> None:
     store = RecordingStore()
-    result = await generate_text(model=ScriptedModel(["hi"]), messages=[user("x")], session=Session(store, "r"))
+    result = await generate_text(model=ScriptedModel(["hi"]), messages=[user("x")], store=store, run_id="r")
     assert result.run_id is None and store.saved == []
-    streamed = stream_chat(model=ScriptedModel(["hi"]), messages=[user("x")], session=Session(store, "r"))
+    streamed = stream_chat(model=ScriptedModel(["hi"]), messages=[user("x")], store=store, run_id="r")
     assert streamed.run_id is None
 
 
 async def test_saved_history_is_an_immutable_snapshot() -> None:
     store = RecordingStore()
     result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
-                                 session=Session(store, "r"))
+                                 store=store, run_id="r")
     for checkpoint, snapshot in zip(store.saved, store.snapshots, strict=True):
         assert list(checkpoint.messages) == snapshot  # later steps never changed an earlier save
     assert store.saved[0].messages is not store.saved[1].messages
@@ -100,20 +98,20 @@ async def test_a_failing_store_is_logged_and_the_run_goes_on(caplog: pytest.LogC
     store = FailingStore()
     with caplog.at_level(logging.ERROR, logger="durable_agent"):
         result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
-                                     session=Session(store, "r"))
+                                     store=store, run_id="r")
     assert result.text == "done" and store.attempts == 3
     assert sum("saving checkpoint" in r.getMessage() for r in caplog.records) == 3
 
 
 async def test_a_store_that_hangs_then_raises_does_not_kill_the_run(caplog: pytest.LogCaptureFixture) -> None:
-    class HangingStore(InMemorySessionStore):
+    class HangingStore(InMemoryCheckpointStore):
         async def save(self, checkpoint: AgentCheckpoint) -> None:  # type: ignore[override]
             await asyncio.sleep(0.05)
             raise TimeoutError("statement timeout")
 
     with caplog.at_level(logging.ERROR, logger="durable_agent"):
         result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
-                                     session=Session(HangingStore(), "r"))
+                                     store=HangingStore(), run_id="r")
     assert result.finish_reason == "stop"
     assert any("TimeoutError" in (r.exc_text or "") for r in caplog.records)
 
@@ -121,7 +119,7 @@ async def test_a_store_that_hangs_then_raises_does_not_kill_the_run(caplog: pyte
 async def test_async_stores_are_awaited() -> None:
     class AsyncStore:
         def __init__(self) -> None:
-            self.inner = InMemorySessionStore()
+            self.inner = InMemoryCheckpointStore()
 
         async def save(self, checkpoint: AgentCheckpoint) -> None:
             self.inner.save(checkpoint)
@@ -132,7 +130,7 @@ async def test_async_stores_are_awaited() -> None:
     store = AsyncStore()
     first = await generate_text(model=ScriptedModel([reply("", call("pay", {}))]), messages=[user("x")],
                                 tools={"pay": Tool(execute=lambda _: "paid", needs_approval=True)},
-                                session=Session(store, "a"), generate_id=lambda: "ap-1")
+                                store=store, run_id="a", generate_id=lambda: "ap-1")
     assert first.finish_reason == "suspended"
     done = await resume_from_checkpoint(store, "a", model=ScriptedModel([reply("", call("pay", {})), "paid!"]),
                                         tools={"pay": Tool(execute=lambda _: "paid", needs_approval=True)},
@@ -141,7 +139,7 @@ async def test_async_stores_are_awaited() -> None:
 
 
 async def test_unknown_run_rejects_and_the_streaming_twin_reports_it_as_a_part() -> None:
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     with pytest.raises(CheckpointNotFoundError) as info:
         await resume_from_checkpoint(store, "ghost", model=ScriptedModel(["x"]))
     assert info.value.run_id == "ghost" and info.value.code == "checkpoint_not_found"
@@ -165,7 +163,7 @@ async def test_counters_and_budgets_continue_across_legs() -> None:
         reply("", call("add", {"a": 3, "b": 3}), usage=Usage(10, 10, 20)),
     ]
     first = await generate_text(model=ScriptedModel(script), messages=[user("x")], tools=gated,
-                                session=Session(store, "r"), generate_id=lambda: "ap")
+                                store=store, run_id="r", generate_id=lambda: "ap")
     assert first.finish_reason == "suspended" and first.usage.total_tokens == 40
     seen_usage: list[int] = []
     second = await resume_from_checkpoint(
@@ -184,11 +182,11 @@ async def test_counters_and_budgets_continue_across_legs() -> None:
 
 
 async def test_the_settled_result_streams_before_the_new_legs_first_step() -> None:
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = {"pay": Tool(execute=lambda _: "paid", needs_approval=True)}
     script = [reply("", call("pay", {"amount": 3})), "all paid"]
     first = await generate_text(model=ScriptedModel(script), messages=[user("x")], tools=tools,
-                                session=Session(store, "r"), generate_id=lambda: "ap")
+                                store=store, run_id="r", generate_id=lambda: "ap")
     suspended_at = store.load("r").step_index  # type: ignore[union-attr]
     streamed = resume_stream_from_checkpoint(store, "r", model=ScriptedModel(script), tools=tools,
                                              approval_responses=[ToolApprovalResponse("ap", True)])
@@ -237,10 +235,10 @@ def test_malformed_checkpoint_text_is_a_typed_error(text: str) -> None:
 
 
 async def test_client_tools_suspend_and_resume_feeds_the_placeholder() -> None:
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = {"ask_user": Tool(description="Ask the human", parameters={"type": "object"})}
     model = ScriptedModel([reply("", call("ask_user", {"q": "color?"})), "I'll pick blue."])
-    first = await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"))
+    first = await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r")
     assert first.finish_reason == "suspended" and first.pending_approvals == ()
     assert first.client_tool_calls[0]["tool_name"] == "ask_user"
     assert store.load("r").status == "suspended"  # type: ignore[union-attr]
@@ -254,13 +252,13 @@ async def test_the_escape_hatch_appends_the_real_client_result_and_stays_durable
     store = RecordingStore()
     tools = {"ask_user": Tool(parameters={"type": "object"})}
     model = ScriptedModel([reply("", call("ask_user", {"q": "color?"})), "Blue it is."])
-    await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"))
+    await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r")
     checkpoint = store.load("r")
     assert checkpoint is not None
     answered = [*checkpoint.messages, {"role": "tool", "content": [
         {"type": "tool-result", "tool_call_id": "call_0_0", "tool_name": "ask_user", "output": "blue", "is_error": False}
     ]}]
-    done = await generate_text(model=model, messages=answered, tools=tools, session=Session(store, "r"))
+    done = await generate_text(model=model, messages=answered, tools=tools, store=store, run_id="r")
     assert done.text == "Blue it is."
     assert model.requests[-1].messages[-1]["content"][0]["output"] == "blue"
     last = store.saved[-1]
@@ -269,10 +267,10 @@ async def test_the_escape_hatch_appends_the_real_client_result_and_stays_durable
 
 async def test_sibling_calls_of_a_client_suspended_batch_run_once_on_resume() -> None:
     ledger = Ledger()
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = {"log": ledger.tool("log"), "pay": ledger.tool("pay", needs_approval=True)}
     model = ScriptedModel([reply("", call("log", {"n": 1}), call("pay", {"n": 2})), "ok"])
-    await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"),
+    await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r",
                         generate_id=lambda: "ap")
     assert ledger.entries == []  # nothing of a suspended batch runs before the verdict
     await resume_from_checkpoint(store, "r", model=model, tools=tools,

@@ -42,9 +42,9 @@ class WatchedHistory(History):
 
 @pytest.mark.requires_sqlite
 def test_a_store_skips_the_scan_for_an_extended_history_and_still_catches_a_rewrite(tmp_path: Path) -> None:
-    from durable_agent.stores.sqlite import SqliteSessionStore
+    from durable_agent.stores.sqlite import SqliteCheckpointStore
 
-    store = SqliteSessionStore(str(tmp_path / "h.db"))
+    store = SqliteCheckpointStore(str(tmp_path / "h.db"))
     messages = History([{"role": "user", "content": str(i)} for i in range(200)])
     store.save(checkpoint(messages, 0))
 
@@ -61,5 +61,5 @@ def test_a_store_skips_the_scan_for_an_extended_history_and_still_catches_a_rewr
 
     rewritten = [{"role": "user", "content": "summary"}, *unproven[1:]]  # the caller rewrote the prefix
     store.save(checkpoint(rewritten, 3))
-    loaded = SqliteSessionStore(str(tmp_path / "h.db")).load("r")
+    loaded = SqliteCheckpointStore(str(tmp_path / "h.db")).load("r")
     assert loaded is not None and list(loaded.messages) == rewritten

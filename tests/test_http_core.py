@@ -25,7 +25,7 @@ from durable_agent.http import (
 )
 from durable_agent.http.asgi import sse_frame
 from durable_agent.http.progress import ProgressKeys, missing_events
-from durable_agent.runtime import create_memory_runtime
+from durable_agent.runtime import MemoryRuntime
 from durable_agent.runtime.keys import MODEL_CALL, step_key
 from durable_agent.runtime.records import StepRecord, StreamPartialRecord
 
@@ -298,7 +298,7 @@ async def test_forget_and_prune_drop_runs_with_their_events(make_log: Any) -> No
 
 
 async def test_a_pruned_run_is_a_clear_404_and_its_reader_is_let_go() -> None:
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     log = MemoryEventLog()
     model = ScriptedModel([reply("a b c d e f g h i j k l m n o p")], delay=0.05)
     app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime)),
@@ -319,7 +319,7 @@ async def test_a_pruned_run_is_a_clear_404_and_its_reader_is_let_go() -> None:
 
 
 async def test_agent_run_names_the_run_and_hands_out_its_parts() -> None:
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     agent = Agent(model=ScriptedModel([reply("one two"), reply("three")]), session_id="s",
                   durable=DurableOptions(runtime))
     seen: list[tuple[str | None, str]] = []
@@ -361,7 +361,7 @@ async def asgi(app: Any, method: str, path: str, body: Any = None, root: str = "
 
 
 async def test_the_app_mounted_under_a_prefix_and_a_reader_that_leaves() -> None:
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     model = ScriptedModel([reply("a b c d e f")], delay=0.05)
     app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime)),
                        runtime=runtime, events=MemoryEventLog())
@@ -376,7 +376,7 @@ async def test_the_app_mounted_under_a_prefix_and_a_reader_that_leaves() -> None
 
 
 async def test_the_same_run_asked_twice_at_once_starts_once() -> None:
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     model = ScriptedModel([reply("a b c")], delay=0.01)
     app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime)),
                        runtime=runtime, events=MemoryEventLog())
@@ -392,7 +392,7 @@ async def test_a_sub_agents_signed_approval_is_accepted() -> None:
 
     from durable_agent import ApprovalSigner, agent_tool, call
 
-    runtime, ledger, signer = create_memory_runtime(), Ledger(), ApprovalSigner("s" * 40)
+    runtime, ledger, signer = MemoryRuntime(), Ledger(), ApprovalSigner("s" * 40)
     child = agent_tool(name="coder", model=ScriptedModel([reply("", call("shell", {"cmd": "ls"})), "listed"]),
                        tools={"shell": ledger.tool("shell", needs_approval=True)})
     parent = ScriptedModel([reply("", call("coder", {"prompt": "ls"}, "t1")), "all done"])
@@ -414,7 +414,7 @@ async def test_a_sub_agents_signed_approval_is_accepted() -> None:
 async def test_a_run_parked_on_a_client_tool_is_not_resumed_by_a_reader() -> None:
     from durable_agent import Tool, call
 
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     model = ScriptedModel([reply("", call("pick_file", {})), "thanks"])
     tools = {"pick_file": Tool(description="Ask the user for a file.", parameters={"type": "object"})}
     app = ChatEndpoint(agent=lambda s: Agent(model=model, tools=tools, session_id=s, durable=DurableOptions(runtime)),
@@ -447,7 +447,7 @@ async def test_a_retried_model_call_streams_its_failed_attempt_then_the_next() -
             yield {"type": "text-delta", "text": "lo"}
             yield {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 1, 2)}
 
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     model = FlakyModel()
     app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime),
                                              retry=RetryPolicy(initial_delay_ms=1, jitter=False)),
@@ -463,7 +463,7 @@ async def test_a_retried_model_call_streams_its_failed_attempt_then_the_next() -
 def client_tool_app(model: ScriptedModel, **tools: Any) -> tuple[ChatEndpoint, Any]:
     from durable_agent import Tool
 
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     tools = {"pick_file": Tool(description="Ask the user for a file.", parameters={"type": "object"}), **tools}
     app = ChatEndpoint(agent=lambda s: Agent(model=model, tools=tools, session_id=s, durable=DurableOptions(runtime)),
                        runtime=runtime, events=MemoryEventLog())
@@ -615,7 +615,7 @@ class _AgentOnlyRuntime:
 def test_the_endpoint_needs_a_runtime_with_submissions_an_agent_does_not() -> None:
     from durable_agent.runtime.protocols import DurableRuntime, EndpointRuntime, EndpointStores
 
-    bundled = create_memory_runtime()
+    bundled = MemoryRuntime()
     assert isinstance(bundled, EndpointRuntime) and isinstance(bundled.stores, EndpointStores)
     agent_only = _AgentOnlyRuntime(bundled)
     assert isinstance(agent_only, DurableRuntime) and not isinstance(agent_only.stores, EndpointStores)
@@ -626,6 +626,6 @@ def test_the_endpoint_needs_a_runtime_with_submissions_an_agent_does_not() -> No
 
 
 async def test_an_agent_runs_on_a_runtime_with_only_what_its_protocol_declares() -> None:
-    runtime = _AgentOnlyRuntime(create_memory_runtime())
+    runtime = _AgentOnlyRuntime(MemoryRuntime())
     agent = Agent(model=ScriptedModel(["hi"]), session_id="s", durable=DurableOptions(runtime))  # type: ignore[arg-type]
     assert (await agent.run("x")).text == "hi"

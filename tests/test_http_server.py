@@ -18,7 +18,7 @@ from http_kit import Frame, Server
 from http_server_app import LONG_ANSWER, RECOVERED, SECRET
 
 from durable_agent import ApprovalSigner
-from durable_agent.stores.sqlite import SqliteSessionStore
+from durable_agent.stores.sqlite import SqliteCheckpointStore
 
 pytestmark = pytest.mark.host_only("starts uvicorn server processes and kills them")
 
@@ -69,11 +69,11 @@ def texts_by_step(frames: list[Frame]) -> list[str]:
 
 def stored_assistant_texts(db: Path, run_id: str, postgres: str | None = None) -> list[str]:
     if postgres:
-        from durable_agent.stores.postgres import PostgresSessionStore
+        from durable_agent.stores.postgres import PostgresCheckpointStore
 
-        store: Any = PostgresSessionStore(postgres)
+        store: Any = PostgresCheckpointStore(postgres)
     else:
-        store = SqliteSessionStore(str(db))
+        store = SqliteCheckpointStore(str(db))
     try:
         checkpoint = store.load(run_id)
     finally:

@@ -10,12 +10,11 @@ from agent_kit import Ledger, add_tool, user
 
 from durable_agent import (
     ConfigurationError,
-    InMemorySessionStore,
+    InMemoryCheckpointStore,
     ModelPrice,
     ModelRequest,
     RunAbortedError,
     ScriptedModel,
-    Session,
     StepOverrides,
     Tool,
     Usage,
@@ -183,7 +182,7 @@ async def test_parallel_tools_respect_max_tool_concurrency() -> None:
 
 
 async def test_an_aborted_call_does_not_checkpoint_the_interrupted_step() -> None:
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     signal = asyncio.Event()
 
     def slow(args: Any) -> str:
@@ -193,14 +192,14 @@ async def test_an_aborted_call_does_not_checkpoint_the_interrupted_step() -> Non
     model = ScriptedModel([reply("", call("add", {"a": 1, "b": 1})), reply("", call("slow", {})), "end"])
     tools = {"add": add_tool(), "slow": Tool(execute=slow)}
     with pytest.raises(RunAbortedError):
-        await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"), signal=signal)
+        await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r", signal=signal)
     saved = store.load("r")
     assert saved is not None and saved.step_index == 0  # step 1 was interrupted and not saved
     assert [m["role"] for m in saved.messages] == ["user", "assistant", "tool"]
 
 
 async def test_task_cancellation_propagates_and_saves_nothing_mid_step() -> None:
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     started = asyncio.Event()
 
     async def hang(_: Any) -> None:
@@ -209,7 +208,7 @@ async def test_task_cancellation_propagates_and_saves_nothing_mid_step() -> None
 
     model = ScriptedModel([reply("", call("hang", {}))])
     task = asyncio.ensure_future(generate_text(model=model, messages=[user("x")], tools={"hang": Tool(execute=hang)},
-                                               session=Session(store, "c")))
+                                               store=store, run_id="c"))
     await started.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -79,7 +79,7 @@ def test_without_sqlite3_the_sqlite_backends_import_and_fail_when_opened(
     from durable_agent.stores import open_store
 
     with pytest.raises(FeatureUnavailableError, match="sqlite3"):
-        stores_sqlite.SqliteSessionStore(tmp_path / "s.db")
+        stores_sqlite.SqliteCheckpointStore(tmp_path / "s.db")
     with pytest.raises(FeatureUnavailableError, match="sqlite3"):
         runtime_sqlite.SqliteRuntime(tmp_path / "r.db")
     with pytest.raises(FeatureUnavailableError, match="sqlite3"):
@@ -89,11 +89,11 @@ def test_without_sqlite3_the_sqlite_backends_import_and_fail_when_opened(
 
 @pytest.mark.requires_sqlite  # conftest: skipped where the Pyodide lacks sqlite3 (0.28), runs elsewhere
 def test_the_sqlite_store_round_trips_on_this_runtime(tmp_path: Path) -> None:
-    from durable_agent.stores.sqlite import SqliteSessionStore
+    from durable_agent.stores.sqlite import SqliteCheckpointStore
     from durable_agent.testing import conversation, make_checkpoint
 
     checkpoint = make_checkpoint("r-1", 3, conversation(4), pending=True)
-    with SqliteSessionStore(tmp_path / "runs.db") as store:  # under Pyodide: its in-memory /tmp
+    with SqliteCheckpointStore(tmp_path / "runs.db") as store:  # under Pyodide: its in-memory /tmp
         store.save(checkpoint)
-    with SqliteSessionStore(tmp_path / "runs.db") as store:
+    with SqliteCheckpointStore(tmp_path / "runs.db") as store:
         assert store.load("r-1") == checkpoint

@@ -67,12 +67,12 @@ def crash_agent(runtime: Any, base_url: str, ran: Callable[[str], None], transpo
 
 def open_runtime(kind: str, target: str) -> Any:
     if kind == "sqlite":
-        from durable_agent.runtime.sqlite import sqlite_runtime
+        from durable_agent.runtime.sqlite import SqliteRuntime
 
-        return sqlite_runtime(target)
-    from durable_agent.runtime.postgres import postgres_runtime
+        return SqliteRuntime(target)
+    from durable_agent.runtime.postgres import PostgresRuntime
 
-    return postgres_runtime(target, max_connections=1)
+    return PostgresRuntime(target, max_connections=1)
 
 
 def work() -> None:
@@ -289,7 +289,7 @@ async def test_a_worker_killed_in_a_tool_takes_the_finished_model_call_from_the_
         if worker.poll() is None:
             worker.kill()
     assert per_turn(server.requests_to(base)) == [1]
-    checkpoint = await journal.runtime.stores.session.load(await journal.runtime.stores.runs.last(SESSION))
+    checkpoint = await journal.runtime.stores.checkpoints.load(await journal.runtime.stores.runs.last(SESSION))
     assert [m["role"] for m in checkpoint.messages] == ["user"]  # the answer is in the journal only
 
     ran: list[str] = []

@@ -12,9 +12,6 @@ from durable_agent.runtime import (
     MODEL_CALL,
     MemoryDurableState,
     MemoryRuntime,
-    create_memory_durable_state,
-    create_memory_runtime,
-    memory_runtime,
     nested_call,
     parse_step_key,
     step_key,
@@ -25,12 +22,12 @@ from durable_agent.testing.runtime_conformance import DurableRuntimeConformance
 class TestMemoryRuntime(DurableRuntimeConformance):
     @pytest.fixture
     def make_runtime(self) -> Any:
-        state = create_memory_durable_state()
-        return lambda clock: memory_runtime(state=state, clock=clock)
+        state = MemoryDurableState()
+        return lambda clock: MemoryRuntime(state=state, clock=clock)
 
 
 async def test_clone_is_independent() -> None:
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     await runtime.stores.queue.write("s", [1])
     copy = runtime.state.clone()
     await runtime.stores.queue.write("s", [2])

@@ -12,9 +12,8 @@ from agent_kit import Ledger, user
 from durable_agent import (
     APPROVAL_TOKEN_DENIED_REASON,
     ApprovalSigner,
-    InMemorySessionStore,
+    InMemoryCheckpointStore,
     ScriptedModel,
-    Session,
     ToolApprovalResponse,
     agent_tool,
     call,
@@ -42,17 +41,17 @@ def ids(*values: str) -> Any:
     return lambda: next(it)
 
 
-async def suspended_run(store: InMemorySessionStore, ledger: Ledger, signer: ApprovalSigner, run_id: str = "run-a",
+async def suspended_run(store: InMemoryCheckpointStore, ledger: Ledger, signer: ApprovalSigner, run_id: str = "run-a",
                         amount: int = 5) -> Any:
     tools = {"pay": ledger.tool("pay", needs_approval=True)}
     model = ScriptedModel([reply("", call("pay", {"amount": amount})), "done"])
-    first = await generate_text(model=model, messages=[user("pay")], tools=tools, session=Session(store, run_id),
+    first = await generate_text(model=model, messages=[user("pay")], tools=tools, store=store, run_id=run_id,
                                 approval_signer=signer, generate_id=ids(f"ap-{run_id}"))
     return first, model, tools
 
 
 async def test_every_client_mode_request_carries_a_token_bound_to_the_run() -> None:
-    store, ledger, signer = InMemorySessionStore(), Ledger(), ApprovalSigner(SECRET)
+    store, ledger, signer = InMemoryCheckpointStore(), Ledger(), ApprovalSigner(SECRET)
     first, _, _ = await suspended_run(store, ledger, signer)
     (request,) = first.pending_approvals
     payload = signer.verify(request.token)
@@ -67,7 +66,7 @@ async def test_every_client_mode_request_carries_a_token_bound_to_the_run() -> N
 
 
 async def test_a_valid_token_approves_and_the_tool_runs() -> None:
-    store, ledger, signer = InMemorySessionStore(), Ledger(), ApprovalSigner(SECRET)
+    store, ledger, signer = InMemoryCheckpointStore(), Ledger(), ApprovalSigner(SECRET)
     first, model, tools = await suspended_run(store, ledger, signer)
     token = first.pending_approvals[0].token
     done = await resume_from_checkpoint(store, "run-a", model=model, tools=tools, approval_signer=signer,
@@ -82,12 +81,12 @@ def _forge(token: str) -> str:
 
 async def _attack_tokens(signer: ApprovalSigner, clock: Clock) -> dict[str, Any]:
     """Tokens that must all be refused for approval `ap-run-a` of run `run-a` (input amount 5)."""
-    store, ledger = InMemorySessionStore(), Ledger()
+    store, ledger = InMemoryCheckpointStore(), Ledger()
     other_run, _, _ = await suspended_run(store, ledger, signer, run_id="run-b")
-    big, _, _ = await suspended_run(InMemorySessionStore(), ledger, signer, run_id="run-a", amount=5000)
-    own, _, _ = await suspended_run(InMemorySessionStore(), ledger, signer, run_id="run-a")
+    big, _, _ = await suspended_run(InMemoryCheckpointStore(), ledger, signer, run_id="run-a", amount=5000)
+    own, _, _ = await suspended_run(InMemoryCheckpointStore(), ledger, signer, run_id="run-a")
     retired = ApprovalSigner(OTHER_SECRET, clock=clock)
-    retired_run, _, _ = await suspended_run(InMemorySessionStore(), ledger, retired, run_id="run-a")
+    retired_run, _, _ = await suspended_run(InMemoryCheckpointStore(), ledger, retired, run_id="run-a")
     valid = own.pending_approvals[0].token
     return {
         "missing": None,
@@ -107,7 +106,7 @@ async def test_attacks_are_denied_with_the_exact_reason(attack: str) -> None:
     clock = Clock()
     signer = ApprovalSigner(SECRET, clock=clock)
     token = (await _attack_tokens(signer, clock))[attack]
-    store, ledger = InMemorySessionStore(), Ledger()
+    store, ledger = InMemoryCheckpointStore(), Ledger()
     first, model, tools = await suspended_run(store, ledger, signer)
     done = await resume_from_checkpoint(store, "run-a", model=model, tools=tools, approval_signer=signer,
                                         approval_responses=[ToolApprovalResponse("ap-run-a", True, token=token)])
@@ -118,10 +117,10 @@ async def test_attacks_are_denied_with_the_exact_reason(attack: str) -> None:
 
 
 async def test_a_token_for_another_approval_cannot_approve_this_one() -> None:
-    store, ledger, signer = InMemorySessionStore(), Ledger(), ApprovalSigner(SECRET)
+    store, ledger, signer = InMemoryCheckpointStore(), Ledger(), ApprovalSigner(SECRET)
     tools = {"pay": ledger.tool("pay", needs_approval=True)}
     model = ScriptedModel([reply("", call("pay", {"n": 1}), call("pay", {"n": 1})), "ok"])
-    first = await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"),
+    first = await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r",
                                 approval_signer=signer, generate_id=ids("ap-1", "ap-2"))
     token_one = first.pending_approvals[0].token
     done = await resume_from_checkpoint(store, "r", model=model, tools=tools, approval_signer=signer,
@@ -134,7 +133,7 @@ async def test_a_token_for_another_approval_cannot_approve_this_one() -> None:
 
 async def test_replay_after_max_age_is_denied() -> None:
     clock = Clock()
-    store, ledger, signer = InMemorySessionStore(), Ledger(), ApprovalSigner(SECRET, clock=clock)
+    store, ledger, signer = InMemoryCheckpointStore(), Ledger(), ApprovalSigner(SECRET, clock=clock)
     first, model, tools = await suspended_run(store, ledger, signer)
     clock.now += 60 * 60 * 1000  # an hour later, exactly the window: expired (age >= max age)
     token = first.pending_approvals[0].token
@@ -147,14 +146,14 @@ async def test_replay_after_max_age_is_denied() -> None:
 
 
 async def test_denials_need_no_token_and_rotation_keeps_old_tokens_valid() -> None:
-    store, ledger, old = InMemorySessionStore(), Ledger(), ApprovalSigner(SECRET)
+    store, ledger, old = InMemoryCheckpointStore(), Ledger(), ApprovalSigner(SECRET)
     first, model, tools = await suspended_run(store, ledger, old)
     denied = await resume_from_checkpoint(store, "run-a", model=model,
                                           tools=tools, approval_signer=old,
                                           approval_responses=[ToolApprovalResponse("ap-run-a", False, "No.")])
     assert denied.messages[2]["content"][0]["output"] == "No."
 
-    store2 = InMemorySessionStore()
+    store2 = InMemoryCheckpointStore()
     first, model, tools = await suspended_run(store2, ledger, old)
     rotated = ApprovalSigner(OTHER_SECRET, previous_secrets=[SECRET])  # deployed while the run waited
     done = await resume_from_checkpoint(store2, "run-a", model=model, tools=tools, approval_signer=rotated,
@@ -182,7 +181,7 @@ async def test_a_raising_signer_is_logged_and_the_request_goes_out_unsigned(capl
         def sign(self, request: Any, *, run_id: str | None = None) -> str:
             raise RuntimeError("KMS unavailable")
 
-    store, ledger = InMemorySessionStore(), Ledger()
+    store, ledger = InMemoryCheckpointStore(), Ledger()
     with caplog.at_level(logging.ERROR, logger="durable_agent"):
         first, model, tools = await suspended_run(store, ledger, BrokenSigner(SECRET))
     assert first.pending_approvals[0].token is None
@@ -193,12 +192,12 @@ async def test_a_raising_signer_is_logged_and_the_request_goes_out_unsigned(capl
 
 
 async def test_sub_agent_requests_are_signed_by_the_child_and_verified_through_agent_path() -> None:
-    store, ledger, signer = InMemorySessionStore(), Ledger(), ApprovalSigner(SECRET)
+    store, ledger, signer = InMemoryCheckpointStore(), Ledger(), ApprovalSigner(SECRET)
     child = agent_tool(name="coder", model=ScriptedModel([reply("", call("shell", {"cmd": "ls"})), "listed"]),
                        tools={"shell": ledger.tool("shell", needs_approval=True)})
     parent = ScriptedModel([reply("", call("coder", {"prompt": "ls"}, "t1")), "all done"])
     first = await generate_text(model=parent, messages=[user("x")], tools={"coder": child},
-                                session=Session(store, "p"), approval_signer=signer, generate_id=ids("ap-c"))
+                                store=store, run_id="p", approval_signer=signer, generate_id=ids("ap-c"))
     (request,) = first.pending_approvals
     assert request.agent_path == ("coder",)
     payload = signer.verify(request.token)
@@ -207,9 +206,9 @@ async def test_sub_agent_requests_are_signed_by_the_child_and_verified_through_a
                                           approval_responses=[ToolApprovalResponse("ap-c", True, token=_forge(request.token))])
     assert ledger.entries == [] and forged.text == "all done"
 
-    store2 = InMemorySessionStore()
+    store2 = InMemoryCheckpointStore()
     first = await generate_text(model=parent, messages=[user("x")], tools={"coder": child},
-                                session=Session(store2, "p"), approval_signer=signer, generate_id=ids("ap-c"))
+                                store=store2, run_id="p", approval_signer=signer, generate_id=ids("ap-c"))
     done = await resume_from_checkpoint(store2, "p", model=parent, tools={"coder": child}, approval_signer=signer,
                                         approval_responses=[ToolApprovalResponse("ap-c", True,
                                                                                  token=first.pending_approvals[0].token)])

@@ -29,7 +29,7 @@ from durable_agent import (  # noqa: E402
     call,
 )
 from durable_agent.errors import ConfigurationError  # noqa: E402
-from durable_agent.stores.durable_object import DurableObjectSessionStore  # noqa: E402
+from durable_agent.stores.durable_object import DurableObjectCheckpointStore  # noqa: E402
 from durable_object_fake import FakeDurableObjectStorage  # noqa: E402
 
 import agent_service  # noqa: E402
@@ -73,7 +73,7 @@ async def test_a_verdict_without_a_valid_token_is_a_denial(token: str | None) ->
     (pending,) = started["pending"]
     if token == "wrong-secret":
         forged = ApprovalSigner("another-secret-of-at-least-32-bytes!")
-        token = forged.sign(DurableObjectSessionStore(storage).load("r2").pending_approvals[0], run_id="r2")
+        token = forged.sign(DurableObjectCheckpointStore(storage).load("r2").pending_approvals[0], run_id="r2")
     verdict = {"approvals": [{"approval_id": pending["approval_id"], "approved": True, "token": token}]}
     status, done = await service(storage).handle("POST", "/runs/r2/approvals", json.dumps(verdict))
     assert status == 200 and done["status"] == "completed"
@@ -243,7 +243,7 @@ async def test_the_alarm_handler_heals_through_the_entry_point(entry: Any) -> No
     storage = FakeDurableObjectStorage()
     storage.kv.put("prompt:r6", "Refund A-1001")
     await entry.AgentRun(types.SimpleNamespace(storage=storage), env).alarm()
-    assert DurableObjectSessionStore(storage).load("r6").status == "suspended"
+    assert DurableObjectCheckpointStore(storage).load("r6").status == "suspended"
 
 
 def test_the_scripted_model_is_deterministic() -> None:

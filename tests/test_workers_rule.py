@@ -172,7 +172,7 @@ def test_every_module_of_the_package_imports_without_entropy(rule: WorkersEntrop
     assert failed == {}, failed
     assert rule.denied == []
     # The walk found the package's parts, including the ones whose drivers are optional.
-    for expected in ("durable_agent.checkpoint", "durable_agent.session", "durable_agent.signing",
+    for expected in ("durable_agent.checkpoint", "durable_agent.checkpoint_store", "durable_agent.signing",
                      "durable_agent.stores.sqlite", "durable_agent.stores.jsonl", "durable_agent.loop"):
         assert expected in names, expected
 
@@ -184,8 +184,8 @@ def test_module_scope_code_of_a_worker_runs_without_entropy(rule: WorkersEntropy
 
     from durable_agent.stores import open_store
 
-    store = da.InMemorySessionStore()
-    assert isinstance(open_store("memory://"), da.InMemorySessionStore)
+    store = da.InMemoryCheckpointStore()
+    assert isinstance(open_store("memory://"), da.InMemoryCheckpointStore)
     signer = da.ApprovalSigner(b"k" * 32)
     model = da.ScriptedModel(["hello"])
     agent = da.Agent(model=model, tools={})
@@ -203,9 +203,9 @@ def test_module_scope_code_of_a_worker_runs_without_entropy(rule: WorkersEntropy
 
 
 def test_a_memory_runtime_can_be_built_at_module_scope(rule: WorkersEntropyRule, fresh_package: None) -> None:
-    from durable_agent.runtime import create_memory_runtime
+    from durable_agent.runtime import MemoryRuntime
 
-    create_memory_runtime()
+    MemoryRuntime()
     assert rule.denied == []
 
 
@@ -215,7 +215,7 @@ def test_a_memory_runtime_can_be_built_at_module_scope(rule: WorkersEntropyRule,
 def _worker_scope() -> tuple[Any, Any, Any]:
     import durable_agent as da
 
-    store = da.InMemorySessionStore()
+    store = da.InMemoryCheckpointStore()
     model = da.ScriptedModel([da.reply("Adding.", da.call("add", {"a": 2, "b": 3})), "5"])
     tool = da.Tool(description="Add.", parameters={"type": "object"}, execute=lambda x: x["a"] + x["b"])
     return da, store, (model, {"add": tool})
@@ -230,13 +230,13 @@ async def test_a_run_draws_entropy_when_it_starts_and_not_before(
     # Started at module scope, the run fails at once: minting its run id is its first entropy.
     with pytest.raises(EntropyOutsideRequestError):
         await da.generate_text(model=model, tools=tools, messages=[{"role": "user", "content": "2+3?"}],
-                               session=da.Session(store))
+                               store=store)
     assert rule.denied and store.list() == []
 
     # In a request handler the same call works and the run id is a fresh random one.
     with rule.request():
         result = await da.generate_text(model=model, tools=tools, messages=[{"role": "user", "content": "2+3?"}],
-                                        session=da.Session(store))
+                                        store=store)
     assert result.text == "5"
     assert re.fullmatch(r"[0-9a-f]{32}", result.run_id or "")
     assert store.load(result.run_id).status == "completed"
@@ -246,7 +246,7 @@ async def test_a_run_with_its_ids_given_draws_no_entropy_at_all(rule: WorkersEnt
     da, store, (model, tools) = _worker_scope()
     ids = iter(f"id-{n}" for n in range(100))
     result = await da.generate_text(model=model, tools=tools, messages=[{"role": "user", "content": "2+3?"}],
-                                    session=da.Session(store, run_id="run-1"), generate_id=lambda: next(ids))
+                                    store=store, run_id="run-1", generate_id=lambda: next(ids))
     assert result.text == "5" and result.run_id == "run-1"
     assert store.load("run-1").status == "completed"
     assert rule.denied == []

@@ -133,10 +133,10 @@ def supervise(spec: str, ledger: Path, *, sessions: list[str], prompts: int, wor
 
 async def reference_transcript(prompts: int) -> list[Any]:
     """The transcript of a session that nothing interrupted."""
-    from durable_agent import Agent, DurableOptions, create_memory_runtime
+    from durable_agent import Agent, DurableOptions, MemoryRuntime
 
     model, tools = torture_worker.build(None, "reference", delay=0)
-    agent = Agent(model=model, tools=tools, durable=DurableOptions(create_memory_runtime()), session_id="ref")
+    agent = Agent(model=model, tools=tools, durable=DurableOptions(MemoryRuntime()), session_id="ref")
     result = None
     for n in range(prompts):
         result = await agent.run(torture_worker.prompt_text(n))
@@ -210,7 +210,7 @@ async def check(spec: str, ledger: Path, sessions: list[str], prompts: int) -> F
             if await torture_worker.prompts_answered(runtime, session) < prompts:
                 found.unfinished.append(session)
                 continue
-            stored = await maybe_await(runtime.stores.session.load(await runtime.stores.runs.last(session)))
+            stored = await maybe_await(runtime.stores.checkpoints.load(await runtime.stores.runs.last(session)))
             messages = without_aborted_turns(list(stored.messages))
             texts = [p["text"] for m in messages if m["role"] == "assistant" for p in m["content"]
                      if p["type"] == "text"]

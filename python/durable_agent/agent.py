@@ -74,7 +74,7 @@ class Agent:
         self.session_id = session_id
         self.system = system
         self._options: dict[str, Any] = dict(options)
-        RunOptions.build(model, None, {"tools": self.tools, **self._options})  # fail early on bad options
+        RunOptions.build(model, {"tools": self.tools, **self._options})  # fail early on bad options
         self.history: list[Message] = [{"role": "system", "content": system}] if system else []
         self.session = DurableSession(durable, session_id) if durable is not None and session_id else None
 
@@ -112,7 +112,7 @@ class Agent:
         if self.session is None:
             if run_id is not None:
                 raise ConfigurationError("run_id= needs a durable Agent (a run of a plain Agent is not stored)")
-            options = RunOptions.build(self.model, None, {"tools": self.tools, **self._options})
+            options = RunOptions.build(self.model, {"tools": self.tools, **self._options})
             loop = AgentLoop(options, [*self.history, {"role": "user", "content": prompt}])
             result = await _consume(loop, on_part)
             self.history = list(result.messages)

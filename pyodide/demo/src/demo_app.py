@@ -2,7 +2,7 @@
 
 Runs inside Pyodide in the page (see app.js, which loads this module). Four parts:
 
-* `IndexedDBSessionStore` — a `SessionStore` whose checkpoints live in the browser's
+* `IndexedDBCheckpointStore` — a `CheckpointStore` whose checkpoints live in the browser's
   IndexedDB, reached through the JS bridge (the JS module `demo_idb`, see idb.js). It stores
   the codec text of `serialize_checkpoint`, so bytes in a history survive a reload.
 * The scenario — the scripted "coding assistant" of the repo's crash demo, with tools that
@@ -34,7 +34,6 @@ from durable_agent import (
     AgentCheckpoint,
     ApprovalSigner,
     ScriptedModel,
-    Session,
     Tool,
     ToolApprovalResponse,
     deserialize_checkpoint,
@@ -52,8 +51,8 @@ MAX_STEPS = 12
 # --------------------------------------------------------------------------------------------
 
 
-class IndexedDBSessionStore:
-    """A `SessionStore` over IndexedDB, via an object with async `get/put/remove/keys`.
+class IndexedDBCheckpointStore:
+    """A `CheckpointStore` over IndexedDB, via an object with async `get/put/remove/keys`.
 
     `idb` is the JS module `demo_idb` (idb.js) in the browser; every method awaits a JS
     Promise. Values are the codec text of `serialize_checkpoint` ("latest save wins").
@@ -164,7 +163,7 @@ class DemoController:
     def __init__(self, idb: Any, ui: Any, *, model_delay: float = 0.05, tool_seconds: float = 0.6) -> None:
         self.idb = idb
         self.ui = ui
-        self.store = IndexedDBSessionStore(idb)
+        self.store = IndexedDBCheckpointStore(idb)
         self.model_delay = model_delay
         self.tool_seconds = tool_seconds
         self.signer: ApprovalSigner | None = None
@@ -270,7 +269,7 @@ class DemoController:
         await self.idb.put("meta", "active_run", json.dumps({"run_id": run_id, "prompt": prompt, "model": config}))
         await self.render()
         self._spawn(stream_chat(messages=[{"role": "user", "content": prompt}],
-                                session=Session(self.store, run_id), **self._options(config)))
+                                store=self.store, run_id=run_id, **self._options(config)))
 
     async def pick_up(self) -> str:
         """After a (re)load: continue the active run from its last stored step, or just show it."""
@@ -288,7 +287,7 @@ class DemoController:
             # The page went away during the first step: nothing was stored yet, so run it again.
             await self.render("restarted: the page closed before the first step was stored")
             self._spawn(stream_chat(messages=[{"role": "user", "content": run["prompt"]}],
-                                    session=Session(self.store, run["run_id"]), **options))
+                                    store=self.store, run_id=run["run_id"], **options))
             return "restarted"
         if checkpoint.status == "running":
             await self.render(f"resumed from storage after step {checkpoint.step_index + 1}")

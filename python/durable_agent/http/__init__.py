@@ -4,9 +4,9 @@
 
     from durable_agent import Agent, DurableOptions
     from durable_agent.http import ChatEndpoint, SqliteEventLog
-    from durable_agent.runtime.sqlite import sqlite_runtime   # or postgres_runtime + PostgresEventLog
+    from durable_agent.runtime.sqlite import SqliteRuntime   # or PostgresRuntime + PostgresEventLog
 
-    runtime = sqlite_runtime("agent.db")
+    runtime = SqliteRuntime("agent.db")
     app = ChatEndpoint(
         agent=lambda session_id: Agent(model=..., tools=..., session_id=session_id,
                                        durable=DurableOptions(runtime)),

@@ -68,7 +68,7 @@ class RunDriver:
         return run_id in self._tasks
 
     async def checkpoint(self, run_id: str) -> AgentCheckpoint | None:
-        checkpoint: AgentCheckpoint | None = await maybe_await(self.runtime.stores.session.load(run_id))
+        checkpoint: AgentCheckpoint | None = await maybe_await(self.runtime.stores.checkpoints.load(run_id))
         return checkpoint
 
     # ------------------------------------------------------------ driving

@@ -87,7 +87,7 @@ class RestateLease:
 
 
 class RestateCheckpoints:
-    """The session store over the object's state: the latest checkpoint of each run."""
+    """The checkpoint store over the object's state: the latest checkpoint of each run."""
 
     def __init__(self, runtime: RestateRuntime) -> None:
         self._runtime = runtime

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, StaleEpochError
 from .._util import wall_clock_ms
-from ..session import InMemorySessionStore
+from ..checkpoint_store import InMemoryCheckpointStore
 from .leases import RUN_OWNER_HOLD_MS, Fences, is_run_owner_dead, is_run_owner_holding
 from .records import (
     apply_tool_state,
@@ -48,7 +48,7 @@ class MemoryDurableState:
     submissions: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     tool_state: dict[str, dict[str, Any]] = field(default_factory=dict)
     last_runs: dict[str, str] = field(default_factory=dict)
-    session_store: InMemorySessionStore = field(default_factory=InMemorySessionStore)
+    checkpoint_store: InMemoryCheckpointStore = field(default_factory=InMemoryCheckpointStore)
 
     def clone(self) -> MemoryDurableState:
         """A copy of the state as it is now; later writes to either never reach the other."""
@@ -206,7 +206,7 @@ class _MemoryRows:
         for record in transition.steps:
             self._write_step(record)
         if transition.checkpoint is not None:
-            self.state.session_store.save(transition.checkpoint)
+            self.state.checkpoint_store.save(transition.checkpoint)
         if transition.last_run is not None:
             self.state.last_runs[session_id] = transition.last_run
         if transition.mark is not None or transition.unmark:
@@ -216,7 +216,7 @@ class _MemoryRows:
                 self.state.awakeables[awakeable_id] = AwakeableRecord(awakeable_id, session_id, key)
 
 
-class MemoryRuntime(StoredRuntime[InMemorySessionStore]):
+class MemoryRuntime(StoredRuntime[InMemoryCheckpointStore]):
     """A checkpoint-mode `DurableRuntime` over a `MemoryDurableState` (a fresh one when `state` is None).
 
     Several runtimes may share one state: two "processes" on one database.
@@ -231,5 +231,5 @@ class MemoryRuntime(StoredRuntime[InMemorySessionStore]):
             raise ConfigurationError(f"state must be a MemoryDurableState or None, got {type(state).__name__}")
         self.state = state
         fences = Fences()
-        super().__init__(_MemoryRows(state, fences.refused), state.session_store, fences, clock)
+        super().__init__(_MemoryRows(state, fences.refused), state.checkpoint_store, fences, clock)
 

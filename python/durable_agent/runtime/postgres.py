@@ -12,9 +12,9 @@ async API. Every plan runs in one READ COMMITTED transaction:
   run ``LISTEN``s on a connection of its own and re-reads at once (`wait_for_change`), with
   a poll of at most a second as the fallback.
 
-Checkpoints live in the same database, in the tables of `AsyncPostgresSessionStore` (which can
+Checkpoints live in the same database, in the tables of `AsyncPostgresCheckpointStore` (which can
 open the database too): the runtime writes them itself, inside its fenced lifecycle transactions
-(`commit`), and `runtime.stores.session` reads them through the runtime's connection.
+(`commit`), and `runtime.stores.checkpoints` reads them through the runtime's connection.
 
 Connections: by default a pool of up to `max_connections` (10), so concurrent runs do not queue
 behind each other's transactions, plus one connection for LISTEN, all opened on first use inside

@@ -130,7 +130,7 @@ def readable_id(run_id: Any) -> str | None:
             pass
     elif isinstance(run_id, str):
         return run_id
-    logger.warning("session store: skipping the unreadable run id %r (a damaged index entry)", run_id)
+    logger.warning("checkpoint store: skipping the unreadable run id %r (a damaged index entry)", run_id)
     return None
 
 

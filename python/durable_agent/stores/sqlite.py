@@ -1,4 +1,4 @@
-"""SQLite session stores (standard library): `SqliteSessionStore` (sync) and `AsyncSqliteSessionStore`.
+"""SQLite checkpoint stores (standard library): `SqliteCheckpointStore` (sync) and `AsyncSqliteCheckpointStore`.
 
 Layout and save algorithm: `durable_agent.stores._history` and `_sql`. Per save, one
 `BEGIN IMMEDIATE` transaction writes the messages added since the last save of that run
@@ -15,7 +15,7 @@ place or a damaged page of the file raise `CheckpointCorruptError` naming the ru
 failed save makes the store forget its view of the run, and the next save re-reads the rows
 and replaces what it cannot trust (`_sql.save_plan`).
 
-`AsyncSqliteSessionStore` is the same store for asyncio servers: no database call runs on the
+`AsyncSqliteCheckpointStore` is the same store for asyncio servers: no database call runs on the
 event loop's thread. Its plans go to its connection on a thread of its own, and the saves of
 concurrent runs share one commit (group commit, `durable_agent.runtime._group_commit`); each
 waiter is released once its own save is durable. Under Pyodide, which has no threads, each
@@ -82,7 +82,7 @@ def _sqlite3() -> ModuleType:
         import sqlite3
     except ImportError as exc:
         raise FeatureUnavailableError(
-            "SqliteSessionStore needs the sqlite3 module, which this Python lacks "
+            "SqliteCheckpointStore needs the sqlite3 module, which this Python lacks "
             "(on Pyodide 0.28 it is a separate package): " + str(exc)
         ) from exc
     return sqlite3
@@ -236,12 +236,12 @@ class _SqliteStore(StoreLogic):
         return f"{type(self).__name__}({self.path!r})"
 
 
-class SqliteSessionStore(_SqliteStore, SyncFace):
+class SqliteCheckpointStore(_SqliteStore, SyncFace):
     """Checkpoints in one SQLite file; synchronous methods, safe for several processes and threads.
 
     `path` is a file path (created when missing) or ":memory:". `busy_timeout_ms` is how long
     a writer waits for another process's write transaction before failing. In an asyncio
-    server use `AsyncSqliteSessionStore`: this store's calls run on the caller's thread.
+    server use `AsyncSqliteCheckpointStore`: this store's calls run on the caller's thread.
     """
 
     def _make_runner(self) -> InlineSqlite:
@@ -254,8 +254,8 @@ class SqliteSessionStore(_SqliteStore, SyncFace):
             self._cache.clear()
 
 
-class AsyncSqliteSessionStore(_SqliteStore, AsyncFace):
-    """`SqliteSessionStore` with coroutine methods that never block the event loop (see the module docs).
+class AsyncSqliteCheckpointStore(_SqliteStore, AsyncFace):
+    """`SqliteCheckpointStore` with coroutine methods that never block the event loop (see the module docs).
 
     Same file format, options and rules; one handle serves any number of event loops' tasks;
     `save` returns once that save is durable. `await store.close()` (or ``async with``)

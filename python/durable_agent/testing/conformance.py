@@ -1,19 +1,19 @@
-"""A reusable pytest conformance suite for `SessionStore` implementations.
+"""A reusable pytest conformance suite for `CheckpointStore` implementations.
 
-Subclass `SessionStoreConformance` in a test module and give it a `make_store` fixture that
+Subclass `CheckpointStoreConformance` in a test module and give it a `make_store` fixture that
 returns a zero-argument callable; each call must return a *new handle on the same storage*
 (a fresh storage per test: a new file, a new key prefix, a new schema...). A store whose
 handles cannot share storage may return the same instance every time::
 
     import pytest
-    from durable_agent.testing import SessionStoreConformance
+    from durable_agent.testing import CheckpointStoreConformance
 
-    class TestMyStore(SessionStoreConformance):
+    class TestMyStore(CheckpointStoreConformance):
         @pytest.fixture
         def make_store(self, tmp_path):
             return lambda: MyStore(tmp_path / "runs.db")
 
-Every store method may return its value or an awaitable (the `SessionStore` contract); the
+Every store method may return its value or an awaitable (the `CheckpointStore` contract); the
 suite drives awaitables on one event loop per test and closes each handle it opened
 (calling `close()`, awaited when it returns an awaitable) before that loop ends.
 
@@ -172,7 +172,7 @@ class StoreDriver:
 
 
 class ForkConformance:
-    """The fork and step-log cases of `SessionStoreConformance` (mixed into it)."""
+    """The fork and step-log cases of `CheckpointStoreConformance` (mixed into it)."""
 
     keeps_step_log: bool
 
@@ -298,7 +298,7 @@ class ForkConformance:
             assert driver(store.load_step("src", 0)) == saved[0]
 
 
-class SessionStoreConformance(ForkConformance):
+class CheckpointStoreConformance(ForkConformance):
     """The suite. Subclass it and define the `make_store` fixture (see the module docstring).
 
     Set `checks_encoding = False` on a store that keeps checkpoints as objects and never
