@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import restate  # noqa: E402
-
 from bench_journal import TOOLS, USAGE  # noqa: E402
+
 from durable_agent import Agent, ModelRequest, ScriptedModel, Tool, call, reply  # noqa: E402
 from durable_agent.restate import agent_services, serve  # noqa: E402
 

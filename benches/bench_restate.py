@@ -34,7 +34,7 @@ from _report import per_step, print_header, print_rows  # noqa: E402
 from bench_journal import agent_run, dbos_runner  # noqa: E402
 
 from durable_agent.restate import RestateIngress  # noqa: E402
-from durable_agent.testing.restate import INGRESS_VAR, ADMIN_VAR, ServiceProcess  # noqa: E402
+from durable_agent.testing.restate import ADMIN_VAR, INGRESS_VAR, ServiceProcess  # noqa: E402
 
 SERVICE = Path(__file__).resolve().parent / "_restate_service.py"
 ANCHOR = "DBOS workflow on SQLite"

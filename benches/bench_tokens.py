@@ -29,8 +29,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from durable_agent import ToolApprovalRequest  # noqa: E402
-from durable_agent import _pure  # noqa: E402
+from durable_agent import (
+    ToolApprovalRequest,  # noqa: E402
+    _pure,  # noqa: E402
+)
 from durable_agent._kernels import NATIVE  # noqa: E402
 from durable_agent.signing import ApprovalSigner  # noqa: E402
 

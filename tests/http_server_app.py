@@ -14,7 +14,14 @@ import os
 from typing import Any
 
 from durable_agent import Agent, ApprovalSigner, DurableOptions, ScriptedModel, Tool, call, reply
-from durable_agent.http import AuthRequest, ChatEndpoint, CorsSettings, EventLog, PostgresEventLog, SqliteEventLog
+from durable_agent.http import (
+    AuthRequest,
+    ChatEndpoint,
+    CorsSettings,
+    EventLog,
+    PostgresEventLog,
+    SqliteEventLog,
+)
 from durable_agent.models import ModelRequest, ScriptedResponse
 from durable_agent.runtime.sqlite import sqlite_runtime
 

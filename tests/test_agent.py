@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_kit import Ledger
-from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures of the postgres case
 
+from agent_kit import Ledger
 from durable_agent import (
     APPROVAL_TOKEN_DENIED_REASON,
     Agent,
@@ -36,6 +35,7 @@ from durable_agent import (
 from durable_agent._util import maybe_await
 from durable_agent.errors import RUN_TAKEN_OVER_MESSAGE
 from durable_agent.runtime import RunOwner, create_memory_durable_state, memory_runtime
+from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures of the postgres case
 
 
 class Crash(RunSuspendedError):

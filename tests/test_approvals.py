@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agent_kit import Ledger, user
 
+from agent_kit import Ledger, user
 from durable_agent import (
     InMemorySessionStore,
     ScriptedModel,

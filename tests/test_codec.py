@@ -16,8 +16,7 @@ from types import ModuleType
 from typing import Any, NamedTuple
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from durable_agent import errors
 
@@ -223,7 +222,7 @@ def test_ordered_dict_order_is_its_own(kernels: ModuleType) -> None:
     od = collections.OrderedDict([("a", 1), ("b", 2)])
     od.move_to_end("a")
     assert kernels.encode(od) == '{"b":2,"a":1}'
-    assert kernels.encode(collections.OrderedDict(od, **{})) == '{"b":2,"a":1}'
+    assert kernels.encode(collections.OrderedDict(od)) == '{"b":2,"a":1}'
 
 
 def test_dict_subclass_with_a_reserved_key_is_escaped(kernels: ModuleType) -> None:

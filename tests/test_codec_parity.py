@@ -12,8 +12,7 @@ import sys
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from durable_agent import _pure
 
@@ -25,7 +24,6 @@ if os.environ.get("DURABLE_AGENT_NATIVE", "auto") == "0":
     pytest.skip("native kernels disabled by DURABLE_AGENT_NATIVE=0", allow_module_level=True)
 
 import durable_agent_native as native  # noqa: E402
-
 from test_codec import strict_repr  # noqa: E402
 from test_codec_hostile import LenLies, LyingStr, items_lie  # noqa: E402
 

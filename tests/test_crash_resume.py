@@ -29,8 +29,13 @@ def _without_approval_ids(messages: Any) -> list[Any]:
 async def _uncrashed_transcript(tmp_path: Path) -> list[Any]:
     import demo_agent
 
-    from durable_agent import InMemorySessionStore, Session, ToolApprovalResponse, generate_text
-    from durable_agent import resume_from_checkpoint
+    from durable_agent import (
+        InMemorySessionStore,
+        Session,
+        ToolApprovalResponse,
+        generate_text,
+        resume_from_checkpoint,
+    )
 
     store = InMemorySessionStore()
     tools = demo_agent.tools(tmp_path / "reference-ledger.jsonl")

@@ -8,8 +8,8 @@ import logging
 from typing import Any
 
 import pytest
-from agent_kit import FailingStore, Ledger, add_tool, user
 
+from agent_kit import FailingStore, Ledger, add_tool, user
 from durable_agent import (
     CHECKPOINT_VERSION,
     AgentCheckpoint,

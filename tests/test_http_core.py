@@ -11,9 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ui_message_stream_schema import check_chunk
 
-from durable_agent import Agent, AgentCheckpoint, DurableOptions, ScriptedModel, ToolApprovalRequest, Usage, reply
+from durable_agent import (
+    Agent,
+    AgentCheckpoint,
+    DurableOptions,
+    ScriptedModel,
+    ToolApprovalRequest,
+    Usage,
+    reply,
+)
 from durable_agent.errors import ConfigurationError
 from durable_agent.http import (
     ChatEndpoint,
@@ -28,6 +35,7 @@ from durable_agent.http.progress import ProgressKeys, missing_events
 from durable_agent.runtime import create_memory_runtime
 from durable_agent.runtime.keys import MODEL_CALL, step_key
 from durable_agent.runtime.records import StepRecord, StreamPartialRecord
+from ui_message_stream_schema import check_chunk
 
 VECTORS = Path(__file__).parent / "vectors"
 
@@ -346,7 +354,6 @@ async def test_the_same_run_asked_twice_at_once_starts_once() -> None:
 
 async def test_a_sub_agents_signed_approval_is_accepted() -> None:
     from agent_kit import Ledger
-
     from durable_agent import ApprovalSigner, agent_tool, call
 
     runtime, ledger, signer = create_memory_runtime(), Ledger(), ApprovalSigner("s" * 40)

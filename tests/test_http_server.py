@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from http_kit import Frame, Server
-from http_server_app import LONG_ANSWER, RECOVERED, SECRET
 
 from durable_agent import ApprovalSigner
 from durable_agent.stores.sqlite import SqliteSessionStore
+from http_kit import Frame, Server
+from http_server_app import LONG_ANSWER, RECOVERED, SECRET
 
 pytestmark = pytest.mark.host_only("starts uvicorn server processes and kills them")
 

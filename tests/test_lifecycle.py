@@ -13,8 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from test_agent import Crash, agent_on, runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
-from test_runtime_postgres import conninfo, opened  # noqa: F401
 
 from durable_agent import (
     Agent,
@@ -41,6 +39,8 @@ from durable_agent import (
 )
 from durable_agent._util import maybe_await
 from durable_agent.runtime.records import RunOwner, RunTransition
+from test_agent import Crash, agent_on, runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
+from test_runtime_postgres import conninfo, opened  # noqa: F401
 
 PROMPTS = ("first", "second")
 

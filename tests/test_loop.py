@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from agent_kit import Ledger, add_tool, user
 
+from agent_kit import Ledger, add_tool, user
 from durable_agent import (
     ConfigurationError,
     InMemorySessionStore,

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from replay import ReplayTransport, load
 
 from durable_agent import ModelCallError, ModelRequest, ToolSpec, Usage
 from durable_agent.providers import AnthropicModel, ModelSettings, OpenAIChatModel, OpenAIResponsesModel
+from replay import ReplayTransport, load
 
 LOOKUP = ToolSpec("lookup", "Find an invoice.", {"type": "object", "properties": {"id": {"type": "string"}}})
 ASK = ModelRequest(messages=({"role": "user", "content": "Pay invoice inv-7."},), tools=(LOOKUP,))

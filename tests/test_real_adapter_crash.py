@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from replay import ReplayServer, load
-from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures
 
 from durable_agent import Agent, DurableOptions, RetryPolicy, Tool
 from durable_agent._transport import HttpxTransport, StdlibTransport
 from durable_agent._util import wall_clock_ms
 from durable_agent.providers import OpenAIChatModel
 from durable_agent.runtime.keys import MODEL_CALL, parse_step_key
+from replay import ReplayServer, load
+from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures
 
 pytestmark = pytest.mark.host_only("spawns and SIGKILLs a worker process talking to a server on 127.0.0.1")
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_agent import Agent, ConfigurationError, DurableOptions, ScriptedModel
-from durable_agent import create_memory_runtime
+from durable_agent import Agent, ConfigurationError, DurableOptions, ScriptedModel, create_memory_runtime
 
 PYTHON_DIR = Path(__file__).resolve().parent.parent / "python"
 

@@ -6,8 +6,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from test_agent import runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
-from test_runtime_postgres import conninfo, opened  # noqa: F401
 
 from durable_agent import (
     Agent,
@@ -22,6 +20,8 @@ from durable_agent import (
 )
 from durable_agent.model_call import decide
 from durable_agent.runtime.keys import MODEL_CALL, step_key
+from test_agent import runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
+from test_runtime_postgres import conninfo, opened  # noqa: F401
 
 FAST = RetryPolicy(attempts=3, initial_delay_ms=1, max_delay_ms=2, jitter=False)
 

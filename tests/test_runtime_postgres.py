@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from test_runtime_sqlite import SESSION, SqlJournalChecks
 
 from durable_agent.errors import ConfigurationError, FeatureUnavailableError
 from durable_agent.runtime import StepRequest, step_key
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
 from durable_agent.testing.services import postgres_schema
+from test_runtime_sqlite import SESSION, SqlJournalChecks
 
 pytestmark = pytest.mark.host_only("needs a Postgres server and psycopg")
 

@@ -7,8 +7,8 @@ import logging
 from typing import Any
 
 import pytest
-from agent_kit import Ledger, user
 
+from agent_kit import Ledger, user
 from durable_agent import (
     APPROVAL_TOKEN_DENIED_REASON,
     ApprovalSigner,

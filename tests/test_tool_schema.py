@@ -6,8 +6,8 @@ import enum
 from typing import Any, Literal, Optional
 
 import pytest
-from agent_kit import NUMBERS, user
 
+from agent_kit import NUMBERS, user
 from durable_agent import ConfigurationError, ScriptedModel, Tool, call, generate_text, reply
 
 

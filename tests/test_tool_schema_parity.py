@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from jsonschema import Draft202012Validator
 
 from durable_agent import Tool

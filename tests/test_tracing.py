@@ -26,8 +26,8 @@ from durable_agent import (
     generate_text,
     reply,
     resume_from_checkpoint,
+    tracing,
 )
-from durable_agent import tracing
 from durable_agent.tracing import RunContextFilter
 
 pytest.importorskip("opentelemetry.sdk", reason="tracing tests need opentelemetry-sdk (scripts/requirements-dev.txt)")

@@ -8,11 +8,10 @@ import sys
 from typing import Any
 
 import pytest
-from replay import load
-from test_providers_replay import ADAPTERS, FAILURE_FIELDS, FAILURES, check_failure, collect
 
 from durable_agent import ModelCallError, Usage
-
+from replay import load
+from test_providers_replay import ADAPTERS, FAILURE_FIELDS, FAILURES, check_failure, collect
 
 
 def _fetch_unusable() -> str | None:

@@ -22,17 +22,17 @@ import pytest
 WORKER_SRC = Path(__file__).resolve().parent.parent / "pyodide" / "worker" / "src"
 sys.path.insert(0, str(WORKER_SRC))
 
+import agent_service  # noqa: E402
+
 from durable_agent import (  # noqa: E402
     ApprovalSigner,
     ScriptedModel,
-    reply,
     call,
+    reply,
 )
 from durable_agent.errors import ConfigurationError  # noqa: E402
 from durable_agent.stores.durable_object import DurableObjectSessionStore  # noqa: E402
 from durable_object_fake import FakeDurableObjectStorage  # noqa: E402
-
-import agent_service  # noqa: E402
 
 SECRET = "a-test-secret-of-at-least-32-bytes!!"
 

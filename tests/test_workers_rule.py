@@ -181,7 +181,6 @@ def test_module_scope_code_of_a_worker_runs_without_entropy(rule: WorkersEntropy
     """What a Worker's module does at top level: import, build the store, signer, model, agent."""
     import durable_agent as da
     from durable_agent._kernels import kernels
-
     from durable_agent.stores import open_store
 
     store = da.InMemorySessionStore()

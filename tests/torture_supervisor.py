@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import torture_worker
-
 from durable_agent._util import maybe_await
 from durable_agent.tool_calls import TOOL_INTERRUPTED_MESSAGE
 

@@ -65,7 +65,7 @@ _RELEASED_MEMORYVIEW = "a released memoryview holds no data"
 # trips, which kills the runtime: there, a text that may nest too deep is measured before parsing.
 _ON_WASM = sys.platform in ("emscripten", "wasi")
 # Outside strings, a JSON text's brackets, all as "[" and "]" (other characters are dropped).
-_BRACKETS_ONLY = {c: None for c in range(128)} | {ord("["): "[", ord("{"): "[", ord("]"): "]", ord("}"): "]"}
+_BRACKETS_ONLY = dict.fromkeys(range(128)) | {ord("["): "[", ord("{"): "[", ord("]"): "]", ord("}"): "]"}
 _NOT_BRACKET = re.compile(r"[^\[\]]+")
 _BRACKET_STEP = {"[": 1, "]": -1}
 # _bracket_depth peels this many innermost levels off with str.replace before counting the rest.
@@ -437,7 +437,7 @@ def _loads_counting_keys(text: str) -> tuple[Any, int]:
 class _Tag:
     """A single-reserved-key object seen by the exact path, resolved once its context is known."""
 
-    __slots__ = ("key", "inner")
+    __slots__ = ("inner", "key")
 
     def __init__(self, key: str, inner: Any) -> None:
         self.key = key

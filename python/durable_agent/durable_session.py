@@ -35,8 +35,6 @@ from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage
 from .errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, SessionStateError
 from .generate import PartSink, _consume
 from .loop import AgentLoop
-from .tool_calls import TOOL_INTERRUPTED_MESSAGE
-from .transcript import assistant_message, tool_message, unresolved_calls
 from .messages import Message
 from .models import LanguageModel
 from .options import RunOptions, logger, random_id
@@ -45,7 +43,9 @@ from .runtime.keys import MODEL_CALL, parse_step_key, step_key
 from .runtime.protocols import DurableRuntime, RunScope
 from .runtime.records import RunTransition, StepRecord
 from .session import Session
+from .tool_calls import TOOL_INTERRUPTED_MESSAGE
 from .tools import Tool
+from .transcript import assistant_message, tool_message, unresolved_calls
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,10 +48,10 @@ from typing import Any
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalRequest
 from .errors import CheckpointConflictError, CheckpointNotFoundError, ConfigurationError, StepNotFoundError
-from .transcript import unresolved_calls
 from .messages import Message
 from .signing import ApprovalSigner
 from .stores._validate import check_run_id, check_step_index
+from .transcript import unresolved_calls
 
 MessageEdit = Callable[[list[Message]], Sequence[Message]]
 """Takes the history (a new list the edit may change) and returns the history to continue from."""

@@ -14,9 +14,9 @@ from .errors import ConfigurationError
 from .messages import Message
 from .models import LanguageModel
 from .retry import RetryPolicy
-from .structured_output import OutputSpec
 from .session import Session
 from .stop import StopCondition
+from .structured_output import OutputSpec
 from .tools import Tool
 
 if TYPE_CHECKING:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-
 import dataclasses
 from collections.abc import Awaitable
 from dataclasses import dataclass

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ._kernels import kernels
-from ._util import wall_clock_ms
 from ._token_pure import b64url_encode
+from ._util import wall_clock_ms
 from .checkpoint import ToolApprovalRequest
 from .errors import ApprovalSigningError, CodecError, ConfigurationError
 
@@ -182,7 +182,7 @@ class ApprovalSigner:
     Stateless after construction and safe to share between tasks and threads.
     """
 
-    __slots__ = ("_keys", "_clock", "_max_token_length", "_max_clock_skew_ms")
+    __slots__ = ("_clock", "_keys", "_max_clock_skew_ms", "_max_token_length")
 
     def __init__(
         self,

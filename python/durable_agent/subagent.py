@@ -26,11 +26,11 @@ from ._util import maybe_await
 from .errors import ConfigurationError
 from .generate import _consume
 from .loop import AgentLoop
-from .tool_calls import SubAgentSuspended, current_tool_call
 from .messages import final_text
 from .models import LanguageModel
 from .options import RunOptions
 from .session import Session
+from .tool_calls import SubAgentSuspended, current_tool_call
 from .tools import Tool
 
 PROMPT_SCHEMA = {

@@ -30,6 +30,7 @@ from typing import Any
 
 import demo_agent
 from demo_agent import FILES, PROMPT  # noqa: F401  # PROMPT is read by app.js as demo_app.PROMPT
+
 from durable_agent import (
     AgentCheckpoint,
     ApprovalSigner,

@@ -20,9 +20,8 @@ import json
 import uuid
 from urllib.parse import urlparse
 
-from workers import DurableObject, Response, WorkerEntrypoint
-
 from agent_service import RunService, model_factory_from
+from workers import DurableObject, Response, WorkerEntrypoint
 
 JSON_HEADERS = {"content-type": "application/json"}
 

@@ -15,10 +15,10 @@ from .._kernels import kernels
 from .._util import maybe_await
 from ..checkpoint import AgentCheckpoint
 from ..errors import RunLeaseHeldError, SessionStateError, SubmissionConflictError
-from ..transcript import approval_part
 from ..messages import Message, final_text
 from ..options import random_id
 from ..runtime.protocols import DurableRuntime
+from ..transcript import approval_part
 from .asgi import (
     CorsSettings,
     HttpError,

@@ -24,8 +24,8 @@ from .._util import maybe_await, wall_clock_ms
 from ..agent import Agent, resolve_approval
 from ..checkpoint import AgentCheckpoint, ToolApprovalRequest
 from ..durable_session import approval_key
-from ..generate import PartSink
 from ..errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, StaleEpochError
+from ..generate import PartSink
 from ..runtime.protocols import DurableRuntime
 from .events import EventLog, RunInfo
 from .progress import ProgressKeys, error_event, missing_events

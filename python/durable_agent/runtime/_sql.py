@@ -32,10 +32,16 @@ from typing import Any, Protocol
 from .._kernels import kernels
 from ..checkpoint import AgentCheckpoint
 from ..errors import CheckpointCorruptError, StaleEpochError, SubmissionConflictError, is_control_error
-from ..stores._sql import Dialect as StatementDialect
 from ..stores._history import PrefixCache
-from ..stores._sql import Plan, Query, load_plan, migrate_plan, save_plan
-from ..stores._sql import schema_plan as checkpoint_schema_plan
+from ..stores._sql import (
+    Dialect as StatementDialect,
+    Plan,
+    Query,
+    load_plan,
+    migrate_plan,
+    save_plan,
+    schema_plan as checkpoint_schema_plan,
+)
 from ..stores._validate import check_checkpoint, check_expected, check_run_id
 from .leases import Fences, OwnedRuntime, claimed_row, is_listed_resumable, may_claim
 from .records import (

@@ -12,21 +12,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import StaleEpochError, SubmissionConflictError, is_control_error
 from .._util import wall_clock_ms
+from ..errors import StaleEpochError, SubmissionConflictError, is_control_error
 from ..session import InMemorySessionStore
 from .leases import (
     RUN_OWNER_HOLD_MS,
     Fences,
+    OwnedRuntime,
     claimed_row,
     is_listed_resumable,
     is_run_owner_dead,
     is_run_owner_holding,
     may_claim,
-    OwnedRuntime,
 )
 from .records import (
-    apply_tool_state,
     AwakeableRecord,
     LeaseClaim,
     LeaseRow,
@@ -35,6 +34,7 @@ from .records import (
     RunTransition,
     StepRecord,
     StreamPartialRecord,
+    apply_tool_state,
 )
 from .scope import JournalScope
 

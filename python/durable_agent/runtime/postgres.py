@@ -31,10 +31,9 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from ..errors import ConfigurationError, FeatureUnavailableError
 from .._util import wall_clock_ms
-from ..stores._sql import Plan
-from ..stores._sql import run_async
+from ..errors import ConfigurationError, FeatureUnavailableError
+from ..stores._sql import Plan, run_async
 from ..stores.postgres import DIALECT as CHECKPOINT_DIALECT
 from ._sql import JournalDialect, SqlRuntime, schema_plan
 

@@ -26,11 +26,10 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Literal
 
-from ..errors import ConfigurationError, FeatureUnavailableError
 from .._util import wall_clock_ms
-from ..stores._sql import Dialect as StatementDialect
-from ..stores._sql import Plan
+from ..errors import ConfigurationError, FeatureUnavailableError
 from ..stores._files import create_private
+from ..stores._sql import Dialect as StatementDialect, Plan
 from ._group_commit import GroupCommitSqlite, InlineSqlite
 from ._sql import JournalDialect, SqlRuntime, schema_plan
 

@@ -15,7 +15,7 @@ the rows in order and decodes their bodies in batches (`_history.decode_batched`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 

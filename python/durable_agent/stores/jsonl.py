@@ -50,7 +50,14 @@ from .._kernels import kernels
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
 from ..errors import CheckpointConflictError, CheckpointCorruptError, CodecError, ConfigurationError
 from ._files import NOFOLLOW, PRIVATE, file_path
-from ._history import PrefixCache, decode_batched, header_dict, kept_by_encoding, new_revision, rebuild_decoded
+from ._history import (
+    PrefixCache,
+    decode_batched,
+    header_dict,
+    kept_by_encoding,
+    new_revision,
+    rebuild_decoded,
+)
 from ._steps import StepLog
 from ._validate import (
     check_checkpoint,

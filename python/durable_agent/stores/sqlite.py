@@ -22,7 +22,6 @@ CDN package) opening raises `FeatureUnavailableError`.
 from __future__ import annotations
 
 import builtins
-
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -35,7 +34,14 @@ from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavaila
 from . import _sql
 from ._files import create_private, file_path
 from ._history import PrefixCache
-from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id, check_step_index
+from ._validate import (
+    check_checkpoint,
+    check_expected,
+    check_list_args,
+    check_prune_args,
+    check_run_id,
+    check_step_index,
+)
 
 _DIALECT = _sql.Dialect(placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None)
 _CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")

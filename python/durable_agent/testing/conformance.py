@@ -54,7 +54,13 @@ from typing import Any
 import pytest
 
 from ..checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, Usage
-from ..errors import CheckpointConflictError, CheckpointNotFoundError, CodecError, ConfigurationError, StepNotFoundError
+from ..errors import (
+    CheckpointConflictError,
+    CheckpointNotFoundError,
+    CodecError,
+    ConfigurationError,
+    StepNotFoundError,
+)
 from ..fork import checkpoint_at_step, fork_run, update_run
 from ..stores._validate import MAX_RUN_ID_BYTES
 

@@ -94,7 +94,13 @@ class DurableRuntimeConformance:
         return await runtime.open_run(session_id=self.session, run_id=run or self.run, epoch=epoch)
 
     async def test_implements_the_runtime_protocols(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
-        from ..runtime.protocols import DurableInspector, DurableLease, DurableRuntime, DurableStores, RunScope
+        from ..runtime.protocols import (
+            DurableInspector,
+            DurableLease,
+            DurableRuntime,
+            DurableStores,
+            RunScope,
+        )
 
         runtime = make_runtime(clock)
         assert isinstance(runtime, DurableRuntime) and runtime.mode == self.mode
