@@ -91,7 +91,7 @@ class FakeDurableObjectStorage:
         self.alarm: int | None = None
         self.transactions = 0
 
-    def transactionSync(self, callback: Callable[[], Any]) -> Any:  # noqa: N802 (the JS name)
+    def transactionSync(self, callback: Callable[[], Any]) -> Any:  # the JS name
         snapshot = dict(self.kv.data)
         self.transactions += 1
         try:
@@ -100,11 +100,11 @@ class FakeDurableObjectStorage:
             self.kv.data = snapshot
             raise
 
-    async def setAlarm(self, scheduled_ms: int) -> None:  # noqa: N802 (the JS name)
+    async def setAlarm(self, scheduled_ms: int) -> None:  # the JS name
         self.alarm = int(scheduled_ms)
 
-    async def getAlarm(self) -> int | None:  # noqa: N802
+    async def getAlarm(self) -> int | None:
         return self.alarm
 
-    async def deleteAlarm(self) -> None:  # noqa: N802
+    async def deleteAlarm(self) -> None:
         self.alarm = None

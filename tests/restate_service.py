@@ -20,9 +20,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-import restate  # noqa: E402
+import restate
 
-from durable_agent import (  # noqa: E402
+from durable_agent import (
     Agent,
     ApprovalSigner,
     ModelCallError,
@@ -33,8 +33,8 @@ from durable_agent import (  # noqa: E402
     call,
     reply,
 )
-from durable_agent.restate import RestateRuntime, agent_services, serve  # noqa: E402
-from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance  # noqa: E402
+from durable_agent.restate import RestateRuntime, agent_services, serve
+from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
 
 SECRET = "restate-test-secret-0123456789abcdef0123456789"
 LEDGER = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(".")

@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torture_supervisor  # noqa: E402
+import torture_supervisor
 
 pytestmark = pytest.mark.host_only("spawns and SIGKILLs worker processes")
 

@@ -37,8 +37,8 @@ def test_the_project_is_mounted_read_only(tmp_path: Path) -> None:
     probe = PROJECT / "tests" / ".pyodide-write-probe"
     attempts = {
         "create": lambda: probe.write_text("x"),
-        "append": lambda: open(PROJECT / "pyproject.toml", "a").close(),  # noqa: SIM115
-        "truncate": lambda: open(PROJECT / "pyproject.toml", "r+").close(),  # noqa: SIM115
+        "append": lambda: open(PROJECT / "pyproject.toml", "a").close(),
+        "truncate": lambda: open(PROJECT / "pyproject.toml", "r+").close(),
         "mkdir": lambda: (PROJECT / ".pyodide-probe-dir").mkdir(),
         "rename": lambda: (PROJECT / "pyproject.toml").rename(PROJECT / "pyproject.renamed"),
         "unlink": lambda: (PROJECT / "pyproject.toml").unlink(),

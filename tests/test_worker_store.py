@@ -175,7 +175,7 @@ class FakeNamespace:
         self.cls, self.env = cls, env
         self.storages: dict[str, FakeDurableObjectStorage] = {}
 
-    def idFromName(self, name: str) -> str:  # noqa: N802
+    def idFromName(self, name: str) -> str:
         return f"id:{name}"
 
     def get(self, object_id: str) -> Any:
@@ -203,7 +203,7 @@ def entry(monkeypatch: pytest.MonkeyPatch) -> Any:
         raise RuntimeError("entropy is not allowed at import time in Workers")
 
     monkeypatch.setattr(os, "urandom", no_entropy)
-    import entry as module  # noqa: PLC0415
+    import entry as module
 
     monkeypatch.undo()  # back to normal: request handlers may use entropy
     yield module

@@ -123,7 +123,7 @@ class ModelCaller:
                 async for part in self._attempt(models[which], request, step_index, attempt, turn, tries):
                     yield part
                 return
-            except Exception as error:  # noqa: BLE001 - judged below; what is not retried is raised again
+            except Exception as error:  # judged below; what is not retried is raised again
                 if is_control_error(error):
                     raise
                 decision = self._decision_of(error, tries)

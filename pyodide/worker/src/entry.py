@@ -60,7 +60,7 @@ class AgentRun(DurableObject):
 class Default(WorkerEntrypoint):
     """Routes each request to the Durable Object of its run."""
 
-    async def fetch(self, request):  # noqa: ANN001, ANN201 (objects of the Workers runtime)
+    async def fetch(self, request):  # untyped: request and response are objects of the Workers runtime
         path = urlparse(request.url).path.rstrip("/") or "/"
         if path == "/runs" and request.method == "POST":
             run_id = uuid.uuid4().hex  # entropy inside a request: allowed

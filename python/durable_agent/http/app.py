@@ -128,7 +128,7 @@ class ChatEndpoint:
             await handler(request, params, receive, tracked, cors)
         except HttpError as exc:
             await send_json(send, exc.status, {"error": {"code": exc.code, "message": exc.message}}, cors)
-        except Exception:  # noqa: BLE001 - a failure is a 500 with no detail, logged here; never a traceback out
+        except Exception:  # a failure is a 500 with no detail, logged here; never a traceback out
             logger.exception("%s %s failed", request.method, request.path)
             if began:  # a stream already under way: end it; the reader reconnects with its last id
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
