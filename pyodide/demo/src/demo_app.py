@@ -251,7 +251,7 @@ class DemoController:
                     await self.render()  # the checkpoint of this step is stored: show it
                 elif kind == "error":
                     note = f"error: {type(part['error']).__name__}: {part['error']}"
-        except Exception as exc:  # surfaced on the page, never swallowed silently
+        except Exception as exc:  # noqa: BLE001 - surfaced on the page, never swallowed silently
             note = f"error: {type(exc).__name__}: {exc}"
         finally:
             self.busy = False

@@ -48,7 +48,7 @@ class AgentRun(DurableObject):
     async def handle(self, method: str, path: str, body: str) -> str:
         try:
             status, payload = await self._service().handle(str(method), str(path), str(body or ""))
-        except Exception as exc:  # reported, not hidden; the alarm retries an interrupted leg
+        except Exception as exc:  # noqa: BLE001 - reported, not hidden; the alarm retries an interrupted leg
             status, payload = 500, {"error": f"{type(exc).__name__}: {exc}"}
         return json.dumps({"status": status, "payload": payload})
 
