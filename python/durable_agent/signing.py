@@ -273,7 +273,7 @@ class ApprovalSigner:
         max_age = validate_max_age_ms(max_age_ms)
         if type(token) is not str or len(token) > self._max_token_length:
             return None
-        for kid, key in self._keys:
+        for kid, key in self._keys:  # noqa: B007 - `kid` of the key that verified is read below the loop
             text = kernels.token_verify(token, key)
             if text is not None:
                 break
