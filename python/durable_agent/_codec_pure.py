@@ -145,7 +145,7 @@ def _key_text(key: object) -> str | None:
 def _pairs_of(mapping: dict[Any, Any]) -> list[tuple[Any, Any]]:
     """A dict subclass's pairs, from one pass over its `items()` (its `__len__`, `__iter__`
     and `keys()` are not used: a subclass is what its items() says)."""
-    pairs = [pair for pair in mapping.items()]  # a comprehension: no length hint asked of items()
+    pairs = [pair for pair in mapping.items()]  # noqa: C416 - a comprehension: no length hint asked of items()
     for pair in pairs:
         if type(pair) is not tuple or len(pair) != 2:
             got = f"a tuple of {len(pair)}" if type(pair) is tuple else type(pair).__name__
@@ -207,7 +207,7 @@ def _prepare(value: Any, depth: int) -> Any:
         if depth > MAX_DEPTH:
             raise _too_deep_fault()
         # A plain list is copied (a plain tuple cannot change); a subclass is iterated once.
-        items = value[:] if kind is list or kind is tuple else [item for item in value]
+        items = value[:] if kind is list or kind is tuple else [item for item in value]  # noqa: C416 - only __iter__
         prepared = []
         for i, item in enumerate(items):
             try:
