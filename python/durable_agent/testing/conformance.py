@@ -376,7 +376,7 @@ class SessionStoreConformance(ForkConformance):
             pytest.param(lambda h: h[:3], id="truncated"),
             pytest.param(lambda h: [], id="emptied"),
             pytest.param(lambda h: [{"role": "system", "content": "summary"}, *h[-2:]], id="compacted"),
-            pytest.param(lambda h: copy.deepcopy(h) + [message(50)], id="deep-copied"),
+            pytest.param(lambda h: [*copy.deepcopy(h), message(50)], id="deep-copied"),
             pytest.param(lambda h: [*h[:-1], {**h[-1], "content": "changed last"}], id="last-replaced"),
         ],
     )

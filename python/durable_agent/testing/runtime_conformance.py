@@ -248,7 +248,7 @@ class DurableRuntimeConformance:
             return "call t1"
 
         async def tool(ctx: StepContext) -> str:
-            ran.append([r.status for r in await runtime.inspect.steps(self.run) if r.key == tool_key][0])
+            ran.append(next(r.status for r in await runtime.inspect.steps(self.run) if r.key == tool_key))
             return "done"
 
         scope = await self._scope(runtime)
