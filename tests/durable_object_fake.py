@@ -33,7 +33,7 @@ def _size(text: str) -> int:
 class FakeSyncKv:
     """`ctx.storage.kv` of a SQLite-backed Durable Object."""
 
-    LIST_OPTIONS = {"start", "end", "prefix", "reverse", "limit"}
+    LIST_OPTIONS = frozenset({"start", "end", "prefix", "reverse", "limit"})
 
     def __init__(self) -> None:
         self.data: dict[str, Any] = {}

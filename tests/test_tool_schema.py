@@ -274,31 +274,31 @@ async def test_invalid_input_reaches_the_model_as_an_error_result_and_not_execut
 
 
 def pydantic_models() -> Any:
-    pydantic = pytest.importorskip("pydantic")
-    BaseModel, Field = pydantic.BaseModel, pydantic.Field
+    pytest.importorskip("pydantic")
+    from pydantic import BaseModel, Field
 
     class Color(enum.Enum):
         RED = "red"
         GREEN = "green"
 
-    class Address(BaseModel):  # type: ignore[misc, valid-type]
+    class Address(BaseModel):
         model_config = {"extra": "forbid"}
         street: str
         zip: str = Field(pattern=r"^\d{5}$")
 
-    class Node(BaseModel):  # type: ignore[misc, valid-type]
+    class Node(BaseModel):
         value: int
         children: list[Node] = []
 
-    class Cat(BaseModel):  # type: ignore[misc, valid-type]
+    class Cat(BaseModel):
         kind: Literal["cat"]
         lives: int = Field(ge=0, le=9)
 
-    class Dog(BaseModel):  # type: ignore[misc, valid-type]
+    class Dog(BaseModel):
         kind: Literal["dog"]
         good: bool
 
-    class Order(BaseModel):  # type: ignore[misc, valid-type]
+    class Order(BaseModel):
         name: str = Field(min_length=1, description="who orders")
         quantity: Optional[int] = Field(default=None, gt=0, multiple_of=2)  # noqa: UP045 (the Optional spelling)
         address: Address | None = None
