@@ -154,7 +154,8 @@ def test_encode_parity_on_lying_user_objects(value: Any) -> None:
 
 # --- malformed and mutated text ------------------------------------------------------------
 
-JSONISH = list('{}[]",:\\ \t\n0123456789-+.eEtrufalsn$bytesc=/AZaz') + [
+JSONISH = [
+    *'{}[]",:\\ \t\n0123456789-+.eEtrufalsn$bytesc=/AZaz',
     "\\u",
     "\\ud800",
     "\\udc00",
@@ -162,8 +163,8 @@ JSONISH = list('{}[]",:\\ \t\n0123456789-+.eEtrufalsn$bytesc=/AZaz') + [
     "\u00e9",
 ]
 pieces = st.sampled_from(
-    JSONISH
-    + [
+    [
+        *JSONISH,
         '{"$bytes":',
         '{"$esc":',
         '"AA=="',
@@ -240,7 +241,7 @@ def test_bytes_parity(raw: bytes) -> None:
 KEY = b"parity key: 0123456789abcdef"
 B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 token_noise = st.sampled_from(
-    list(B64URL) + [".", "=", "+", "/", " ", "\n", "\u00e9", "\ud800", "v1.", "V1", ""]
+    [*B64URL, ".", "=", "+", "/", " ", "\n", "\u00e9", "\ud800", "v1.", "V1", ""]
 )
 
 
