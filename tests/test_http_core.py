@@ -348,7 +348,7 @@ async def test_the_same_run_asked_twice_at_once_starts_once() -> None:
     body = {"session_id": "s", "prompt": "hi", "request_id": "k"}
     (s1, b1), (s2, b2) = await asyncio.gather(asgi(app, "POST", "/runs", body), asgi(app, "POST", "/runs", body))
     assert sorted((s1, s2)) in ([200, 201], [201, 201]) and json.loads(b1)["run_id"] == json.loads(b2)["run_id"]
-    status, events = await asgi(app, "GET", f"/runs/{json.loads(b1)['run_id']}/events")
+    _, events = await asgi(app, "GET", f"/runs/{json.loads(b1)['run_id']}/events")
     assert events.count(b'"step-start"') == 1 and len(model.requests) == 1
 
 

@@ -242,7 +242,7 @@ def test_ui_message_stream_speaks_the_ai_sdk_protocol(server: Server) -> None:
 def test_use_chat_transport_routes(server: Server) -> None:
     body = {"id": "chat-1", "trigger": "submit-message",
             "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi there"}]}]}
-    conn_status, heads, _ = server.request("GET", "/chat/chat-1/stream")
+    conn_status, _, _ = server.request("GET", "/chat/chat-1/stream")
     assert conn_status == 204
     import http.client
 

@@ -62,7 +62,7 @@ async def test_every_client_mode_request_carries_a_token_bound_to_the_run() -> N
     streamed = stream_chat(model=ScriptedModel([reply("", call("pay", {"amount": 1}))]), messages=[user("x")],
                            tools={"pay": ledger.tool("pay", needs_approval=True)}, approval_signer=signer,
                            generate_id=ids("ap-s"))
-    part = [p async for p in streamed.full_stream if p["type"] == "tool-approval-request"][0]
+    (part,) = [p async for p in streamed.full_stream if p["type"] == "tool-approval-request"]
     assert signer.verify(part["token"]) is not None and "run_id" not in signer.verify(part["token"])  # type: ignore[operator]
 
 
@@ -108,7 +108,7 @@ async def test_attacks_are_denied_with_the_exact_reason(attack: str) -> None:
     signer = ApprovalSigner(SECRET, clock=clock)
     token = (await _attack_tokens(signer, clock))[attack]
     store, ledger = InMemorySessionStore(), Ledger()
-    first, model, tools = await suspended_run(store, ledger, signer)
+    _, model, tools = await suspended_run(store, ledger, signer)
     done = await resume_from_checkpoint(store, "run-a", model=model, tools=tools, approval_signer=signer,
                                         approval_responses=[ToolApprovalResponse("ap-run-a", True, token=token)])
     result = done.messages[2]["content"][0]
