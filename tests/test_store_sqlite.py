@@ -90,7 +90,7 @@ def test_a_newer_schema_is_refused(db: Path) -> None:
 def test_not_a_database_is_a_configuration_error(tmp_path: Path) -> None:
     bad = tmp_path / "garbage.db"
     bad.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(ConfigurationError, match="garbage.db"):
+    with pytest.raises(ConfigurationError, match=r"garbage\.db"):
         SqliteSessionStore(bad)
     with pytest.raises(ConfigurationError):
         SqliteSessionStore(tmp_path / "missing-dir" / "x.db")
