@@ -164,7 +164,7 @@ def _canonical(value: Any) -> str | None:
     and ``true`` differ; bytes differ from str), and only object key order is normalized.
     """
     try:
-        return kernels.encode(_sorted_keys(value))  # type: ignore[no-any-return]
+        return kernels.encode(_sorted_keys(value))
     except (CodecError, TypeError, RecursionError):  # TypeError: keys that cannot be ordered
         return None
 

@@ -16,7 +16,7 @@ WIDTH = 160  # a value longer than this is cut in tables and transcripts (`--jso
 
 def as_json(value: Any) -> str:
     """`value` as one line of JSON, through the checkpoint codec: bytes survive as ``{"$bytes": ...}``."""
-    return kernels.encode(value)  # type: ignore[no-any-return]
+    return kernels.encode(value)
 
 
 def emit_json(value: Any, out: TextIO | None = None) -> None:

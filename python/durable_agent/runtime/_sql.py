@@ -83,7 +83,7 @@ class JournalDialect:
 
 
 def _text(value: Any) -> str:
-    return kernels.encode(value)  # type: ignore[no-any-return]
+    return kernels.encode(value)
 
 
 def _value(text: str | None) -> Any:
