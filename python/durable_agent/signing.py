@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from ._kernels import kernels
 from ._token_pure import b64url_encode
@@ -118,7 +118,7 @@ def _request_fields(request: ToolApprovalRequest | Mapping[str, Any]) -> dict[st
     return fields
 
 
-def _well_formed(payload: object, kid: str) -> bool:
+def _well_formed(payload: object, kid: str) -> TypeGuard[dict[str, Any]]:
     """True when a MAC-verified payload has exactly the fields and types `sign` writes.
 
     Written out test by test (no generators, no set built per call): it runs on every verify,
@@ -289,7 +289,7 @@ class ApprovalSigner:
             age = self._now() - payload["issued_at"]
             if age >= max_age or -age > self._max_clock_skew_ms:
                 return None
-        return payload  # type: ignore[no-any-return]
+        return payload
 
     def check_approval(
         self,
