@@ -361,8 +361,11 @@ def _reject_constant(name: str) -> None:
 
 def _duplicate_key(pairs: list[tuple[str, Any]]) -> CodecError:
     seen: set[str] = set()
-    dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-    return CodecError(f"duplicate key {dup!r}")
+    for key, _ in pairs:
+        if key in seen:
+            return CodecError(f"duplicate key {key!r}")
+        seen.add(key)
+    raise AssertionError("called only on pairs that hold a duplicate key")
 
 
 def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -242,7 +242,7 @@ class RunTrace:
             _fail(span, error)
 
 
-class RunLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class RunLogger(logging.LoggerAdapter[logging.Logger]):
     """The ``durable_agent`` logger, adding the run's `LOG_FIELDS` to every record (`extra`)."""
 
     def __init__(self, logger: logging.Logger, fields: Any) -> None:

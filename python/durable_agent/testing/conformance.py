@@ -669,7 +669,7 @@ def hammer_one_run(stores: Sequence[Any], steps: int = 15, run_id: str = "hot") 
     for thread in threads:
         thread.join()
     assert errors == []
-    loaded = stores[0].load(run_id)
+    loaded: AgentCheckpoint | None = stores[0].load(run_id)
     assert loaded is not None and loaded.step_index == steps - 1
     assert loaded.messages == conversation(len(loaded.messages))
-    return loaded  # type: ignore[no-any-return]
+    return loaded
