@@ -185,7 +185,8 @@ class ModelCaller:
                 async for part in self._stream(model, request, turn, context):
                     parts.put_nowait(part)
             except Exception as error:
-                # The decision is stored with the failed attempt, so a replay decides the same way.
+                # The decision is stored with the failed attempt, so a replay decides the same way (an
+                # attribute set on whatever exception it is: hence the ignore).
                 error.durable_decision = self._decision_of(error, tries)  # type: ignore[attr-defined]
                 raise
             return turn.to_json()

@@ -11,6 +11,8 @@ from .results import Part
 
 
 def tool_message(results: list[dict[str, Any]]) -> Message:
+    # The tool phase keeps its results as the plain dicts it also streams (typing them ToolResultPart
+    # would retype the loop's stream parts too).
     return {"role": "tool", "content": results}  # type: ignore[typeddict-item]
 
 

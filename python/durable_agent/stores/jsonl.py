@@ -73,7 +73,7 @@ from ._validate import (
 try:  # absent on Windows and Pyodide: then one process only (documented above)
     import fcntl as _fcntl
 except ImportError:  # pragma: no cover - depends on the platform
-    _fcntl = None  # type: ignore[assignment]
+    _fcntl = None  # type: ignore[assignment]  # the optional-module idiom: typed as the module where present
 
 logger = logging.getLogger("durable_agent")
 _RUN_ID_AT_START = re.compile(rb'^\{"run_id":("(?:[^"\\]|\\.)*")')

@@ -330,7 +330,8 @@ class RedisSessionStore:
         """Raw members of the run index (all runs, or those of `status`) after `after`, in byte order."""
         key = f"{self._prefix}{'runs' if status is None else 'status:' + status}"
         low = b"-" if after is None else b"(" + after
-        return self._client.zrangebylex(key, low, b"+", *((0, limit) if limit is not None else ()))  # type: ignore[no-any-return]
+        members = self._client.zrangebylex(key, low, b"+", *((0, limit) if limit is not None else ()))
+        return members  # type: ignore[no-any-return]  # redis-py types a reply as Awaitable[Any] | Any
 
     def list(
         self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
