@@ -22,6 +22,7 @@ from durable_agent.http import (
     PostgresEventLog,
     SqliteEventLog,
 )
+from durable_agent.messages import content_parts
 from durable_agent.models import ModelRequest, ScriptedResponse
 from durable_agent.runtime.sqlite import sqlite_runtime
 
@@ -37,7 +38,8 @@ def script(request: ModelRequest) -> ScriptedResponse:
     if last["role"] == "assistant":  # a turn a crash cut off, joined to the history as aborted
         return reply(RECOVERED)
     if last["role"] == "tool":
-        return reply("Deployed." if any(p["tool_name"] == "deploy" for p in last["content"]) else LONG_ANSWER)
+        deployed = any(p["type"] == "tool-result" and p["tool_name"] == "deploy" for p in content_parts(last))
+        return reply("Deployed." if deployed else LONG_ANSWER)
     prompt = str(last["content"])
     if "deploy" in prompt:
         return reply("", call("deploy", {"env": "prod"}))

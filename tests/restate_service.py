@@ -80,6 +80,11 @@ class LedgerModel(ScriptedModel):
         note("model", who, turn, "end")
 
 
+def pay(invoice: str) -> str:
+    note("effect", "pay", invoice)
+    return "paid"
+
+
 # The README's invoice agent: lookup, then pay (needs a client-mode approval), then a final answer.
 readme = Agent(
     model=LedgerModel([
@@ -91,7 +96,7 @@ readme = Agent(
         "lookup": Tool(description="Find an invoice.", parameters=SCHEMA, replay="safe",
                        execute=lambda args: {"id": args["id"], "amount": 42}),
         "pay": Tool(description="Pay an invoice.", parameters=SCHEMA, needs_approval=True,
-                    execute=lambda args: note("effect", "pay", args["id"]) or "paid"),
+                    execute=lambda args: pay(args["id"])),
     },
     max_steps=10,
     approval_signer=ApprovalSigner(SECRET),

@@ -248,7 +248,7 @@ def test_codec_error_is_a_value_error_with_a_code(kernels: ModuleType) -> None:
     with pytest.raises(ValueError) as caught:
         kernels.encode({1})
     assert isinstance(caught.value, errors.DurableAgentError)
-    assert caught.value.code == "codec_error"  # type: ignore[attr-defined]
+    assert caught.value.code == "codec_error"
 
 
 def test_decoded_values_are_fresh_and_mutable(kernels: ModuleType) -> None:

@@ -65,7 +65,7 @@ leaves = (
     | any_text
     | st.binary(max_size=20)
     | st.binary(max_size=8).map(bytearray)
-    | st.binary(max_size=8).map(memoryview)
+    | st.binary(max_size=8).map(lambda b: memoryview(b))
     | st.sampled_from([frozenset(), object(), 1j, {1}])
 )
 

@@ -74,7 +74,7 @@ def test_every_part_is_keyed_by_progress() -> None:
     keys.events({"type": "step-start", "step_index": 2})
     call = {"type": "tool-call", "tool_call_id": "c1", "tool_name": "t", "input": {}}
     result = {"type": "tool-result", "tool_call_id": "c1", "tool_name": "t", "output": 1, "is_error": False}
-    approval = {"type": "tool-approval-request", "approval_id": "a1", "tool_call_id": "c1", "tool_name": "t",
+    approval: dict[str, Any] = {"type": "tool-approval-request", "approval_id": "a1", "tool_call_id": "c1", "tool_name": "t",
                 "input": {}, "agent_path": None, "token": None}
     finish = {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 2, 3), "total_usage": Usage(1, 2, 3)}
     step_finish = {"type": "step-finish", "step_index": 2, "usage": Usage(), "finish_reason": "stop"}
@@ -180,7 +180,7 @@ def recorded_frames() -> list[tuple[str | None, Any]]:
 
 
 def test_the_ui_message_stream_matches_the_recorded_frames() -> None:
-    events = [
+    events: list[dict[str, Any]] = [
         {"type": "step-start", "step_index": 1},
         {"type": "text-delta", "step_index": 1, "offset": 0, "text": "Let me "},
         {"type": "text-delta", "step_index": 1, "offset": 7, "text": "check."},
@@ -262,7 +262,8 @@ async def test_a_log_holds_each_key_once_and_numbers_events_in_order(make_log: A
     log, other = make_log(), make_log()  # for SQLite: two connections, as two processes have
     assert await log.create_run("r", "s", {"user": "u"}) is True
     assert await other.create_run("r", "s", {}) is False
-    assert (await other.run_info("r")).meta == {"user": "u"}  # type: ignore[union-attr]
+    info = await other.run_info("r")
+    assert info is not None and info.meta == {"user": "u"}
     first = await log.append("r", [("a", {"n": 1}), ("b", {"n": b"\x00bytes"})])
     again = await other.append("r", [("b", {"n": 2}), ("c", {"n": 3})])
     assert [(e.seq, e.key) for e in first + again] == [(1, "a"), (2, "b"), (3, "c")]

@@ -142,10 +142,10 @@ def test_sigkill_mid_run_another_server_completes_the_stream(paths: tuple[Path, 
         stream = first.events(f"/runs/{run_id}/events")
         if kill_at == "mid-text":  # the second model call is streaming its answer
             def stop(f: Frame) -> bool:
-                return f.data["type"] == "text-delta" and f.data["step_index"] == 2 and f.data["offset"] > 20
+                return bool(f.data["type"] == "text-delta" and f.data["step_index"] == 2 and f.data["offset"] > 20)
         else:  # the tool started (its ledger line is written) and sleeps
             def stop(f: Frame) -> bool:
-                return f.data["type"] == "tool-call"
+                return bool(f.data["type"] == "tool-call")
         head = read_until(stream.frames(), stop)
         if kill_at == "mid-tool":
             while not ledger_lines(ledger):

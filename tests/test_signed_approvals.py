@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent_kit import Ledger, user
+from agent_kit import Ledger, tool_results, user
 from durable_agent import (
     APPROVAL_TOKEN_DENIED_REASON,
     ApprovalSigner,
@@ -111,7 +111,7 @@ async def test_attacks_are_denied_with_the_exact_reason(attack: str) -> None:
     _, model, tools = await suspended_run(store, ledger, signer)
     done = await resume_from_checkpoint(store, "run-a", model=model, tools=tools, approval_signer=signer,
                                         approval_responses=[ToolApprovalResponse("ap-run-a", True, token=token)])
-    result = done.messages[2]["content"][0]
+    result = tool_results(done.messages[2])[0]
     assert result == {**result, "is_error": True, "output": APPROVAL_TOKEN_DENIED_REASON}
     assert ledger.entries == []
     assert done.text == "done"  # the loop continues after the denial
@@ -127,7 +127,7 @@ async def test_a_token_for_another_approval_cannot_approve_this_one() -> None:
     done = await resume_from_checkpoint(store, "r", model=model, tools=tools, approval_signer=signer,
                                         approval_responses=[ToolApprovalResponse("ap-1", True, token=token_one),
                                                             ToolApprovalResponse("ap-2", True, token=token_one)])
-    first_result, second_result = done.messages[2]["content"]
+    first_result, second_result = tool_results(done.messages[2])
     assert not first_result["is_error"] and second_result["output"] == APPROVAL_TOKEN_DENIED_REASON
     assert len(ledger.entries) == 1
 
@@ -152,7 +152,7 @@ async def test_denials_need_no_token_and_rotation_keeps_old_tokens_valid() -> No
     denied = await resume_from_checkpoint(store, "run-a", model=model,
                                           tools=tools, approval_signer=old,
                                           approval_responses=[ToolApprovalResponse("ap-run-a", False, "No.")])
-    assert denied.messages[2]["content"][0]["output"] == "No."
+    assert tool_results(denied.messages[2])[0]["output"] == "No."
 
     store2 = InMemorySessionStore()
     first, model, tools = await suspended_run(store2, ledger, old)
@@ -160,7 +160,7 @@ async def test_denials_need_no_token_and_rotation_keeps_old_tokens_valid() -> No
     done = await resume_from_checkpoint(store2, "run-a", model=model, tools=tools, approval_signer=rotated,
                                         approval_responses=[ToolApprovalResponse(
                                             "ap-run-a", True, token=first.pending_approvals[0].token)])
-    assert not done.messages[2]["content"][0]["is_error"] and ledger.entries == [("pay", {"amount": 5})]
+    assert not tool_results(done.messages[2])[0]["is_error"] and ledger.entries == [("pay", {"amount": 5})]
 
 
 async def test_a_plain_same_process_call_verifies_verdicts_too() -> None:
@@ -171,10 +171,10 @@ async def test_a_plain_same_process_call_verifies_verdicts_too() -> None:
                                 generate_id=ids("ap"))
     unsigned = await generate_text(model=model, messages=first.messages, tools=tools, approval_signer=signer,
                                    approval_responses=[ToolApprovalResponse("ap", True)])
-    assert unsigned.messages[2]["content"][0]["output"] == APPROVAL_TOKEN_DENIED_REASON
+    assert tool_results(unsigned.messages[2])[0]["output"] == APPROVAL_TOKEN_DENIED_REASON
     signed = await generate_text(model=model, messages=first.messages, tools=tools, approval_signer=signer,
                                  approval_responses=[ToolApprovalResponse("ap", True, token=first.pending_approvals[0].token)])
-    assert not signed.messages[2]["content"][0]["is_error"] and ledger.entries == [("pay", {})]
+    assert not tool_results(signed.messages[2])[0]["is_error"] and ledger.entries == [("pay", {})]
 
 
 async def test_a_raising_signer_is_logged_and_the_request_goes_out_unsigned(caplog: pytest.LogCaptureFixture) -> None:
@@ -189,7 +189,7 @@ async def test_a_raising_signer_is_logged_and_the_request_goes_out_unsigned(capl
     assert any("unsigned" in r.getMessage() for r in caplog.records)
     done = await resume_from_checkpoint(store, "run-a", model=model, tools=tools, approval_signer=ApprovalSigner(SECRET),
                                         approval_responses=[ToolApprovalResponse("ap-run-a", True)])
-    assert done.messages[2]["content"][0]["output"] == APPROVAL_TOKEN_DENIED_REASON  # the safe side
+    assert tool_results(done.messages[2])[0]["output"] == APPROVAL_TOKEN_DENIED_REASON  # the safe side
 
 
 async def test_sub_agent_requests_are_signed_by_the_child_and_verified_through_agent_path() -> None:
@@ -200,7 +200,7 @@ async def test_sub_agent_requests_are_signed_by_the_child_and_verified_through_a
     first = await generate_text(model=parent, messages=[user("x")], tools={"coder": child},
                                 session=Session(store, "p"), approval_signer=signer, generate_id=ids("ap-c"))
     (request,) = first.pending_approvals
-    assert request.agent_path == ("coder",)
+    assert request.agent_path == ("coder",) and request.token is not None
     payload = signer.verify(request.token)
     assert payload is not None and payload["run_id"] == "p::coder#t1" and payload["agent_path"] == ["coder"]
     forged = await resume_from_checkpoint(store, "p", model=parent, tools={"coder": child}, approval_signer=signer,
