@@ -68,7 +68,9 @@ class FakeSyncKv:
         unknown = set(options) - self.LIST_OPTIONS
         if unknown:
             raise TypeError(f"unknown list() options {sorted(unknown)}")
-        order = lambda k: k.encode("utf-8", "surrogatepass")  # noqa: E731
+        def order(k: str) -> bytes:
+            return k.encode("utf-8", "surrogatepass")
+
         keys = sorted(self.data, key=order, reverse=bool(options.get("reverse")))
         prefix, start, end = options.get("prefix"), options.get("start"), options.get("end")
         picked = [

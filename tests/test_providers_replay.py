@@ -315,10 +315,10 @@ async def test_the_consumers_time_between_events_does_not_count_against_the_read
     from durable_agent.providers import Timeouts
 
     model, _ = chat("text", timeouts=Timeouts(connect=1, read=0.05, total=0.2))
-    texts = []
+    texts: list[str] = []
     async for event in model.stream(ASK):  # 16 events, 0.06 s each: longer than `read`, and than `total`
         await asyncio.sleep(0.06)
-        texts.append(event.get("text", ""))
+        texts.append(str(event.get("text", "")))
     assert "".join(texts).endswith("ready.")
 
 

@@ -134,7 +134,9 @@ async def test_a_pool_serves_the_journal_and_the_session_store(conninfo: str) ->
         result = await agent.run("one plus one")
         assert result.text == "two"
         run_id = await runtime.stores.runs.last(SESSION)
-        assert (await runtime.stores.session.load(run_id)).status == "completed"
+        assert run_id is not None
+        checkpoint = await runtime.stores.session.load(run_id)
+        assert checkpoint is not None and checkpoint.status == "completed"
         assert [(r.kind, r.status) for r in await runtime.inspect.steps(run_id)] == [
             ("model", "done"),
             ("tool", "done"),

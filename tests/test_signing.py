@@ -602,7 +602,7 @@ def test_verify_accepts_exactly_the_payload_fields_and_types_sign_writes(
     change: dict[str, Any], accepted: bool
 ) -> None:
     """A genuine MAC over a payload sign would not write is refused (the policy, not the kernel)."""
-    from durable_agent.signing import kernels
+    from durable_agent._kernels import kernels
 
     signer = ApprovalSigner(SECRET, clock=lambda: T0)
     payload = {**_GOOD_PAYLOAD, "kid": signer.key_id, **change}
@@ -612,7 +612,7 @@ def test_verify_accepts_exactly_the_payload_fields_and_types_sign_writes(
 
 @pytest.mark.parametrize("missing", [*sorted(_GOOD_PAYLOAD), "kid"])
 def test_verify_refuses_a_genuine_payload_missing_a_field(missing: str) -> None:
-    from durable_agent.signing import kernels
+    from durable_agent._kernels import kernels
 
     signer = ApprovalSigner(SECRET, clock=lambda: T0)
     payload = {**_GOOD_PAYLOAD, "kid": signer.key_id}

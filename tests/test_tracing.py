@@ -42,11 +42,15 @@ def provider() -> Any:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    provider.memory = memory
-    return provider
+    class MemoryTracerProvider(TracerProvider):
+        """Keeps the finished spans in `memory`."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.memory = InMemorySpanExporter()
+            self.add_span_processor(SimpleSpanProcessor(self.memory))
+
+    return MemoryTracerProvider()
 
 
 @pytest.fixture
