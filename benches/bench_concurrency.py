@@ -5,13 +5,15 @@ tool call), side by side with the same agent and no durability. Each variant run
 subprocess (so peak RSS is its own):
 
 * ``none``: `generate_text` without a session;
-* ``sqlite-store``: `generate_text` with a `SqliteSessionStore` session (checkpoints only);
+* ``sqlite-store``: `generate_text` with a `SqliteSessionStore` session (checkpoints only, each
+  save a transaction on the event loop's thread); ``sqlite-store-async``: the same with an
+  `AsyncSqliteSessionStore` (saves on its connection's thread, concurrent saves in one commit);
 * ``memory``, ``sqlite``, ``postgres``: `Agent` on the memory, SQLite and Postgres runtimes
   (Postgres when DURABLE_AGENT_BENCH_POSTGRES_URL is set);
 * ``dbos``: the anchor, the same agent as DBOS async workflows on SQLite (``pip install dbos``).
 
 Loop lag: a ticker sleeping 5 ms measures how late it wakes (p50 / p99 / max). Commits: the
-transactions a runtime wrote, per step.
+transactions a runtime or store wrote, per step.
 
     .venv/bin/python benches/bench_concurrency.py [--n 1,10,100,1000] [--variants none,sqlite-store,memory,sqlite]
 """
@@ -86,6 +88,28 @@ def count_commits(runtime: Any, counter: list[int]) -> Any:
     return runtime
 
 
+def count_store_commits(store: Any, counter: list[int]) -> Any:
+    """Count the write transactions of a SQLite session store (private hooks: a bench's view inside)."""
+    runner = store._runner
+    if hasattr(runner, "_in_transaction"):  # group commit: one transaction per batch of writes
+        inner = runner._in_transaction
+
+        def batch(mode: str, jobs: Any, *, savepoints: bool) -> None:
+            counter[0] += mode == "IMMEDIATE"
+            inner(mode, jobs, savepoints=savepoints)
+
+        runner._in_transaction = batch
+    else:
+        transaction = runner.transaction
+
+        def one(plan: Any, *, write: bool) -> Any:
+            counter[0] += write
+            return transaction(plan, write=write)
+
+        runner.transaction = one
+    return store
+
+
 async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
     commits = [0]
     runtime: Any = None
@@ -103,7 +127,11 @@ async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
     elif name == "sqlite-store":
         from durable_agent.stores.sqlite import SqliteSessionStore
 
-        store = SqliteSessionStore(Path(tmp) / "store.db")
+        store = count_store_commits(SqliteSessionStore(Path(tmp) / "store.db"), commits)
+    elif name == "sqlite-store-async":
+        from durable_agent.stores.sqlite import AsyncSqliteSessionStore
+
+        store = count_store_commits(AsyncSqliteSessionStore(Path(tmp) / "store.db"), commits)
 
     nonce = time.time_ns()  # a shared database (Postgres) keeps earlier runs' sessions
 
@@ -126,10 +154,11 @@ async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
     wall = time.perf_counter() - start
     stop.set()
     await tick
-    if runtime is not None and hasattr(runtime, "close"):
-        closed = runtime.close()
-        if asyncio.iscoroutine(closed):
-            await closed
+    for owner in (runtime, store):
+        if owner is not None and hasattr(owner, "close"):
+            closed = owner.close()
+            if asyncio.iscoroutine(closed):
+                await closed
     lags.sort()
     return {
         "wall": wall, "steps_per_s": n * STEPS / wall,
@@ -196,7 +225,7 @@ def run_child(name: str, n: int) -> dict[str, Any] | None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", default="1,10,100,1000")
-    parser.add_argument("--variants", default="none,sqlite-store,memory,sqlite,postgres,dbos")
+    parser.add_argument("--variants", default="none,sqlite-store,sqlite-store-async,memory,sqlite,postgres,dbos")
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
@@ -209,7 +238,7 @@ def main() -> None:
     if "postgres" in wanted and not os.environ.get("DURABLE_AGENT_BENCH_POSTGRES_URL"):
         print("postgres: skipped (set DURABLE_AGENT_BENCH_POSTGRES_URL)")
         wanted.remove("postgres")
-    print(f"{'N':>5} {'variant':<13} {'steps/s':>9} {'wall vs none':>13} {'lag p50':>9} {'p99':>9} {'max':>9}"
+    print(f"{'N':>5} {'variant':<18} {'steps/s':>9} {'wall vs none':>13} {'lag p50':>9} {'p99':>9} {'max':>9}"
           f" {'commits/step':>13} {'peak RSS':>9}")
     for n in (int(x) for x in args.n.split(",")):
         base = run_child("none", n)
@@ -217,9 +246,9 @@ def main() -> None:
             row = base if name == "none" else run_child(name, n)
             if row is None or base is None:
                 continue
-            print(f"{n:>5} {name:<13} {row['steps_per_s']:9.0f} {row['wall'] / base['wall']:12.2f}x"
+            print(f"{n:>5} {name:<18} {row['steps_per_s']:9.0f} {row['wall'] / base['wall']:12.2f}x"
                   f" {row['lag_p50'] * 1000:7.1f}ms {row['lag_p99'] * 1000:7.1f}ms {row['lag_max'] * 1000:7.1f}ms"
-                  f" {row['commits_per_step']:13.2f} {row['rss_mb']:7.0f}MB", flush=True)
+                  f" {row['commits_per_step']:13.3f} {row['rss_mb']:7.0f}MB", flush=True)
 
 
 if __name__ == "__main__":

@@ -38,11 +38,16 @@ def script(request: ModelRequest) -> ScriptedResponse:
     if last["role"] == "assistant":  # a turn a crash cut off, joined to the history as aborted
         return reply(RECOVERED)
     if last["role"] == "tool":
-        deployed = any(p["type"] == "tool-result" and p["tool_name"] == "deploy" for p in content_parts(last))
-        return reply("Deployed." if deployed else LONG_ANSWER)
+        located = [p["output"] for p in last["content"] if p["tool_name"] == "locate"]
+        if located:  # the client tool's results, as the UI handed them over
+            return reply("You are in " + " and ".join(str(o) for o in located) + ".")
+        return reply("Deployed." if any(p["tool_name"] == "deploy" for p in last["content"]) else LONG_ANSWER)
     prompt = str(last["content"])
     if "deploy" in prompt:
         return reply("", call("deploy", {"env": "prod"}))
+    if "where" in prompt:  # the client tool, once per place asked about
+        return reply("Let me ask your browser.", *(call("locate", {"place": w}, f"loc-{w}")
+                                                   for w in prompt.split()[1:]))
     if "lookup" in prompt:
         return reply("Let me look that up for you.", call("lookup", {"q": "answer"}))
     return reply(f"You said: {prompt}")
@@ -72,6 +77,8 @@ def create() -> ChatEndpoint:
                        execute=lambda args: effect("lookup", args)),
         "deploy": Tool(description="Deploy.", parameters={"type": "object"},
                        execute=lambda args: effect("deploy", args), needs_approval=True),
+        "locate": Tool(description="Where the user is: the browser answers (a client tool).",
+                       parameters={"type": "object"}),
     }
     model = ScriptedModel(script, delay=delay)
     signer = ApprovalSigner(SECRET)

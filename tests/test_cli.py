@@ -199,6 +199,40 @@ def test_prune_keeps_suspended_runs_unless_asked(store_url: str) -> None:
     assert json.loads(gone.stdout)["deleted"] == ["run-42"]
 
 
+def event_log_runs(url: str, register: tuple[str, ...] = ()) -> list[str]:
+    """Register `register` (one event each) in the endpoint event log at `url`; the ids of those the log holds."""
+    from durable_agent.cli._backends import open_event_log
+
+    async def go() -> list[str]:
+        log = open_event_log(url)
+        try:
+            for run_id in register:
+                await log.create_run(run_id, "s", {})
+                await log.append(run_id, [("finish/0", {"type": "finish", "finish_reason": "stop"})])
+            return [r for r in ("run-42", "other") if await log.run_info(r) is not None]
+        finally:
+            await maybe_await(log.close())
+
+    return asyncio.run(go())
+
+
+def test_prune_drops_the_runs_events_from_the_endpoint_log(store_url: str, tmp_path: Path) -> None:
+    suspended_run(store_url)
+    assert event_log_runs(store_url, ("run-42", "other")) == ["run-42", "other"]  # the log on the store's database
+    gone = json.loads(cli("--store", store_url, "--json", "runs", "prune", "--before", "2999-01-01",
+                          "--include-suspended").stdout)
+    assert (gone["deleted"], gone["events_deleted"]) == (["run-42"], ["run-42"])
+    assert event_log_runs(store_url) == ["other"]  # a run the store did not prune keeps its events
+    elsewhere = f"sqlite:///{tmp_path}/events.db"
+    suspended_run(store_url)
+    event_log_runs(elsewhere, ("run-42",))
+    done = cli("--store", store_url, "runs", "prune", "--before", "2999-01-01", "--include-suspended",
+               "--events", elsewhere)
+    assert done.stdout.startswith("deleted 1 run(s)") and ", and the endpoint events of 1" in done.stdout
+    assert event_log_runs(elsewhere) == []
+    one_line_error(cli("--store", store_url, "runs", "prune", "--before", "1d", "--events", "redis://x"), 2)
+
+
 def test_watch_follows_a_live_run_to_its_end(tmp_path: Path, ledger: Path) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
     approval = suspended_run(url)

@@ -50,7 +50,7 @@ async def test_sessions_survive_sigkills_in_every_window(runtime_spec: str, tmp_
           f"{tally.stalls} stalls, {tally.seconds:.0f} s; {found.model_requests} model requests for "
           f"{found.model_steps} model steps; {found.interrupted} unsafe calls reported interrupted; "
           f"{found.refused} claims refused")
-    assert found.failures == {}
+    assert found.failures == {}, "\n".join(f"{name}: {value}" for name, value in found.failures.items())
     assert tally.total_kills >= 50 and tally.stalls >= 1
     assert tally.kills["aimed"] >= 5 and tally.kills["random"] >= 5
 

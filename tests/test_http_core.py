@@ -281,6 +281,49 @@ async def test_a_waiting_reader_wakes_on_an_append(make_log: Any) -> None:
     await asyncio.wait_for(waiter, 5)
 
 
+async def test_forget_and_prune_drop_runs_with_their_events(make_log: Any) -> None:
+    log = make_log()
+    ends = {"done": {"type": "finish", "finish_reason": "stop"}, "failed": {"type": "error", "message": "x"},
+            "parked": {"type": "finish", "finish_reason": "suspended"}, "streaming": {"type": "text-delta"},
+            "late": {"type": "finish", "finish_reason": "stop"}}
+    for run_id, last in ends.items():
+        if run_id == "late":
+            await asyncio.sleep(0.01)  # registered a few ms after the others
+        await log.create_run(run_id, "s", {})
+        await log.append(run_id, [("step/0/start", {"type": "step-start"}), ("end", last)])
+    await log.create_run("silent", "s", {})
+    cut = (await log.run_info("late")).created_at  # type: ignore[union-attr]
+    assert sorted(await log.prune(before=cut)) == ["done", "failed"]  # registered before `cut`, ended for good
+    assert await log.run_info("done") is None and await log.read("done") == []
+    assert await make_log().run_info("parked") is not None  # another connection sees the same
+    assert await log.forget(["parked", "nope", "parked"]) == ["parked"]
+    assert await log.read("parked") == [] and await log.run_info("late") is not None
+    assert await log.prune(before=cut + 1) == ["late"]
+    assert sorted([r for r in ("streaming", "silent") if await log.run_info(r) is not None]) == ["silent", "streaming"]
+    with pytest.raises(ConfigurationError):
+        await log.prune(before="yesterday")
+    with pytest.raises(ConfigurationError):
+        await log.forget("done")
+
+
+async def test_a_pruned_run_is_a_clear_404_and_its_reader_is_let_go() -> None:
+    runtime = create_memory_runtime()
+    log = MemoryEventLog()
+    model = ScriptedModel([reply("a b c d e f g h i j k l m n o p")], delay=0.05)
+    app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime)),
+                       runtime=runtime, events=log)
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    reader = asyncio.ensure_future(asgi(app, "GET", f"/runs/{run_id}/events"))
+    while len(await log.read(run_id)) < 3:
+        await asyncio.sleep(0.01)
+    assert await log.forget([run_id]) == [run_id]  # dropped while streaming (prune() only drops finished runs)
+    status, body = await reader  # the stream ends instead of waiting for events that will never be logged
+    assert status == 200 and body.count(b"data: ") < 17
+    status, body = await asgi(app, "GET", f"/runs/{run_id}/events?after=3")
+    assert status == 404 and json.loads(body)["error"] == {
+        "code": "unknown_run", "message": f"no run {run_id!r} (never started here, or pruned)"}
+
+
 # --------------------------------------------------------- Agent and ASGI app
 
 
@@ -423,3 +466,137 @@ async def test_a_retried_model_call_streams_its_failed_attempt_then_the_next() -
     assert [(e["type"], e.get("attempt"), e.get("text")) for e in events if e["type"] in ("text-delta", "step-retry")] == [
         ("text-delta", 0, "Hel"), ("step-retry", 0, None), ("text-delta", 1, "Hel"), ("text-delta", 1, "lo")]
     assert events[-1]["type"] == "finish" and [e["seq"] for e in events] == list(range(1, len(events) + 1))
+
+
+def client_tool_app(model: ScriptedModel, **tools: Any) -> tuple[ChatEndpoint, Any]:
+    from durable_agent import Tool
+
+    runtime = create_memory_runtime()
+    tools = {"pick_file": Tool(description="Ask the user for a file.", parameters={"type": "object"}), **tools}
+    app = ChatEndpoint(agent=lambda s: Agent(model=model, tools=tools, session_id=s, durable=DurableOptions(runtime)),
+                       runtime=runtime, events=MemoryEventLog())
+    return app, runtime
+
+
+def data_lines(body: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: {")]
+
+
+async def test_client_tool_results_resume_the_run_once_every_call_has_one() -> None:
+    from durable_agent import call
+
+    model = ScriptedModel([reply("", call("pick_file", {"n": 1}, "c1"), call("pick_file", {"n": 2}, "c2")), "thanks"])
+    app, _ = client_tool_app(model)
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    leg1 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])
+    view = json.loads((await asgi(app, "GET", f"/runs/{run_id}"))[1])
+    assert [c["tool_call_id"] for c in view["pending_tool_calls"]] == ["c1", "c2"]
+    status, _ = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": "a.txt"})
+    assert status == 202
+    view = json.loads((await asgi(app, "GET", f"/runs/{run_id}"))[1])
+    assert view["status"] == "suspended" and [c["tool_call_id"] for c in view["pending_tool_calls"]] == ["c2"]
+    assert len(model.requests) == 1  # one call still waits: the run does not go on
+    status, body = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": "b"})
+    assert (status, json.loads(body)["error"]["code"]) == (409, "already_answered")
+    status, _ = await asgi(app, "POST", f"/runs/{run_id}/tool-results",
+                           {"results": [{"tool_call_id": "c2", "output": None, "is_error": True}]})
+    assert status == 202
+    leg2 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1])
+    assert [(e["type"], e.get("tool_call_id"), e.get("output"), e.get("is_error")) for e in leg2[:2]] == [
+        ("tool-result", "c1", "a.txt", False), ("tool-result", "c2", None, True)]
+    assert leg2[-1]["type"] == "finish" and leg2[-1]["finish_reason"] == "stop"
+    assert [e["seq"] for e in leg1 + leg2] == list(range(1, len(leg1) + len(leg2) + 1))
+    tool_message = model.requests[1].messages[-1]
+    assert [(p["tool_call_id"], p["output"]) for p in tool_message["content"]] == [("c1", "a.txt"), ("c2", None)]
+    status, body = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c2", "output": 1})
+    assert (status, json.loads(body)["error"]["code"]) == (409, "not_waiting")
+
+
+async def test_an_approval_does_not_resume_a_run_whose_client_tool_call_waits() -> None:
+    from agent_kit import Ledger
+
+    from durable_agent import call
+
+    ledger = Ledger()
+    model = ScriptedModel([reply("", call("pick_file", {}, "c1"), call("rm", {"path": "x"}, "c2")), "done"])
+    app, _ = client_tool_app(model, rm=ledger.tool("rm", needs_approval=True))
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    leg1 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])
+    request = next(e for e in leg1 if e["type"] == "tool-approval-request")
+    assert (await asgi(app, "POST", f"/runs/{run_id}/approvals",
+                       {"approval_id": request["approval_id"], "approved": True}))[0] == 202
+    again = (await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1]
+    assert b"data: " not in again and len(model.requests) == 1  # the client call still waits: no placeholder
+    assert (await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": "f"}))[0] == 202
+    leg2 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1])
+    assert leg2[-1]["finish_reason"] == "stop" and ledger.entries == [("rm", {"path": "x"})]
+    answers = [m for m in model.requests[1].messages if m["role"] == "tool"]  # the client's result, then the settled
+    assert [[(p["tool_call_id"], p["is_error"]) for p in m["content"]] for m in answers] == [[("c1", False)],
+                                                                                           [("c2", False)]]
+
+
+def test_client_results_recorded_after_a_parked_leg_are_rebuilt() -> None:
+    parked = [{"role": "user", "content": "x"},
+              {"role": "assistant", "content": [{"type": "tool-call", "tool_call_id": "c1", "tool_name": "t",
+                                                 "input": {}}]},
+              {"role": "tool", "content": [{"type": "tool-result", "tool_call_id": "c1", "tool_name": "t",
+                                            "output": "f", "is_error": False}]}]
+    finish = ("finish/1", {"type": "finish", "step_index": 1, "finish_reason": "suspended"})
+    events = missing_events("r", logged(START1, ("step/1/finish", {"type": "step-finish"}), finish),
+                            checkpoint(1, "suspended", parked), [], [])
+    assert events == [("result/c1", {"type": "tool-result", "tool_call_id": "c1", "tool_name": "t", "output": "f",
+                                     "is_error": False})]
+
+
+async def test_a_resumed_chat_stream_is_the_leg_in_flight_not_the_first() -> None:
+    from durable_agent import call
+
+    model = ScriptedModel([reply("Let me see.", call("pick_file", {}, "c1")), "You picked a file, and so on."],
+                          delay=0.05)
+    app, _ = client_tool_app(model)
+    user = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "pick one"}]}
+    first = data_lines((await asgi(app, "POST", "/chat", {"id": "s", "messages": [user]}))[1])
+    run_id = first[0]["messageId"]
+    assert (await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": "f"}))[0] == 202
+    resumed = data_lines((await asgi(app, "GET", "/chat/s/stream"))[1])  # a page reload while the next leg streams
+    assert resumed[:2] == [{"type": "start", "messageId": run_id},
+                           {"type": "tool-output-available", "toolCallId": "c1", "output": "f"}]
+    assert "".join(c["delta"] for c in resumed if c["type"] == "text-delta") == "You picked a file, and so on."
+    assert resumed[-1]["type"] == "finish" and resumed[-1]["messageMetadata"]["finishReason"] == "stop"
+
+
+async def test_results_for_a_run_this_process_drives_do_not_fence_it_out() -> None:
+    from durable_agent import call
+
+    model = ScriptedModel([reply("one two three four five six seven eight nine ten")], delay=0.02)
+    app, runtime = client_tool_app(model)
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    status, body = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": 1})
+    assert (status, json.loads(body)["error"]["code"]) == (409, "not_waiting")
+    events = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])
+    assert events[-1]["finish_reason"] == "stop" and len(model.requests) == 1  # never fenced out, never replayed
+    parked = ScriptedModel([reply("", call("pick_file", {}, "c1")), "thanks"])
+    app, _ = client_tool_app(parked)
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    leg1 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])
+    # answered as soon as the parked leg's finish is read, while its task may still be ending: waited for, not refused
+    status, _ = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": 1})
+    assert status == 202 and leg1[-1]["finish_reason"] == "suspended"
+    leg2 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1])
+    assert leg2[-1]["finish_reason"] == "stop" and len(parked.requests) == 2
+
+
+def test_the_tool_outputs_of_a_ui_message_are_read_as_use_chat_writes_them() -> None:
+    from durable_agent.http.client_tools import ClientResult, ui_tool_results
+
+    message = {"role": "assistant", "parts": [
+        {"type": "text", "text": "hi"},
+        {"type": "tool-pick_file", "toolCallId": "c1", "state": "output-available", "input": {}, "output": {"f": 1}},
+        {"type": "tool-pick_file", "toolCallId": "c1", "state": "output-available", "input": {}, "output": "again"},
+        {"type": "dynamic-tool", "toolName": "ask", "toolCallId": "c2", "state": "output-error", "errorText": "no"},
+        {"type": "tool-pick_file", "toolCallId": "c3", "state": "input-available", "input": {}},
+        {"type": "dynamic-tool", "toolCallId": "c4", "state": "output-available", "output": 1},  # no tool name
+        {"type": "tool-x", "state": "output-available", "output": 1},  # no call id
+    ]}
+    assert ui_tool_results(message) == [("pick_file", ClientResult("c1", {"f": 1})),
+                                        ("ask", ClientResult("c2", "no", is_error=True))]

@@ -367,3 +367,115 @@ def test_sigkill_in_the_leg_after_an_approval(paths: tuple[Path, Path]) -> None:
         assert ledger_lines(ledger) == [["deploy", {"env": "prod"}]]
     finally:
         second.stop()
+
+
+def test_client_tool_results_over_http(server: Server) -> None:
+    run_id = start(server, "s-client", "where home work")
+    leg1 = list(server.events(f"/runs/{run_id}/events").frames())
+    assert leg1[-1].data["finish_reason"] == "suspended"
+    assert [f.data["tool_call_id"] for f in leg1 if f.data["type"] == "tool-call"] == ["loc-home", "loc-work"]
+    path = f"/runs/{run_id}/tool-results"
+    status, _, answer = server.request("POST", path, {"tool_call_id": "loc-home", "output": "Paris"})
+    assert (status, answer) == (202, {"run_id": run_id, "tool_call_ids": ["loc-home"]})
+    _, _, view = server.request("GET", f"/runs/{run_id}")
+    assert view["status"] == "suspended" and [c["tool_call_id"] for c in view["pending_tool_calls"]] == ["loc-work"]
+    cases: list[tuple[str, Any, dict[str, str], int, str]] = [
+        (path, {"tool_call_id": "loc-home", "output": "Nice"}, {}, 409, "already_answered"),
+        (path, {"tool_call_id": "loc-moon", "output": "?"}, {}, 409, "not_pending"),
+        (path, {"results": []}, {}, 422, "bad_body"),
+        (path, {"tool_call_id": "loc-work"}, {}, 422, "bad_body"),
+        (path, {"results": [{"tool_call_id": 3, "output": 1}]}, {}, 422, "bad_body"),
+        (path, {"results": [{"tool_call_id": "loc-work", "output": 1}] * 2}, {}, 422, "bad_body"),
+        (path, {"tool_call_id": "loc-work", "output": "Lyon", "is_error": "no"}, {}, 422, "bad_body"),
+        (path, {"tool_call_id": "loc-work", "output": "Lyon"}, {"authorization": "Bearer intruder"}, 403, "refused"),
+        ("/runs/nope/tool-results", {"tool_call_id": "loc-work", "output": "Lyon"}, {}, 404, "unknown_run"),
+    ]
+    for where, body, headers, want, code in cases:
+        status, heads, error = server.request("POST", where, body, headers)
+        assert (status, error["error"]["code"]) == (want, code), (body, error)
+        assert "Traceback" not in json.dumps(error)
+    status, _, _ = server.request("POST", path, {"results": [{"tool_call_id": "loc-work", "output": "Lyon"}]})
+    assert status == 202
+    leg2 = list(server.events(f"/runs/{run_id}/events", {"last-event-id": leg1[-1].id or ""}).frames())
+    assert_exact_sequence(leg1 + leg2)
+    assert [(f.data["type"], f.data.get("tool_call_id"), f.data.get("output")) for f in leg2[:2]] == [
+        ("tool-result", "loc-home", "Paris"), ("tool-result", "loc-work", "Lyon")]
+    assert texts_by_step(leg2) == ["You are in Paris and Lyon."] and leg2[-1].data["finish_reason"] == "stop"
+    status, _, error = server.request("POST", path, {"tool_call_id": "loc-work", "output": "Lyon"})
+    assert (status, error["error"]["code"]) == (409, "not_waiting")
+
+
+def test_sigkill_while_the_run_waits_for_a_client_result(paths: tuple[Path, Path], backend: str | None) -> None:
+    """Killed while parked on the client tool; the result goes to another server, which is killed mid-answer too."""
+    db, ledger = paths
+    first = Server(db, ledger, postgres=backend).start()
+    try:
+        run_id = start(first, "s-client-kill", "where home")
+        leg1 = list(first.events(f"/runs/{run_id}/events").frames())
+        assert leg1[-1].data["finish_reason"] == "suspended"
+        first.kill()
+    finally:
+        first.stop()
+    second = Server(db, ledger, delay=0.05, postgres=backend).start()
+    try:
+        status, _, _ = second.request("POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "loc-home",
+                                                                                "output": "Paris"})
+        assert status == 202
+        stream = second.events(f"/runs/{run_id}/events", {"last-event-id": leg1[-1].id or ""})
+        head = read_until(stream.frames(), lambda f: f.data["type"] == "text-delta" and f.data["offset"] > 0)
+        second.kill()
+        stream.close()
+    finally:
+        second.stop()
+    third = Server(db, ledger, postgres=backend).start()
+    try:
+        tail = list(third.events(f"/runs/{run_id}/events", {"last-event-id": head[-1].id or ""}).frames())
+        frames = leg1 + head + tail
+        assert_exact_sequence(frames)
+        assert [f.data["output"] for f in frames if f.data["type"] == "tool-result"] == ["Paris"]
+        assert tail[-1].data["type"] == "finish" and tail[-1].data["finish_reason"] == "stop"
+        assert texts_by_step(leg1 + head + tail) == stored_assistant_texts(db, run_id, backend)
+        assert texts_by_step(head + tail)[-1] == RECOVERED  # the cut answer joined as aborted, then the next step
+        _, _, view = third.request("GET", f"/runs/{run_id}")
+        assert view["status"] == "completed" and view["pending_tool_calls"] == []
+    finally:
+        third.stop()
+
+
+def test_use_chat_add_tool_result_continues_the_run(server: Server) -> None:
+    from ui_message_stream_schema import check_chunk
+
+    user = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "where home"}]}
+    first = chat_chunks(server, {"id": "chat-tools", "trigger": "submit-message", "messages": [user]})
+    run_id = first[0]["messageId"]
+    call = next(c for c in first if c["type"] == "tool-input-available")
+    assert (call["toolCallId"], call["toolName"]) == ("loc-home", "locate")
+    assistant = {"id": run_id, "role": "assistant", "parts": [
+        {"type": "step-start"}, {"type": "text", "text": "Let me ask your browser.", "state": "done"},
+        {"type": "tool-locate", "toolCallId": "loc-home", "state": "output-available", "input": call["input"],
+         "output": {"city": "Paris"}}]}
+    body = {"id": "chat-tools", "trigger": "submit-message", "messages": [user, assistant]}
+    second = chat_chunks(server, body)
+    for chunk in second:
+        check_chunk(chunk)
+    assert second[:2] == [{"type": "start", "messageId": run_id},
+                          {"type": "tool-output-available", "toolCallId": "loc-home", "output": {"city": "Paris"}}]
+    assert "".join(c["delta"] for c in second if c["type"] == "text-delta") == "You are in {'city': 'Paris'}."
+    assert second[-1]["type"] == "finish" and second[-1]["messageMetadata"]["finishReason"] == "stop"
+    assert chat_chunks(server, body) == second  # a retried request: nothing recorded twice, the same stream
+
+
+def chat_chunks(server: Server, body: Any) -> list[Any]:
+    """POST /chat; the UI message stream's chunks (checked to end with [DONE])."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("POST", "/chat", body=json.dumps(body), headers={"content-type": "application/json"})
+        response = conn.getresponse()
+        raw = response.read().decode()
+        assert response.status == 200, raw
+    finally:
+        conn.close()
+    assert raw.rstrip().endswith("data: [DONE]")
+    return [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]

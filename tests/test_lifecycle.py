@@ -23,6 +23,7 @@ from durable_agent import (
     DurableOptions,
     InMemorySessionStore,
     ModelRequest,
+    RunExistsError,
     ScriptedModel,
     Session,
     SessionStateError,
@@ -143,6 +144,74 @@ async def test_a_death_after_any_commit_loses_nothing_and_repeats_nothing(
     assert effects.count(("charge", "first")) <= 1 and effects.count(("charge", "second")) <= 1
     for prompt in PROMPTS:  # at most the one model call the death cut short is requested again
         assert requests.count((prompt, 0)) <= 1 + crashed and requests.count((prompt, 1)) <= 1 + crashed
+
+
+async def test_run_resumes_a_run_whose_owner_went_away_between_listing_and_claim(
+    runtime_on: Callable[[], Any]  # noqa: F811
+) -> None:
+    """``on_interrupted="resume"``: `run()` lists the resumable runs, then claims. A run whose owner
+    still held the lease at the listing and lapsed before the claim is resumed, not healed."""
+    effects: list[tuple[str, Any]] = []
+    requests: list[tuple[str, int]] = []
+    model, tools = scripted(effects, requests)
+    charge = tools["charge"].execute
+
+    def dies_in_charge(args: Any) -> Any:
+        if not any(e == ("charge", "first") for e in effects):
+            effects.append(("charge", "first"))
+            raise Crash()  # the effect happened; the process died before its done record
+        return charge(args)
+
+    first = Agent(model=model, tools={**tools, "charge": Tool(execute=dies_in_charge)}, session_id="chat-1",
+                  durable=DurableOptions(elsewhere(runtime_on())))
+    with pytest.raises(Crash):
+        await first.run("first")
+    holder = elsewhere(runtime_on())  # the owner at listing time: alive, lease fresh
+    assert (await holder.lease.claim("chat-1", stale_at=0)).claimed
+
+    runtime = runtime_on()
+    claim = runtime.lease.claim
+
+    async def after_the_owner_lapsed(session_id: str, *, stale_at: int, **options: Any) -> Any:
+        return await claim(session_id, stale_at=10**15, **options)  # time passed: the holder's lease lapsed
+
+    runtime.lease.claim = after_the_owner_lapsed
+    agent = Agent(model=model, tools=tools, session_id="chat-1",
+                  durable=DurableOptions(runtime, on_interrupted="resume", stale_after_ms=60_000))
+    result = await agent.run("second")
+
+    assert result.text == "Done with second."
+    assert ("first", 1) in requests  # the interrupted run went on to its final answer
+    texts = [p["text"] for m in result.messages if m["role"] == "assistant" for p in m["content"]
+             if p["type"] == "text"]
+    assert texts.count("Done with first.") == 1
+    assert effects.count(("charge", "first")) == 1  # its unsafe call is reported interrupted, never repeated
+
+
+async def test_a_run_id_makes_starting_a_prompt_idempotent_across_processes(
+    runtime_on: Callable[[], Any]  # noqa: F811
+) -> None:
+    """Two processes decide to run the same prompt: the second start is refused with `RunExistsError`,
+    after finishing the first one's interrupted run (resume mode), and the prompt is in the history once."""
+    effects: list[tuple[str, Any]] = []
+    requests: list[tuple[str, int]] = []
+    model, tools = scripted(effects, requests)
+    doomed = dies_after(runtime_on(), 2)  # dies inside the run: after its start and its first step's write
+    with pytest.raises(Crash):
+        await Agent(model=model, tools=tools, session_id="chat-1",
+                    durable=DurableOptions(doomed, stale_after_ms=1)).run("first", run_id="chat-1/0")
+    await asyncio.sleep(0.005)  # the dead process's lease goes stale
+    runtime = runtime_on()
+    agent = Agent(model=model, tools=tools, session_id="chat-1",
+                  durable=DurableOptions(runtime, on_interrupted="resume", stale_after_ms=1))
+    with pytest.raises(RunExistsError) as refused:
+        await agent.run("first", run_id="chat-1/0")
+    assert refused.value.run_id == "chat-1/0" and refused.value.code == "run_exists"
+    assert isinstance(refused.value, ConfigurationError)
+    stored = await maybe_await(runtime.stores.session.load("chat-1/0"))
+    assert stored.status == "completed"  # finished by the refused call's recovery
+    assert [m["content"] for m in stored.messages if m["role"] == "user"] == ["first"]
+    assert (await agent.run("second", run_id="chat-1/1")).text == "Done with second."
 
 
 async def test_a_stale_owner_lands_no_lifecycle_write(agent_on: Callable[..., Agent],  # noqa: F811

@@ -49,6 +49,26 @@ def test_sqlite_relative_and_absolute_paths(in_tmp: Path) -> None:
         assert store.load("r") == make_checkpoint("r")
 
 
+@pytest.mark.requires_sqlite
+def test_sqlite_async_opens_the_async_store_with_the_url_options(in_tmp: Path) -> None:
+    import asyncio
+
+    from durable_agent.stores.sqlite import AsyncSqliteSessionStore, SqliteSessionStore
+
+    async def scenario() -> None:
+        store = open_store("sqlite+async:///rel.db?busy_timeout_ms=500&cache_runs=3", synchronous="NORMAL")
+        assert isinstance(store, AsyncSqliteSessionStore)
+        assert store._cache._capacity == 3
+        async with store:
+            await store.save(make_checkpoint("r"))
+
+    asyncio.run(scenario())
+    with SqliteSessionStore(in_tmp / "rel.db") as sync:  # the same file format
+        assert sync.load("r") == make_checkpoint("r")
+    with pytest.raises(ConfigurationError, match="bogus"):
+        open_store("sqlite+async:///x.db?bogus=1")
+
+
 def test_jsonl(in_tmp: Path) -> None:
     from durable_agent.stores.jsonl import JsonlSessionStore
 
@@ -83,11 +103,15 @@ def test_bad_options_are_configuration_errors(in_tmp: Path) -> None:
         open_store(3)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("url", "module"), [("postgresql://x/y", "psycopg"), ("redis://x", "redis")])
+@pytest.mark.parametrize(
+    ("url", "modules"),
+    [("postgresql://x/y", ["psycopg"]), ("redis://x", ["redis"]), ("redis+async://x", ["redis", "redis.asyncio"])],
+)
 def test_a_missing_driver_is_feature_unavailable(
-    monkeypatch: pytest.MonkeyPatch, url: str, module: str
+    monkeypatch: pytest.MonkeyPatch, url: str, modules: list[str]
 ) -> None:
-    monkeypatch.setitem(sys.modules, module, None)
+    for module in modules:  # a submodule imported before stays in sys.modules
+        monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(FeatureUnavailableError, match="pip install"):
         open_store(url)
 
@@ -95,7 +119,9 @@ def test_a_missing_driver_is_feature_unavailable(
 @pytest.mark.host_only("needs Postgres and Redis servers")
 def test_server_urls_open_working_stores() -> None:
     from durable_agent.stores.postgres import AsyncPostgresSessionStore, PostgresSessionStore
-    from durable_agent.stores.redis import RedisSessionStore
+    import asyncio
+
+    from durable_agent.stores.redis import AsyncRedisSessionStore, RedisSessionStore
 
     pg, redis_url = service_url(POSTGRES_URL_VAR, "Postgres"), service_url(REDIS_URL_VAR, "Redis")
     with open_store(pg, max_size=1) as store:
@@ -105,6 +131,13 @@ def test_server_urls_open_working_stores() -> None:
     with open_store(redis_url, prefix="open-store-test:") as store:
         assert isinstance(store, RedisSessionStore)
         assert store.load("never-saved") is None
+
+    async def async_redis() -> None:
+        async with open_store("redis+async" + redis_url[redis_url.index("://") :], prefix="open-store-test:") as store:
+            assert isinstance(store, AsyncRedisSessionStore)
+            assert await store.load("never-saved") is None
+
+    asyncio.run(async_redis())
 
 
 @pytest.mark.host_only("spawns a fresh interpreter")
@@ -154,6 +187,9 @@ def test_bad_file_store_options_are_configuration_errors(in_tmp: Path, url: str,
         ("redis://localhost:99999/0", {}),
         ("redis://localhost/0", {"cache_runs": -1}),
         ("redis://localhost/0", {"cache_runs": "5"}),
+        ("redis+async://:notaport", {}),
+        ("rediss+async://localhost/0", {"cache_runs": -1}),
+        ("redis+async://localhost/0", {"colour": "blue"}),
         ("postgresql://h/db", {"max_size": 0}),
         ("postgresql://h/db", {"min_size": 3, "max_size": 2}),
         ("postgresql://h/db", {"min_size": -1}),

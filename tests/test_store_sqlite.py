@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from store_kit import BlockingStore
 
-from durable_agent.errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
-from durable_agent.stores.sqlite import SqliteSessionStore
+from durable_agent.errors import (
+    CheckpointConflictError,
+    CheckpointCorruptError,
+    ConfigurationError,
+    FeatureUnavailableError,
+)
+from durable_agent.stores.sqlite import AsyncSqliteSessionStore, SqliteSessionStore
 from durable_agent.testing import (
     SessionStoreConformance,
     conversation,
@@ -34,9 +42,24 @@ class TestSqliteStore(SessionStoreConformance):
         return lambda: SqliteSessionStore(tmp_path / "runs.db")
 
 
+@needs_sqlite3
+class TestAsyncSqliteStore(SessionStoreConformance):
+    @pytest.fixture
+    def make_store(self, tmp_path: Path) -> Callable[[], AsyncSqliteSessionStore]:
+        return lambda: AsyncSqliteSessionStore(tmp_path / "runs.db")
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "runs.db"
+
+
+@pytest.fixture(params=["sync", "async"])
+def Store(request: pytest.FixtureRequest) -> Callable[..., Any]:  # noqa: N802 - stands for a class
+    """Each store class with a sync face: the rules of damage and healing hold for both."""
+    if request.param == "sync":
+        return SqliteSessionStore
+    return lambda *args, **kwargs: BlockingStore(AsyncSqliteSessionStore(*args, **kwargs))
 
 
 def _rows(db: Path, run_id: str) -> list[tuple[int, str]]:
@@ -140,9 +163,9 @@ def test_not_a_database_is_a_configuration_error(tmp_path: Path) -> None:
     ],
 )
 def test_corrupt_rows_raise_a_typed_error_naming_the_run(
-    db: Path, sql: str, params: tuple[object, ...], match: str
+    Store: Callable[..., Any], db: Path, sql: str, params: tuple[object, ...], match: str
 ) -> None:
-    with SqliteSessionStore(db) as store:
+    with Store(db) as store:
         store.save(make_checkpoint("bad", 2, conversation(5)))
         good = make_checkpoint("good", 1, conversation(3))
         store.save(good)
@@ -158,9 +181,9 @@ def test_corrupt_rows_raise_a_typed_error_naming_the_run(
 
 
 @needs_sqlite3
-def test_a_failed_transaction_leaves_no_partial_save(db: Path) -> None:
+def test_a_failed_transaction_leaves_no_partial_save(Store: Callable[..., Any], db: Path) -> None:
     """A save that dies mid-transaction (here: the write lock is held too long) writes nothing."""
-    store = SqliteSessionStore(db, busy_timeout_ms=50)
+    store = Store(db, busy_timeout_ms=50)
     store.save(make_checkpoint("r", 1, conversation(4)))
     blocker = sqlite3.connect(db, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
@@ -178,7 +201,7 @@ def test_a_failed_transaction_leaves_no_partial_save(db: Path) -> None:
 _WRITER = """
 import sys
 sys.path.insert(0, {python!r})
-from durable_agent.stores.sqlite import SqliteSessionStore
+from durable_agent.stores.sqlite import AsyncSqliteSessionStore, SqliteSessionStore
 from durable_agent.testing import make_checkpoint, conversation
 store = SqliteSessionStore({db!r})
 worker = int(sys.argv[1])
@@ -218,10 +241,10 @@ def test_concurrent_writers_of_one_run_through_separate_connections(db: Path) ->
 
 
 @needs_sqlite3
-def test_loading_primes_the_cache_so_a_resumed_run_appends(db: Path) -> None:
-    with SqliteSessionStore(db) as store:
+def test_loading_primes_the_cache_so_a_resumed_run_appends(Store: Callable[..., Any], db: Path) -> None:
+    with Store(db) as store:
         store.save(make_checkpoint("r", 1, conversation(5)))
-    with SqliteSessionStore(db) as store:
+    with Store(db) as store:
         loaded = store.load("r")
         assert loaded is not None
         before = _rowids(db, "r")
@@ -248,8 +271,8 @@ def _damage(db: Path, sql: str, params: tuple[object, ...] = ()) -> None:
         "UPDATE durable_agent_runs SET message_count = 'three' WHERE run_id = 'r'",
     ],
 )
-def test_a_failed_or_unknown_save_drops_the_cache_so_the_next_save_heals(db: Path, sql: str) -> None:
-    with SqliteSessionStore(db) as store:
+def test_a_failed_or_unknown_save_drops_the_cache_so_the_next_save_heals(Store: Callable[..., Any], db: Path, sql: str) -> None:
+    with Store(db) as store:
         store.save(make_checkpoint("r", 1, conversation(3)))
         _damage(db, sql)  # behind the back of a handle whose cache trusts the stored rows
         try:
@@ -263,8 +286,8 @@ def test_a_failed_or_unknown_save_drops_the_cache_so_the_next_save_heals(db: Pat
 
 
 @needs_sqlite3
-def test_a_row_numbered_below_zero_is_removed_by_the_heal(db: Path) -> None:
-    with SqliteSessionStore(db) as store:
+def test_a_row_numbered_below_zero_is_removed_by_the_heal(Store: Callable[..., Any], db: Path) -> None:
+    with Store(db) as store:
         store.save(make_checkpoint("r", 1, conversation(3)))
         _damage(db, "INSERT INTO durable_agent_messages (run_id, seq, body) VALUES ('r', -1, 'stray')")
         with pytest.raises(CheckpointCorruptError, match="contiguous"):
@@ -272,10 +295,10 @@ def test_a_row_numbered_below_zero_is_removed_by_the_heal(db: Path) -> None:
         healed = make_checkpoint("r", 2, conversation(4))
         store.save(healed)
         assert store.load("r") == healed
-    with SqliteSessionStore(db) as fresh:  # a new process, no cache: it heals on its first save
+    with Store(db) as fresh:  # a new process, no cache: it heals on its first save
         fresh.save(make_checkpoint("r", 3, conversation(4)))
         _damage(db, "INSERT INTO durable_agent_messages (run_id, seq, body) VALUES ('r', -5, 'stray')")
-    with SqliteSessionStore(db) as fresh:
+    with Store(db) as fresh:
         fresh.save(make_checkpoint("r", 4, conversation(4)))
         assert fresh.load("r") == make_checkpoint("r", 4, conversation(4))
     assert [seq for seq, _ in _rows(db, "r")] == list(range(4))
@@ -291,9 +314,9 @@ def test_a_row_numbered_below_zero_is_removed_by_the_heal(db: Path) -> None:
     ],
 )
 def test_text_that_is_not_utf8_is_corruption_of_its_run_and_a_save_heals_it(
-    db: Path, sql: str, match: str
+    Store: Callable[..., Any], db: Path, sql: str, match: str
 ) -> None:
-    with SqliteSessionStore(db) as store:
+    with Store(db) as store:
         store.save(make_checkpoint("r", 1, conversation(3)))
         other = make_checkpoint("other", 1, conversation(2))
         store.save(other)
@@ -308,8 +331,8 @@ def test_text_that_is_not_utf8_is_corruption_of_its_run_and_a_save_heals_it(
 
 
 @needs_sqlite3
-def test_a_run_id_that_is_not_utf8_is_skipped_by_list_and_prune(db: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with SqliteSessionStore(db) as store:
+def test_a_run_id_that_is_not_utf8_is_skipped_by_list_and_prune(Store: Callable[..., Any], db: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with Store(db) as store:
         store.save(make_checkpoint("a", 1, conversation(1), created_at=5))
         store.save(make_checkpoint("b", 1, conversation(1), created_at=5))
         _damage(db, "UPDATE durable_agent_runs SET run_id = CAST(x'62ff' AS TEXT) WHERE run_id = 'b'")
@@ -319,8 +342,8 @@ def test_a_run_id_that_is_not_utf8_is_skipped_by_list_and_prune(db: Path, caplog
 
 
 @needs_sqlite3
-def test_overwritten_file_pages_are_corruption_naming_the_run(db: Path) -> None:
-    with SqliteSessionStore(db) as store:
+def test_overwritten_file_pages_are_corruption_naming_the_run(Store: Callable[..., Any], db: Path) -> None:
+    with Store(db) as store:
         store.save(make_checkpoint("r", 1, conversation(400)))
     with sqlite3.connect(db) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -330,7 +353,7 @@ def test_overwritten_file_pages_are_corruption_naming_the_run(db: Path) -> None:
         for n in range(pages // 2, pages):
             f.seek(n * page)
             f.write(b"\xa5" * page)
-    with SqliteSessionStore(db) as store:
+    with Store(db) as store:
         with pytest.raises(CheckpointCorruptError, match="damaged") as caught:
             store.load("r")
         assert caught.value.run_id == "r"
@@ -385,3 +408,53 @@ def test_a_schema_1_file_migrates_and_its_runs_fork_at_their_latest_step(db: Pat
         assert store.load_step("new", 2) == forked
         store.save(make_checkpoint("old", 3, conversation(5)))
         assert store.load_step("old", 3) == make_checkpoint("old", 3, conversation(5))
+
+
+@needs_sqlite3
+@pytest.mark.host_only("threads: under Pyodide the store runs each plan inline")
+def test_a_save_waiting_for_the_write_lock_does_not_block_the_event_loop(db: Path) -> None:
+    """Another connection holds the write lock; a heartbeat task keeps ticking while the save waits,
+    and only the heartbeat releases the lock. A store that blocked the loop would wait out its busy
+    timeout with the heartbeat stopped, and fail with "database is locked"."""
+
+    async def scenario() -> tuple[int, bool]:
+        async with AsyncSqliteSessionStore(db, busy_timeout_ms=5_000) as store:
+            await store.save(make_checkpoint("r", 1, conversation(2)))
+            blocker = sqlite3.connect(db, isolation_level=None)
+            blocker.execute("BEGIN IMMEDIATE")
+            save = asyncio.ensure_future(store.save(make_checkpoint("r", 2, conversation(3))))
+            ticks = 0
+            for _ in range(10):
+                await asyncio.sleep(0.001)
+                ticks += 1
+            pending = not save.done()
+            blocker.execute("ROLLBACK")
+            blocker.close()
+            await save
+            assert await store.load("r") == make_checkpoint("r", 2, conversation(3))
+        return ticks, pending
+
+    assert asyncio.run(scenario()) == (10, True)
+
+
+@needs_sqlite3
+@pytest.mark.host_only("threads")
+def test_concurrent_async_saves_are_each_durable_when_awaited(db: Path) -> None:
+    """Many runs saving at once (their saves share commits): every awaited save is in the file,
+    and a save that conflicts fails alone, leaving the others of its commit applied."""
+
+    async def scenario() -> None:
+        async with AsyncSqliteSessionStore(db) as store:
+            await store.save(make_checkpoint("fenced", 3, conversation(1)))
+            saves = [store.save(make_checkpoint(f"r{i}", i, conversation(i % 5 + 1))) for i in range(50)]
+            conflict = store.save(make_checkpoint("fenced", 4, conversation(2)), expected_step_index=2)
+            results = await asyncio.gather(*saves, conflict, return_exceptions=True)
+            assert results[:50] == [None] * 50
+            assert isinstance(results[50], CheckpointConflictError)
+
+    asyncio.run(scenario())
+    with SqliteSessionStore(db) as fresh:  # another handle: what reached the file
+        assert [fresh.load(f"r{i}") for i in range(50)] == [
+            make_checkpoint(f"r{i}", i, conversation(i % 5 + 1)) for i in range(50)
+        ]
+        assert fresh.load("fenced") == make_checkpoint("fenced", 3, conversation(1))

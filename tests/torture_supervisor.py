@@ -149,19 +149,19 @@ def without_aborted_turns(messages: list[Any]) -> list[Any]:
             if not (m["role"] == "assistant" and i + 1 < len(messages) and messages[i + 1]["role"] == "assistant")]
 
 
-def same_except_interrupted(actual: list[Any], expected: list[Any]) -> bool:
-    """Equal, except tool results reported as interrupted (the documented marker)."""
+def transcript_difference(actual: list[Any], expected: list[Any]) -> str | None:
+    """Where `actual` differs from `expected`, except tool results reported as interrupted (the
+    documented marker); None when they agree."""
+    for index, (got, want) in enumerate(zip(actual, expected)):
+        same = got == want or (
+            got["role"] == want["role"] == "tool" and len(got["content"]) == len(want["content"])
+            and all(g == w or g.get("output") == TOOL_INTERRUPTED_MESSAGE
+                    for g, w in zip(got["content"], want["content"], strict=True)))
+        if not same:
+            return f"message {index}: got {json.dumps(got)[:400]} wanted {json.dumps(want)[:400]}"
     if len(actual) != len(expected):
-        return False
-    for got, want in zip(actual, expected, strict=True):
-        if got["role"] != "tool":
-            if got != want:
-                return False
-            continue
-        for got_part, want_part in zip(got["content"], want["content"], strict=True):
-            if got_part != want_part and got_part["output"] != TOOL_INTERRUPTED_MESSAGE:
-                return False
-    return True
+        return f"{len(actual)} messages, wanted {len(expected)}; the extra: {json.dumps(actual[len(expected):])[:400]}"
+    return None
 
 
 @dataclass
@@ -215,8 +215,9 @@ async def check(spec: str, ledger: Path, sessions: list[str], prompts: int) -> F
                      if p["type"] == "text"]
             if any(texts.count(torture_worker.final_answer(n)) != 1 for n in range(prompts)):
                 found.duplicated_answers.append(session)
-            if not same_except_interrupted(messages, expected):
-                found.wrong_transcripts.append(session)
+            difference = transcript_difference(messages, expected)
+            if difference is not None:
+                found.wrong_transcripts.append(f"{session}: {difference} (all: {json.dumps(stored.messages)[-3000:]})")
             found.interrupted += sum(1 for m in messages if m["role"] == "tool" for p in m["content"]
                                      if p["output"] == TOOL_INTERRUPTED_MESSAGE)
     finally:

@@ -33,6 +33,7 @@ from durable_agent import (
     Agent,
     DurableOptions,
     ModelRequest,
+    RunExistsError,
     RunLeaseHeldError,
     ScriptedModel,
     StaleEpochError,
@@ -158,14 +159,16 @@ async def drive(spec: str, ledger: str, prompts: int, sessions: list[str]) -> No
                 continue
             model, tools = build(ledger, session, delay=0.003, die_in_tool=die_in_tool, rng=rng)
             agent = Agent(model=model, tools=tools, session_id=session,
-                          durable=DurableOptions(runtime, stale_after_ms=STALE_AFTER_MS))
+                          durable=DurableOptions(runtime, on_interrupted="resume", stale_after_ms=STALE_AFTER_MS))
             try:
                 await agent.resume()
                 answered = await prompts_answered(runtime, session)
                 if answered >= prompts:
                     done.add(session)
-                else:
-                    await agent.run(prompt_text(answered))
+                else:  # another worker may run this prompt meanwhile: its run id makes the start idempotent
+                    await agent.run(prompt_text(answered), run_id=f"{session}/{answered}")
+            except RunExistsError:
+                pass  # started elsewhere (and, if it was interrupted, finished by this call's recovery)
             except (RunLeaseHeldError, StaleEpochError) as exc:
                 log(ledger, kind="refused", session=session, error=type(exc).__name__)
                 await asyncio.sleep(0.02)  # another worker has it: come back later

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -14,6 +15,20 @@ async def maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+def run_now(coro: Coroutine[Any, Any, T]) -> T:
+    """The result of `coro`, which must finish without suspending.
+
+    A sync API over a logic written once as coroutines (the SQLite and Redis session stores):
+    its sync flavour awaits only I/O that is done at once, on the caller's thread.
+    """
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("run_now: the coroutine suspended (it awaited real asynchronous I/O)")
 
 
 def wall_clock_ms() -> int:

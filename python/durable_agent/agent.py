@@ -102,7 +102,9 @@ class Agent:
                   ) -> GenerateTextResult:
         """Run `prompt` as the session's next run and return its outcome.
 
-        `run_id` names the new run (durable agents only; default: a fresh id). `on_part(run_id, part)`
+        `run_id` names the new run (durable agents only; default: a fresh id); a run id that is
+        already stored raises `RunExistsError`, so one id per piece of work makes starting it
+        idempotent across crashes and retries. `on_part(run_id, part)`
         is awaited with every stream part as the run produces it (the run waits for it), e.g.
         to write an event log; a run recovered first (``on_interrupted="resume"``) reports its
         parts under its own id.

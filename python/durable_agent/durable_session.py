@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage
-from .errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, SessionStateError
+from .errors import ConfigurationError, RunExistsError, RunLeaseHeldError, RunSuspendedError, SessionStateError
 from .generate import PartSink, _consume
 from .loop import AgentLoop
 from .messages import Message
@@ -180,10 +180,8 @@ class DurableSession:
     async def run(self, prompt: str, spec: AgentSpec, *, run_id: str | None = None,
                   on_part: PartSink | None = None) -> GenerateTextResult:
         """Recover an interrupted run, then start and drive the session's next run (`run_id`) on `prompt`."""
-        listed = await self.runtime.lease.resumable(session_id=self.session_id, stale_at=self._stale_at(spec))
-        epoch = await self.claim(spec)
+        epoch, resumable = await self._claim_listed(spec)
         try:
-            resumable = {r.run_id for r in listed}
             recovered = await self.recover(epoch, spec, resume=self.durable.on_interrupted == "resume",
                                            resumable=resumable, on_part=on_part)
             if recovered is not None and recovered.finish_reason == "suspended":
@@ -245,6 +243,26 @@ class DurableSession:
         assert claim.epoch is not None
         return claim.epoch
 
+    async def _claim_listed(self, spec: AgentSpec) -> tuple[int, set[str]]:
+        """Claim the lease, with the session's runs that were resumable just before the claim.
+
+        The listing can only be taken before the claim (after it, the lease is ours). When the
+        claim took over a marked run the listing did not name, that run's owner went away between
+        the two: in ``"resume"`` mode, hand the lease back and list and claim once more, so the
+        run is resumed instead of being healed on the word of a stale listing.
+        """
+        for attempt in (1, 2):
+            listed = await self.runtime.lease.resumable(session_id=self.session_id, stale_at=self._stale_at(spec))
+            epoch = await self.claim(spec)
+            resumable = {r.run_id for r in listed}
+            if attempt == 2 or self.durable.on_interrupted != "resume":
+                break
+            marked = await self.runtime.lease.marked_run(self.session_id)
+            if marked is None or marked in resumable:
+                break
+            await self._release(epoch)
+        return epoch, resumable
+
     async def recover(
         self, epoch: int, spec: AgentSpec, *, resume: bool, resumable: set[str], on_part: PartSink | None = None
     ) -> GenerateTextResult | None:
@@ -285,11 +303,11 @@ class DurableSession:
         """Commit the new run's first checkpoint, make it the session's last run, and mark it: one transaction.
 
         `run_id` names the run (a caller that must know it up front, e.g. an idempotent HTTP
-        request); a run id that already has a checkpoint is refused (`ConfigurationError`).
+        request); a run id that already has a checkpoint is refused (`RunExistsError`).
         """
         history = await self._session_history(spec)
         if run_id is not None and await self._load(run_id) is not None:
-            raise ConfigurationError(f"run id {run_id!r} already names a stored run; a run id names one run")
+            raise RunExistsError(run_id)
         run_id = run_id or str((spec.options.get("generate_id") or random_id)())
         start = AgentCheckpoint(run_id=run_id, step_index=0, status="running", usage=Usage(),
                                 messages=[*history, {"role": "user", "content": prompt}], created_at=self._now(spec))

@@ -89,6 +89,21 @@ class ConfigurationError(DurableAgentError, ValueError):
     code = "configuration_error"
 
 
+class RunExistsError(ConfigurationError):
+    """`Agent.run(..., run_id=)` named a run that already exists: a run id names one run.
+
+    Passing one run id per piece of work makes starting it idempotent: a retry after a crash
+    gets this error (the run was started; with ``on_interrupted="resume"`` it was also
+    finished first) instead of a second run on the same prompt.
+    """
+
+    code = "run_exists"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run id {run_id!r} already names a stored run; a run id names one run")
+        self.run_id = run_id
+
+
 class RunAbortedError(DurableAgentError, RuntimeError):
     """The caller aborted the run through its `signal`; the interrupted step was not checkpointed."""
 

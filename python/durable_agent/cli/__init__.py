@@ -12,8 +12,11 @@
 ``postgresql://...``) is an `Agent`'s journal: it adds the journal steps to ``show``, sends
 verdicts to the run's awakeables, and without `--store` the store is opened on the runtime's database (the
 runtime keeps its checkpoints in the session store's tables).
-The environment variables ``DURABLE_AGENT_STORE`` and ``DURABLE_AGENT_RUNTIME`` stand in for the
-options. Output is human-readable tables; `--json` prints JSON instead (one document, or one
+``runs prune`` also drops the deleted runs' events from the chat endpoint's event log
+(`durable_agent.http`): ``--events URL`` (``sqlite:///...`` or ``postgresql://...``), by default the
+store's own database when it is SQLite or Postgres.
+The environment variables ``DURABLE_AGENT_STORE``, ``DURABLE_AGENT_RUNTIME`` and ``DURABLE_AGENT_EVENTS``
+stand in for the options. Output is human-readable tables; `--json` prints JSON instead (one document, or one
 line per event for ``watch``; bytes as ``{"$bytes": ...}``, the checkpoint codec's form).
 
 Exit codes (stable, for scripts):
@@ -111,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--before", required=True, help="epoch ms, ISO 8601, or an age like 7d, 12h, 30m")
     sub.add_argument("--status", choices=RUN_STATUSES)
     sub.add_argument("--include-suspended", action="store_true", help="also delete runs awaiting approval")
+    sub.add_argument("--events", metavar="URL", help="the chat endpoint's event log, whose events of the deleted "
+                     "runs go too (default: the store's database when it is SQLite or Postgres)")
 
     sub = command("fork", c.runs_fork, "start a new run from a step boundary of a run")
     sub.add_argument("run")

@@ -34,6 +34,23 @@ def open_runtime(url: str) -> Any:
     raise ConfigurationError(f"a runtime URL is sqlite:///path or postgresql://..., got {url!r}")
 
 
+def open_event_log(url: str) -> Any:
+    """The chat endpoint's event log at `url` (``sqlite:///path`` or ``postgresql://...``); None for another scheme.
+
+    Opening it creates its two tables when they are missing (empty, in a database the endpoint never used).
+    """
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme == "sqlite":
+        from ..http.sql_logs import SqliteEventLog
+
+        return SqliteEventLog(_file_path(url, scheme))
+    if scheme in ("postgresql", "postgres"):
+        from ..http.sql_logs import PostgresEventLog
+
+        return PostgresEventLog(url)
+    return None
+
+
 @dataclass
 class Backends:
     """The store (and runtime) of one CLI call."""

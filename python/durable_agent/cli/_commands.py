@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import sys
 import time
@@ -22,7 +23,7 @@ from ..errors import (
 )
 from ..fork import checkpoint_at_step, fork_run
 from . import _render as r
-from ._backends import Backends, CliError, load_factory
+from ._backends import Backends, CliError, load_factory, open_event_log
 
 OK, ERROR, USAGE, NOT_FOUND, CONFLICT, UNAVAILABLE, TIMEOUT = 0, 1, 2, 3, 4, 5, 6
 
@@ -191,11 +192,24 @@ def parse_before(text: str, now_ms: int) -> int:
 
 
 async def runs_prune(args: argparse.Namespace, b: Backends) -> int:
+    """Delete the runs, then their events in the chat endpoint's event log (`--events`, default: the store's
+    database when it is SQLite or Postgres, where the endpoint's documented setup keeps it)."""
     before = parse_before(args.before, wall_clock_ms())
-    doomed = await maybe_await(b.store.prune(before=before, status=args.status,
-                                             include_suspended=args.include_suspended))
-    _said(args, {"deleted": doomed, "before": before},
-          f"deleted {len(doomed)} run(s) saved before {r.when(before)}" + "".join(f"\n  {d}" for d in doomed))
+    events_url = args.events or os.environ.get("DURABLE_AGENT_EVENTS") or args.store or args.runtime
+    log = open_event_log(events_url)
+    if log is None and (args.events or os.environ.get("DURABLE_AGENT_EVENTS")):
+        raise ConfigurationError(f"an event log URL is sqlite:///path or postgresql://..., got {events_url!r}")
+    try:
+        doomed = await maybe_await(b.store.prune(before=before, status=args.status,
+                                                 include_suspended=args.include_suspended))
+        forgotten = await log.forget(doomed) if log is not None else None
+    finally:
+        if log is not None:
+            await maybe_await(log.close())
+    _said(args, {"deleted": doomed, "before": before, "events_deleted": forgotten},
+          f"deleted {len(doomed)} run(s) saved before {r.when(before)}"
+          + (f", and the endpoint events of {len(forgotten)}" if forgotten else "")
+          + "".join(f"\n  {d}" for d in doomed))
     return OK
 
 

@@ -21,7 +21,8 @@ Routes (JSON bodies; errors are ``{"error": {"code", "message"}}``, never a trac
   starts the session's next run; 201 with the run's view. A retried POST with the same key
   returns the same run (200) and starts nothing: the key names the run id, and the runtime's
   submissions store remembers the outcome (the same key with another prompt: 409).
-* ``GET /runs/{id}``: status, step, final text, usage, pending approvals, last event id.
+* ``GET /runs/{id}``: status, step, final text, usage, pending approvals and client tool calls,
+  last event id.
 * ``GET /runs/{id}/events``: server-sent events, ``id:`` on every event. With
   ``Last-Event-ID`` (header, or ``?after=``) the reader gets exactly the events after it,
   then the live tail; the stream ends after a leg's ``finish`` (or ``error``).
@@ -31,12 +32,19 @@ Routes (JSON bodies; errors are ``{"error": {"code", "message"}}``, never a trac
   for a parked run (202); the run resumes once every pending approval has one. With an
   ``approval_signer`` on the agent an approval needs the request's token (403 otherwise;
   docs/trust-boundary.md).
+* ``POST /runs/{id}/tool-results`` ``{"results": [{"tool_call_id", "output", "is_error"?}]}``:
+  the results of client tool calls (tools without ``execute``) the parked run waits for (202);
+  recorded in one lease-fenced commit, and the run resumes once nothing else waits.
 * ``POST /chat`` and ``GET /chat/{id}/stream``: what ``useChat``'s default transport calls
-  (send a message; resume the stream after a reload). The chat id is the session id, the last
-  user message's id the idempotency key.
+  (send a message, or the assistant message holding ``addToolResult``'s outputs; resume the
+  stream after a reload). The chat id is the session id, the last user message's id the
+  idempotency key.
+* ``EventLog.forget(run_ids)`` / ``prune(before=)`` drop runs and their events (``durable-agent
+  runs prune`` calls ``forget`` for the runs it deletes); a pruned run is a 404.
 
-Statuses: 404 unknown run or route, 405 wrong method, 409 conflict (the session runs another
-run, an idempotency key reused with another prompt, an approval not pending or answered),
+Statuses: 404 unknown (or pruned) run or route, 405 wrong method, 409 conflict (the session runs
+another run, an idempotency key reused with another prompt, an approval or client tool call not
+pending or answered),
 413 body too large, 422 bad body or event id, 403 refused by the auth hook (`authorize`), by
 CORS (a preflight from an origin not in `CorsSettings`), or a bad approval token.
 

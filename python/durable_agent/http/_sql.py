@@ -14,7 +14,7 @@ from typing import Any
 
 from .._kernels import kernels
 from ..stores._sql import Plan, Query
-from .events import RunEvent, RunInfo
+from .events import RunEvent, RunInfo, finished
 
 RUNS = "durable_agent_http_runs"
 EVENTS = "durable_agent_http_events"
@@ -73,3 +73,22 @@ def read_plan(run_id: str, after: int) -> Plan:
 def latest_plan(run_id: str) -> Plan:
     (last,) = yield Query(f"SELECT COALESCE(MAX(seq), 0) FROM {EVENTS} WHERE run_id = ?", (run_id,), fetch="one")
     return int(last)
+
+
+def forget_plan(run_ids: Sequence[str]) -> Plan:
+    gone = []
+    for run_id in run_ids:
+        if (yield Query(f"DELETE FROM {RUNS} WHERE run_id = ? RETURNING run_id", (run_id,), fetch="one")) is not None:
+            gone.append(run_id)
+        yield Query(f"DELETE FROM {EVENTS} WHERE run_id = ?", (run_id,))
+    return gone
+
+
+def prune_plan(before: int) -> Plan:
+    """Forget the runs registered before `before` whose last event ends them for good (`events.finished`)."""
+    rows = yield Query(f"SELECT e.run_id, e.seq, e.key, e.data FROM {RUNS} r JOIN {EVENTS} e ON e.run_id = r.run_id "
+                       f"WHERE r.created_at < ? AND e.seq = (SELECT MAX(seq) FROM {EVENTS} WHERE run_id = r.run_id) "
+                       "ORDER BY e.run_id", (before,), fetch="all")
+    doomed = [run_id for run_id, seq, key, data in rows
+              if finished(RunEvent(int(seq), key, kernels.decode(data)))]
+    return (yield from forget_plan(doomed))

@@ -32,6 +32,7 @@ from .asgi import (
     send_json,
     sse_frame,
 )
+from .client_tools import ClientResult, parse_results, ui_tool_results, waiting_client_calls
 from .events import EventLog, RunEvent, RunInfo
 from .progress import TERMINAL
 from .runs import AgentFactory, RunDriver
@@ -44,7 +45,7 @@ __all__ = ["AuthRequest", "Authorize", "ChatEndpoint"]
 
 @dataclass(frozen=True, slots=True)
 class AuthRequest:
-    """What the auth hook decides on: the `action` (``start``, ``read``, ``approve``), the request, the run.
+    """What the auth hook decides on: the `action` (``start``, ``read``, ``approve``, ``answer``), the request, the run.
 
     `session_id` is the session the request acts on (from the body for ``start``, from the
     stored run otherwise); `run` is None for ``start``.
@@ -64,6 +65,7 @@ _ROUTES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("GET", re.compile(r"/runs/(?P<run>[^/]+)/?"), "show"),
     ("GET", re.compile(r"/runs/(?P<run>[^/]+)/events/?"), "events"),
     ("POST", re.compile(r"/runs/(?P<run>[^/]+)/approvals/?"), "approval"),
+    ("POST", re.compile(r"/runs/(?P<run>[^/]+)/tool-results/?"), "tool_results"),
     ("POST", re.compile(r"/chat/?"), "chat"),
     ("GET", re.compile(r"/chat/(?P<session>[^/]+)/stream/?"), "chat_resume"),
 )
@@ -190,7 +192,7 @@ class ChatEndpoint:
     async def _run(self, run_id: str) -> RunInfo:
         info = await self.events.run_info(run_id)
         if info is None:
-            raise HttpError(404, "unknown_run", f"no run {run_id!r}")
+            raise HttpError(404, "unknown_run", f"no run {run_id!r} (never started here, or pruned)")
         return info
 
     # ---------------------------------------------------------- handlers
@@ -262,6 +264,8 @@ class ChatEndpoint:
             "usage": checkpoint.usage.to_dict() if checkpoint is not None else None,
             "pending_approvals": [approval_part(r) for r in (checkpoint.pending_approvals or ())]
             if checkpoint is not None and checkpoint.status == "suspended" else [],
+            "pending_tool_calls": list(waiting_client_calls(checkpoint, self.driver.agent(info.session_id).tools)
+                                       .values()),
             "last_event_id": events[-1].seq if events else 0,
             "events_url": f"runs/{info.run_id}/events",
         }
@@ -300,6 +304,22 @@ class ChatEndpoint:
             raise HttpError(409, "already_answered", f"approval {approval_id!r} has a verdict already")
         await send_json(send, 202, {"run_id": info.run_id, "approval_id": approval_id, "approved": approved}, cors)
 
+    async def _tool_results(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
+                            cors: list[tuple[bytes, bytes]]) -> None:
+        """The results of client tool calls the parked run waits for (202); it resumes once nothing else waits."""
+        info = await self._run(params["run"])
+        results = parse_results(await read_json(receive))
+        await self._check("answer", request, info.session_id, info)
+        await self._answer(info, results)
+        await send_json(send, 202, {"run_id": info.run_id, "tool_call_ids": [r.tool_call_id for r in results]}, cors)
+
+    async def _answer(self, info: RunInfo, results: Sequence[ClientResult]) -> None:
+        try:
+            await self.driver.answer_client_calls(info, results)
+        except RunLeaseHeldError as exc:
+            raise HttpError(409, "session_busy", f"session {info.session_id!r} is running another run; "
+                            "nothing was recorded: send the results again when it ends") from exc
+
     async def _events(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
                       cors: list[tuple[bytes, bytes]]) -> None:
         info = await self._run(params["run"])
@@ -317,6 +337,9 @@ class ChatEndpoint:
         session_id = field_of(body, "id", str, what=" (the chat id)")
         messages = field_of(body, "messages", list)
         last = messages[-1] if messages and isinstance(messages[-1], dict) else None
+        if last is not None and last.get("role") == "assistant" and isinstance(last.get("parts"), list):
+            await self._chat_tool_results(request, session_id, last, receive, send, cors)
+            return
         if last is None or last.get("role") != "user" or not isinstance(last.get("parts"), list):
             raise HttpError(422, "bad_body", "the last message must be a user message with parts")
         prompt = "".join(p["text"] for p in last["parts"] if isinstance(p, dict) and p.get("type") == "text"
@@ -328,9 +351,42 @@ class ChatEndpoint:
         run_id, _ = await self._start_run(session_id, prompt, key)
         await self._stream(await self._run(run_id), "0", True, receive, send, cors)
 
+    async def _chat_tool_results(self, request: Request, session_id: str, message: dict[str, Any], receive: Receive,
+                                 send: Send, cors: list[tuple[bytes, bytes]]) -> None:
+        """``addToolResult``'s request: the assistant message with client tool outputs; the run's next leg out.
+
+        The session's latest run gets the results it waits for; results it holds already (a
+        retried request) are not sent again. The answer streams the run from its first recorded
+        client result of the message on, so a retry gets the same stream.
+        """
+        run_id = await self.runtime.stores.runs.last(session_id)
+        info = await self.events.run_info(run_id) if run_id else None
+        if info is None:
+            raise HttpError(404, "unknown_run", f"chat {session_id!r} has no run waiting for tool results")
+        await self._check("answer", request, session_id, info)
+        tools = self.driver.agent(session_id).tools
+        posted = [result for name, result in ui_tool_results(message) if name in tools and tools[name].is_client_tool]
+        if not posted:
+            raise HttpError(422, "bad_body", "the last message must be a user message, or an assistant message "
+                            "with outputs of client tools")
+        waiting = waiting_client_calls(await self.driver.checkpoint(info.run_id), tools)
+        fresh = [r for r in posted if r.tool_call_id in waiting]
+        if fresh:
+            await self._answer(info, fresh)
+        logged = {event.key: event.seq for event in await self.events.read(info.run_id)}
+        seqs = [logged[f"result/{r.tool_call_id}"] for r in posted if f"result/{r.tool_call_id}" in logged]
+        if not seqs:
+            raise HttpError(409, "not_pending", f"the latest run of chat {session_id!r} waits for none of these "
+                            "tool calls")
+        await self._stream(info, str(min(seqs) - 1), True, receive, send, cors)
+
     async def _chat_resume(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
                            cors: list[tuple[bytes, bytes]]) -> None:
-        """``useChat``'s stream resumption: the session's latest run from its start, or 204 when none runs."""
+        """``useChat``'s stream resumption: the leg in flight of the session's latest run, or 204 when none runs.
+
+        The leg from its first event: the SDK continues the assistant message it has (the
+        earlier legs are in it), as it does after the request that started the leg.
+        """
         session_id = params["session"]
         run_id = await self.runtime.stores.runs.last(session_id)
         info = await self.events.run_info(run_id) if run_id else None
@@ -343,7 +399,8 @@ class ChatEndpoint:
         if events and await self._leg_over(info, events[-1].seq):
             await send_empty(send, 204, cors)
             return
-        await self._stream(info, "0", True, receive, send, cors)
+        leg_start = max((e.seq for e in events if e.data.get("type") in TERMINAL), default=0)
+        await self._stream(info, str(leg_start), True, receive, send, cors)
 
     # -------------------------------------------------------------- SSE
 
@@ -392,6 +449,8 @@ class ChatEndpoint:
                 idle_since = loop.time()
                 continue
             if loop.time() >= next_check:
+                if await self.events.run_info(info.run_id) is None:
+                    return  # pruned while read: the stream ends, and a reconnect gets 404 unknown_run
                 await self.driver.ensure_driven(info)
                 next_check = loop.time() + TAKEOVER_CHECK_SECONDS
                 if await self._leg_over(info, after):

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from .._kernels import kernels
 from .._util import wall_clock_ms
+from ..errors import ConfigurationError
 
 __all__ = ["EventLog", "MemoryEventLog", "RunEvent", "RunInfo", "Wakeups"]
 
@@ -66,6 +67,39 @@ class EventLog(Protocol):
     async def wait(self, run_id: str, after: int, timeout: float) -> None:
         """Return when the run may have events above `after`, or after `timeout` seconds."""
         ...
+
+    async def forget(self, run_ids: Sequence[str]) -> list[str]:
+        """Drop these runs and all their events; returns the ids the log held (the others are ignored)."""
+        ...
+
+    async def prune(self, *, before: int) -> list[str]:
+        """Drop the runs registered before `before` (epoch ms) whose log ends finished; returns their ids.
+
+        Finished: the last event is a ``finish`` that is not ``suspended``, or an ``error``. A
+        parked run, a run still streaming, and a run that never logged an event are kept.
+        """
+        ...
+
+
+def finished(last: RunEvent | None) -> bool:
+    """Whether a run whose last logged event is `last` has ended for good (what `EventLog.prune` drops)."""
+    if last is None:
+        return False
+    kind = last.data.get("type")
+    return kind == "error" or (kind == "finish" and last.data.get("finish_reason") != "suspended")
+
+
+def check_prune(before: Any) -> int:
+    if type(before) is not int:
+        raise ConfigurationError(f"before must be an int (epoch ms), got {before!r}")
+    return int(before)
+
+
+def check_run_ids(run_ids: Any) -> list[str]:
+    if isinstance(run_ids, (str, bytes)) or not isinstance(run_ids, Sequence) or \
+            not all(isinstance(r, str) for r in run_ids):
+        raise ConfigurationError(f"run_ids must be a sequence of str, got {run_ids!r}")
+    return list(dict.fromkeys(run_ids))
 
 
 class Wakeups:
@@ -133,3 +167,15 @@ class MemoryEventLog:
     async def wait(self, run_id: str, after: int, timeout: float) -> None:
         if len(self._events.get(run_id, [])) <= after:
             await self._wakeups.wait(run_id, timeout)
+
+    async def forget(self, run_ids: Sequence[str]) -> list[str]:
+        gone = [r for r in check_run_ids(run_ids) if self._runs.pop(r, None) is not None]
+        for run_id in gone:
+            del self._events[run_id], self._keys[run_id]
+            self._wakeups.notify(run_id)  # a waiting reader finds the run gone
+        return gone
+
+    async def prune(self, *, before: int) -> list[str]:
+        before = check_prune(before)
+        return await self.forget([r.run_id for r in self._runs.values() if r.created_at < before
+                                  and finished(self._events[r.run_id][-1] if self._events[r.run_id] else None)])

@@ -39,6 +39,7 @@ from ..messages import content_parts
 from ..runtime.keys import parse_step_key
 from ..runtime.records import StepRecord, StreamPartialRecord
 from ..transcript import approval_part
+from .client_tools import client_results_of
 from .events import RunEvent
 
 __all__ = ["TERMINAL", "ProgressKeys", "error_event", "missing_events"]
@@ -224,8 +225,8 @@ def missing_events(
     checkpoint is past that step, its tool results and its step-finish (``aborted`` when the
     model call never finished: the resumed run joins that text as an aborted turn and goes
     on with the next step); then, when the checkpoint parked or finished the run, its
-    approval requests and the leg's ``finish``. The events a resumed run will produce itself
-    (a step it replays) are left to it.
+    approval requests and the leg's ``finish``, and the client tool results recorded since it
+    parked. The events a resumed run will produce itself (a step it replays) are left to it.
     """
     keys = {e.key for e in logged}
     out: list[Keyed] = []
@@ -250,6 +251,8 @@ def missing_events(
             out.extend(_approval_event(approval_part(r)) for r in checkpoint.pending_approvals or ())
         reason = "suspended" if checkpoint.status == "suspended" else "stop"
         out.append(_finish_event(checkpoint.step_index, reason, Usage(), checkpoint.usage))
+    if checkpoint is not None and checkpoint.status == "suspended":  # results handed over for its client tools
+        out.extend(_result_event(r) for r in client_results_of(checkpoint.messages))
     seen = set(keys)
     unique = []
     for key, data in out:

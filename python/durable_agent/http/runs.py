@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._util import maybe_await, wall_clock_ms
@@ -27,6 +27,9 @@ from ..durable_session import approval_key
 from ..errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, StaleEpochError
 from ..generate import PartSink
 from ..runtime.protocols import DurableRuntime
+from ..runtime.records import RunTransition
+from .asgi import HttpError
+from .client_tools import ClientResult, answered_history, answers_for, client_results_of, waiting_client_calls
 from .events import EventLog, RunInfo
 from .progress import ProgressKeys, error_event, missing_events
 
@@ -48,6 +51,7 @@ class RunDriver:
         self._tasks: dict[str, asyncio.Task[BaseException | None]] = {}
         self._sessions: dict[str, str] = {}  # session id -> the run this process drives in it
         self._starting: dict[str, asyncio.Future[None]] = {}  # runs whose start is not committed yet
+        self._answering = asyncio.Lock()  # one client-result commit at a time: same-process lease claims would fence
 
     def agent(self, session_id: str) -> Agent:
         """The session's agent, checked to run on this endpoint's runtime."""
@@ -188,6 +192,42 @@ class RunDriver:
             self.resume(info)
         return True
 
+    async def answer_client_calls(self, info: RunInfo, results: Sequence[ClientResult]) -> None:
+        """Record the results of client tool calls the parked run waits for; resume it once nothing waits.
+
+        One commit, fenced by the session's lease (claimed for it and released): the results join
+        the parked checkpoint's history, all of them or none. Then their ``tool-result`` events
+        are logged. Raises `HttpError` 409 (nothing recorded): the run is not parked
+        (``not_waiting``), a call has a result already (``already_answered``) or is not a client
+        call it waits for (``not_pending``), or another run or process holds the session (``session_busy``).
+        """
+        self._check_free(info.session_id, info.run_id)
+        agent = self.agent(info.session_id)
+        assert agent.durable is not None
+        answers_for(info.run_id, await self.checkpoint(info.run_id), agent.tools, results)  # refused before a claim
+        task = self._tasks.get(info.run_id)
+        if task is not None:  # parked on these calls, and its leg's task is ending: a claim now would fence it out
+            await asyncio.wait({task})
+        async with self._answering:
+            lease = self.runtime.lease
+            claim = await lease.claim(info.session_id, stale_at=wall_clock_ms() - agent.durable.stale_after_ms)
+            if not claim.claimed:
+                raise HttpError(409, "session_busy", f"session {info.session_id!r} is driven by another process; "
+                                "nothing was recorded: send the results again")
+            assert claim.epoch is not None
+            try:
+                checkpoint = await self.checkpoint(info.run_id)
+                answers = answers_for(info.run_id, checkpoint, agent.tools, results)  # again, holding the lease
+                assert checkpoint is not None
+                edited = answered_history(checkpoint, answers, wall_clock_ms())
+                await self.runtime.commit(RunTransition(info.session_id, claim.epoch, checkpoint=edited))
+            finally:
+                with contextlib.suppress(Exception):
+                    await lease.release(info.session_id, claim.epoch)
+        await self.reconcile(info.run_id)
+        if await self.continues(info):
+            self.resume(info)
+
     async def stop(self) -> None:
         """Cancel the runs in flight (server shutdown): they stay resumable, and the next server takes them over."""
         tasks = list(self._tasks.values())
@@ -209,10 +249,14 @@ class RunDriver:
         return await self._all_answered(info, checkpoint)
 
     async def _all_answered(self, info: RunInfo, checkpoint: AgentCheckpoint) -> bool:
-        """Whether the parked run has approvals and each has a verdict (a run parked on client tools has none)."""
-        if not checkpoint.pending_approvals:
+        """Whether the parked run waited for something and has it all: a verdict for each pending approval and a
+        result for each client tool call (a run parked inside a sub-agent with neither waits on the sub-agent)."""
+        tools = self.agent(info.session_id).tools
+        if not checkpoint.pending_approvals and not client_results_of(checkpoint.messages):
             return False
-        for request in checkpoint.pending_approvals:
+        if waiting_client_calls(checkpoint, tools):
+            return False
+        for request in checkpoint.pending_approvals or ():
             key = approval_key(info.run_id, checkpoint.step_index, request.approval_id)
             record = await self.runtime.find_awakeable(info.session_id, key)
             if record is None or not record.resolved:

@@ -19,7 +19,7 @@ from ..errors import ConfigurationError, FeatureUnavailableError
 from ..stores._sql import Dialect, Plan, run_async, run_sync
 from ..stores.sqlite import sqlite_transaction
 from . import _sql
-from .events import RunEvent, RunInfo, Wakeups
+from .events import RunEvent, RunInfo, Wakeups, check_prune, check_run_ids
 
 __all__ = ["PostgresEventLog", "SqliteEventLog"]
 
@@ -65,6 +65,17 @@ class _SqlEventLog(abc.ABC):
     async def wait(self, run_id: str, after: int, timeout: float) -> None:
         if await self._run(_sql.latest_plan(run_id), write=False) <= after:
             await self._wakeups.wait(run_id, min(timeout, self._poll))
+
+    async def forget(self, run_ids: Sequence[str]) -> list[str]:
+        return self._forgotten(await self._run(_sql.forget_plan(check_run_ids(run_ids)), write=True))
+
+    async def prune(self, *, before: int) -> list[str]:
+        return self._forgotten(await self._run(_sql.prune_plan(check_prune(before)), write=True))
+
+    def _forgotten(self, gone: list[str]) -> list[str]:
+        for run_id in gone:
+            self._wakeups.notify(run_id)  # a waiting reader of this process finds the run gone
+        return gone
 
 
 class SqliteEventLog(_SqlEventLog):

@@ -1,12 +1,13 @@
 """Session store backends, each in its own module with its driver imported lazily.
 
-* `durable_agent.stores.sqlite.SqliteSessionStore` (standard library `sqlite3`)
+* `durable_agent.stores.sqlite.SqliteSessionStore` / `AsyncSqliteSessionStore` (standard library `sqlite3`)
 * `durable_agent.stores.jsonl.JsonlSessionStore` (one append-only file)
 * `durable_agent.stores.postgres.PostgresSessionStore` / `AsyncPostgresSessionStore` (psycopg 3)
-* `durable_agent.stores.redis.RedisSessionStore` (redis-py)
+* `durable_agent.stores.redis.RedisSessionStore` / `AsyncRedisSessionStore` (redis-py, `redis.asyncio`)
 * `durable_agent.stores.durable_object.DurableObjectSessionStore` (a Cloudflare Durable Object's storage)
 
-`open_store(url)` picks one from a URL. Importing this package imports no backend.
+`open_store(url)` picks one from a URL; ``+async`` in the scheme picks the async flavour (coroutine
+methods that never block the event loop). Importing this package imports no backend.
 """
 
 from __future__ import annotations
@@ -17,7 +18,19 @@ from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import ConfigurationError
 
-SCHEMES = ("memory", "sqlite", "jsonl", "postgresql", "postgres", "postgresql+async", "redis", "rediss")
+SCHEMES = (
+    "memory",
+    "sqlite",
+    "sqlite+async",
+    "jsonl",
+    "postgresql",
+    "postgres",
+    "postgresql+async",
+    "redis",
+    "rediss",
+    "redis+async",
+    "rediss+async",
+)
 
 _BOOL = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
@@ -74,11 +87,13 @@ def open_store(url: str, **options: Any) -> Any:
 
     * ``memory://`` — `InMemorySessionStore` (this process only)
     * ``sqlite:///runs.db`` (relative) or ``sqlite:////var/lib/app/runs.db`` (absolute);
-      options in the query: ``?synchronous=NORMAL&busy_timeout_ms=5000``
+      options in the query: ``?synchronous=NORMAL&busy_timeout_ms=5000``; ``sqlite+async:///...`` —
+      `AsyncSqliteSessionStore` (its own connection thread, concurrent saves in one commit)
     * ``jsonl:///runs.jsonl`` / ``jsonl:////abs/runs.jsonl``; ``?fsync=false``
     * ``postgresql://user@host:5432/db`` — `PostgresSessionStore` (the URL is libpq's);
       ``postgresql+async://...`` — `AsyncPostgresSessionStore`
-    * ``redis://host:6379/0`` or ``rediss://...`` — `RedisSessionStore` (the URL is redis-py's)
+    * ``redis://host:6379/0`` or ``rediss://...`` — `RedisSessionStore` (the URL is redis-py's);
+      ``redis+async://...`` / ``rediss+async://...`` — `AsyncRedisSessionStore` (`redis.asyncio`)
 
     Raises `ConfigurationError` for an unknown scheme or option, and `FeatureUnavailableError`
     when the backend's driver is not installed.
@@ -88,18 +103,19 @@ def open_store(url: str, **options: Any) -> Any:
             f"a store URL looks like scheme://..., got {url!r}; schemes: {', '.join(SCHEMES)}"
         )
     scheme = url.split("://", 1)[0].lower()
-    query = urlsplit(url).query if scheme in ("sqlite", "jsonl") else ""
+    query = urlsplit(url).query if scheme in ("sqlite", "sqlite+async", "jsonl") else ""
     if scheme == "memory":
         if url.lower() != "memory://" or options:
             raise ConfigurationError(f"memory:// takes no path or options, got {url!r}")
         from ..session import InMemorySessionStore
 
         return InMemorySessionStore()
-    if scheme == "sqlite":
-        from .sqlite import SqliteSessionStore
+    if scheme in ("sqlite", "sqlite+async"):
+        from .sqlite import AsyncSqliteSessionStore, SqliteSessionStore
 
         opts = _file_options(query, {"synchronous": str, "busy_timeout_ms": int, "cache_runs": int})
-        return _construct(SqliteSessionStore, _file_path(url, scheme), **{**opts, **options})
+        cls = SqliteSessionStore if scheme == "sqlite" else AsyncSqliteSessionStore
+        return _construct(cls, _file_path(url, scheme), **{**opts, **options})
     if scheme == "jsonl":
         from .jsonl import JsonlSessionStore
 
@@ -117,6 +133,10 @@ def open_store(url: str, **options: Any) -> Any:
         from .redis import RedisSessionStore
 
         return _construct(RedisSessionStore, url, **options)
+    if scheme in ("redis+async", "rediss+async"):
+        from .redis import AsyncRedisSessionStore
+
+        return _construct(AsyncRedisSessionStore, scheme.split("+", 1)[0] + url[len(scheme) :], **options)
     raise ConfigurationError(f"unknown store URL scheme {scheme!r}; schemes: {', '.join(SCHEMES)}")
 
 

@@ -1,4 +1,7 @@
-"""`RedisSessionStore`: checkpoints in Redis (redis-py), append-only per run, atomic saves.
+"""Redis session stores (redis-py): `RedisSessionStore` (sync) and `AsyncRedisSessionStore` (`redis.asyncio`).
+
+Checkpoints append-only per run, atomic saves. The two stores run one implementation of the
+logic (`_RedisStore`) over the same keys and scripts, and may share a prefix.
 
 Keys, under `prefix` (default ``durable_agent:``): ``run:<id>`` a hash (header, revision, step,
 status, created_at, count), ``msgs:<id>`` a list of encoded messages, ``runs`` and
@@ -36,7 +39,9 @@ Install with ``pip install 'durable-agent[redis]'``.
 from __future__ import annotations
 
 import builtins
+import importlib
 import re
+from abc import abstractmethod
 from typing import Any
 
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
@@ -46,6 +51,7 @@ from ..errors import (
     ConfigurationError,
     FeatureUnavailableError,
 )
+from ._faces import AsyncFace, StoreLogic, SyncFace
 from ._history import PrefixCache, encode_header, encode_messages, kept_by_encoding, new_revision, rebuild
 from ._validate import (
     check_checkpoint,
@@ -123,14 +129,14 @@ return 1
 """
 
 
-def _redis() -> Any:
+def _redis(module: str = "redis") -> Any:
+    """redis-py's `module` (``redis`` or ``redis.asyncio``), or `FeatureUnavailableError`."""
     try:
-        import redis
+        return importlib.import_module(module)
     except ImportError as exc:
         raise FeatureUnavailableError(
             f"the Redis store needs redis-py: pip install 'durable-agent[redis]' ({exc})"
         ) from exc
-    return redis
 
 
 def _text(value: Any, run_id: str, what: str) -> str:
@@ -150,6 +156,11 @@ def _texts(bodies: list[Any], run_id: str) -> list[str]:
         return [_text(body, run_id, f"message {seq}") for seq, body in enumerate(bodies)]
 
 
+def _limit(limit: int | None) -> tuple[int, ...]:
+    """ZRANGEBYLEX's LIMIT arguments (offset, count), none for no limit."""
+    return () if limit is None else (0, limit)
+
+
 def _prune_fields(run_id: str, fields: Any) -> tuple[str, int, bytes] | None:
     """(status, created_at, revision) of a run's header for `prune`, or None, logged, when damaged."""
     if not isinstance(fields, Exception):
@@ -163,12 +174,14 @@ def _prune_fields(run_id: str, fields: Any) -> tuple[str, int, bytes] | None:
     return None
 
 
-class RedisSessionStore:
-    """Checkpoints in Redis; synchronous methods, safe for many processes (see the durability notes).
+class _RedisStore(StoreLogic):
+    """The store's logic, written once as coroutines over three kinds of Redis call.
 
-    Give a `url` (``redis://host:port/db``) or a ready `client` (a `redis.Redis` with
-    ``decode_responses=False``). `prefix` namespaces the keys.
+    `RedisSessionStore` makes those calls with a sync client (they complete at once: its
+    methods drive the logic with `run_now`), `AsyncRedisSessionStore` with a `redis.asyncio` one.
     """
+
+    _module: str  # redis-py's module whose `Redis` the store makes from a URL
 
     def __init__(
         self,
@@ -178,9 +191,9 @@ class RedisSessionStore:
         prefix: str = "durable_agent:",
         cache_runs: int = 256,
     ) -> None:
-        redis = _redis()
+        redis = _redis(self._module)
         if (url is None) == (client is None):
-            raise ConfigurationError("RedisSessionStore needs exactly one of url= or client=")
+            raise ConfigurationError(f"{type(self).__name__} needs exactly one of url= or client=")
         if not isinstance(prefix, str):
             raise ConfigurationError(f"prefix must be a str, got {prefix!r}")
         self._own_client = client is None
@@ -197,7 +210,30 @@ class RedisSessionStore:
         self._delete_script = self._client.register_script(_DELETE)
         self._cache = PrefixCache(cache_runs)
 
-    def _keys(self, run_id: str) -> list[str]:
+    # The calls, one implementation per client kind.
+
+    @abstractmethod
+    async def _pipeline(self, transaction: bool, *commands: tuple[str, Any]) -> builtins.list[Any]:
+        """The replies of `commands` ((name, args) pairs) sent in one pipeline; a failed one's is its error."""
+
+    @abstractmethod
+    async def _eval(self, script: Any, keys: builtins.list[str], args: builtins.list[Any]) -> Any:
+        """Run a registered Lua `script` (`_save_script`, `_delete_script`)."""
+
+    @abstractmethod
+    async def _range(self, key: str, low: bytes, limit: int | None) -> builtins.list[bytes]:
+        """ZRANGEBYLEX `key` from `low` to the end, at most `limit` members."""
+
+    def _queue(self, transaction: bool, commands: tuple[tuple[str, Any], ...]) -> Any:
+        """A pipeline of the client holding `commands`, not sent yet."""
+        pipe = self._client.pipeline(transaction=transaction)
+        for name, args in commands:
+            getattr(pipe, name)(*args)
+        return pipe
+
+    # The logic.
+
+    def _keys(self, run_id: str) -> builtins.list[str]:
         p = self._prefix
         return [
             f"{p}run:{run_id}",
@@ -207,28 +243,20 @@ class RedisSessionStore:
             f"{p}steps:{run_id}",
         ]
 
-    def _read(self, run_id: str) -> tuple[dict[bytes, bytes], builtins.list[Any], str | None]:
+    async def _read(self, run_id: str) -> tuple[dict[bytes, bytes], builtins.list[Any], str | None]:
         """The run's header hash and message list, read in one MULTI (one consistent view).
 
         The third item says what is wrong when a key holds another type (WRONGTYPE): then the
         hash and list read as empty, and a save replaces the keys.
         """
         head_key, msgs_key = self._keys(run_id)[:2]
-        pipe = self._client.pipeline(transaction=True)
-        pipe.hgetall(head_key)
-        pipe.lrange(msgs_key, 0, -1)
-        head, bodies = pipe.execute(raise_on_error=False)
+        head, bodies = await self._pipeline(True, ("hgetall", (head_key,)), ("lrange", (msgs_key, 0, -1)))
         if isinstance(head, Exception) or isinstance(bodies, Exception):
             wrong = head if isinstance(head, Exception) else bodies
             return {}, [], f"a key of the run holds another type ({wrong})"
         return head, bodies, None
 
-    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
-        """Store `checkpoint` atomically as the latest of its run, sending only the new messages.
-
-        With `expected_step_index`, raise `CheckpointConflictError` (and write nothing) unless
-        the stored checkpoint of this run is at that step.
-        """
+    async def _save(self, checkpoint: AgentCheckpoint, expected_step_index: int | None) -> None:
         checkpoint = check_checkpoint(checkpoint)
         expected = check_expected(expected_step_index)
         run_id, messages = checkpoint.run_id, checkpoint.messages
@@ -238,15 +266,16 @@ class RedisSessionStore:
         known: bytes = b"" if cached is None else str(cached).encode()
         while True:  # each round trip either saves or learns of a newer save by another writer
             if keep is None:  # read what is stored and compare exactly
-                head, bodies, _ = self._read(run_id)
+                head, bodies, _ = await self._read(run_id)
                 raw = head.get(b"revision")
                 known = raw or b""  # compared as stored: a damaged revision must not make every try stale
                 stored = [body.decode("utf-8", "replace") for body in bodies]
                 keep = kept_by_encoding(stored, messages) if raw is not None else 0
             revision = new_revision()
-            outcome, actual = self._save_script(
-                keys=self._keys(run_id),
-                args=[
+            outcome, actual = await self._eval(
+                self._save_script,
+                self._keys(run_id),
+                [
                     run_id,
                     "" if expected is None else str(expected),
                     known,
@@ -267,10 +296,9 @@ class RedisSessionStore:
             keep = None  # stale: another writer saved this run since we last looked
             self._cache.forget(run_id)
 
-    def load(self, run_id: str) -> AgentCheckpoint | None:
-        """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
+    async def _load(self, run_id: str) -> AgentCheckpoint | None:
         check_run_id(run_id)
-        head, bodies, wrong = self._read(run_id)
+        head, bodies, wrong = await self._read(run_id)
         if wrong is not None:
             self._cache.forget(run_id)
             raise CheckpointCorruptError(wrong, run_id=run_id)
@@ -291,17 +319,13 @@ class RedisSessionStore:
         self._cache.remember(run_id, int(revision), checkpoint.messages)
         return checkpoint
 
-    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
-        (the step log's rules: `durable_agent.stores._steps`)."""
+    async def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
         check_run_id(run_id)
         check_step_index(step_index)
         keys = self._keys(run_id)
-        pipe = self._client.pipeline(transaction=True)
-        pipe.exists(keys[0])
-        pipe.lrange(keys[6], 0, -1)
-        pipe.lrange(keys[1], 0, -1)
-        exists, entries, bodies = pipe.execute(raise_on_error=False)
+        exists, entries, bodies = await self._pipeline(
+            True, ("exists", (keys[0],)), ("lrange", (keys[6], 0, -1)), ("lrange", (keys[1], 0, -1))
+        )
         if any(isinstance(v, Exception) for v in (exists, entries, bodies)):
             raise CheckpointCorruptError("a key of the run holds another type", run_id=run_id)
         if not exists:
@@ -321,60 +345,86 @@ class RedisSessionStore:
                 )
         return None
 
-    def delete(self, run_id: str) -> None:
+    async def _delete(self, run_id: str) -> None:
         check_run_id(run_id)
-        self._delete_script(keys=self._keys(run_id), args=[run_id, ""])
+        await self._eval(self._delete_script, self._keys(run_id), [run_id, ""])
         self._cache.forget(run_id)
 
-    def _members(self, status: RunStatus | None, limit: int | None, after: bytes | None) -> builtins.list[bytes]:
+    async def _members(self, status: RunStatus | None, limit: int | None, after: bytes | None) -> builtins.list[bytes]:
         """Raw members of the run index (all runs, or those of `status`) after `after`, in byte order."""
         key = f"{self._prefix}{'runs' if status is None else 'status:' + status}"
-        low = b"-" if after is None else b"(" + after
-        members = self._client.zrangebylex(key, low, b"+", *((0, limit) if limit is not None else ()))
-        return members  # type: ignore[no-any-return]  # redis-py types a reply as Awaitable[Any] | Any
+        return await self._range(key, b"-" if after is None else b"(" + after, limit)
 
-    def list(
-        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
-    ) -> builtins.list[str]:
-        """Run ids in code-point order, optionally only those whose latest status is `status`.
-
-        Page with `limit` and `after` (the last id of the previous page).
-        """
+    async def _list(self, status: Any, limit: Any, after: Any) -> builtins.list[str]:
         status, limit, after = check_list_args(status, limit, after)
-        return readable_ids(self._members(status, limit, None if after is None else after.encode("utf-8")))
+        return readable_ids(await self._members(status, limit, None if after is None else after.encode("utf-8")))
 
-    def prune(
-        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
-    ) -> builtins.list[str]:
-        """Delete runs whose latest checkpoint was created before `before` (epoch ms); returns their ids.
-
-        Suspended runs (awaiting approval) are kept unless `include_suspended=True`. A run
-        saved again while pruning (its revision changed) is left alone.
-        """
+    async def _prune(self, before: Any, status: Any, include_suspended: Any) -> builtins.list[str]:
         before, status, include_suspended = check_prune_args(before, status, include_suspended)
         doomed: builtins.list[str] = []
         after = None
-        while members := self._members(None, 500, after):
+        while members := await self._members(None, 500, after):
             after = members[-1]
             page_ids = readable_ids(members)
-            pipe = self._client.pipeline(transaction=False)
-            for run_id in page_ids:
-                pipe.hmget(self._keys(run_id)[0], "status", "created_at", "revision")
-            for run_id, fields in zip(page_ids, pipe.execute(raise_on_error=False), strict=True):
+            replies = await self._pipeline(
+                False, *(("hmget", (self._keys(run_id)[0], "status", "created_at", "revision")) for run_id in page_ids)
+            )
+            for run_id, fields in zip(page_ids, replies, strict=True):
                 found = _prune_fields(run_id, fields)
                 if found is not None and prunable(found[0], found[1], before, status, include_suspended):
-                    if self._delete_script(keys=self._keys(run_id), args=[run_id, found[2]]):
+                    if await self._eval(self._delete_script, self._keys(run_id), [run_id, found[2]]):
                         doomed.append(run_id)
                         self._cache.forget(run_id)
         return page(doomed, None, None)
+
+
+class RedisSessionStore(_RedisStore, SyncFace):
+    """Checkpoints in Redis; synchronous methods, safe for many processes (see the durability notes).
+
+    Give a `url` (``redis://host:port/db``) or a ready `client` (a `redis.Redis` with
+    ``decode_responses=False``). `prefix` namespaces the keys. A run saved again while `prune`
+    runs (its revision changed) is left alone. In an asyncio server use
+    `AsyncRedisSessionStore`: this store's calls wait for Redis on the caller's thread.
+    """
+
+    _module = "redis"
+
+    async def _pipeline(self, transaction: bool, *commands: tuple[str, Any]) -> builtins.list[Any]:
+        return self._queue(transaction, commands).execute(raise_on_error=False)  # type: ignore[no-any-return]
+
+    async def _eval(self, script: Any, keys: builtins.list[str], args: builtins.list[Any]) -> Any:
+        return script(keys=keys, args=args)
+
+    async def _range(self, key: str, low: bytes, limit: int | None) -> builtins.list[bytes]:
+        return self._client.zrangebylex(key, low, b"+", *_limit(limit))  # type: ignore[no-any-return]
 
     def close(self) -> None:
         if self._own_client:
             self._client.close()
         self._cache.clear()
 
-    def __enter__(self) -> RedisSessionStore:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+class AsyncRedisSessionStore(_RedisStore, AsyncFace):
+    """`RedisSessionStore` with coroutine methods over `redis.asyncio`, for asyncio servers.
+
+    Same keys, Lua scripts and rules: the two stores may share a prefix. Give a `url` or a
+    ready `client` (a `redis.asyncio.Redis` with ``decode_responses=False``); the client
+    connects on first use, inside the running event loop. `await store.close()` (or
+    ``async with``) closes it.
+    """
+
+    _module = "redis.asyncio"
+
+    async def _pipeline(self, transaction: bool, *commands: tuple[str, Any]) -> builtins.list[Any]:
+        return await self._queue(transaction, commands).execute(raise_on_error=False)  # type: ignore[no-any-return]
+
+    async def _eval(self, script: Any, keys: builtins.list[str], args: builtins.list[Any]) -> Any:
+        return await script(keys=keys, args=args)
+
+    async def _range(self, key: str, low: bytes, limit: int | None) -> builtins.list[bytes]:
+        return await self._client.zrangebylex(key, low, b"+", *_limit(limit))  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        if self._own_client:
+            await self._client.aclose()
+        self._cache.clear()

@@ -1,4 +1,4 @@
-"""`SqliteSessionStore`: an append-only checkpoint store in one SQLite file (standard library).
+"""SQLite session stores (standard library): `SqliteSessionStore` (sync) and `AsyncSqliteSessionStore`.
 
 Layout and save algorithm: `durable_agent.stores._history` and `_sql`. Per save, one
 `BEGIN IMMEDIATE` transaction writes the messages added since the last save of that run
@@ -15,23 +15,35 @@ place or a damaged page of the file raise `CheckpointCorruptError` naming the ru
 failed save makes the store forget its view of the run, and the next save re-reads the rows
 and replaces what it cannot trust (`_sql.save_plan`).
 
+`AsyncSqliteSessionStore` is the same store for asyncio servers: no database call runs on the
+event loop's thread. Its plans go to its connection on a thread of its own, and the saves of
+concurrent runs share one commit (group commit, `durable_agent.runtime._group_commit`); each
+waiter is released once its own save is durable. Under Pyodide, which has no threads, each
+plan runs at once on the caller's thread. Both stores run one implementation of the logic
+(`_SqliteStore`): the sync one drives it on the caller's thread, under a lock.
+
 `sqlite3` is imported when a store is opened; where it is missing (Pyodide 0.28 without its
 CDN package) opening raises `FeatureUnavailableError`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import os
+import sys
 import threading
+from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, Literal
 
-from ..checkpoint import AgentCheckpoint, RunStatus
+from ..checkpoint import AgentCheckpoint
 from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
+from ..runtime._group_commit import GroupCommitSqlite, InlineSqlite
 from . import _sql
+from ._faces import AsyncFace, StoreLogic, SyncFace
 from ._files import create_private, file_path
 from ._history import PrefixCache
 from ._validate import (
@@ -54,6 +66,22 @@ def _text(data: bytes) -> str | bytes:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data
+
+
+def _reading_bytes(conn: Any, plan: _sql.Plan) -> _sql.Plan:
+    """`plan`, run whole on `conn` inside its runner's transaction, with text that is not UTF-8 read as bytes.
+
+    It runs at once, when its runner starts it, on the runner's thread: the connection's
+    `text_factory` is switched and switched back around it there, never from another thread.
+    """
+    yield from ()  # a plan that asks its runner for no query: the transaction is open when it starts
+    conn.text_factory = _text
+    cur = conn.cursor()
+    try:
+        return _sql.run_sync(cur, _DIALECT, plan)
+    finally:
+        conn.text_factory = str
+        cur.close()
 
 
 def _sqlite3() -> ModuleType:
@@ -84,12 +112,20 @@ def sqlite_transaction(conn: Any, lock: Any, mode: Literal["DEFERRED", "IMMEDIAT
             cur.close()
 
 
-class SqliteSessionStore:
-    """Checkpoints in one SQLite file; synchronous methods, safe for several processes.
+class _LockedInline(InlineSqlite):
+    """`InlineSqlite` for a connection that several threads share: one transaction at a time."""
 
-    `path` is a file path (created when missing) or ":memory:". `busy_timeout_ms` is how long
-    a writer waits for another process's write transaction before failing.
-    """
+    def __init__(self, conn: Any, lock: threading.RLock) -> None:
+        super().__init__(conn, _DIALECT)
+        self._lock = lock
+
+    def transaction(self, plan: _sql.Plan, *, write: bool) -> Any:
+        with self._lock:
+            return super().transaction(plan, write=write)
+
+
+class _SqliteStore(StoreLogic):
+    """The store's logic, written once as coroutines over a plan runner (see the subclasses)."""
 
     def __init__(
         self,
@@ -115,7 +151,6 @@ class SqliteSessionStore:
         except (sqlite3.Error, OSError) as exc:
             raise ConfigurationError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         self._sqlite3 = sqlite3
-        self._lock = threading.RLock()
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
             # Only takes effect on a new, empty file. Message rows are ~1-3 KB: 8 KiB pages pack
@@ -123,76 +158,56 @@ class SqliteSessionStore:
             self._conn.execute("PRAGMA page_size = 8192")
             self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
             self._conn.execute(f"PRAGMA synchronous = {synchronous}")
-            self._migrate()
+            InlineSqlite(self._conn, _DIALECT).transaction(_sql.schema_plan(_DIALECT), write=True)
         except sqlite3.Error as exc:
             self._conn.close()
             raise ConfigurationError(f"cannot use SQLite database {self.path!r}: {exc}") from exc
         except BaseException:
             self._conn.close()
             raise
+        self._runner = self._make_runner()
 
-    def _migrate(self) -> None:
-        self._run_once("IMMEDIATE", _sql.schema_plan(_DIALECT))
+    @abstractmethod
+    def _make_runner(self) -> InlineSqlite | GroupCommitSqlite:
+        """What runs the plans on `_conn`."""
 
-    def _run(
-        self, mode: Literal["DEFERRED", "IMMEDIATE"], make_plan: Callable[[], _sql.Plan], run_id: str | None = None
-    ) -> Any:
+    async def _run(self, write: bool, make_plan: Callable[[], _sql.Plan], run_id: str | None = None) -> Any:
         """Run a fresh plan in one transaction, the damage of a run's data reported as that run's.
 
         Text that is not UTF-8 makes sqlite3 raise `OperationalError` for the whole query; the
-        plan then runs once more with such text read as bytes (`_text`), which `load` reports as
-        corruption of the run and `save` replaces. Only that retry pays for the Python-level
-        text decoding. A damaged page (SQLITE_CORRUPT, SQLITE_NOTADB) is `CheckpointCorruptError`
-        naming `run_id`.
+        plan then runs once more with such text read as bytes (`_reading_bytes`), which `load`
+        reports as corruption of the run and `save` replaces. Only that retry pays for the
+        Python-level text decoding. A damaged page (SQLITE_CORRUPT, SQLITE_NOTADB) is
+        `CheckpointCorruptError` naming `run_id`.
         """
-        with self._lock:
+        try:
             try:
-                try:
-                    return self._run_once(mode, make_plan())
-                except self._sqlite3.OperationalError as exc:
-                    if "Could not decode to UTF-8" not in str(exc):
-                        raise
-                self._conn.text_factory = _text
-                try:
-                    return self._run_once(mode, make_plan())
-                finally:
-                    self._conn.text_factory = str
-            except self._sqlite3.DatabaseError as exc:
-                if run_id is None or getattr(exc, "sqlite_errorname", None) not in _CORRUPT:
+                return await self._runner.run(make_plan(), write=write)
+            except self._sqlite3.OperationalError as exc:
+                if "Could not decode to UTF-8" not in str(exc):
                     raise
-                raise CheckpointCorruptError(f"the database file is damaged ({exc})", run_id=run_id) from exc
+            return await self._runner.run(_reading_bytes(self._conn, make_plan()), write=write)
+        except self._sqlite3.DatabaseError as exc:
+            if run_id is None or getattr(exc, "sqlite_errorname", None) not in _CORRUPT:
+                raise
+            raise CheckpointCorruptError(f"the database file is damaged ({exc})", run_id=run_id) from exc
 
-    def _run_once(self, mode: Literal["DEFERRED", "IMMEDIATE"], plan: _sql.Plan) -> Any:
-        with self._transaction(mode) as cur:
-            return _sql.run_sync(cur, _DIALECT, plan)
-
-    @contextmanager
-    def _transaction(self, mode: Literal["DEFERRED", "IMMEDIATE"]) -> Iterator[Any]:
-        with sqlite_transaction(self._conn, self._lock, mode) as cur:
-            yield cur
-
-    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
-        """Store `checkpoint` as the latest of its run, writing only the messages not stored yet.
-
-        With `expected_step_index`, raise `CheckpointConflictError` (and write nothing) unless
-        the stored checkpoint of this run is at that step.
-        """
+    async def _save(self, checkpoint: AgentCheckpoint, expected_step_index: int | None) -> None:
         checkpoint = check_checkpoint(checkpoint)
         expected = check_expected(expected_step_index)
         try:
-            revision = self._run(
-                "IMMEDIATE", lambda: _sql.save_plan(self._cache, checkpoint, expected, _DIALECT), checkpoint.run_id
+            revision = await self._run(
+                True, lambda: _sql.save_plan(self._cache, checkpoint, expected, _DIALECT), checkpoint.run_id
             )
         except BaseException:
             self._cache.forget(checkpoint.run_id)  # the rows are unknown now: the next save re-reads them
             raise
         self._cache.remember(checkpoint.run_id, revision, checkpoint.messages)
 
-    def load(self, run_id: str) -> AgentCheckpoint | None:
-        """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
+    async def _load(self, run_id: str) -> AgentCheckpoint | None:
         check_run_id(run_id)
         try:
-            found = self._run("DEFERRED", lambda: _sql.load_plan(run_id), run_id)
+            found = await self._run(False, lambda: _sql.load_plan(run_id), run_id)
         except CheckpointCorruptError:
             self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
             raise
@@ -203,51 +218,65 @@ class SqliteSessionStore:
             self._cache.remember(run_id, revision, checkpoint.messages)
         return checkpoint  # type: ignore[no-any-return]
 
-    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
-        (the step log's rules: `durable_agent.stores._steps`)."""
+    async def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
         check_run_id(run_id)
         check_step_index(step_index)
-        return self._run("DEFERRED", lambda: _sql.load_step_plan(run_id, step_index), run_id)  # type: ignore[no-any-return]
+        return await self._run(False, lambda: _sql.load_step_plan(run_id, step_index), run_id)  # type: ignore[no-any-return]
 
-    def delete(self, run_id: str) -> None:
+    async def _delete(self, run_id: str) -> None:
         check_run_id(run_id)
-        self._run("IMMEDIATE", lambda: _sql.delete_plan(run_id))
+        await self._run(True, lambda: _sql.delete_plan(run_id))
         self._cache.forget(run_id)
 
-    def list(
-        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
-    ) -> builtins.list[str]:
-        """Run ids in code-point order, optionally only those whose latest status is `status`.
-
-        Page with `limit` and `after` (the last id of the previous page).
-        """
+    async def _list(self, status: Any, limit: Any, after: Any) -> builtins.list[str]:
         status, limit, after = check_list_args(status, limit, after)
-        return self._run("DEFERRED", lambda: _sql.list_plan(status, limit, after))  # type: ignore[no-any-return]
+        return await self._run(False, lambda: _sql.list_plan(status, limit, after))  # type: ignore[no-any-return]
 
-    def prune(
-        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
-    ) -> builtins.list[str]:
-        """Delete runs whose latest checkpoint was created before `before` (epoch ms); returns their ids.
-
-        Suspended runs (awaiting approval) are kept unless `include_suspended=True`.
-        """
+    async def _prune(self, before: Any, status: Any, include_suspended: Any) -> builtins.list[str]:
         before, status, include_suspended = check_prune_args(before, status, include_suspended)
-        doomed: builtins.list[str] = self._run("IMMEDIATE", lambda: _sql.prune_plan(before, status, include_suspended))
+        doomed: builtins.list[str] = await self._run(True, lambda: _sql.prune_plan(before, status, include_suspended))
         for run_id in doomed:
             self._cache.forget(run_id)
         return doomed
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path!r})"
+
+
+class SqliteSessionStore(_SqliteStore, SyncFace):
+    """Checkpoints in one SQLite file; synchronous methods, safe for several processes and threads.
+
+    `path` is a file path (created when missing) or ":memory:". `busy_timeout_ms` is how long
+    a writer waits for another process's write transaction before failing. In an asyncio
+    server use `AsyncSqliteSessionStore`: this store's calls run on the caller's thread.
+    """
+
+    def _make_runner(self) -> InlineSqlite:
+        self._lock = threading.RLock()
+        return _LockedInline(self._conn, self._lock)
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
             self._cache.clear()
 
-    def __enter__(self) -> SqliteSessionStore:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+class AsyncSqliteSessionStore(_SqliteStore, AsyncFace):
+    """`SqliteSessionStore` with coroutine methods that never block the event loop (see the module docs).
 
-    def __repr__(self) -> str:
-        return f"SqliteSessionStore({self.path!r})"
+    Same file format, options and rules; one handle serves any number of event loops' tasks;
+    `save` returns once that save is durable. `await store.close()` (or ``async with``)
+    finishes the queued saves and closes the connection.
+    """
+
+    def _make_runner(self) -> InlineSqlite | GroupCommitSqlite:
+        self._threaded = sys.platform != "emscripten"  # Pyodide: no threads, each plan runs inline
+        return (GroupCommitSqlite if self._threaded else InlineSqlite)(self._conn, _DIALECT)
+
+    async def close(self) -> None:
+        """Finish the queued plans, stop the connection's thread and close the connection."""
+        if self._threaded:
+            await asyncio.to_thread(self._runner.close)  # the thread finishes its queue: not on the loop
+        else:
+            self._runner.close()
+        self._cache.clear()
