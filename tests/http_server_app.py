@@ -22,7 +22,6 @@ from durable_agent.http import (
     PostgresEventLog,
     SqliteEventLog,
 )
-from durable_agent.messages import content_parts
 from durable_agent.models import ModelRequest, ScriptedResponse
 from durable_agent.runtime.sqlite import sqlite_runtime
 

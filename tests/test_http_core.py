@@ -514,7 +514,6 @@ async def test_client_tool_results_resume_the_run_once_every_call_has_one() -> N
 
 async def test_an_approval_does_not_resume_a_run_whose_client_tool_call_waits() -> None:
     from agent_kit import Ledger
-
     from durable_agent import call
 
     ledger = Ledger()

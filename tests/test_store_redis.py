@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from store_kit import BlockingStore
 
 from durable_agent.errors import CheckpointCorruptError, ConfigurationError
 from durable_agent.testing import (
@@ -21,6 +20,7 @@ from durable_agent.testing import (
     message,
 )
 from durable_agent.testing.services import REDIS_URL_VAR, service_url
+from store_kit import BlockingStore
 
 pytestmark = pytest.mark.host_only("needs a Redis server and redis-py")
 

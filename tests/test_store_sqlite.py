@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_kit import BlockingStore
 
 from durable_agent.errors import (
     CheckpointConflictError,
@@ -26,6 +25,7 @@ from durable_agent.testing import (
     make_checkpoint,
     message,
 )
+from store_kit import BlockingStore
 
 try:
     import sqlite3

@@ -32,7 +32,13 @@ from typing import Any, Literal
 
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage
-from .errors import ConfigurationError, RunExistsError, RunLeaseHeldError, RunSuspendedError, SessionStateError
+from .errors import (
+    ConfigurationError,
+    RunExistsError,
+    RunLeaseHeldError,
+    RunSuspendedError,
+    SessionStateError,
+)
 from .generate import PartSink, _consume
 from .loop import AgentLoop
 from .messages import Message
