@@ -55,7 +55,7 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(params=["sync", "async"])
-def Store(request: pytest.FixtureRequest) -> Callable[..., Any]:  # noqa: N802 - stands for a class
+def Store(request: pytest.FixtureRequest) -> Callable[..., Any]:  # capitalised: it stands for a class
     """Each store class with a sync face: the rules of damage and healing hold for both."""
     if request.param == "sync":
         return SqliteSessionStore
