@@ -21,7 +21,7 @@ ON_PYODIDE = sys.platform == "emscripten"
 def _needs_sync_loop() -> bool:
     if not ON_PYODIDE:
         return False
-    from pyodide.ffi import can_run_sync  # type: ignore[import-not-found]
+    from pyodide.ffi import can_run_sync
 
     return not can_run_sync()
 

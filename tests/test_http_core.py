@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from agent_kit import tool_results
 from durable_agent import (
     Agent,
     AgentCheckpoint,
@@ -292,7 +293,7 @@ async def test_forget_and_prune_drop_runs_with_their_events(make_log: Any) -> No
         await log.create_run(run_id, "s", {})
         await log.append(run_id, [("step/0/start", {"type": "step-start"}), ("end", last)])
     await log.create_run("silent", "s", {})
-    cut = (await log.run_info("late")).created_at  # type: ignore[union-attr]
+    cut = (await log.run_info("late")).created_at
     assert sorted(await log.prune(before=cut)) == ["done", "failed"]  # registered before `cut`, ended for good
     assert await log.run_info("done") is None and await log.read("done") == []
     assert await make_log().run_info("parked") is not None  # another connection sees the same
@@ -507,7 +508,7 @@ async def test_client_tool_results_resume_the_run_once_every_call_has_one() -> N
     assert leg2[-1]["type"] == "finish" and leg2[-1]["finish_reason"] == "stop"
     assert [e["seq"] for e in leg1 + leg2] == list(range(1, len(leg1) + len(leg2) + 1))
     tool_message = model.requests[1].messages[-1]
-    assert [(p["tool_call_id"], p["output"]) for p in tool_message["content"]] == [("c1", "a.txt"), ("c2", None)]
+    assert [(p["tool_call_id"], p["output"]) for p in tool_results(tool_message)] == [("c1", "a.txt"), ("c2", None)]
     status, body = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c2", "output": 1})
     assert (status, json.loads(body)["error"]["code"]) == (409, "not_waiting")
 
@@ -530,7 +531,7 @@ async def test_an_approval_does_not_resume_a_run_whose_client_tool_call_waits() 
     leg2 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1])
     assert leg2[-1]["finish_reason"] == "stop" and ledger.entries == [("rm", {"path": "x"})]
     answers = [m for m in model.requests[1].messages if m["role"] == "tool"]  # the client's result, then the settled
-    assert [[(p["tool_call_id"], p["is_error"]) for p in m["content"]] for m in answers] == [[("c1", False)],
+    assert [[(p["tool_call_id"], p["is_error"]) for p in tool_results(m)] for m in answers] == [[("c1", False)],
                                                                                            [("c2", False)]]
 
 
@@ -568,7 +569,7 @@ async def test_results_for_a_run_this_process_drives_do_not_fence_it_out() -> No
     from durable_agent import call
 
     model = ScriptedModel([reply("one two three four five six seven eight nine ten")], delay=0.02)
-    app, runtime = client_tool_app(model)
+    app, _ = client_tool_app(model)
     run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
     status, body = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": 1})
     assert (status, json.loads(body)["error"]["code"]) == (409, "not_waiting")

@@ -391,7 +391,7 @@ def test_client_tool_results_over_http(server: Server) -> None:
         ("/runs/nope/tool-results", {"tool_call_id": "loc-work", "output": "Lyon"}, {}, 404, "unknown_run"),
     ]
     for where, body, headers, want, code in cases:
-        status, heads, error = server.request("POST", where, body, headers)
+        status, _, error = server.request("POST", where, body, headers)
         assert (status, error["error"]["code"]) == (want, code), (body, error)
         assert "Traceback" not in json.dumps(error)
     status, _, _ = server.request("POST", path, {"results": [{"tool_call_id": "loc-work", "output": "Lyon"}]})

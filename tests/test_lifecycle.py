@@ -40,7 +40,7 @@ from durable_agent import (
     total_tokens_exceed,
 )
 from durable_agent._util import maybe_await
-from durable_agent.messages import message_text
+from durable_agent.messages import content_parts, message_text
 from durable_agent.runtime.records import RunOwner, RunTransition
 from test_agent import Crash, agent_on, runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
 from test_runtime_postgres import conninfo, opened  # noqa: F401
@@ -155,6 +155,7 @@ async def test_run_resumes_a_run_whose_owner_went_away_between_listing_and_claim
     requests: list[tuple[str, int]] = []
     model, tools = scripted(effects, requests)
     charge = tools["charge"].execute
+    assert charge is not None
 
     def dies_in_charge(args: Any) -> Any:
         if not any(e == ("charge", "first") for e in effects):
@@ -182,7 +183,7 @@ async def test_run_resumes_a_run_whose_owner_went_away_between_listing_and_claim
 
     assert result.text == "Done with second."
     assert ("first", 1) in requests  # the interrupted run went on to its final answer
-    texts = [p["text"] for m in result.messages if m["role"] == "assistant" for p in m["content"]
+    texts = [p["text"] for m in result.messages if m["role"] == "assistant" for p in content_parts(m)
              if p["type"] == "text"]
     assert texts.count("Done with first.") == 1
     assert effects.count(("charge", "first")) == 1  # its unsafe call is reported interrupted, never repeated
