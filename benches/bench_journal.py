@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from durable_agent import (  # noqa: E402
+from durable_agent import (
     Agent,
     DurableOptions,
     InMemoryCheckpointStore,
@@ -42,10 +42,10 @@ from durable_agent import (  # noqa: E402
     generate_text,
     reply,
 )
-from durable_agent.stores.sqlite import SqliteCheckpointStore  # noqa: E402
+from durable_agent.stores.sqlite import SqliteCheckpointStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import per_step, print_header, print_rows  # noqa: E402
+from _report import per_step, print_header, print_rows
 
 USAGE = Usage(10, 5, 15)
 TOOLS = {"noop": Tool(parameters={"type": "object"}, execute=lambda args: "ok")}

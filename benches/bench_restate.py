@@ -30,11 +30,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import per_step, print_header, print_rows  # noqa: E402
-from bench_journal import agent_run, dbos_runner  # noqa: E402
+from _report import per_step, print_header, print_rows
+from bench_journal import agent_run, dbos_runner
 
-from durable_agent.restate import RestateIngress  # noqa: E402
-from durable_agent.testing.restate import INGRESS_VAR, ADMIN_VAR, ServiceProcess  # noqa: E402
+from durable_agent.restate import RestateIngress
+from durable_agent.testing.restate import ADMIN_VAR, INGRESS_VAR, ServiceProcess
 
 SERVICE = Path(__file__).resolve().parent / "_restate_service.py"
 ANCHOR = "DBOS workflow on SQLite"

@@ -28,14 +28,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-import demo_agent  # noqa: E402
+import demo_agent
 
-from durable_agent import (  # noqa: E402
+from durable_agent import (
     ToolApprovalResponse,
     resume_stream_from_checkpoint,
     stream_chat,
 )
-from durable_agent.stores.sqlite import SqliteCheckpointStore  # noqa: E402
+from durable_agent.stores.sqlite import SqliteCheckpointStore
 
 RUN_ID = "demo-run"
 

@@ -19,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from durable_agent import (  # noqa: E402
+from durable_agent import (
     InMemoryCheckpointStore,
     LanguageModel,
     ModelCallError,
@@ -28,7 +28,7 @@ from durable_agent import (  # noqa: E402
     generate_text,
     resume_from_checkpoint,
 )
-from durable_agent.providers import AnthropicModel, OpenAIChatModel  # noqa: E402
+from durable_agent.providers import AnthropicModel, OpenAIChatModel
 
 INVOICE = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
 

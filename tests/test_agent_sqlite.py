@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_kit import tool_results
 from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
 
 PYTHON_DIR = Path(__file__).resolve().parent.parent / "python"
@@ -75,7 +76,7 @@ async def test_a_run_sigkilled_mid_tool_resumes_in_another_process(tmp_path: Pat
     # The first model call came from its record and the charge was not run again. The lookup is
     # safe: it comes from its record if its done record was durable before the kill, else it runs again.
     assert "charge" not in ran and len(model.requests) == 1
-    lookup, charge = resumed.messages[2]["content"]
+    lookup, charge = tool_results(resumed.messages[2])
     assert lookup["output"] in ("found", None) and not lookup["is_error"]
     assert charge["is_error"] and "interrupted" in charge["output"]
     assert [json.loads(line)[0] for line in ledger.read_text().splitlines()] == [

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agent_kit import Ledger, user
 
+from agent_kit import Ledger, tool_results, user
 from durable_agent import (
     InMemoryCheckpointStore,
     ScriptedModel,
@@ -78,7 +78,7 @@ async def test_client_mode_suspends_then_approved_runs_and_denied_is_an_error() 
     done = await resume_from_checkpoint(store, "r", model=model, tools=tools, approval_responses=[
         ToolApprovalResponse("ap-pay", True), ToolApprovalResponse("ap-wipe", False, reason="Never wipe.")])
     assert ledger.entries == [("pay", {"a": 1})]
-    pay, wipe = done.messages[2]["content"]
+    pay, wipe = tool_results(done.messages[2])
     assert not pay["is_error"] and wipe == {**wipe, "is_error": True, "output": "Never wipe."}
     assert done.text == "Done." and store.load("r").status == "completed"  # type: ignore[union-attr]
 
@@ -90,7 +90,7 @@ async def test_an_unanswered_gated_call_is_denied_by_default() -> None:
     model = ScriptedModel([reply("", call("pay", {})), "Understood."])
     await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r")
     done = await resume_from_checkpoint(store, "r", model=model, tools=tools)
-    result = done.messages[2]["content"][0]
+    result = tool_results(done.messages[2])[0]
     assert result["is_error"] and "denied" in result["output"]
     assert ledger.entries == []
 
@@ -144,7 +144,7 @@ async def test_a_sub_agent_approval_suspends_child_and_parent_and_resumes_the_ch
                                         approval_responses=[ToolApprovalResponse("ap-9", True)])
     assert done.text == "Fixed."
     assert ledger.entries == [("run_shell", {"cmd": "pytest"})]
-    assert done.messages[2]["content"][0]["output"] == "Tests pass now."
+    assert tool_results(done.messages[2])[0]["output"] == "Tests pass now."
     assert store.load("run-7::coder#toolu_1").status == "completed"  # type: ignore[union-attr]
 
 

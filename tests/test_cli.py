@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import cli_agent
 import pytest
 
+import cli_agent
 from durable_agent import generate_text, open_store
 from durable_agent._util import maybe_await
 

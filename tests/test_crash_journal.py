@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torture_supervisor  # noqa: E402
+import torture_supervisor
 
 pytestmark = pytest.mark.host_only("spawns and SIGKILLs worker processes")
 
@@ -104,6 +104,7 @@ async def test_the_loser_of_a_lease_race_stops_with_stale_epoch_and_writes_nothi
             slow.kill()
     assert slow.returncode == 3 and out.decode().startswith("STALE"), err.decode()[-2000:]
     run_id = await runtime.stores.runs.last("shared")
+    assert run_id is not None and claim.epoch is not None
     checkpoint = await runtime.stores.checkpoints.load(run_id)
     assert checkpoint is not None and checkpoint.step_index == 0  # the loser's step never landed
     records = await runtime.inspect.steps(run_id)

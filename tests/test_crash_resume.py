@@ -29,8 +29,12 @@ def _without_approval_ids(messages: Any) -> list[Any]:
 async def _uncrashed_transcript(tmp_path: Path) -> list[Any]:
     import demo_agent
 
-    from durable_agent import InMemoryCheckpointStore, ToolApprovalResponse, generate_text
-    from durable_agent import resume_from_checkpoint
+    from durable_agent import (
+        InMemoryCheckpointStore,
+        ToolApprovalResponse,
+        generate_text,
+        resume_from_checkpoint,
+    )
 
     store = InMemoryCheckpointStore()
     tools = demo_agent.tools(tmp_path / "reference-ledger.jsonl")
@@ -60,7 +64,7 @@ async def test_sigkill_mid_step_then_resume_in_new_processes(tmp_path: Path) -> 
     resumed = crash_demo.follow(crash_demo.spawn("resume", db, ledger, 0.0))
     (approval,) = [e for e in resumed if e["event"] == "approval"]
     assert resumed[-1] == {**resumed[-1], "event": "finish", "reason": "suspended"}
-    assert [e["step"] for e in resumed if e["event"] == "step-start"][0] == 2  # the interrupted step re-runs
+    assert next(e["step"] for e in resumed if e["event"] == "step-start") == 2  # the interrupted step re-runs
 
     final = crash_demo.follow(crash_demo.spawn("resume", db, ledger, 0.0, verdict=approval["approval_id"]))
     assert final[-1]["event"] == "finish" and final[-1]["reason"] == "stop"

@@ -8,8 +8,8 @@ import logging
 from typing import Any
 
 import pytest
-from agent_kit import FailingStore, Ledger, add_tool, user
 
+from agent_kit import FailingStore, Ledger, add_tool, tool_results, user
 from durable_agent import (
     CHECKPOINT_VERSION,
     AgentCheckpoint,
@@ -19,6 +19,7 @@ from durable_agent import (
     ConfigurationError,
     InMemoryCheckpointStore,
     ScriptedModel,
+    ScriptedResponse,
     Tool,
     ToolApprovalResponse,
     Usage,
@@ -32,6 +33,7 @@ from durable_agent import (
     stream_chat,
     total_tokens_exceed,
 )
+from durable_agent.messages import Message, content_parts
 
 
 class RecordingStore(InMemoryCheckpointStore):
@@ -42,7 +44,7 @@ class RecordingStore(InMemoryCheckpointStore):
         self.saved: list[AgentCheckpoint] = []
         self.snapshots: list[Any] = []
 
-    def save(self, checkpoint: AgentCheckpoint) -> None:
+    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
         self.saved.append(checkpoint)
         self.snapshots.append(copy.deepcopy(list(checkpoint.messages)))
         super().save(checkpoint)
@@ -184,7 +186,7 @@ async def test_counters_and_budgets_continue_across_legs() -> None:
 async def test_the_settled_result_streams_before_the_new_legs_first_step() -> None:
     store = InMemoryCheckpointStore()
     tools = {"pay": Tool(execute=lambda _: "paid", needs_approval=True)}
-    script = [reply("", call("pay", {"amount": 3})), "all paid"]
+    script: list[ScriptedResponse | str] = [reply("", call("pay", {"amount": 3})), "all paid"]
     first = await generate_text(model=ScriptedModel(script), messages=[user("x")], tools=tools,
                                 store=store, run_id="r", generate_id=lambda: "ap")
     suspended_at = store.load("r").step_index  # type: ignore[union-attr]
@@ -211,7 +213,8 @@ def test_checkpoints_round_trip_through_the_codec_with_bytes() -> None:
     text = serialize_checkpoint(checkpoint)
     back = deserialize_checkpoint(text)
     assert back == checkpoint
-    assert back.messages[1]["content"][0]["data"] == image  # real bytes, not a decayed dict
+    part = content_parts(back.messages[1])[0]
+    assert part["type"] == "image" and part["data"] == image  # real bytes, not a decayed dict
 
 
 def test_a_checkpoint_from_a_newer_schema_is_refused_clearly() -> None:
@@ -243,7 +246,7 @@ async def test_client_tools_suspend_and_resume_feeds_the_placeholder() -> None:
     assert first.client_tool_calls[0]["tool_name"] == "ask_user"
     assert store.load("r").status == "suspended"  # type: ignore[union-attr]
     done = await resume_from_checkpoint(store, "r", model=model, tools=tools)
-    placeholder = done.messages[2]["content"][0]
+    placeholder = tool_results(done.messages[2])[0]
     assert placeholder["is_error"] and placeholder["output"] == "No result provided for this client tool."
     assert done.text == "I'll pick blue."
 
@@ -255,12 +258,12 @@ async def test_the_escape_hatch_appends_the_real_client_result_and_stays_durable
     await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r")
     checkpoint = store.load("r")
     assert checkpoint is not None
-    answered = [*checkpoint.messages, {"role": "tool", "content": [
+    answered: list[Message] = [*checkpoint.messages, {"role": "tool", "content": [
         {"type": "tool-result", "tool_call_id": "call_0_0", "tool_name": "ask_user", "output": "blue", "is_error": False}
     ]}]
     done = await generate_text(model=model, messages=answered, tools=tools, store=store, run_id="r")
     assert done.text == "Blue it is."
-    assert model.requests[-1].messages[-1]["content"][0]["output"] == "blue"
+    assert tool_results(model.requests[-1].messages[-1])[0]["output"] == "blue"
     last = store.saved[-1]
     assert last.status == "completed" and last.step_index == checkpoint.step_index + 1
 
@@ -290,6 +293,7 @@ async def test_a_run_id_without_a_store_is_a_clear_configuration_error() -> None
 async def test_a_store_without_save_and_load_or_an_empty_run_id_is_refused_before_the_run() -> None:
     model = ScriptedModel(["hi"])
     with pytest.raises(ConfigurationError, match="CheckpointStore"):
-        await generate_text(model=model, messages=[user("x")], store={"r": "not a store"}, run_id="r")
+        await generate_text(model=model, messages=[user("x")], store={"r": "not a store"},  # type: ignore[arg-type]
+                            run_id="r")
     with pytest.raises(ConfigurationError, match="non-empty str"):
         await generate_text(model=model, messages=[user("x")], store=InMemoryCheckpointStore(), run_id="")

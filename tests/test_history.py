@@ -33,6 +33,7 @@ class WatchedHistory(History):
     """Records every slice taken of it: the message-by-message comparison slices the new history."""
 
     __slots__ = ("slices",)
+    slices: list[slice]
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, slice):

@@ -9,13 +9,12 @@ runtime over the same storage plays the next process.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from test_agent import Crash, agent_on, runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
-from test_runtime_postgres import conninfo, opened  # noqa: F401
 
+from agent_kit import recording
 from durable_agent import (
     Agent,
     AgentCheckpoint,
@@ -40,7 +39,10 @@ from durable_agent import (
     total_tokens_exceed,
 )
 from durable_agent._util import maybe_await
+from durable_agent.messages import content_parts, message_text
 from durable_agent.runtime.records import RunOwner, RunTransition
+from test_agent import Crash, agent_on, runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
+from test_runtime_postgres import conninfo, opened  # noqa: F401
 
 PROMPTS = ("first", "second")
 
@@ -49,7 +51,7 @@ def scripted(effects: list[tuple[str, Any]], requests: list[tuple[str, int]]) ->
     """Each prompt: one round of a safe read and an unsafe charge, then a final answer naming the prompt."""
 
     def answer(request: ModelRequest) -> Any:
-        prompts = [m["content"] for m in request.messages if m["role"] == "user"]
+        prompts = [message_text(m) for m in request.messages if m["role"] == "user"]
         last_user = max(i for i, m in enumerate(request.messages) if m["role"] == "user")
         turn = sum(1 for m in request.messages[last_user:] if m["role"] == "tool")
         requests.append((prompts[-1], turn))
@@ -152,6 +154,7 @@ async def test_run_resumes_a_run_whose_owner_went_away_between_listing_and_claim
     requests: list[tuple[str, int]] = []
     model, tools = scripted(effects, requests)
     charge = tools["charge"].execute
+    assert charge is not None
 
     def dies_in_charge(args: Any) -> Any:
         if not any(e == ("charge", "first") for e in effects):
@@ -179,7 +182,7 @@ async def test_run_resumes_a_run_whose_owner_went_away_between_listing_and_claim
 
     assert result.text == "Done with second."
     assert ("first", 1) in requests  # the interrupted run went on to its final answer
-    texts = [p["text"] for m in result.messages if m["role"] == "assistant" for p in m["content"]
+    texts = [p["text"] for m in result.messages if m["role"] == "assistant" for p in content_parts(m)
              if p["type"] == "text"]
     assert texts.count("Done with first.") == 1
     assert effects.count(("charge", "first")) == 1  # its unsafe call is reported interrupted, never repeated
@@ -259,7 +262,8 @@ async def test_a_marked_run_without_checkpoint_is_reported_with_a_way_out(
     await runtime.commit(RunTransition("chat-1", claim.epoch, mark="ghost-run", last_run="ghost-run"))
     await runtime.lease.release("chat-1", claim.epoch)  # state an older version could leave behind
     model = ScriptedModel(["hello"])
-    for attempt in (lambda a: a.resume(), lambda a: a.run("hi")):
+    attempts: list[Callable[[Agent], Awaitable[Any]]] = [lambda a: a.resume(), lambda a: a.run("hi")]
+    for attempt in attempts:
         with pytest.raises(SessionStateError) as info:
             await attempt(agent_on(model, {}))
         assert info.value.session_id == "chat-1" and info.value.run_id == "ghost-run"
@@ -281,7 +285,8 @@ async def test_a_newer_checkpoint_is_refused_on_resume_whatever_the_store() -> N
     with pytest.raises(CheckpointVersionError):  # a new call on that run id must not overwrite it either
         await generate_text(model=model, tools={"t": Tool(execute=lambda a: 1)}, messages=[{"role": "user",
                             "content": "x"}], store=store, run_id="r")
-    assert store.load("r").version == 2 and not model.requests
+    stored = store.load("r")
+    assert stored is not None and stored.version == 2 and not model.requests
 
 
 async def test_newer_checkpoint_of_an_agent_session_is_refused(agent_on: Callable[..., Agent],  # noqa: F811
@@ -292,6 +297,7 @@ async def test_newer_checkpoint_of_an_agent_session_is_refused(agent_on: Callabl
     await agent_on(ScriptedModel(["a"]), {}, runtime=runtime).run("hi")
     last = await runtime.stores.runs.last("chat-1")
     old = runtime.stores.checkpoints.load(last)
+    assert old is not None
     runtime.stores.checkpoints.save(AgentCheckpoint(run_id=last, step_index=old.step_index, status="completed",
                                                 usage=Usage(), created_at=1, messages=old.messages, version=2))
     with pytest.raises(CheckpointVersionError):
@@ -311,7 +317,7 @@ async def test_a_verdict_must_be_a_real_bool_on_every_path(verdict: Any) -> None
         await generate_text(
             model=ScriptedModel([reply("", call("pay", {})), "done"]),
             messages=[{"role": "user", "content": "pay"}],
-            tools={"pay": Tool(execute=lambda a: paid.append(a) or "paid", needs_approval=True)},
+            tools={"pay": Tool(execute=recording(paid, "paid"), needs_approval=True)},
             approve_tool_call=lambda request: verdict,
         )
     assert paid == []
@@ -325,11 +331,14 @@ async def test_sub_agent_usage_counts_toward_the_parent_and_its_budget() -> None
     store = InMemoryCheckpointStore()
     result = await generate_text(model=parent_model, tools={"helper": child}, store=store, run_id="p",
                                  messages=[{"role": "user", "content": "go"}], stop_when=[total_tokens_exceed(20)])
-    child_usage = store.load("p::helper#" + result.steps[0].tool_calls[0]["tool_call_id"]).usage
+    child_checkpoint = store.load("p::helper#" + result.steps[0].tool_calls[0]["tool_call_id"])
+    assert child_checkpoint is not None
+    child_usage = child_checkpoint.usage
     assert child_usage.total_tokens > 0
     assert result.finish_reason == "stop-condition" and len(result.steps) == 1  # the child's tokens count
     assert result.total_usage.total_tokens == result.steps[0].usage.total_tokens + child_usage.total_tokens
-    assert store.load("p").usage == result.total_usage
+    parent = store.load("p")
+    assert parent is not None and parent.usage == result.total_usage
 
 
 async def test_a_crash_in_the_leg_after_an_approval_stays_resumable(
@@ -347,7 +356,7 @@ async def test_a_crash_in_the_leg_after_an_approval_stays_resumable(
         return step
 
     model = ScriptedModel(answer)
-    tools = {"pay": Tool(execute=lambda a: paid.append(a) or "paid", needs_approval=True)}
+    tools = {"pay": Tool(execute=recording(paid, "paid"), needs_approval=True)}
     parked = await agent_on(model, tools).run("pay it")
     assert parked.finish_reason == "suspended"
     verdict = ToolApprovalResponse(parked.pending_approvals[0].approval_id, True)

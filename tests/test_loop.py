@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from agent_kit import Ledger, add_tool, user
 
+from agent_kit import Ledger, add_tool, tool_results, user
 from durable_agent import (
     ConfigurationError,
     InMemoryCheckpointStore,
@@ -15,6 +15,7 @@ from durable_agent import (
     ModelRequest,
     RunAbortedError,
     ScriptedModel,
+    ScriptedResponse,
     StepOverrides,
     Tool,
     Usage,
@@ -65,7 +66,7 @@ async def test_invalid_input_becomes_an_error_result_the_model_sees() -> None:
     assert "input.a: expected number" in tool_result["output"]
     assert "missing required property 'b'" in tool_result["output"]
     assert "unexpected property 'c'" in tool_result["output"]
-    assert model.requests[1].messages[-1]["content"][0]["is_error"] is True
+    assert tool_results(model.requests[1].messages[-1])[0]["is_error"] is True
 
 
 async def test_unknown_tools_and_raising_tools_are_error_results() -> None:
@@ -92,14 +93,20 @@ async def test_async_tools_run() -> None:
 
 
 async def test_a_pydantic_model_validates_and_converts_the_input() -> None:
-    pydantic = pytest.importorskip("pydantic")
+    pytest.importorskip("pydantic")
+    from pydantic import BaseModel
 
-    class Transfer(pydantic.BaseModel):
+    class Transfer(BaseModel):
         amount: int
         to: str
 
-    received: list[Any] = []
-    tools = {"transfer": Tool(parameters=Transfer, execute=lambda t: received.append(t) or f"sent {t.amount}")}
+    received: list[Transfer] = []
+
+    def transfer(t: Transfer) -> str:
+        received.append(t)
+        return f"sent {t.amount}"
+
+    tools = {"transfer": Tool(parameters=Transfer, execute=transfer)}
     model = ScriptedModel([reply("", call("transfer", {"amount": "x"}), call("transfer", {"amount": 5, "to": "bob"})), "ok"])
     result = await generate_text(model=model, messages=[user("x")], tools=tools)
     bad, good = result.steps[0].tool_results
@@ -217,7 +224,7 @@ async def test_task_cancellation_propagates_and_saves_nothing_mid_step() -> None
 
 
 async def test_stream_chat_streams_the_same_run_generate_text_returns() -> None:
-    script = [reply("Let me add.", call("add", {"a": 2, "b": 3})), "The sum is five."]
+    script: list[ScriptedResponse | str] = [reply("Let me add.", call("add", {"a": 2, "b": 3})), "The sum is five."]
     buffered = await generate_text(model=ScriptedModel(script), messages=[user("x")], tools={"add": add_tool()})
     streamed = stream_chat(model=ScriptedModel(script), messages=[user("x")], tools={"add": add_tool()})
     parts = [p async for p in streamed.full_stream]

@@ -118,9 +118,9 @@ def test_a_missing_driver_is_feature_unavailable(
 
 @pytest.mark.host_only("needs Postgres and Redis servers")
 def test_server_urls_open_working_stores() -> None:
-    from durable_agent.stores.postgres import AsyncPostgresCheckpointStore, PostgresCheckpointStore
     import asyncio
 
+    from durable_agent.stores.postgres import AsyncPostgresCheckpointStore, PostgresCheckpointStore
     from durable_agent.stores.redis import AsyncRedisCheckpointStore, RedisCheckpointStore
 
     pg, redis_url = service_url(POSTGRES_URL_VAR, "Postgres"), service_url(REDIS_URL_VAR, "Redis")

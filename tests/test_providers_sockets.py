@@ -8,8 +8,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from replay import ReplayServer
-from test_providers_replay import ADAPTERS, FAILURE_FIELDS, FAILURES, check_failure, collect
 
 from durable_agent import (
     InMemoryCheckpointStore,
@@ -22,6 +20,8 @@ from durable_agent import (
 )
 from durable_agent._transport import HttpTransport, HttpxTransport, StdlibTransport, Timeouts
 from durable_agent.providers import OpenAIChatModel
+from replay import ReplayServer
+from test_providers_replay import ADAPTERS, FAILURE_FIELDS, FAILURES, check_failure, collect
 
 pytestmark = pytest.mark.host_only("runs an HTTP server on 127.0.0.1 and real sockets")
 

@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ runner_only = pytest.mark.skipif(not UNDER_RUNNER, reason="checks pyodide/run-py
 
 @runner_only
 def test_the_runtime_is_one_of_the_pinned_pyodides() -> None:
-    import pyodide  # type: ignore[import-not-found]
+    import pyodide
 
     assert pyodide.__version__ in PINNED
     assert sys.version_info[:2] == PINNED[pyodide.__version__]
@@ -35,10 +36,10 @@ def test_the_runtime_is_one_of_the_pinned_pyodides() -> None:
 def test_the_project_is_mounted_read_only(tmp_path: Path) -> None:
     assert (PROJECT / "pyproject.toml").read_text(encoding="utf-8").startswith("[build-system]")
     probe = PROJECT / "tests" / ".pyodide-write-probe"
-    attempts = {
+    attempts: dict[str, Callable[[], object]] = {
         "create": lambda: probe.write_text("x"),
-        "append": lambda: open(PROJECT / "pyproject.toml", "a").close(),  # noqa: SIM115
-        "truncate": lambda: open(PROJECT / "pyproject.toml", "r+").close(),  # noqa: SIM115
+        "append": lambda: open(PROJECT / "pyproject.toml", "a").close(),
+        "truncate": lambda: open(PROJECT / "pyproject.toml", "r+").close(),
         "mkdir": lambda: (PROJECT / ".pyodide-probe-dir").mkdir(),
         "rename": lambda: (PROJECT / "pyproject.toml").rename(PROJECT / "pyproject.renamed"),
         "unlink": lambda: (PROJECT / "pyproject.toml").unlink(),
@@ -56,8 +57,8 @@ def test_the_project_is_mounted_read_only(tmp_path: Path) -> None:
 
 @runner_only
 def test_the_runner_allows_no_network() -> None:
-    import js  # type: ignore[import-not-found]
-    from pyodide.ffi import JsException  # type: ignore[import-not-found]
+    import js
+    from pyodide.ffi import JsException
 
     with pytest.raises(JsException, match="network access is disabled"):
         js.fetch("http://127.0.0.1:9/")  # loopback discard port: harmless even if the guard were gone

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_agent import Agent, ConfigurationError, DurableOptions, ScriptedModel
-from durable_agent import MemoryRuntime
+from durable_agent import Agent, ConfigurationError, DurableOptions, MemoryRuntime, ScriptedModel
 
 PYTHON_DIR = Path(__file__).resolve().parent.parent / "python"
 

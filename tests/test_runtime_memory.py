@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from durable_agent.errors import ConfigurationError, StepKeyError
-from durable_agent.runtime.keys import run_key_prefix
 from durable_agent.runtime import (
     MODEL_CALL,
     MemoryDurableState,
@@ -16,6 +15,7 @@ from durable_agent.runtime import (
     parse_step_key,
     step_key,
 )
+from durable_agent.runtime.keys import run_key_prefix
 from durable_agent.testing.runtime_conformance import DurableRuntimeConformance
 
 

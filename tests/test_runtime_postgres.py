@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from test_runtime_sqlite import SESSION, SqlJournalChecks
 
 from durable_agent.errors import ConfigurationError, FeatureUnavailableError
 from durable_agent.runtime import StepRequest, step_key
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
 from durable_agent.testing.services import postgres_schema
+from test_runtime_sqlite import SESSION, SqlJournalChecks
 
 pytestmark = pytest.mark.host_only("needs a Postgres server and psycopg")
 
@@ -134,7 +134,9 @@ async def test_a_pool_serves_the_journal_and_the_checkpoint_store(conninfo: str)
         result = await agent.run("one plus one")
         assert result.text == "two"
         run_id = await runtime.stores.runs.last(SESSION)
-        assert (await runtime.stores.checkpoints.load(run_id)).status == "completed"
+        assert run_id is not None
+        stored = await runtime.stores.checkpoints.load(run_id)
+        assert stored is not None and stored.status == "completed"
         assert [(r.kind, r.status) for r in await runtime.inspect.steps(run_id)] == [
             ("model", "done"),
             ("tool", "done"),

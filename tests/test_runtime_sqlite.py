@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from durable_agent.errors import FeatureUnavailableError, StaleEpochError
 from durable_agent import AgentCheckpoint, Usage
+from durable_agent.errors import FeatureUnavailableError, StaleEpochError
 from durable_agent.runtime import RunOwner, StepRecord, StepRequest, step_key
 from durable_agent.runtime.records import RunTransition
 from durable_agent.runtime.scope import StepContext

@@ -7,8 +7,8 @@ import logging
 from typing import Any
 
 import pytest
-from agent_kit import Ledger, user
 
+from agent_kit import Ledger, tool_results, user
 from durable_agent import (
     APPROVAL_TOKEN_DENIED_REASON,
     ApprovalSigner,
@@ -61,7 +61,7 @@ async def test_every_client_mode_request_carries_a_token_bound_to_the_run() -> N
     streamed = stream_chat(model=ScriptedModel([reply("", call("pay", {"amount": 1}))]), messages=[user("x")],
                            tools={"pay": ledger.tool("pay", needs_approval=True)}, approval_signer=signer,
                            generate_id=ids("ap-s"))
-    part = [p async for p in streamed.full_stream if p["type"] == "tool-approval-request"][0]
+    (part,) = [p async for p in streamed.full_stream if p["type"] == "tool-approval-request"]
     assert signer.verify(part["token"]) is not None and "run_id" not in signer.verify(part["token"])  # type: ignore[operator]
 
 
@@ -107,10 +107,10 @@ async def test_attacks_are_denied_with_the_exact_reason(attack: str) -> None:
     signer = ApprovalSigner(SECRET, clock=clock)
     token = (await _attack_tokens(signer, clock))[attack]
     store, ledger = InMemoryCheckpointStore(), Ledger()
-    first, model, tools = await suspended_run(store, ledger, signer)
+    _, model, tools = await suspended_run(store, ledger, signer)
     done = await resume_from_checkpoint(store, "run-a", model=model, tools=tools, approval_signer=signer,
                                         approval_responses=[ToolApprovalResponse("ap-run-a", True, token=token)])
-    result = done.messages[2]["content"][0]
+    result = tool_results(done.messages[2])[0]
     assert result == {**result, "is_error": True, "output": APPROVAL_TOKEN_DENIED_REASON}
     assert ledger.entries == []
     assert done.text == "done"  # the loop continues after the denial
@@ -126,7 +126,7 @@ async def test_a_token_for_another_approval_cannot_approve_this_one() -> None:
     done = await resume_from_checkpoint(store, "r", model=model, tools=tools, approval_signer=signer,
                                         approval_responses=[ToolApprovalResponse("ap-1", True, token=token_one),
                                                             ToolApprovalResponse("ap-2", True, token=token_one)])
-    first_result, second_result = done.messages[2]["content"]
+    first_result, second_result = tool_results(done.messages[2])
     assert not first_result["is_error"] and second_result["output"] == APPROVAL_TOKEN_DENIED_REASON
     assert len(ledger.entries) == 1
 
@@ -151,7 +151,7 @@ async def test_denials_need_no_token_and_rotation_keeps_old_tokens_valid() -> No
     denied = await resume_from_checkpoint(store, "run-a", model=model,
                                           tools=tools, approval_signer=old,
                                           approval_responses=[ToolApprovalResponse("ap-run-a", False, "No.")])
-    assert denied.messages[2]["content"][0]["output"] == "No."
+    assert tool_results(denied.messages[2])[0]["output"] == "No."
 
     store2 = InMemoryCheckpointStore()
     first, model, tools = await suspended_run(store2, ledger, old)
@@ -159,7 +159,7 @@ async def test_denials_need_no_token_and_rotation_keeps_old_tokens_valid() -> No
     done = await resume_from_checkpoint(store2, "run-a", model=model, tools=tools, approval_signer=rotated,
                                         approval_responses=[ToolApprovalResponse(
                                             "ap-run-a", True, token=first.pending_approvals[0].token)])
-    assert not done.messages[2]["content"][0]["is_error"] and ledger.entries == [("pay", {"amount": 5})]
+    assert not tool_results(done.messages[2])[0]["is_error"] and ledger.entries == [("pay", {"amount": 5})]
 
 
 async def test_a_plain_same_process_call_verifies_verdicts_too() -> None:
@@ -170,10 +170,10 @@ async def test_a_plain_same_process_call_verifies_verdicts_too() -> None:
                                 generate_id=ids("ap"))
     unsigned = await generate_text(model=model, messages=first.messages, tools=tools, approval_signer=signer,
                                    approval_responses=[ToolApprovalResponse("ap", True)])
-    assert unsigned.messages[2]["content"][0]["output"] == APPROVAL_TOKEN_DENIED_REASON
+    assert tool_results(unsigned.messages[2])[0]["output"] == APPROVAL_TOKEN_DENIED_REASON
     signed = await generate_text(model=model, messages=first.messages, tools=tools, approval_signer=signer,
                                  approval_responses=[ToolApprovalResponse("ap", True, token=first.pending_approvals[0].token)])
-    assert not signed.messages[2]["content"][0]["is_error"] and ledger.entries == [("pay", {})]
+    assert not tool_results(signed.messages[2])[0]["is_error"] and ledger.entries == [("pay", {})]
 
 
 async def test_a_raising_signer_is_logged_and_the_request_goes_out_unsigned(caplog: pytest.LogCaptureFixture) -> None:
@@ -188,7 +188,7 @@ async def test_a_raising_signer_is_logged_and_the_request_goes_out_unsigned(capl
     assert any("unsigned" in r.getMessage() for r in caplog.records)
     done = await resume_from_checkpoint(store, "run-a", model=model, tools=tools, approval_signer=ApprovalSigner(SECRET),
                                         approval_responses=[ToolApprovalResponse("ap-run-a", True)])
-    assert done.messages[2]["content"][0]["output"] == APPROVAL_TOKEN_DENIED_REASON  # the safe side
+    assert tool_results(done.messages[2])[0]["output"] == APPROVAL_TOKEN_DENIED_REASON  # the safe side
 
 
 async def test_sub_agent_requests_are_signed_by_the_child_and_verified_through_agent_path() -> None:
@@ -199,7 +199,7 @@ async def test_sub_agent_requests_are_signed_by_the_child_and_verified_through_a
     first = await generate_text(model=parent, messages=[user("x")], tools={"coder": child},
                                 store=store, run_id="p", approval_signer=signer, generate_id=ids("ap-c"))
     (request,) = first.pending_approvals
-    assert request.agent_path == ("coder",)
+    assert request.agent_path == ("coder",) and request.token is not None
     payload = signer.verify(request.token)
     assert payload is not None and payload["run_id"] == "p::coder#t1" and payload["agent_path"] == ["coder"]
     forged = await resume_from_checkpoint(store, "p", model=parent, tools={"coder": child}, approval_signer=signer,

@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from store_kit import BlockingStore
 
 from durable_agent.errors import CheckpointCorruptError, ConfigurationError
 from durable_agent.testing import (
@@ -21,6 +20,7 @@ from durable_agent.testing import (
     message,
 )
 from durable_agent.testing.services import REDIS_URL_VAR, service_url
+from store_kit import BlockingStore
 
 pytestmark = pytest.mark.host_only("needs a Redis server and redis-py")
 
@@ -61,7 +61,7 @@ class TestAsyncRedisStore(CheckpointStoreConformance):
 
 
 @pytest.fixture(params=["sync", "async"])
-def Store(request: pytest.FixtureRequest) -> Callable[..., Any]:  # noqa: N802 - stands for a class
+def Store(request: pytest.FixtureRequest) -> Callable[..., Any]:  # capitalised: it stands for a class
     """Each store class with a sync face: the rules of damage and healing hold for both."""
     from durable_agent.stores.redis import AsyncRedisCheckpointStore, RedisCheckpointStore
 
@@ -71,7 +71,7 @@ def Store(request: pytest.FixtureRequest) -> Callable[..., Any]:  # noqa: N802 -
 
 
 @pytest.fixture
-def store(Store: Callable[..., Any], url: str, prefix: str) -> Iterator[Any]:  # noqa: N803
+def store(Store: Callable[..., Any], url: str, prefix: str) -> Iterator[Any]:
     with Store(url, prefix=prefix) as s:
         yield s
 
@@ -200,7 +200,7 @@ def test_a_key_of_the_wrong_type_is_corruption_of_its_run_and_a_save_replaces_it
 
 @pytest.mark.parametrize("revision", [b"abc", b"\xff", b"-1"])
 def test_a_damaged_revision_field_is_healed_not_retried_forever(
-    Store: Callable[..., Any], url: str, prefix: str, raw: Any, revision: bytes  # noqa: N803
+    Store: Callable[..., Any], url: str, prefix: str, raw: Any, revision: bytes
 ) -> None:
     with Store(url, prefix=prefix) as writer:
         writer.save(make_checkpoint("r", 1, conversation(2)))

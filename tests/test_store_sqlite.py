@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_kit import BlockingStore
 
 from durable_agent.errors import (
     CheckpointConflictError,
@@ -26,6 +25,7 @@ from durable_agent.testing import (
     make_checkpoint,
     message,
 )
+from store_kit import BlockingStore
 
 try:
     import sqlite3
@@ -55,7 +55,7 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(params=["sync", "async"])
-def Store(request: pytest.FixtureRequest) -> Callable[..., Any]:  # noqa: N802 - stands for a class
+def Store(request: pytest.FixtureRequest) -> Callable[..., Any]:  # capitalised: it stands for a class
     """Each store class with a sync face: the rules of damage and healing hold for both."""
     if request.param == "sync":
         return SqliteCheckpointStore
@@ -113,7 +113,7 @@ def test_a_newer_schema_is_refused(db: Path) -> None:
 def test_not_a_database_is_a_configuration_error(tmp_path: Path) -> None:
     bad = tmp_path / "garbage.db"
     bad.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(ConfigurationError, match="garbage.db"):
+    with pytest.raises(ConfigurationError, match=r"garbage\.db"):
         SqliteCheckpointStore(bad)
     with pytest.raises(ConfigurationError):
         SqliteCheckpointStore(tmp_path / "missing-dir" / "x.db")

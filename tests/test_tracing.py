@@ -25,8 +25,8 @@ from durable_agent import (
     generate_text,
     reply,
     resume_from_checkpoint,
+    tracing,
 )
-from durable_agent import tracing
 from durable_agent.tracing import RunContextFilter
 
 pytest.importorskip("opentelemetry.sdk", reason="tracing tests need opentelemetry-sdk (scripts/requirements-dev.txt)")
@@ -41,11 +41,15 @@ def provider() -> Any:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    provider.memory = memory
-    return provider
+    class MemoryTracerProvider(TracerProvider):
+        """Keeps the finished spans in `memory`."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.memory = InMemorySpanExporter()
+            self.add_span_processor(SimpleSpanProcessor(self.memory))
+
+    return MemoryTracerProvider()
 
 
 @pytest.fixture

@@ -86,7 +86,7 @@ def rule(monkeypatch: pytest.MonkeyPatch) -> WorkersEntropyRule:
 
     monkeypatch.setattr(random.Random, "seed", seed)
     # The module-level functions share one generator seeded from the OS when `random` was imported.
-    shared = random._inst  # type: ignore[attr-defined]
+    shared = random._inst
     for name in random.__all__:
         function = getattr(random, name)
         if getattr(function, "__self__", None) is shared:
@@ -135,14 +135,15 @@ def test_the_simulated_rule_denies_every_entropy_source_outside_a_request(
     rule: WorkersEntropyRule, source: str
 ) -> None:
     # Looked up at call time: the fixture has patched the modules by now.
-    draw = {
+    at_call_time: dict[str, Callable[[], Any]] = {
         "uuid.uuid4": lambda: uuid.uuid4(),
         "uuid.uuid1": lambda: uuid.uuid1(),
         "secrets.token_hex": lambda: secrets.token_hex(),
         "random.Random()": lambda: random.Random(),
         "random.seed()": lambda: random.seed(),
         "random.random": lambda: random.random(),
-    }.get(source, ENTROPY_SOURCES[source])
+    }
+    draw = at_call_time.get(source, ENTROPY_SOURCES[source])
     with pytest.raises(EntropyOutsideRequestError, match="simulated Workers rule"):
         draw()
     assert rule.denied
@@ -181,7 +182,6 @@ def test_module_scope_code_of_a_worker_runs_without_entropy(rule: WorkersEntropy
     """What a Worker's module does at top level: import, build the store, signer, model, agent."""
     import durable_agent as da
     from durable_agent._kernels import kernels
-
     from durable_agent.stores import open_store
 
     store = da.InMemoryCheckpointStore()

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import torture_worker
-
 from durable_agent._util import maybe_await
 from durable_agent.tool_calls import TOOL_INTERRUPTED_MESSAGE
 
@@ -153,7 +152,7 @@ def without_aborted_turns(messages: list[Any]) -> list[Any]:
 def transcript_difference(actual: list[Any], expected: list[Any]) -> str | None:
     """Where `actual` differs from `expected`, except tool results reported as interrupted (the
     documented marker); None when they agree."""
-    for index, (got, want) in enumerate(zip(actual, expected)):
+    for index, (got, want) in enumerate(zip(actual, expected, strict=False)):  # lengths compared below
         same = got == want or (
             got["role"] == want["role"] == "tool" and len(got["content"]) == len(want["content"])
             and all(g == w or g.get("output") == TOOL_INTERRUPTED_MESSAGE

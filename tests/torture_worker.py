@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from durable_agent import (  # noqa: E402
+from durable_agent import (
     Agent,
     DurableOptions,
     ModelRequest,
@@ -41,7 +41,7 @@ from durable_agent import (  # noqa: E402
     call,
     reply,
 )
-from durable_agent._util import maybe_await  # noqa: E402
+from durable_agent._util import maybe_await
 
 TURNS = 2
 STALE_AFTER_MS = 1_500

@@ -18,7 +18,10 @@ from .checkpoint import (
     deserialize_checkpoint,
     serialize_checkpoint,
 )
+from .checkpoint_store import CheckpointStore, InMemoryCheckpointStore
+from .durable_session import AgentSpec, DurableOptions, DurableSession
 from .errors import (
+    RUN_TAKEN_OVER_MESSAGE,
     ApprovalSigningError,
     CheckpointConflictError,
     CheckpointCorruptError,
@@ -37,12 +40,10 @@ from .errors import (
     SessionStateError,
     StaleEpochError,
     StepFailedError,
-    StepNotFoundError,
     StepKeyError,
+    StepNotFoundError,
 )
-from .errors import RUN_TAKEN_OVER_MESSAGE
-from .durable_session import AgentSpec, DurableOptions, DurableSession
-from .checkpoint_store import CheckpointStore, InMemoryCheckpointStore
+from .fork import checkpoint_at_step, fork_run, update_run
 from .generate import (
     StreamChatResult,
     generate_text,
@@ -50,16 +51,14 @@ from .generate import (
     resume_stream_from_checkpoint,
     stream_chat,
 )
-from .fork import checkpoint_at_step, fork_run, update_run
-from .tool_calls import CLIENT_TOOL_PLACEHOLDER, current_tool_call
 from .messages import Message
 from .models import (
     LanguageModel,
     ModelRequest,
+    ReasoningEvent,
     ScriptedModel,
     ScriptedResponse,
     ScriptedToolCall,
-    ReasoningEvent,
     ToolSpec,
     call,
     reply,
@@ -67,11 +66,6 @@ from .models import (
 from .options import AbortSignal, PrepareStepContext, StepOverrides
 from .results import GenerateTextResult, StepResult
 from .retry import RetryPolicy
-from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
-from .stores import open_store
-from .stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_tokens_exceed
-from .subagent import agent_tool
-from .tools import Tool
 from .runtime import (
     MODEL_CALL,
     MemoryDurableState,
@@ -80,6 +74,12 @@ from .runtime import (
     parse_step_key,
     step_key,
 )
+from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
+from .stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_tokens_exceed
+from .stores import open_store
+from .subagent import agent_tool
+from .tool_calls import CLIENT_TOOL_PLACEHOLDER, current_tool_call
+from .tools import Tool
 
 __all__ = [
     "APPROVAL_TOKEN_DENIED_REASON",

@@ -26,7 +26,7 @@ def run_now(coro: Coroutine[Any, Any, T]) -> T:
     try:
         coro.send(None)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return done.value  # type: ignore[no-any-return]  # typeshed: StopIteration.value is Any
     coro.close()
     raise RuntimeError("run_now: the coroutine suspended (it awaited real asynchronous I/O)")
 

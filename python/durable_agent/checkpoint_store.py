@@ -7,7 +7,6 @@ A call is made durable by passing a store and, optionally, a run id:
 from __future__ import annotations
 
 import builtins
-
 import dataclasses
 from collections.abc import Awaitable
 from typing import Protocol, runtime_checkable

@@ -32,11 +32,15 @@ from typing import Any, Literal
 
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage
-from .errors import ConfigurationError, RunExistsError, RunLeaseHeldError, RunSuspendedError, SessionStateError
+from .errors import (
+    ConfigurationError,
+    RunExistsError,
+    RunLeaseHeldError,
+    RunSuspendedError,
+    SessionStateError,
+)
 from .generate import PartSink, _consume
 from .loop import AgentLoop
-from .tool_calls import TOOL_INTERRUPTED_MESSAGE
-from .transcript import assistant_message, tool_message, unresolved_calls
 from .messages import Message
 from .models import LanguageModel
 from .options import RunOptions, logger, random_id
@@ -44,7 +48,9 @@ from .results import GenerateTextResult
 from .runtime.keys import MODEL_CALL, parse_step_key, step_key
 from .runtime.protocols import DurableRuntime, RunScope
 from .runtime.records import RunTransition, StepRecord
+from .tool_calls import TOOL_INTERRUPTED_MESSAGE
 from .tools import Tool
+from .transcript import assistant_message, tool_message, unresolved_calls
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Unpack
 
 from .checkpoint import ToolApprovalRequest, Usage
+from .checkpoint_store import CheckpointStore
 from .loop import AgentLoop
 from .messages import Message, final_text
 from .models import LanguageModel
 from .options import CallOptions, RunOptions
 from .results import FinishReason, GenerateTextResult, Part
-from .checkpoint_store import CheckpointStore
 
 
 def _result_of(loop: AgentLoop) -> GenerateTextResult:

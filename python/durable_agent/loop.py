@@ -122,7 +122,7 @@ class AgentLoop:
                 checkpoint = await maybe_await(store.load(self.run_id))
             except CheckpointVersionError:
                 raise  # a newer durable-agent's run: never overwrite it with an older schema
-            except Exception:  # noqa: BLE001 - a fresh run must not die of an unreadable old one
+            except Exception:  # a fresh run must not die of an unreadable old one
                 self.log.exception("could not load the stored checkpoint of run %s; starting its counters at 0", self.run_id)
                 checkpoint = None
         if checkpoint is not None:
@@ -295,7 +295,7 @@ class AgentLoop:
             return request  # a sub-agent's request was signed by the sub-agent, bound to its own run
         try:
             token = signer.sign(request, run_id=self.run_id)
-        except Exception:  # noqa: BLE001 - signing is best-effort; an unsigned request is denied on resume
+        except Exception:  # signing is best-effort; an unsigned request is denied on resume
             self.log.exception("signing approval %s failed; the request goes out unsigned", request.approval_id)
             return request
         return ToolApprovalRequest(
@@ -322,7 +322,7 @@ class AgentLoop:
         )
         try:
             await maybe_await(store.save(checkpoint))
-        except Exception as exc:  # noqa: BLE001 - durability must never kill a run...
+        except Exception as exc:  # durability must never kill a run...
             if is_control_error(exc):
                 raise  # ...but a writer that lost its lease must stop at once
             self.log.exception("saving checkpoint %s failed; the run continues", checkpoint.step_id)

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from ._util import wall_clock_ms
 from .checkpoint import ToolApprovalRequest, ToolApprovalResponse, Usage
+from .checkpoint_store import CheckpointStore
 from .errors import ConfigurationError
 from .messages import Message
 from .models import LanguageModel
 from .retry import RetryPolicy
-from .structured_output import OutputSpec
-from .checkpoint_store import CheckpointStore
 from .stop import StopCondition
+from .structured_output import OutputSpec
 from .tools import Tool
 
 if TYPE_CHECKING:
@@ -57,10 +57,9 @@ class StepOverrides:
 PrepareStep = Callable[[PrepareStepContext], "StepOverrides | None | Awaitable[StepOverrides | None]"]
 
 
-class CallOptions(TypedDict, total=False):
-    """Keyword options shared by every entry point (see the README for each one's meaning)."""
+class AgentOptions(TypedDict, total=False):
+    """Keyword options shared by every entry point but `tools` (an `Agent` names its tools apart)."""
 
-    tools: Mapping[str, Tool]
     max_steps: int
     stop_when: Sequence[StopCondition]
     prepare_step: PrepareStep
@@ -77,6 +76,12 @@ class CallOptions(TypedDict, total=False):
     fallback: Sequence[LanguageModel]
     output: Any
     output_retries: int
+
+
+class CallOptions(AgentOptions, total=False):
+    """Keyword options shared by every entry point (see the README for each one's meaning)."""
+
+    tools: Mapping[str, Tool]
 
 
 def random_id() -> str:

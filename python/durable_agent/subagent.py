@@ -26,10 +26,10 @@ from ._util import maybe_await
 from .errors import ConfigurationError
 from .generate import _consume
 from .loop import AgentLoop
-from .tool_calls import SubAgentSuspended, current_tool_call
 from .messages import final_text
 from .models import LanguageModel
 from .options import RunOptions
+from .tool_calls import SubAgentSuspended, current_tool_call
 from .tools import Tool
 
 PROMPT_SCHEMA = {

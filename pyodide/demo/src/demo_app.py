@@ -30,6 +30,7 @@ from typing import Any
 
 import demo_agent
 from demo_agent import FILES, PROMPT  # noqa: F401  # PROMPT is read by app.js as demo_app.PROMPT
+
 from durable_agent import (
     AgentCheckpoint,
     ApprovalSigner,
@@ -249,7 +250,7 @@ class DemoController:
                     await self.render()  # the checkpoint of this step is stored: show it
                 elif kind == "error":
                     note = f"error: {type(part['error']).__name__}: {part['error']}"
-        except Exception as exc:  # surfaced on the page, never swallowed silently
+        except Exception as exc:  # noqa: BLE001 - surfaced on the page, never swallowed silently
             note = f"error: {type(exc).__name__}: {exc}"
         finally:
             self.busy = False

@@ -63,11 +63,11 @@ The pure core (events, progress keys, UI mapping, the ASGI app) uses the standar
 
 from __future__ import annotations
 
-from .app import AuthRequest, Authorize, ChatEndpoint
+from .app import Authorize, AuthRequest, ChatEndpoint
 from .asgi import CorsSettings, Request
 from .events import EventLog, MemoryEventLog, RunEvent, RunInfo
-from .sql_logs import PostgresEventLog, SqliteEventLog
 from .runs import AgentFactory
+from .sql_logs import PostgresEventLog, SqliteEventLog
 from .ui_stream import UiMessageStream
 
 __all__ = [

@@ -15,10 +15,10 @@ from .._kernels import kernels
 from .._util import maybe_await
 from ..checkpoint import AgentCheckpoint
 from ..errors import ConfigurationError, RunLeaseHeldError, SessionStateError, SubmissionConflictError
-from ..transcript import approval_part
 from ..messages import Message, final_text
 from ..options import random_id
 from ..runtime.protocols import DurableRuntime, EndpointRuntime, EndpointStores
+from ..transcript import approval_part
 from .asgi import (
     CorsSettings,
     HttpError,
@@ -135,7 +135,7 @@ class ChatEndpoint:
             await handler(request, params, receive, tracked, cors)
         except HttpError as exc:
             await send_json(send, exc.status, {"error": {"code": exc.code, "message": exc.message}}, cors)
-        except Exception:  # noqa: BLE001 - a failure is a 500 with no detail, logged here; never a traceback out
+        except Exception:  # a failure is a 500 with no detail, logged here; never a traceback out
             logger.exception("%s %s failed", request.method, request.path)
             if began:  # a stream already under way: end it; the reader reconnects with its last id
                 await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -50,7 +50,6 @@ from ..runtime.scope import (
     json_form,
     rebuilt_error,
 )
-
 from ._sdk import codec_run, decoded, encoded, sdk
 
 if TYPE_CHECKING:

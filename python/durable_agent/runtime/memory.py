@@ -12,17 +12,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import ConfigurationError, StaleEpochError
 from .._util import wall_clock_ms
 from ..checkpoint_store import InMemoryCheckpointStore
+from ..errors import ConfigurationError, StaleEpochError
 from .leases import RUN_OWNER_HOLD_MS, Fences, is_run_owner_dead, is_run_owner_holding
 from .records import (
-    apply_tool_state,
     AwakeableRecord,
     LeaseRow,
     RunTransition,
     StepRecord,
     StreamPartialRecord,
+    apply_tool_state,
 )
 from .stored import StoredInspector, StoredRuntime
 

@@ -31,8 +31,8 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from ..errors import ConfigurationError, FeatureUnavailableError
 from .._util import wall_clock_ms
+from ..errors import ConfigurationError, FeatureUnavailableError
 from ..sql.journal_schema import schema_plan
 from ..sql.plan import POSTGRES, Plan, Query, T, execute_async, run_async
 from .sql_runtime import SqlRuntime

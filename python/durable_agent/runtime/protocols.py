@@ -133,8 +133,10 @@ class DurableInspector(Protocol):
 class DurableRuntime(Protocol):
     """What the agent loop needs from a durable runtime (checkpoint mode)."""
 
-    mode: Literal["checkpoint", "replay"]
     owner: RunOwner
+
+    @property
+    def mode(self) -> Literal["checkpoint", "replay"]: ...
 
     @property
     def lease(self) -> DurableLease: ...

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Literal
 
-from ..errors import ConfigurationError, FeatureUnavailableError
 from .._util import wall_clock_ms
+from ..errors import ConfigurationError, FeatureUnavailableError
 from ..sql.journal_schema import schema_plan
 from ..sql.plan import SQLITE, Plan, T
 from ..stores._files import create_private

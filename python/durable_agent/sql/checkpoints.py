@@ -20,7 +20,14 @@ from typing import Any
 
 from ..checkpoint import AgentCheckpoint, RunStatus
 from ..errors import CheckpointConflictError, CheckpointCorruptError
-from ..stores._history import PrefixCache, encode_header, encode_messages, kept_by_encoding, new_revision, rebuild
+from ..stores._history import (
+    PrefixCache,
+    encode_header,
+    encode_messages,
+    kept_by_encoding,
+    new_revision,
+    rebuild,
+)
 from ..stores._validate import page, prunable, readable_id, readable_ids
 from .plan import Dialect, Plan, Query, migrate_plan, run_async, run_sync
 

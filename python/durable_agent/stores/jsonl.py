@@ -50,7 +50,14 @@ from .._kernels import kernels
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
 from ..errors import CheckpointConflictError, CheckpointCorruptError, CodecError, ConfigurationError
 from ._files import NOFOLLOW, PRIVATE, file_path
-from ._history import PrefixCache, decode_batched, header_dict, kept_by_encoding, new_revision, rebuild_decoded
+from ._history import (
+    PrefixCache,
+    decode_batched,
+    header_dict,
+    kept_by_encoding,
+    new_revision,
+    rebuild_decoded,
+)
 from ._steps import StepLog
 from ._validate import (
     check_checkpoint,
@@ -66,7 +73,7 @@ from ._validate import (
 try:  # absent on Windows and Pyodide: then one process only (documented above)
     import fcntl as _fcntl
 except ImportError:  # pragma: no cover - depends on the platform
-    _fcntl = None  # type: ignore[assignment]
+    _fcntl = None  # type: ignore[assignment]  # the optional-module idiom: typed as the module where present
 
 logger = logging.getLogger("durable_agent")
 _RUN_ID_AT_START = re.compile(rb'^\{"run_id":("(?:[^"\\]|\\.)*")')

@@ -46,7 +46,14 @@ from ..sql import checkpoints as _sql
 from ._faces import AsyncFace, StoreLogic, SyncFace
 from ._files import create_private, file_path
 from ._history import PrefixCache
-from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id, check_step_index
+from ._validate import (
+    check_checkpoint,
+    check_expected,
+    check_list_args,
+    check_prune_args,
+    check_run_id,
+    check_step_index,
+)
 
 _DIALECT = _sql.Dialect(placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None)
 _CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")

@@ -54,7 +54,13 @@ from typing import Any
 import pytest
 
 from ..checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, Usage
-from ..errors import CheckpointConflictError, CheckpointNotFoundError, CodecError, ConfigurationError, StepNotFoundError
+from ..errors import (
+    CheckpointConflictError,
+    CheckpointNotFoundError,
+    CodecError,
+    ConfigurationError,
+    StepNotFoundError,
+)
 from ..fork import checkpoint_at_step, fork_run, update_run
 from ..stores._validate import MAX_RUN_ID_BYTES
 
@@ -370,7 +376,7 @@ class CheckpointStoreConformance(ForkConformance):
             pytest.param(lambda h: h[:3], id="truncated"),
             pytest.param(lambda h: [], id="emptied"),
             pytest.param(lambda h: [{"role": "system", "content": "summary"}, *h[-2:]], id="compacted"),
-            pytest.param(lambda h: copy.deepcopy(h) + [message(50)], id="deep-copied"),
+            pytest.param(lambda h: [*copy.deepcopy(h), message(50)], id="deep-copied"),
             pytest.param(lambda h: [*h[:-1], {**h[-1], "content": "changed last"}], id="last-replaced"),
         ],
     )
@@ -663,7 +669,7 @@ def hammer_one_run(stores: Sequence[Any], steps: int = 15, run_id: str = "hot") 
     for thread in threads:
         thread.join()
     assert errors == []
-    loaded = stores[0].load(run_id)
+    loaded: AgentCheckpoint | None = stores[0].load(run_id)
     assert loaded is not None and loaded.step_index == steps - 1
     assert loaded.messages == conversation(len(loaded.messages))
-    return loaded  # type: ignore[no-any-return]
+    return loaded
