@@ -43,6 +43,7 @@ from ..checkpoint import AgentCheckpoint
 from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from ..runtime._group_commit import GroupCommitSqlite, InlineSqlite
 from ..sql import checkpoints as _sql
+from ..sql.plan import Plan, T
 from ._faces import AsyncFace, StoreLogic, SyncFace
 from ._files import create_private, file_path
 from ._history import PrefixCache
@@ -171,7 +172,7 @@ class _SqliteStore(StoreLogic):
     def _make_runner(self) -> InlineSqlite | GroupCommitSqlite:
         """What runs the plans on `_conn`."""
 
-    async def _run(self, write: bool, make_plan: Callable[[], _sql.Plan], run_id: str | None = None) -> Any:
+    async def _run(self, write: bool, make_plan: Callable[[], Plan[T]], run_id: str | None = None) -> T:
         """Run a fresh plan in one transaction, the damage of a run's data reported as that run's.
 
         Text that is not UTF-8 makes sqlite3 raise `OperationalError` for the whole query; the
@@ -216,12 +217,12 @@ class _SqliteStore(StoreLogic):
         checkpoint, revision = found
         if type(revision) is int:
             self._cache.remember(run_id, revision, checkpoint.messages)
-        return checkpoint  # type: ignore[no-any-return]
+        return checkpoint
 
     async def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
         check_run_id(run_id)
         check_step_index(step_index)
-        return await self._run(False, lambda: _sql.load_step_plan(run_id, step_index), run_id)  # type: ignore[no-any-return]
+        return await self._run(False, lambda: _sql.load_step_plan(run_id, step_index), run_id)
 
     async def _delete(self, run_id: str) -> None:
         check_run_id(run_id)
@@ -230,7 +231,7 @@ class _SqliteStore(StoreLogic):
 
     async def _list(self, status: Any, limit: Any, after: Any) -> builtins.list[str]:
         status, limit, after = check_list_args(status, limit, after)
-        return await self._run(False, lambda: _sql.list_plan(status, limit, after))  # type: ignore[no-any-return]
+        return await self._run(False, lambda: _sql.list_plan(status, limit, after))
 
     async def _prune(self, before: Any, status: Any, include_suspended: Any) -> builtins.list[str]:
         before, status, include_suspended = check_prune_args(before, status, include_suspended)
