@@ -137,12 +137,17 @@ class RunDriver:
             return
         durable = self.agent(info.session_id).durable
         assert durable is not None
-        claim = await self.runtime.lease.claim(info.session_id, stale_at=wall_clock_ms() - durable.stale_after_ms)
+        lease = self.runtime.lease
+        claim = await lease.claim(info.session_id, stale_at=wall_clock_ms() - durable.stale_after_ms)
         if not claim.claimed:
-            return  # a live process drives it: its events arrive through the log
-        await self.reconcile(info.run_id)
+            return  # a live process drives it (or this one checks it already): its events arrive through the log
+        assert claim.epoch is not None
+        try:
+            await self.reconcile(info.run_id)
+        finally:  # handed to Agent.resume's own claim; a process that takes it in between drives the run instead
+            await lease.release(info.session_id, claim.epoch)
         logger.info("run %s: no live process drives it; taking it over", info.run_id)
-        self.resume(info)  # Agent.resume claims the lease again under this runtime's owner: granted
+        self.resume(info)
 
     async def sweep(self) -> list[str]:
         """Take over every endpoint run no live process drives (at server start); returns their ids.
