@@ -37,9 +37,9 @@ from ..messages import content_parts
 from ..transcript import approval_part
 from ..durable_session import is_model_call
 from ..errors import StepFailedError
+from ..parked import client_results_of
 from ..runtime.keys import parse_step_key
 from ..runtime.records import StepRecord, StreamPartialRecord
-from .client_tools import client_results_of
 from .events import RunEvent
 
 __all__ = ["TERMINAL", "ProgressKeys", "error_event", "missing_events"]
