@@ -330,3 +330,92 @@ async def test_tools_keep_per_session_state_that_commits_only_with_a_finished_ca
         from durable_agent.tool_calls import ToolCallContext
 
         ToolCallContext(None, None, "c", "t").stage_tool_state([{"op": "append", "key": "x"}])  # type: ignore[arg-type]
+
+
+def blocking_tool(started: asyncio.Event, go_on: asyncio.Event) -> dict[str, Tool]:
+    """A tool that holds its run mid-step until `go_on` is set."""
+
+    async def slow(args: Any) -> str:
+        started.set()
+        await go_on.wait()
+        return "slow ok"
+
+    return {"slow": Tool(execute=slow)}
+
+
+async def test_a_second_concurrent_run_through_one_runtime_is_refused_and_the_first_finishes(
+    runtime_on: Callable[[], Any]
+) -> None:
+    """Two runs of one session through ONE runtime object (a server with two requests, `gather`):
+    the second claim must not take the lease from the first (it would die with StaleEpochError)."""
+    runtime = runtime_on()
+    started, go_on = asyncio.Event(), asyncio.Event()
+    model = ScriptedModel([reply("Working.", call("slow", {}, "c1")), "Done first.", "Done third."])
+    agent = Agent(model=model, tools=blocking_tool(started, go_on), session_id="chat-1",
+                  durable=DurableOptions(runtime))
+    first = asyncio.ensure_future(agent.run("first"))
+    await started.wait()
+    with pytest.raises(RunLeaseHeldError) as info:
+        await agent.run("second")
+    assert info.value.session_id == "chat-1" and info.value.owner == runtime.owner
+    go_on.set()
+    assert (await first).text == "Done first."  # not fenced out by the refused claim
+    assert (await agent.run("third")).text == "Done third."  # released: this runtime claims the session again
+    assert [m["content"] for m in model.requests[-1].messages if m["role"] == "user"] == ["first", "third"]
+
+
+async def test_gathered_runs_of_one_session_on_one_runtime_one_runs_one_is_refused(
+    runtime_on: Callable[[], Any]
+) -> None:
+    runtime = runtime_on()
+    started, go_on = asyncio.Event(), asyncio.Event()
+    model = ScriptedModel([reply("Working.", call("slow", {}, "c1")), "Done."])
+    agent = Agent(model=model, tools=blocking_tool(started, go_on), session_id="chat-1",
+                  durable=DurableOptions(runtime))
+
+    async def release_when_started() -> None:
+        await started.wait()
+        go_on.set()
+
+    outcomes = await asyncio.gather(agent.run("a"), agent.run("b"), release_when_started(), return_exceptions=True)
+    results = [o for o in outcomes[:2] if not isinstance(o, BaseException)]
+    refused = [o for o in outcomes[:2] if isinstance(o, BaseException)]
+    assert [r.text for r in results] == ["Done."]
+    assert len(refused) == 1 and isinstance(refused[0], RunLeaseHeldError), refused
+
+
+async def test_a_runtime_reclaims_its_session_after_a_failed_run_or_a_release_that_did_not_land(
+    runtime_on: Callable[[], Any]
+) -> None:
+    runtime = runtime_on()
+
+    def fails_once(request: ModelRequest) -> Any:
+        if len(model.requests) == 1:
+            raise RuntimeError("model down")
+        return "Back."
+
+    model = ScriptedModel(fails_once)
+    agent = Agent(model=model, session_id="chat-1", durable=DurableOptions(runtime))
+    with pytest.raises(RuntimeError, match="model down"):
+        await agent.run("one")
+    assert (await agent.run("two")).text == "Back."  # the failed run released in its finally
+
+    release = runtime.lease.release
+    rows_change = runtime.backend.change_lease
+
+    async def release_lost(session_id: str, epoch: int) -> None:
+        async def refused(*args: Any, **kwargs: Any) -> Any:
+            raise OSError("connection lost")
+
+        runtime.backend.change_lease = refused
+        try:
+            await release(session_id, epoch)
+        finally:
+            runtime.backend.change_lease = rows_change
+
+    runtime.lease.release = release_lost
+    assert (await agent.run("three")).text == "Back."
+    assert (await runtime.lease.epoch("chat-1")) is not None and not (
+        await runtime_on().lease.claim("chat-1", stale_at=0)).claimed  # the lease row still names this runtime
+    runtime.lease.release = release
+    assert (await agent.run("four")).text == "Back."  # its own token: no run of it is live, so it re-claims

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
+import pytest
+
+from agent_kit import tool_results
 from durable_agent import (
     InMemoryCheckpointStore,
     ScriptedModel,
@@ -74,3 +79,70 @@ def test_bad_steps_and_ids_are_configuration_errors() -> None:
         asyncio.run(fork_run(store, "r", new_run_id=""))
     with pytest.raises(ConfigurationError):
         asyncio.run(fork_run(store, "r", new_run_id="s", edit=lambda h: "not a history"))  # type: ignore[arg-type,return-value]
+
+
+CLIENT_TOOLS = {
+    "ask": Tool(description="Ask the user.", parameters={"type": "object"}),  # no execute: the UI answers
+    "lookup": TOOLS["lookup"],
+    "pay": TOOLS["pay"],
+}
+
+
+def answer(call_id: str, name: str = "ask") -> Callable[[list[Any]], list[Any]]:
+    """An edit appending the UI's result of `call_id` to the parked step's tool message (one message holds them)."""
+
+    def edit(history: list[Any]) -> list[Any]:
+        part = {"type": "tool-result", "tool_call_id": call_id, "tool_name": name, "output": "yes", "is_error": False}
+        if history[-1]["role"] == "tool":
+            return [*history[:-1], {"role": "tool", "content": [*history[-1]["content"], part]}]
+        return [*history, {"role": "tool", "content": [part]}]
+
+    return edit
+
+
+async def parked(store: InMemoryCheckpointStore, *calls: Any) -> None:
+    result = await generate_text(model=ScriptedModel([reply("Asking.", *calls), "Done."]), tools=CLIENT_TOOLS,
+                                 max_steps=5, store=store, run_id="run",
+                                 messages=[{"role": "user", "content": "Go."}])
+    assert result.finish_reason == "suspended"
+
+
+@pytest.mark.parametrize("tools", [CLIENT_TOOLS, None], ids=["tools", "no-tools"])
+def test_an_edited_run_parked_on_client_calls_stays_suspended_until_none_waits(tools: Any) -> None:
+    async def main() -> None:
+        store = InMemoryCheckpointStore()
+        await parked(store, call("ask", {"q": 1}, "c1"), call("ask", {"q": 2}, "c2"))
+        one = await update_run(store, "run", answer("c1"), tools=tools)
+        assert one.status == "suspended" and not one.pending_approvals  # c2 still waits for the UI
+        both = await update_run(store, "run", answer("c2"), tools=tools)
+        assert both.status == "running"
+        done = await resume_from_checkpoint(store, "run", model=ScriptedModel(lambda request: "Thanks."),
+                                            tools=CLIENT_TOOLS)
+        results = [p for m in done.messages if m["role"] == "tool" for p in tool_results(m)]
+        assert [(p["tool_call_id"], p["output"]) for p in results] == [("c1", "yes"), ("c2", "yes")]
+
+    asyncio.run(main())
+
+
+def test_a_run_parked_on_a_client_call_and_an_approval_waits_for_both() -> None:
+    async def main() -> None:
+        store = InMemoryCheckpointStore()
+        await parked(store, call("ask", {}, "c1"), call("pay", {}, "p1"))
+        source = await checkpoint_at_step(store, "run")
+        assert source.pending_approvals
+        answered = await update_run(store, "run", answer("c1"), tools=CLIENT_TOOLS)
+        assert answered.status == "suspended" and answered.pending_approvals == source.pending_approvals
+        forked = await fork_run(store, "run", new_run_id="f", tools=CLIENT_TOOLS)  # no edit: still waits for both
+        assert forked.status == "suspended"
+
+    asyncio.run(main())
+
+
+def test_server_calls_of_a_parked_step_wait_for_nothing_when_the_tools_are_known() -> None:
+    async def main() -> None:
+        store = InMemoryCheckpointStore()
+        await parked(store, call("lookup", {}, "l1"), call("ask", {}, "c1"))  # lookup runs on resume
+        assert (await update_run(store, "run", lambda h: h, tools=CLIENT_TOOLS)).status == "suspended"
+        assert (await update_run(store, "run", answer("c1"), tools=CLIENT_TOOLS)).status == "running"
+
+    asyncio.run(main())

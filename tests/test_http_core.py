@@ -469,10 +469,10 @@ async def test_a_retried_model_call_streams_its_failed_attempt_then_the_next() -
     assert events[-1]["type"] == "finish" and [e["seq"] for e in events] == list(range(1, len(events) + 1))
 
 
-def client_tool_app(model: ScriptedModel, **tools: Any) -> tuple[ChatEndpoint, Any]:
+def client_tool_app(model: ScriptedModel, runtime: Any = None, **tools: Any) -> tuple[ChatEndpoint, Any]:
     from durable_agent import Tool
 
-    runtime = MemoryRuntime()
+    runtime = runtime or MemoryRuntime()
     tools = {"pick_file": Tool(description="Ask the user for a file.", parameters={"type": "object"}), **tools}
     app = ChatEndpoint(agent=lambda s: Agent(model=model, tools=tools, session_id=s, durable=DurableOptions(runtime)),
                        runtime=runtime, events=MemoryEventLog())
@@ -637,3 +637,50 @@ async def test_an_agent_runs_on_a_runtime_with_only_what_its_protocol_declares()
     runtime = _AgentOnlyRuntime(MemoryRuntime())
     agent = Agent(model=ScriptedModel(["hi"]), session_id="s", durable=DurableOptions(runtime))  # type: ignore[arg-type]
     assert (await agent.run("x")).text == "hi"
+
+
+@pytest.mark.parametrize("kind", ["memory", pytest.param("sqlite", marks=pytest.mark.requires_sqlite)])
+async def test_concurrent_client_results_of_one_run_are_all_recorded(kind: str, tmp_path: Path) -> None:
+    """Two requests answering different calls of one parked run at once, in one process: each claims the session's
+    lease for its commit, so they take turns (a claim while the other holds it would be refused)."""
+    from durable_agent import call
+
+    if kind == "sqlite":  # its I/O runs on a thread: the two requests interleave
+        from durable_agent.runtime.sqlite import SqliteRuntime
+
+        runtime = SqliteRuntime(tmp_path / "agent.db")
+    model = ScriptedModel([reply("", call("pick_file", {"n": 1}, "c1"), call("pick_file", {"n": 2}, "c2")), "thanks"])
+    app, _ = client_tool_app(model, runtime if kind == "sqlite" else None)
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    leg1 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])  # parked on both calls
+    answers = await asyncio.gather(*(asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": c, "output": c})
+                                     for c in ("c1", "c2")))
+    assert [status for status, _ in answers] == [202, 202], answers
+    leg2 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1])
+    assert leg2[-1]["finish_reason"] == "stop"
+    assert [(p["tool_call_id"], p["output"]) for p in tool_results(model.requests[1].messages[-1])] == [("c1", "c1"),
+                                                                                                  ("c2", "c2")]
+    if kind == "sqlite":
+        runtime.close()
+
+
+async def test_a_verdict_for_a_parked_run_is_refused_unrecorded_while_another_run_of_its_session_runs_here() -> None:
+    """The driver's per-session guard: the lease alone would refuse only the resume, after the verdict was stored."""
+    from agent_kit import Ledger
+    from durable_agent import call
+
+    ledger = Ledger()
+    model = ScriptedModel([reply("", call("rm", {"path": "x"}, "c1")),
+                           "one two three four five six seven eight nine ten", "done"], delay=0.02)
+    app, runtime = client_tool_app(model, rm=ledger.tool("rm", needs_approval=True))
+    parked = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    leg1 = data_lines((await asgi(app, "GET", f"/runs/{parked}/events"))[1])
+    request = next(e for e in leg1 if e["type"] == "tool-approval-request")
+    busy = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "y"}))[1])["run_id"]
+    verdict = {"approval_id": request["approval_id"], "approved": True}
+    status, body = await asgi(app, "POST", f"/runs/{parked}/approvals", verdict)
+    assert (status, json.loads(body)["error"]["code"]) == (409, "session_busy")
+    awakeables = await runtime.inspect.awakeables()
+    assert awakeables and not any(a.resolved for a in awakeables)  # nothing recorded: send it again later
+    assert data_lines((await asgi(app, "GET", f"/runs/{busy}/events"))[1])[-1]["finish_reason"] == "stop"
+    assert (await asgi(app, "POST", f"/runs/{parked}/approvals", verdict))[0] == 202

@@ -27,8 +27,12 @@ older versions could not read. After the fork the new run saves append-only like
 place, takes the history as a new list and returns the history to continue from (drop a turn,
 change the user's question, answer a client tool by appending a ``tool`` message...). The
 pending approvals are then recomputed: a request survives only while its call is still
-unanswered in the last assistant message, and a ``suspended`` run none of whose requests
-survive becomes ``running``. Resume the result with `resume_from_checkpoint(store, run_id, ...)`.
+unanswered in the last assistant message. A ``suspended`` run stays suspended while anything
+of its parked step still waits (`durable_agent.parked`: a surviving approval, a client call
+without a result, a sub-agent) and becomes ``running`` only when nothing does. Pass the run's
+`tools=` so its client calls are told from server calls that run when it resumes; without
+them every unanswered call without an approval marker counts as waiting. Resume the result
+with `resume_from_checkpoint(store, run_id, ...)`.
 
 **Signed approvals.** An approval token binds its run id, so a token of the first run is
 refused in a fork. Pass `approval_signer=` to sign the fork's pending requests for the new
@@ -42,15 +46,17 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalRequest
 from .errors import CheckpointConflictError, CheckpointNotFoundError, ConfigurationError, StepNotFoundError
 from .messages import Message
+from .parked import waits_for_calls
 from .signing import ApprovalSigner
 from .stores._validate import check_run_id, check_step_index
+from .tools import Tool
 from .transcript import unresolved_calls
 
 MessageEdit = Callable[[list[Message]], Sequence[Message]]
@@ -94,13 +100,16 @@ async def fork_run(
     new_run_id: str,
     at_step: int | None = None,
     edit: MessageEdit | None = None,
+    tools: Mapping[str, Tool] | None = None,
     approval_signer: ApprovalSigner | None = None,
     clock: Callable[[], int] = wall_clock_ms,
 ) -> AgentCheckpoint:
     """Start run `new_run_id` from the state of `run_id` at step `at_step` (the latest when None).
 
     `edit` may change the history first. The new run's checkpoint keeps the step index, usage
-    and status of that step (its `created_at` is now); it is saved and returned. Raises
+    and status of that step (its `created_at` is now; a suspended one is ``running`` when
+    nothing of it waits any more, see the module docs: `tools` are the run's tools); it is
+    saved and returned. Raises
     `CheckpointNotFoundError`, `StepNotFoundError`, and `CheckpointConflictError` when
     `new_run_id` already holds a run (checked before the save: two forks racing to one new id
     are not told apart).
@@ -114,7 +123,7 @@ async def fork_run(
         raise CheckpointConflictError(
             new_run_id, None, existing.step_index, f"run {new_run_id!r} exists already (at step {existing.step_index})"
         )
-    forked = _edited(source, edit, new_run_id, approval_signer, clock)
+    forked = _edited(source, edit, new_run_id, tools, approval_signer, clock)
     await maybe_await(store.save(forked))
     return forked
 
@@ -124,10 +133,14 @@ async def update_run(
     run_id: str,
     edit: MessageEdit,
     *,
+    tools: Mapping[str, Tool] | None = None,
     approval_signer: ApprovalSigner | None = None,
     clock: Callable[[], int] = wall_clock_ms,
 ) -> AgentCheckpoint:
     """Edit the history of `run_id`'s latest checkpoint in place, before it resumes.
+
+    A suspended run stays suspended while anything of its parked step waits (see the module
+    docs; `tools` are the run's tools, to tell its client calls).
 
     The edited checkpoint is saved at the same step index with ``expected_step_index`` set,
     so a run that moved on meanwhile raises `CheckpointConflictError` and nothing is written.
@@ -135,7 +148,7 @@ async def update_run(
     `approval_signer` signs requests left without a token (none is changed otherwise).
     """
     latest = await checkpoint_at_step(store, run_id)
-    updated = _edited(latest, edit, run_id, approval_signer, clock)
+    updated = _edited(latest, edit, run_id, tools, approval_signer, clock)
     if _takes_expected(store.save):
         await maybe_await(store.save(updated, expected_step_index=latest.step_index))
     else:
@@ -154,6 +167,7 @@ def _edited(
     source: AgentCheckpoint,
     edit: MessageEdit | None,
     run_id: str,
+    tools: Mapping[str, Tool] | None,
     signer: ApprovalSigner | None,
     clock: Callable[[], int],
 ) -> AgentCheckpoint:
@@ -164,18 +178,16 @@ def _edited(
             raise ConfigurationError(f"an edit returns a sequence of messages, got {type(messages).__name__}")
         messages = list(messages)
     pending = _still_pending(source.pending_approvals, messages, source.run_id == run_id, run_id, signer)
-    status = source.status
-    if status == "suspended" and not pending:
-        status = "running"
     draft = dataclasses.replace(
         source,
         run_id=run_id,
         step_id="",
         messages=messages,
         pending_approvals=pending,
-        status=status,
         created_at=clock(),
     )
+    if draft.status == "suspended" and not pending and not waits_for_calls(draft, tools):
+        draft = dataclasses.replace(draft, status="running")  # nothing of the parked step waits any more
     try:  # the same checks a load applies: a bad edit fails here, not when the run resumes
         AgentCheckpoint.from_dict(draft.to_dict(), run_id=run_id)
     except Exception as exc:  # noqa: BLE001 - any malformed message is the edit's error

@@ -17,6 +17,7 @@ from ..checkpoint import AgentCheckpoint
 from ..errors import ConfigurationError, RunLeaseHeldError, SessionStateError, SubmissionConflictError
 from ..messages import Message, final_text
 from ..options import random_id
+from ..parked import waiting_client_calls
 from ..runtime.protocols import DurableRuntime, EndpointRuntime, EndpointStores
 from ..transcript import approval_part
 from .asgi import (
@@ -32,7 +33,7 @@ from .asgi import (
     send_json,
     sse_frame,
 )
-from .client_tools import ClientResult, parse_results, ui_tool_results, waiting_client_calls
+from .client_tools import ClientResult, parse_results, ui_tool_results
 from .events import EventLog, RunEvent, RunInfo
 from .progress import TERMINAL
 from .runs import AgentFactory, RunDriver

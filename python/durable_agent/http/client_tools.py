@@ -1,10 +1,10 @@
-"""Client tool results: what a run parked on client tools waits for, and the history that answers them.
+"""Client tool results: the results a run parked on client tools waits for, and the history that answers them.
 
 A tool without ``execute`` is a *client tool*: the loop parks the run (``suspended``) with the
 call unanswered in the last assistant message, and whoever holds the run hands the result
 over. The endpoint records a result by appending it to the parked checkpoint's history (the
 tool message that answers the call, at the same step index), in one commit fenced by the
-session's lease; the run goes on once nothing else waits. A result in the history is the
+session's lease; the run goes on once nothing else waits (`durable_agent.parked`). A result in the history is the
 durable record: a second result for the same call is refused, and a server that resumes the
 run finds it there. No I/O here: `RunDriver.answer_client_calls` does the commit.
 """
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..checkpoint import AgentCheckpoint
-from ..messages import Message, content_parts
+from ..messages import content_parts
+from ..parked import client_results_of, waiting_client_calls
 from ..tools import Tool
-from ..transcript import tool_message, unresolved_calls
+from ..transcript import tool_message
 from .asgi import HttpError, field_of
 
-__all__ = ["ClientResult", "answered_history", "answers_for", "client_results_of", "parse_results", "ui_tool_results",
-           "waiting_client_calls"]
+__all__ = ["ClientResult", "answered_history", "answers_for", "parse_results", "ui_tool_results"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,25 +33,6 @@ class ClientResult:
     tool_call_id: str
     output: Any
     is_error: bool = False
-
-
-def waiting_client_calls(checkpoint: AgentCheckpoint | None, tools: Mapping[str, Tool]) -> dict[str, dict[str, Any]]:
-    """The client tool calls the parked run waits for (unanswered, of a tool without ``execute``), by call id."""
-    if checkpoint is None or checkpoint.status != "suspended":
-        return {}
-    calls, approval_ids = unresolved_calls(checkpoint.messages)
-    return {c["tool_call_id"]: c for c in calls
-            if c["tool_call_id"] not in approval_ids and c["tool_name"] in tools
-            and tools[c["tool_name"]].is_client_tool}
-
-
-def client_results_of(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """The results the trailing tool messages hold for the last assistant message's calls (recorded client results,
-    while the run is parked: a suspended step writes no tool message of its own)."""
-    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
-    if last is None or any(m["role"] != "tool" for m in messages[last + 1:]):
-        return []
-    return [dict(p) for m in messages[last + 1:] for p in content_parts(m) if p["type"] == "tool-result"]
 
 
 def answers_for(run_id: str, checkpoint: AgentCheckpoint | None, tools: Mapping[str, Tool],

@@ -36,10 +36,10 @@ from ..checkpoint import AgentCheckpoint, Usage
 from ..durable_session import is_model_call
 from ..errors import StepFailedError
 from ..messages import content_parts
+from ..parked import client_results_of
 from ..runtime.keys import parse_step_key
 from ..runtime.records import StepRecord, StreamPartialRecord
 from ..transcript import approval_part
-from .client_tools import client_results_of
 from .events import RunEvent
 
 __all__ = ["TERMINAL", "ProgressKeys", "error_event", "missing_events"]

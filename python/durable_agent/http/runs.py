@@ -26,10 +26,11 @@ from ..checkpoint import AgentCheckpoint, ToolApprovalRequest
 from ..durable_session import approval_key
 from ..errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, StaleEpochError
 from ..generate import PartSink
+from ..parked import waits_for_calls
 from ..runtime.protocols import DurableRuntime
 from ..runtime.records import RunTransition
 from .asgi import HttpError
-from .client_tools import ClientResult, answered_history, answers_for, client_results_of, waiting_client_calls
+from .client_tools import ClientResult, answered_history, answers_for
 from .events import EventLog, RunInfo
 from .progress import ProgressKeys, error_event, missing_events
 
@@ -51,7 +52,7 @@ class RunDriver:
         self._tasks: dict[str, asyncio.Task[BaseException | None]] = {}
         self._sessions: dict[str, str] = {}  # session id -> the run this process drives in it
         self._starting: dict[str, asyncio.Future[None]] = {}  # runs whose start is not committed yet
-        self._answering = asyncio.Lock()  # one client-result commit at a time: same-process lease claims would fence
+        self._answering = asyncio.Lock()  # one client-result commit at a time: a second claim here would be refused
 
     def agent(self, session_id: str) -> Agent:
         """The session's agent, checked to run on this endpoint's runtime."""
@@ -102,8 +103,8 @@ class RunDriver:
     def resume(self, info: RunInfo) -> None:
         """Drive the stored run `info` on from its journal, in the background, after the leg this process drives.
 
-        Raises `RunLeaseHeldError` when this process drives another run of the session: a lease
-        claim from the same process would succeed and fence that run out.
+        Raises `RunLeaseHeldError` when this process drives another run of the session (its lease
+        claim would be refused; refusing here spawns nothing).
         """
         agent = self.agent(info.session_id)
         self._check_free(info.session_id, info.run_id)
@@ -137,12 +138,17 @@ class RunDriver:
             return
         durable = self.agent(info.session_id).durable
         assert durable is not None
-        claim = await self.runtime.lease.claim(info.session_id, stale_at=wall_clock_ms() - durable.stale_after_ms)
+        lease = self.runtime.lease
+        claim = await lease.claim(info.session_id, stale_at=wall_clock_ms() - durable.stale_after_ms)
         if not claim.claimed:
-            return  # a live process drives it: its events arrive through the log
-        await self.reconcile(info.run_id)
+            return  # a live process drives it (or this one checks it already): its events arrive through the log
+        assert claim.epoch is not None
+        try:
+            await self.reconcile(info.run_id)
+        finally:  # handed to Agent.resume's own claim; a process that takes it in between drives the run instead
+            await lease.release(info.session_id, claim.epoch)
         logger.info("run %s: no live process drives it; taking it over", info.run_id)
-        self.resume(info)  # Agent.resume claims the lease again under this runtime's owner: granted
+        self.resume(info)
 
     async def sweep(self) -> list[str]:
         """Take over every endpoint run no live process drives (at server start); returns their ids.
@@ -206,7 +212,7 @@ class RunDriver:
         assert agent.durable is not None
         answers_for(info.run_id, await self.checkpoint(info.run_id), agent.tools, results)  # refused before a claim
         task = self._tasks.get(info.run_id)
-        if task is not None:  # parked on these calls, and its leg's task is ending: a claim now would fence it out
+        if task is not None:  # parked on these calls, and its leg's task is ending: a claim now would be refused
             await asyncio.wait({task})
         async with self._answering:
             lease = self.runtime.lease
@@ -249,12 +255,9 @@ class RunDriver:
         return await self._all_answered(info, checkpoint)
 
     async def _all_answered(self, info: RunInfo, checkpoint: AgentCheckpoint) -> bool:
-        """Whether the parked run waited for something and has it all: a verdict for each pending approval and a
-        result for each client tool call (a run parked inside a sub-agent with neither waits on the sub-agent)."""
-        tools = self.agent(info.session_id).tools
-        if not checkpoint.pending_approvals and not client_results_of(checkpoint.messages):
-            return False
-        if waiting_client_calls(checkpoint, tools):
+        """Whether nothing the parked run waits for is missing (`durable_agent.parked`): no client call or sub-agent
+        waits, and each pending approval's awakeable holds a verdict."""
+        if waits_for_calls(checkpoint, self.agent(info.session_id).tools):
             return False
         for request in checkpoint.pending_approvals or ():
             key = approval_key(info.run_id, checkpoint.step_index, request.approval_id)

@@ -10,11 +10,19 @@ row and the clock, so the three runtimes cannot drift apart:
   `RUN_OWNER_HOLD_MS`: a busy event loop is not a dead process);
 * a claim succeeds on a lapsed lease, or on one held under the claimer's own owner token
   (a process re-claiming its own session); every successful claim bumps the epoch;
+* but a runtime never claims a session it holds **live** (claimed and not released yet,
+  or a claim of it in flight: `Fences.hold`): the second claim is refused, naming the
+  holder, so two concurrent runs of one session through one runtime cannot fence each other
+  (a server answering two requests for one session, ``gather(agent.run(a), agent.run(b))``).
+  A release always ends the live hold, even when its write failed (the run that raised
+  released in its ``finally``); so the own-token rule only re-claims a lease this runtime
+  holds no run of any more: after a release that did not land, or for a process that reuses
+  its owner token;
 * a run is **resumable** when the session was leased at least once, the run is still marked
   in progress, the lease lapsed, and the run is not parked on an unresolved awakeable.
 
-`Fences` is the per-runtime ("per-process") half: which epoch this runtime's writes of a
-session are guarded by, and whom to tell when one is refused.
+`Fences` is the per-runtime ("per-process") half: which sessions this runtime holds live,
+which epoch its writes of each are guarded by, and whom to tell when one is refused.
 """
 
 from __future__ import annotations
@@ -121,15 +129,30 @@ def is_listed_resumable(
 
 
 class Fences:
-    """One runtime's claims: the epoch each claimed session's writes are guarded by, and who hears of a refusal.
+    """One runtime's claims: the sessions it holds live, the epoch each one's writes are guarded by, who hears of a refusal.
 
-    A successful claim fences the session on this runtime until `release` of that epoch;
-    a scope opened without an explicit epoch is guarded by the fenced one.
+    A claim holds the session from before its write (`hold`) until it fails (`unheld`) or
+    until `release` of the epoch it took; a scope opened without an explicit epoch is
+    guarded by the held one. Holding is synchronous, so two claims of one runtime racing
+    for a session cannot both pass it, whatever order their writes commit in.
     """
 
     def __init__(self) -> None:
+        self._holders: dict[str, RunOwner] = {}
         self._epochs: dict[str, int] = {}
         self._listeners: dict[str, Callable[[StaleEpochError], None]] = {}
+
+    def hold(self, session_id: str, claimer: RunOwner) -> RunOwner | None:
+        """Hold `session_id` for a claim by `claimer`; None when held now, else the owner holding it live already."""
+        holder = self._holders.get(session_id)
+        if holder is None:
+            self._holders[session_id] = claimer
+        return holder
+
+    def unheld(self, session_id: str) -> None:
+        """The claim `hold` was for did not take the lease: the session is free again on this runtime."""
+        if session_id not in self._epochs:
+            self._holders.pop(session_id, None)
 
     def claimed(
         self, session_id: str, epoch: int, on_stale: Callable[[StaleEpochError], None] | None
@@ -141,6 +164,7 @@ class Fences:
     def released(self, session_id: str, epoch: int) -> None:
         if self._epochs.get(session_id) == epoch:
             del self._epochs[session_id]
+            self._holders.pop(session_id, None)
             self._listeners.pop(session_id, None)
 
     def epoch(self, session_id: str) -> int | None:

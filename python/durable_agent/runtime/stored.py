@@ -97,15 +97,23 @@ class StoredLease:
         owner: RunOwner | None = None,
         on_stale: Callable[[StaleEpochError], None] | None = None,
     ) -> LeaseClaim:
-        me, now = owner or self._runtime.owner, self._runtime.clock()
+        me, now, fences = owner or self._runtime.owner, self._runtime.clock(), self._runtime.fences
+        holder = fences.hold(session_id, me)
+        if holder is not None:  # this runtime runs the session now: a claim would fence that run out
+            return LeaseClaim(False, owner=holder)
 
         def take(row: LeaseRow) -> LeaseRow | None:
             return claimed_row(row, me, now) if may_claim(row, me, stale_at=stale_at, now=now) else None
 
-        row, claimed = await self._rows.change_lease(session_id, take)
+        claimed = False
+        try:
+            row, claimed = await self._rows.change_lease(session_id, take)
+        finally:
+            if not claimed:
+                fences.unheld(session_id)
         if not claimed:
             return LeaseClaim(False, owner=row.owner)
-        self._runtime.fences.claimed(session_id, row.epoch, on_stale)
+        fences.claimed(session_id, row.epoch, on_stale)
         return LeaseClaim(True, epoch=row.epoch)
 
     async def renew(self, session_id: str, epoch: int) -> bool:

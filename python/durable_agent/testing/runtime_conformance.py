@@ -13,6 +13,7 @@ records skip, each naming why (`checkpoint_only`), and the rest check the replay
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Concatenate, Literal, ParamSpec
@@ -447,17 +448,42 @@ class DurableRuntimeConformance:
         ]  # nothing interleaved
 
     @checkpoint_only(ENGINE_LOCK)
-    async def test_own_token_reclaims_and_release_frees_the_session(
+    async def test_a_live_claim_refuses_its_own_runtime_and_release_frees_the_session(
         self, make_runtime: RuntimeFactory, clock: Clock
     ) -> None:
         runtime, other = make_runtime(clock), make_runtime(clock)
         first = await runtime.lease.claim(self.session, stale_at=0)
-        second = await runtime.lease.claim(self.session, stale_at=0)
-        assert second.claimed and second.epoch == first.epoch + 1
-        await runtime.lease.release(self.session, first.epoch)  # stale epoch: the lease stays
+        second = await runtime.lease.claim(self.session, stale_at=0)  # a second run through this runtime
+        assert first.claimed and not second.claimed and second.owner == runtime.owner
+        assert await runtime.lease.epoch(self.session) == first.epoch  # the first claim is not fenced out
         assert not (await other.lease.claim(self.session, stale_at=0)).claimed
-        await runtime.lease.release(self.session, second.epoch)
+        await runtime.lease.release(self.session, first.epoch)
+        again = await runtime.lease.claim(self.session, stale_at=0)
+        assert again.claimed and again.epoch == first.epoch + 1
+        await runtime.lease.release(self.session, again.epoch)
         assert (await other.lease.claim(self.session, stale_at=0)).claimed
+
+    @checkpoint_only(ENGINE_LOCK)
+    async def test_racing_claims_of_one_runtime_take_the_lease_once(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
+        runtime = make_runtime(clock)
+        claims = await asyncio.gather(*(runtime.lease.claim(self.session, stale_at=0) for _ in range(3)))
+        taken = [c for c in claims if c.claimed]
+        assert len(taken) == 1 and await runtime.lease.epoch(self.session) == taken[0].epoch
+
+    @checkpoint_only(ENGINE_LOCK)
+    async def test_own_token_reclaims_a_lease_no_live_claim_of_it_holds(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
+        """The same owner token in a runtime that holds no claim of the session (a process that kept its
+        token, or whose release never landed) takes the lease at once, without waiting for it to lapse."""
+        runtime = make_runtime(clock)
+        first = await runtime.lease.claim(self.session, stale_at=0)
+        same = make_runtime(clock)
+        same.owner = runtime.owner
+        taken = await same.lease.claim(self.session, stale_at=0)
+        assert taken.claimed and taken.epoch == first.epoch + 1
 
     @checkpoint_only("the engine retries an interrupted invocation itself; nothing is listed resumable")
     async def test_resumable_lists_lapsed_unparked_marked_runs(
