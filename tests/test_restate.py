@@ -27,7 +27,7 @@ from durable_agent.testing.restate import (
     ingress_call,
     restate_urls,
 )
-from durable_agent.testing.runtime_conformance import DurableRuntimeConformance
+from durable_agent.testing.runtime_conformance import CHECKPOINT_ONLY, DurableRuntimeConformance
 from durable_agent.tool_calls import TOOL_INTERRUPTED_MESSAGE
 
 SERVICE = Path(__file__).resolve().parent / "restate_service.py"
@@ -221,7 +221,7 @@ CASES = sorted(name for name in dir(DurableRuntimeConformance) if name.startswit
 @pytest.mark.parametrize("case", CASES)
 async def test_runtime_conformance_in_replay_mode(service: ServiceProcess, case: str) -> None:
     """Each case runs inside a Restate invocation of the test service, on a `RestateRuntime`."""
-    reason = getattr(getattr(DurableRuntimeConformance, case), "checkpoint_only", None)
+    reason = CHECKPOINT_ONLY.get(case)
     if reason is not None:
         pytest.skip(f"replay mode: {reason}")
     outcome = await asyncio.to_thread(ingress_call, restate_urls()[0], "conformance", f"{case}-{uuid.uuid4().hex[:8]}",

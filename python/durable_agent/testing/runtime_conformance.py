@@ -36,10 +36,16 @@ P = ParamSpec("P")
 Case = Callable[Concatenate["DurableRuntimeConformance", P], Awaitable[None]]
 
 
+CHECKPOINT_ONLY: dict[str, str] = {}
+"""The cases that cannot apply in replay mode, by name, with the reason (`checkpoint_only`): a harness
+that runs each case elsewhere (e.g. inside a Restate invocation) skips them up front."""
+
+
 def checkpoint_only(reason: str) -> Callable[[Case[P]], Case[P]]:
     """Mark a case that cannot apply in replay mode; it skips there with `reason`."""
 
     def mark(case: Case[P]) -> Case[P]:
+        CHECKPOINT_ONLY[case.__name__] = reason
         @functools.wraps(case)
         async def run(self: DurableRuntimeConformance, /, *args: P.args, **kwargs: P.kwargs) -> None:
             if self.mode == "replay":
