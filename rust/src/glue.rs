@@ -559,6 +559,13 @@ fn decode_counting<'py>(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<(
     let s = exact_str(s)?;
     let utf8 = utf8_of(&s)
         .ok_or_else(|| codec_error(py, "the text contains a lone surrogate, which is not valid Unicode".to_owned()))?;
+    let (result, stats) = decode_utf8(py, &utf8)?;
+    Ok((result.map_err(|fault| codec_error(py, fault.render()))?, stats))
+}
+
+/// Decode `utf8`: its value or the codec fault (raised or not by the caller), and what the key
+/// cache did. An `Err` is a failure of the interpreter (pausing the GC), not of the text.
+fn decode_utf8<'py>(py: Python<'py>, utf8: &str) -> PyResult<(Result<Bound<'py, PyAny>, Fault>, keycache::Stats)> {
     // A large text gets a cache of recent short keys of its own, and room for a few dozen keys;
     // a small one the shared recent keys.
     let keys = if utf8.len() >= PAUSE_GC_FROM { KeyCache::with_capacity(64) } else { KeyCache::default() };
@@ -568,11 +575,11 @@ fn decode_counting<'py>(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<(
     // and again (it cannot hold a cycle: it is fresh dicts and lists). Paused, then restored;
     // no Python code runs in between.
     let gc = if utf8.len() >= PAUSE_GC_FROM { pause_gc(py)? } else { None };
-    let result = codec::decode_with(&utf8, &mut builder).map_err(|fault| codec_error(py, fault.render()));
+    let result = codec::decode_with(utf8, &mut builder);
     if let Some(enable) = gc {
         enable.bind(py).call0()?;
     }
-    Ok((result?, builder.keys.stats()))
+    Ok((result, builder.keys.stats()))
 }
 
 /// The UTF-8 of `s` (None if it holds a lone surrogate). ASCII text is borrowed as is; other
@@ -728,6 +735,23 @@ fn token_verify(token: &Bound<'_, PyAny>, key: &Bound<'_, PyAny>) -> PyResult<Op
     Ok(token::token_verify(token, key.as_bytes()))
 }
 
+/// `decode(token_verify(token, key))`: the payload of `token` as data if its MAC verifies under
+/// `key` and its payload text decodes, else None (None too for a payload of `null`). Never
+/// raises on `token`.
+#[pyfunction]
+fn token_open<'py>(
+    py: Python<'py>,
+    token: &Bound<'py, PyAny>,
+    key: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let key = need_bytes(key, "key")?;
+    let Ok(token) = token.cast::<PyString>() else { return Ok(None) };
+    let Ok(token) = token.to_str() else { return Ok(None) };
+    let Some(text) = token::token_verify(token, key.as_bytes()) else { return Ok(None) };
+    let (result, _) = decode_utf8(py, &text)?;
+    Ok(result.ok())
+}
+
 #[pymodule]
 fn durable_agent_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -743,6 +767,7 @@ fn durable_agent_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
             "decode",
             "encode",
             "hmac_sha256",
+            "token_open",
             "token_sign",
             "token_verify",
         ],
@@ -753,6 +778,7 @@ fn durable_agent_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(b64url_encode, m)?)?;
     m.add_function(wrap_pyfunction!(b64url_decode, m)?)?;
     m.add_function(wrap_pyfunction!(hmac_sha256, m)?)?;
+    m.add_function(wrap_pyfunction!(token_open, m)?)?;
     m.add_function(wrap_pyfunction!(token_sign, m)?)?;
     m.add_function(wrap_pyfunction!(token_verify, m)?)?;
     Ok(())
