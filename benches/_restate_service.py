@@ -19,11 +19,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import restate  # noqa: E402
+import restate
+from bench_journal import TOOLS, USAGE
 
-from bench_journal import TOOLS, USAGE  # noqa: E402
-from durable_agent import Agent, ModelRequest, ScriptedModel, Tool, call, reply  # noqa: E402
-from durable_agent.restate import agent_services, serve  # noqa: E402
+from durable_agent import Agent, ModelRequest, ScriptedModel, Tool, call, reply
+from durable_agent.restate import agent_services, serve
 
 WORKDIR = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(".")
 KILL_AT = 3

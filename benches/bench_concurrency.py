@@ -4,10 +4,10 @@ N sessions run at once in one process, each 10 steps (a model call of 20 ms late
 tool call), side by side with the same agent and no durability. Each variant runs in a fresh
 subprocess (so peak RSS is its own):
 
-* ``none``: `generate_text` without a session;
-* ``sqlite-store``: `generate_text` with a `SqliteSessionStore` session (checkpoints only, each
+* ``none``: `generate_text` without a store;
+* ``sqlite-store``: `generate_text` with a `SqliteCheckpointStore` (checkpoints only, each
   save a transaction on the event loop's thread); ``sqlite-store-async``: the same with an
-  `AsyncSqliteSessionStore` (saves on its connection's thread, concurrent saves in one commit);
+  `AsyncSqliteCheckpointStore` (saves on its connection's thread, concurrent saves in one commit);
 * ``memory``, ``sqlite``, ``postgres``: `Agent` on the memory, SQLite and Postgres runtimes
   (Postgres when DURABLE_AGENT_BENCH_POSTGRES_URL is set);
 * ``dbos``: the anchor, the same agent as DBOS async workflows on SQLite (``pip install dbos``).
@@ -40,14 +40,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from durable_agent import (  # noqa: E402
+from durable_agent import (
     Agent,
     DurableOptions,
+    MemoryRuntime,
     ModelRequest,
-    Session,
     Tool,
     Usage,
-    create_memory_runtime,
     generate_text,
 )
 
@@ -93,7 +92,7 @@ def count_commits(runtime: Any, counter: list[int]) -> Any:
 
 
 def count_store_commits(store: Any, counter: list[int]) -> Any:
-    """Count the write transactions of a SQLite session store (private hooks: a bench's view inside)."""
+    """Count the write transactions of a SQLite checkpoint store (private hooks: a bench's view inside)."""
     runner = store._runner
     if hasattr(runner, "_in_transaction"):  # group commit: one transaction per batch of writes
         inner = runner._in_transaction
@@ -119,23 +118,23 @@ async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
     runtime: Any = None
     store: Any = None
     if name == "memory":
-        runtime = create_memory_runtime()
+        runtime = MemoryRuntime()
     elif name == "sqlite":
-        from durable_agent.runtime.sqlite import sqlite_runtime
+        from durable_agent.runtime.sqlite import SqliteRuntime
 
-        runtime = count_commits(sqlite_runtime(Path(tmp) / "journal.db"), commits)
+        runtime = count_commits(SqliteRuntime(Path(tmp) / "journal.db"), commits)
     elif name == "postgres":
-        from durable_agent.runtime.postgres import postgres_runtime
+        from durable_agent.runtime.postgres import PostgresRuntime
 
-        runtime = count_commits(postgres_runtime(os.environ["DURABLE_AGENT_BENCH_POSTGRES_URL"]), commits)
+        runtime = count_commits(PostgresRuntime(os.environ["DURABLE_AGENT_BENCH_POSTGRES_URL"]), commits)
     elif name == "sqlite-store":
-        from durable_agent.stores.sqlite import SqliteSessionStore
+        from durable_agent.stores.sqlite import SqliteCheckpointStore
 
-        store = count_store_commits(SqliteSessionStore(Path(tmp) / "store.db"), commits)
+        store = count_store_commits(SqliteCheckpointStore(Path(tmp) / "store.db"), commits)
     elif name == "sqlite-store-async":
-        from durable_agent.stores.sqlite import AsyncSqliteSessionStore
+        from durable_agent.stores.sqlite import AsyncSqliteCheckpointStore
 
-        store = count_store_commits(AsyncSqliteSessionStore(Path(tmp) / "store.db"), commits)
+        store = count_store_commits(AsyncSqliteCheckpointStore(Path(tmp) / "store.db"), commits)
 
     nonce = time.time_ns()  # a shared database (Postgres) keeps earlier runs' sessions
 
@@ -145,9 +144,9 @@ async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
                           durable=DurableOptions(runtime))
             result = await agent.run("go")
         else:
-            session = Session(store, f"r-{i}") if store is not None else None
-            result = await generate_text(model=SlowModel(), tools=TOOLS, max_steps=STEPS + 1, session=session,
-                                         messages=[{"role": "user", "content": "go"}])
+            run_id = f"r-{i}" if store is not None else None
+            result = await generate_text(model=SlowModel(), tools=TOOLS, max_steps=STEPS + 1, store=store,
+                                         run_id=run_id, messages=[{"role": "user", "content": "go"}])
         assert len(result.steps) == STEPS, result.finish_reason
 
     lags: list[float] = []

@@ -2,8 +2,8 @@
 
 Variants, each running the same N-step agent (a scripted model that calls one tool per step):
 
-* no durability (`generate_text` without a session);
-* a plain session store (checkpoints only): memory, SQLite;
+* no durability (`generate_text` without a store);
+* a plain checkpoint store (checkpoints only): memory, SQLite;
 * `Agent` on a durable runtime (checkpoints + step journal + lease): memory, SQLite, and
   Postgres when DURABLE_AGENT_BENCH_POSTGRES_URL is set;
 * the anchors: the same agent as a DBOS workflow (a model step and a tool step per turn) on SQLite,
@@ -29,24 +29,23 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from durable_agent import (  # noqa: E402
+from durable_agent import (
     Agent,
     DurableOptions,
-    InMemorySessionStore,
+    InMemoryCheckpointStore,
+    MemoryRuntime,
     ModelRequest,
     ScriptedModel,
-    Session,
     Tool,
     Usage,
     call,
-    create_memory_runtime,
     generate_text,
     reply,
 )
-from durable_agent.stores.sqlite import SqliteSessionStore  # noqa: E402
+from durable_agent.stores.sqlite import SqliteCheckpointStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import per_step, print_header, print_rows  # noqa: E402
+from _report import per_step, print_header, print_rows
 
 USAGE = Usage(10, 5, 15)
 TOOLS = {"noop": Tool(parameters={"type": "object"}, execute=lambda args: "ok")}
@@ -60,10 +59,10 @@ def script(steps: int) -> ScriptedModel:
     return ScriptedModel(answer)
 
 
-def session_run(steps: int, store: Any) -> None:
-    session = Session(store, f"r-{time.perf_counter_ns()}") if store is not None else None
-    result = asyncio.run(generate_text(model=script(steps), tools=TOOLS, max_steps=steps + 1, session=session,
-                                       messages=[{"role": "user", "content": "go"}]))
+def store_run(steps: int, store: Any) -> None:
+    run_id = f"r-{time.perf_counter_ns()}" if store is not None else None
+    result = asyncio.run(generate_text(model=script(steps), tools=TOOLS, max_steps=steps + 1, store=store,
+                                       run_id=run_id, messages=[{"role": "user", "content": "go"}]))
     assert len(result.steps) == steps
 
 
@@ -78,12 +77,12 @@ def agent_run(steps: int, runtime_factory: Callable[[], Any]) -> None:
 
 
 def runtime_factories(tmp: str) -> dict[str, Callable[[], Any]]:
-    factories: dict[str, Callable[[], Any]] = {"Agent + memory runtime": create_memory_runtime}
+    factories: dict[str, Callable[[], Any]] = {"Agent + memory runtime": MemoryRuntime}
     with contextlib.suppress(ImportError):
-        from durable_agent.runtime.sqlite import sqlite_runtime
+        from durable_agent.runtime.sqlite import SqliteRuntime
 
         path = str(Path(tmp) / "journal.db")
-        factories["Agent + SQLite runtime"] = lambda: sqlite_runtime(path)
+        factories["Agent + SQLite runtime"] = lambda: SqliteRuntime(path)
     return factories
 
 
@@ -91,10 +90,10 @@ class PostgresAgent:
     """`Agent` runs on ONE Postgres runtime (a server keeps its runtime, as DBOS keeps its engine), on one loop."""
 
     def __init__(self, url: str) -> None:
-        from durable_agent.runtime.postgres import postgres_runtime
+        from durable_agent.runtime.postgres import PostgresRuntime
 
         self._loop = asyncio.new_event_loop()
-        self._runtime = postgres_runtime(url)
+        self._runtime = PostgresRuntime(url)
 
     def __call__(self, steps: int) -> None:
         agent = Agent(model=script(steps), tools=TOOLS, max_steps=steps + 1,
@@ -169,15 +168,15 @@ def main() -> None:
     url = os.environ.get("DURABLE_AGENT_BENCH_POSTGRES_URL")
     dbos = DbosAnchor() if importlib.util.find_spec("dbos") is not None else None
     with tempfile.TemporaryDirectory() as tmp:
-        sqlite_store = SqliteSessionStore(str(Path(tmp) / "sessions.db"))
+        sqlite_store = SqliteCheckpointStore(str(Path(tmp) / "sessions.db"))
         print_header(32, "none", "DBOS")
         for steps in (int(s) for s in args.steps.split(",")):
-            none = per_step(steps, args.repeat, lambda: session_run(steps, None))
+            none = per_step(steps, args.repeat, lambda: store_run(steps, None))
             rows: dict[str, float] = {
                 "no durability": none,
-                "session store: memory": per_step(steps, args.repeat,
-                                                  lambda: session_run(steps, InMemorySessionStore())),
-                "session store: SQLite": per_step(steps, args.repeat, lambda: session_run(steps, sqlite_store)),
+                "checkpoint store: memory": per_step(steps, args.repeat,
+                                                  lambda: store_run(steps, InMemoryCheckpointStore())),
+                "checkpoint store: SQLite": per_step(steps, args.repeat, lambda: store_run(steps, sqlite_store)),
             }
             for name, factory in runtime_factories(tmp).items():
                 rows[name] = per_step(steps, args.repeat, lambda factory=factory: agent_run(steps, factory))

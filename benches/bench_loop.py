@@ -1,4 +1,4 @@
-"""The loop's own overhead per step: no session vs. a durable session (memory, SQLite), against LangGraph.
+"""The loop's own overhead per step: no store vs. a checkpoint store (memory, SQLite), against LangGraph.
 
 Each run is N steps of a scripted model that calls one trivial tool per step, then answers.
 The anchor is the same agent as a LangGraph StateGraph with its SqliteSaver checkpointer
@@ -21,21 +21,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from durable_agent import (  # noqa: E402
-    InMemorySessionStore,
+from durable_agent import (
+    InMemoryCheckpointStore,
     ModelRequest,
     ScriptedModel,
-    Session,
     Tool,
     Usage,
     call,
     generate_text,
     reply,
 )
-from durable_agent.stores.sqlite import SqliteSessionStore  # noqa: E402
+from durable_agent.stores.sqlite import SqliteCheckpointStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import per_step, print_header, print_rows  # noqa: E402
+from _report import per_step, print_header, print_rows
 
 USAGE = Usage(10, 5, 15)
 
@@ -54,9 +53,9 @@ TOOLS = {"noop": Tool(parameters={"type": "object"}, execute=lambda args: "ok")}
 
 
 async def durable_agent_run(steps: int, store: Any) -> None:
-    session = Session(store, run_id=f"bench-{time.perf_counter_ns()}") if store is not None else None
+    run_id = f"bench-{time.perf_counter_ns()}" if store is not None else None
     result = await generate_text(model=scripted(steps), tools=TOOLS, max_steps=steps + 1,
-                                 messages=[{"role": "user", "content": "go"}], session=session)
+                                 messages=[{"role": "user", "content": "go"}], store=store, run_id=run_id)
     assert len(result.steps) == steps
 
 
@@ -102,22 +101,22 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        sqlite_store = SqliteSessionStore(str(Path(tmp) / "bench.db"))
+        sqlite_store = SqliteCheckpointStore(str(Path(tmp) / "bench.db"))
         graph = langgraph_runner(str(Path(tmp) / "langgraph.db"))
-        print_header(28, "no session", "LangGraph")
+        print_header(28, "no store", "LangGraph")
         for steps in (int(s) for s in args.steps.split(",")):
             repeat = args.repeat if steps <= 1000 else 1
             rows: dict[str, float] = {}
             variants = {
-                "durable-agent, no session": None,
-                "durable-agent, memory store": InMemorySessionStore(),
+                "durable-agent, no store": None,
+                "durable-agent, memory store": InMemoryCheckpointStore(),
                 "durable-agent, SQLite store": sqlite_store,
             }
             for name, store in variants.items():
                 rows[name] = per_step(steps, repeat, lambda store=store: asyncio.run(durable_agent_run(steps, store)))
             if graph is not None:
                 rows["LangGraph + SqliteSaver"] = per_step(steps, repeat, lambda: graph(steps))
-            print_rows(steps, rows, 28, "durable-agent, no session", "LangGraph + SqliteSaver")
+            print_rows(steps, rows, 28, "durable-agent, no store", "LangGraph + SqliteSaver")
         if graph is None:
             print("LangGraph is not installed: pip install langgraph langgraph-checkpoint-sqlite")
         sqlite_store.close()

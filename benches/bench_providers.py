@@ -37,11 +37,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 import anthropic  # noqa: E402
 import httpx  # noqa: E402
 import openai  # noqa: E402
-from replay import Recording, load  # noqa: E402
 
 from durable_agent import ModelRequest, ToolSpec  # noqa: E402
 from durable_agent._transport import HttpRequest, HttpResponse, HttpxTransport  # noqa: E402
 from durable_agent.providers import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel  # noqa: E402
+from replay import Recording, load  # noqa: E402
 
 REPEATS = 7
 LATENCY_MS = 20.0

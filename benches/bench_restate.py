@@ -30,26 +30,26 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import per_step, print_header, print_rows  # noqa: E402
-from bench_journal import agent_run, dbos_runner  # noqa: E402
+from _report import per_step, print_header, print_rows
+from bench_journal import agent_run, dbos_runner
 
-from durable_agent.restate import RestateIngress  # noqa: E402
-from durable_agent.testing.restate import INGRESS_VAR, ADMIN_VAR, ServiceProcess  # noqa: E402
+from durable_agent.restate import RestateIngress
+from durable_agent.testing.restate import ADMIN_VAR, INGRESS_VAR, ServiceProcess
 
 SERVICE = Path(__file__).resolve().parent / "_restate_service.py"
 ANCHOR = "DBOS workflow on SQLite"
 
 
 def checkpoint_runtimes(tmp: str) -> dict[str, Callable[[], Any]]:
-    from durable_agent.runtime.sqlite import sqlite_runtime
+    from durable_agent.runtime.sqlite import SqliteRuntime
 
     path = str(Path(tmp) / "journal.db")
-    factories: dict[str, Callable[[], Any]] = {"Agent + SQLite runtime": lambda: sqlite_runtime(path)}
+    factories: dict[str, Callable[[], Any]] = {"Agent + SQLite runtime": lambda: SqliteRuntime(path)}
     url = os.environ.get("DURABLE_AGENT_BENCH_POSTGRES_URL") or os.environ.get("DURABLE_AGENT_TEST_POSTGRES_URL")
     if url:
-        from durable_agent.runtime.postgres import postgres_runtime
+        from durable_agent.runtime.postgres import PostgresRuntime
 
-        factories["Agent + Postgres runtime"] = lambda: postgres_runtime(url)
+        factories["Agent + Postgres runtime"] = lambda: PostgresRuntime(url)
     else:
         print("no Postgres URL: the Postgres row is left out")
     return factories

@@ -1,4 +1,4 @@
-"""Session store benchmark: per-step save cost, bytes stored, and load time, for every backend.
+"""Checkpoint store benchmark: per-step save cost, bytes stored, and load time, for every backend.
 
     scripts/services run -- .venv/bin/python benches/bench_stores.py [--quick]
 
@@ -42,8 +42,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from durable_agent import AgentCheckpoint, InMemorySessionStore, Usage, serialize_checkpoint  # noqa: E402
-from durable_agent.messages import History, extended  # noqa: E402
+from durable_agent import AgentCheckpoint, InMemoryCheckpointStore, Usage, serialize_checkpoint
+from durable_agent.messages import History, extended
 
 MARKS = (10, 100, 1_000, 10_000)
 WINDOW = 30
@@ -104,10 +104,10 @@ class Backend:
 
 
 def backends(tmp: Path) -> list[Backend]:
-    from durable_agent.stores.jsonl import JsonlSessionStore
-    from durable_agent.stores.sqlite import SqliteSessionStore
+    from durable_agent.stores.jsonl import JsonlCheckpointStore
+    from durable_agent.stores.sqlite import SqliteCheckpointStore
 
-    memory = InMemorySessionStore()
+    memory = InMemoryCheckpointStore()
 
     def file_size(*paths: Path) -> int:
         return sum(p.stat().st_size for p in paths if p.exists())
@@ -117,16 +117,16 @@ def backends(tmp: Path) -> list[Backend]:
         Backend("memory", lambda: memory, lambda: None),
         Backend(
             "sqlite synchronous=FULL",
-            lambda: SqliteSessionStore(db),
+            lambda: SqliteCheckpointStore(db),
             lambda: file_size(db, Path(f"{db}-wal")),
         ),
         Backend(
             "sqlite synchronous=NORMAL",
-            lambda: SqliteSessionStore(db2, synchronous="NORMAL"),
+            lambda: SqliteCheckpointStore(db2, synchronous="NORMAL"),
             lambda: file_size(db2, Path(f"{db2}-wal")),
         ),
-        Backend("jsonl fsync", lambda: JsonlSessionStore(jl), lambda: file_size(jl)),
-        Backend("jsonl no fsync", lambda: JsonlSessionStore(jl2, fsync=False), lambda: file_size(jl2)),
+        Backend("jsonl fsync", lambda: JsonlCheckpointStore(jl), lambda: file_size(jl)),
+        Backend("jsonl no fsync", lambda: JsonlCheckpointStore(jl2, fsync=False), lambda: file_size(jl2)),
     ]
     pg_url = os.environ.get("DURABLE_AGENT_TEST_POSTGRES_URL")
     if pg_url:
@@ -141,7 +141,7 @@ def postgres_backend(url: str) -> Backend:
     import psycopg
     from psycopg.conninfo import make_conninfo
 
-    from durable_agent.stores.postgres import PostgresSessionStore
+    from durable_agent.stores.postgres import PostgresCheckpointStore
 
     schema = "bench_" + secrets.token_hex(4)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -156,13 +156,13 @@ def postgres_backend(url: str) -> Backend:
             ).fetchone()
         return int(row[0]) if row else 0
 
-    return Backend("postgres", lambda: PostgresSessionStore(conninfo, max_size=2), size)
+    return Backend("postgres", lambda: PostgresCheckpointStore(conninfo, max_size=2), size)
 
 
 def redis_backend(url: str) -> Backend:
     import redis
 
-    from durable_agent.stores.redis import RedisSessionStore
+    from durable_agent.stores.redis import RedisCheckpointStore
 
     prefix = f"bench{secrets.token_hex(4)}:"
     client = redis.Redis.from_url(url)
@@ -170,11 +170,11 @@ def redis_backend(url: str) -> Backend:
     def size() -> int:
         return sum(client.memory_usage(key) or 0 for key in client.scan_iter(match=prefix + "*"))
 
-    return Backend("redis (memory)", lambda: RedisSessionStore(url, prefix=prefix), size)
+    return Backend("redis (memory)", lambda: RedisCheckpointStore(url, prefix=prefix), size)
 
 
 def close(store: Any) -> None:
-    if hasattr(store, "close") and not isinstance(store, InMemorySessionStore):
+    if hasattr(store, "close") and not isinstance(store, InMemoryCheckpointStore):
         store.close()
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import torture_supervisor  # noqa: E402
+import torture_supervisor
 
 
 @contextlib.contextmanager

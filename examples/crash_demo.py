@@ -28,15 +28,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-import demo_agent  # noqa: E402
+import demo_agent
 
-from durable_agent import (  # noqa: E402
-    Session,
+from durable_agent import (
     ToolApprovalResponse,
     resume_stream_from_checkpoint,
     stream_chat,
 )
-from durable_agent.stores.sqlite import SqliteSessionStore  # noqa: E402
+from durable_agent.stores.sqlite import SqliteCheckpointStore
 
 RUN_ID = "demo-run"
 
@@ -49,11 +48,11 @@ def emit(event: str, **fields: Any) -> None:
 
 
 async def worker(mode: str, db: str, ledger: str, delay: float, verdict: str | None) -> None:
-    store = SqliteSessionStore(db)
+    store = SqliteCheckpointStore(db)
     model, tools = demo_agent.model(delay), demo_agent.tools(Path(ledger))
     if mode == "start":
         streamed = stream_chat(model=model, tools=tools, messages=[{"role": "user", "content": demo_agent.PROMPT}],
-                               session=Session(store, RUN_ID), max_steps=10)
+                               store=store, run_id=RUN_ID, max_steps=10)
     else:
         responses = [ToolApprovalResponse(verdict, True)] if verdict else []
         streamed = resume_stream_from_checkpoint(store, RUN_ID, model=model, tools=tools, max_steps=10,
@@ -147,7 +146,7 @@ def follow(proc: subprocess.Popen[str], *, kill_at_step: int | None = None) -> l
 
 
 def show_store(db: Path) -> None:
-    with SqliteSessionStore(str(db)) as store:
+    with SqliteCheckpointStore(str(db)) as store:
         checkpoint = store.load(RUN_ID)
     if checkpoint is None:
         say("  (nothing stored)")
@@ -160,7 +159,7 @@ def show_store(db: Path) -> None:
 
 
 def show_transcript(db: Path) -> None:
-    with SqliteSessionStore(str(db)) as store:
+    with SqliteCheckpointStore(str(db)) as store:
         checkpoint = store.load(RUN_ID)
     assert checkpoint is not None
     for message in checkpoint.messages:

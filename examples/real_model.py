@@ -19,17 +19,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from durable_agent import (  # noqa: E402
-    InMemorySessionStore,
+from durable_agent import (
+    InMemoryCheckpointStore,
     LanguageModel,
     ModelCallError,
-    Session,
     Tool,
     ToolApprovalResponse,
     generate_text,
     resume_from_checkpoint,
 )
-from durable_agent.providers import AnthropicModel, OpenAIChatModel  # noqa: E402
+from durable_agent.providers import AnthropicModel, OpenAIChatModel
 
 INVOICE = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
 
@@ -55,9 +54,9 @@ async def tour(model: LanguageModel) -> None:
                        execute=lambda args: {"id": args["id"], "amount": 42, "currency": "EUR"}),
         "pay": Tool(description="Pay an invoice by id.", parameters=INVOICE, execute=pay, needs_approval=True),
     }
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     first = await generate_text(
-        model=model, tools=tools, max_steps=6, session=Session(store, run_id="run-42"),
+        model=model, tools=tools, max_steps=6, store=store, run_id="run-42",
         messages=[{"role": "user", "content": "Look up invoice inv-7, then pay it."}],
     )
     print(f"[{model.model_id}] first leg: {first.finish_reason}; tokens {first.usage.total_tokens}")

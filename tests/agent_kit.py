@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from durable_agent import InMemorySessionStore, Tool
+from durable_agent import InMemoryCheckpointStore, Tool
+from durable_agent.messages import Message, ToolResultPart, content_parts
 
 NUMBERS = {
     "type": "object",
@@ -33,7 +35,7 @@ def add_tool() -> Tool:
     return Tool(description="Add two numbers.", parameters=NUMBERS, execute=lambda x: x["a"] + x["b"])
 
 
-class FailingStore(InMemorySessionStore):
+class FailingStore(InMemoryCheckpointStore):
     """A store whose saves raise; loads work (what a flaky database looks like to the loop)."""
 
     def __init__(self) -> None:
@@ -45,5 +47,24 @@ class FailingStore(InMemorySessionStore):
         raise ConnectionError("database went away")
 
 
-def user(text: str) -> dict[str, Any]:
+def recording(into: list[Any], result: Any) -> Callable[[Any], Any]:
+    """A tool's execute that appends its input to `into` and returns `result`."""
+
+    def execute(args: Any) -> Any:
+        into.append(args)
+        return result
+
+    return execute
+
+
+def user(text: str) -> Message:
     return {"role": "user", "content": text}
+
+
+def tool_results(message: Message) -> list[ToolResultPart]:
+    """The parts of a tool message, each checked to be a tool result."""
+    results: list[ToolResultPart] = []
+    for part in content_parts(message):
+        assert part["type"] == "tool-result", part
+        results.append(part)
+    return results

@@ -37,9 +37,9 @@ def resume_options() -> dict[str, Any]:
 
 def journal_agent() -> Agent:
     """For an Agent's run on the SQLite runtime named by ``CLI_JOURNAL``."""
-    from durable_agent.runtime.sqlite import sqlite_runtime
+    from durable_agent.runtime.sqlite import SqliteRuntime
 
-    return Agent(model=model(), tools=tools(), durable=DurableOptions(sqlite_runtime(os.environ["CLI_JOURNAL"])),
+    return Agent(model=model(), tools=tools(), durable=DurableOptions(SqliteRuntime(os.environ["CLI_JOURNAL"])),
                  session_id="chat-1", max_steps=5)
 
 

@@ -21,7 +21,7 @@ ON_PYODIDE = sys.platform == "emscripten"
 def _needs_sync_loop() -> bool:
     if not ON_PYODIDE:
         return False
-    from pyodide.ffi import can_run_sync  # type: ignore[import-not-found]
+    from pyodide.ffi import can_run_sync
 
     return not can_run_sync()
 
@@ -176,6 +176,6 @@ def kernels(request: Any) -> ModuleType:
         return _pure
     if os.environ.get("DURABLE_AGENT_NATIVE", "auto") == "0":
         pytest.skip("native kernels disabled by DURABLE_AGENT_NATIVE=0")
-    import durable_agent_native  # noqa: PLC0415
+    import durable_agent_native
 
     return durable_agent_native

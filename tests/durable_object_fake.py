@@ -33,7 +33,7 @@ def _size(text: str) -> int:
 class FakeSyncKv:
     """`ctx.storage.kv` of a SQLite-backed Durable Object."""
 
-    LIST_OPTIONS = {"start", "end", "prefix", "reverse", "limit"}
+    LIST_OPTIONS = frozenset({"start", "end", "prefix", "reverse", "limit"})
 
     def __init__(self) -> None:
         self.data: dict[str, Any] = {}
@@ -68,7 +68,9 @@ class FakeSyncKv:
         unknown = set(options) - self.LIST_OPTIONS
         if unknown:
             raise TypeError(f"unknown list() options {sorted(unknown)}")
-        order = lambda k: k.encode("utf-8", "surrogatepass")  # noqa: E731
+        def order(k: str) -> bytes:
+            return k.encode("utf-8", "surrogatepass")
+
         keys = sorted(self.data, key=order, reverse=bool(options.get("reverse")))
         prefix, start, end = options.get("prefix"), options.get("start"), options.get("end")
         picked = [
@@ -91,7 +93,7 @@ class FakeDurableObjectStorage:
         self.alarm: int | None = None
         self.transactions = 0
 
-    def transactionSync(self, callback: Callable[[], Any]) -> Any:  # noqa: N802 (the JS name)
+    def transactionSync(self, callback: Callable[[], Any]) -> Any:  # the JS name
         snapshot = dict(self.kv.data)
         self.transactions += 1
         try:
@@ -100,11 +102,11 @@ class FakeDurableObjectStorage:
             self.kv.data = snapshot
             raise
 
-    async def setAlarm(self, scheduled_ms: int) -> None:  # noqa: N802 (the JS name)
+    async def setAlarm(self, scheduled_ms: int) -> None:  # the JS name
         self.alarm = int(scheduled_ms)
 
-    async def getAlarm(self) -> int | None:  # noqa: N802
+    async def getAlarm(self) -> int | None:
         return self.alarm
 
-    async def deleteAlarm(self) -> None:  # noqa: N802
+    async def deleteAlarm(self) -> None:
         self.alarm = None

@@ -14,9 +14,17 @@ import os
 from typing import Any
 
 from durable_agent import Agent, ApprovalSigner, DurableOptions, ScriptedModel, Tool, call, reply
-from durable_agent.http import AuthRequest, ChatEndpoint, CorsSettings, EventLog, PostgresEventLog, SqliteEventLog
+from durable_agent.http import (
+    AuthRequest,
+    ChatEndpoint,
+    CorsSettings,
+    EventLog,
+    PostgresEventLog,
+    SqliteEventLog,
+)
+from durable_agent.messages import content_parts
 from durable_agent.models import ModelRequest, ScriptedResponse
-from durable_agent.runtime.sqlite import sqlite_runtime
+from durable_agent.runtime.sqlite import SqliteRuntime
 
 SECRET = "http-test-secret-0123456789abcdef0123456789"
 LONG_ANSWER = ("The answer, after a careful study of many old and dusty books in the library, "
@@ -30,10 +38,11 @@ def script(request: ModelRequest) -> ScriptedResponse:
     if last["role"] == "assistant":  # a turn a crash cut off, joined to the history as aborted
         return reply(RECOVERED)
     if last["role"] == "tool":
-        located = [p["output"] for p in last["content"] if p["tool_name"] == "locate"]
+        results = [p for p in content_parts(last) if p["type"] == "tool-result"]
+        located = [p["output"] for p in results if p["tool_name"] == "locate"]
         if located:  # the client tool's results, as the UI handed them over
             return reply("You are in " + " and ".join(str(o) for o in located) + ".")
-        return reply("Deployed." if any(p["tool_name"] == "deploy" for p in last["content"]) else LONG_ANSWER)
+        return reply("Deployed." if any(p["tool_name"] == "deploy" for p in results) else LONG_ANSWER)
     prompt = str(last["content"])
     if "deploy" in prompt:
         return reply("", call("deploy", {"env": "prod"}))
@@ -52,11 +61,11 @@ def create() -> ChatEndpoint:
     runtime: Any
     events: EventLog
     if postgres:
-        from durable_agent.runtime.postgres import postgres_runtime
+        from durable_agent.runtime.postgres import PostgresRuntime
 
-        runtime, events = postgres_runtime(postgres), PostgresEventLog(postgres)
+        runtime, events = PostgresRuntime(postgres), PostgresEventLog(postgres)
     else:
-        runtime, events = sqlite_runtime(db, synchronous="NORMAL"), SqliteEventLog(db)
+        runtime, events = SqliteRuntime(db, synchronous="NORMAL"), SqliteEventLog(db)
 
     async def effect(name: str, args: Any) -> dict[str, Any]:
         with open(ledger, "a", encoding="utf-8") as file:

@@ -20,9 +20,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-import restate  # noqa: E402
+import restate
 
-from durable_agent import (  # noqa: E402
+from durable_agent import (
     Agent,
     ApprovalSigner,
     ModelCallError,
@@ -33,8 +33,8 @@ from durable_agent import (  # noqa: E402
     call,
     reply,
 )
-from durable_agent.restate import RestateRuntime, agent_services, serve  # noqa: E402
-from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance  # noqa: E402
+from durable_agent.restate import RestateRuntime, agent_services, serve
+from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
 
 SECRET = "restate-test-secret-0123456789abcdef0123456789"
 LEDGER = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(".")
@@ -80,6 +80,11 @@ class LedgerModel(ScriptedModel):
         note("model", who, turn, "end")
 
 
+def pay(invoice: str) -> str:
+    note("effect", "pay", invoice)
+    return "paid"
+
+
 # The README's invoice agent: lookup, then pay (needs a client-mode approval), then a final answer.
 readme = Agent(
     model=LedgerModel([
@@ -91,7 +96,7 @@ readme = Agent(
         "lookup": Tool(description="Find an invoice.", parameters=SCHEMA, replay="safe",
                        execute=lambda args: {"id": args["id"], "amount": 42}),
         "pay": Tool(description="Pay an invoice.", parameters=SCHEMA, needs_approval=True,
-                    execute=lambda args: note("effect", "pay", args["id"]) or "paid"),
+                    execute=lambda args: pay(args["id"])),
     },
     max_steps=10,
     approval_signer=ApprovalSigner(SECRET),

@@ -1,4 +1,4 @@
-"""An async session store with a sync face, so one test body checks a sync store and its async twin."""
+"""An async checkpoint store with a sync face, so one test body checks a sync store and its async twin."""
 
 from __future__ import annotations
 

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_kit import Ledger
-from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures of the postgres case
 
+from agent_kit import Ledger, tool_results
 from durable_agent import (
     APPROVAL_TOKEN_DENIED_REASON,
     Agent,
@@ -35,7 +34,8 @@ from durable_agent import (
 )
 from durable_agent._util import maybe_await
 from durable_agent.errors import RUN_TAKEN_OVER_MESSAGE
-from durable_agent.runtime import RunOwner, create_memory_durable_state, memory_runtime
+from durable_agent.runtime import MemoryDurableState, MemoryRuntime, RunOwner
+from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures of the postgres case
 
 
 class Crash(RunSuspendedError):
@@ -53,18 +53,18 @@ def runtime_on(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], A
         opened = request.getfixturevalue("opened")  # test_runtime_postgres: a schema of the test's own
         return lambda: opened()
     if request.param == "sqlite":
-        from durable_agent.runtime.sqlite import sqlite_runtime
+        from durable_agent.runtime.sqlite import SqliteRuntime
 
         runtimes: list[Any] = []
         request.addfinalizer(lambda: [runtime.close() for runtime in runtimes])
 
         def open_sqlite() -> Any:
-            runtimes.append(sqlite_runtime(tmp_path / "agent.db"))
+            runtimes.append(SqliteRuntime(tmp_path / "agent.db"))
             return runtimes[-1]
 
         return open_sqlite
-    state = create_memory_durable_state()
-    return lambda: memory_runtime(state=state)
+    state = MemoryDurableState()
+    return lambda: MemoryRuntime(state=state)
 
 
 @pytest.fixture
@@ -111,8 +111,11 @@ async def test_resume_replays_the_step_in_flight(agent_on: Callable[..., Agent],
             raise Crash()  # the process dies while the card is being charged
         return "charged"
 
-    tools = {"lookup": Tool(execute=lambda a: ledger.entries.append(("lookup", a)) or "found", replay="safe"),
-             "charge": Tool(execute=charge)}
+    def look_up(args: Any) -> str:
+        ledger.entries.append(("lookup", args))
+        return "found"
+
+    tools = {"lookup": Tool(execute=look_up, replay="safe"), "charge": Tool(execute=charge)}
     model = ScriptedModel([reply("", call("lookup", {"id": 1}), call("charge", {"usd": 5})), "Reported."])
     with pytest.raises(Crash):
         await agent_on(model, tools, stale_after_ms=1).run("buy it")
@@ -122,7 +125,7 @@ async def test_resume_replays_the_step_in_flight(agent_on: Callable[..., Agent],
     assert resumed is not None and resumed.text == "Reported."
     assert len(model.requests) == 2  # the first model call was answered from its record
     assert ledger.entries == [("lookup", {"id": 1}), ("charge", {"usd": 5})]  # nothing ran twice
-    lookup, charge_result = resumed.messages[2]["content"]
+    lookup, charge_result = tool_results(resumed.messages[2])
     assert lookup["output"] == "found" and not lookup["is_error"]
     assert charge_result["is_error"] and "interrupted" in charge_result["output"]
     assert await agent_on(model, tools).resume() is None  # nothing left to continue
@@ -142,7 +145,7 @@ async def test_safe_tools_run_again_after_a_crash(agent_on: Callable[..., Agent]
     with pytest.raises(Crash):
         await agent_on(model, tools).run("x")
     resumed = await agent_on(model, tools).resume()
-    assert resumed is not None and resumed.messages[2]["content"][0]["output"] == "content" and len(runs) == 2
+    assert resumed is not None and tool_results(resumed.messages[2])[0]["output"] == "content" and len(runs) == 2
 
 
 class StreamsThenDies:
@@ -206,7 +209,7 @@ async def test_a_writer_that_lost_the_lease_stops_at_once_without_a_final_save(a
         await agent.run("go")
     assert RUN_TAKEN_OVER_MESSAGE in str(info.value)
     run_id = await victim.stores.runs.last("chat-1")
-    stored = await maybe_await(victim.stores.session.load(run_id))
+    stored = await maybe_await(victim.stores.checkpoints.load(run_id))
     assert stored.step_index == 0  # no save after takeover
     assert len(model.requests) == 1
 
@@ -222,7 +225,7 @@ async def test_heal_answers_the_interrupted_calls_and_starts_the_new_run(agent_o
         await agent_on(model, {"dies": Tool(execute=dies), "log": ledger.tool("log")}).run("first")
     result = await agent_on(model, {"dies": Tool(execute=dies)}, stale_after_ms=1).run("second")
     history = model.requests[-1].messages
-    assert history[2]["content"][0]["is_error"] and "interrupted" in history[2]["content"][0]["output"]
+    assert tool_results(history[2])[0]["is_error"] and "interrupted" in tool_results(history[2])[0]["output"]
     assert history[3] == {"role": "user", "content": "second"}
     assert result.text == "New run answer."
 
@@ -260,7 +263,7 @@ async def test_suspend_stops_the_run_and_resume_continues_it(agent_on: Callable[
         await agent.run("go")
     resumed = await agent_on(model, {"pause": Tool(execute=pause)}).resume()
     assert resumed is not None and resumed.text == "after the pause"
-    assert resumed.messages[2]["content"][0]["output"] == "paused here"  # replayed, not run again
+    assert tool_results(resumed.messages[2])[0]["output"] == "paused here"  # replayed, not run again
 
 
 async def test_a_client_mode_approval_parks_on_an_awakeable_resolved_from_another_process(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
@@ -295,7 +298,7 @@ async def test_an_approval_sent_without_its_token_is_denied_when_a_signer_is_set
     await resolve_approval(runtime_on(), first.pending_approvals[0].approval_id, approved=True)
     done = await agent.resume()
     assert done is not None and ledger.entries == []
-    assert done.messages[2]["content"][0]["output"] == APPROVAL_TOKEN_DENIED_REASON
+    assert tool_results(done.messages[2])[0]["output"] == APPROVAL_TOKEN_DENIED_REASON
 
 
 async def test_tools_keep_per_session_state_that_commits_only_with_a_finished_call(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:

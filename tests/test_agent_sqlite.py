@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_kit import tool_results
 from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
 
 PYTHON_DIR = Path(__file__).resolve().parent.parent / "python"
@@ -26,7 +27,7 @@ SESSION = "chat-1"
 _WORKER = textwrap.dedent("""
     import asyncio, json, os, signal, sys
     from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
-    from durable_agent.runtime.sqlite import sqlite_runtime
+    from durable_agent.runtime.sqlite import SqliteRuntime
 
     db, ledger = sys.argv[1], sys.argv[2]
 
@@ -41,14 +42,14 @@ _WORKER = textwrap.dedent("""
 
     model = ScriptedModel([reply("", call("lookup", {"id": 1}), call("charge", {"usd": 5})), "never"])
     tools = {"lookup": Tool(execute=effect("lookup"), replay="safe"), "charge": Tool(execute=effect("charge"))}
-    agent = Agent(model=model, tools=tools, durable=DurableOptions(sqlite_runtime(db)), session_id="chat-1")
+    agent = Agent(model=model, tools=tools, durable=DurableOptions(SqliteRuntime(db)), session_id="chat-1")
     asyncio.run(agent.run("buy it"))
 """)
 
 
 @pytest.mark.host_only("spawns and SIGKILLs a worker process")
 async def test_a_run_sigkilled_mid_tool_resumes_in_another_process(tmp_path: Path) -> None:
-    from durable_agent.runtime.sqlite import sqlite_runtime
+    from durable_agent.runtime.sqlite import SqliteRuntime
 
     ledger = tmp_path / "ledger.jsonl"
     worker = subprocess.run(
@@ -67,7 +68,7 @@ async def test_a_run_sigkilled_mid_tool_resumes_in_another_process(tmp_path: Pat
         "charge": Tool(execute=lambda a: ran.append("charge")),
     }
     # The worker's pid is gone: its lease is free at once, no staleness wait.
-    with sqlite_runtime(tmp_path / "agent.db") as runtime:
+    with SqliteRuntime(tmp_path / "agent.db") as runtime:
         resumed = await Agent(
             model=model, tools=tools, durable=DurableOptions(runtime), session_id=SESSION
         ).resume()
@@ -75,7 +76,7 @@ async def test_a_run_sigkilled_mid_tool_resumes_in_another_process(tmp_path: Pat
     # The first model call came from its record and the charge was not run again. The lookup is
     # safe: it comes from its record if its done record was durable before the kill, else it runs again.
     assert "charge" not in ran and len(model.requests) == 1
-    lookup, charge = resumed.messages[2]["content"]
+    lookup, charge = tool_results(resumed.messages[2])
     assert lookup["output"] in ("found", None) and not lookup["is_error"]
     assert charge["is_error"] and "interrupted" in charge["output"]
     assert [json.loads(line)[0] for line in ledger.read_text().splitlines()] == [

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agent_kit import Ledger, user
 
+from agent_kit import Ledger, tool_results, user
 from durable_agent import (
-    InMemorySessionStore,
+    InMemoryCheckpointStore,
     ScriptedModel,
-    Session,
     Tool,
     ToolApprovalRequest,
     ToolApprovalResponse,
@@ -63,10 +62,10 @@ async def test_needs_approval_may_be_a_function_of_the_input() -> None:
 
 async def test_client_mode_suspends_then_approved_runs_and_denied_is_an_error() -> None:
     ledger = Ledger()
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = {"pay": ledger.tool("pay", needs_approval=True), "wipe": ledger.tool("wipe", needs_approval=True)}
     model = ScriptedModel([reply("Need approval.", call("pay", {"a": 1}), call("wipe", {"all": True})), "Done."])
-    first = await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"),
+    first = await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r",
                                 generate_id=ids("ap-pay", "ap-wipe"))
     assert first.finish_reason == "suspended"
     assert [(r.approval_id, r.tool_call_id, r.tool_name) for r in first.pending_approvals] == [
@@ -79,19 +78,19 @@ async def test_client_mode_suspends_then_approved_runs_and_denied_is_an_error() 
     done = await resume_from_checkpoint(store, "r", model=model, tools=tools, approval_responses=[
         ToolApprovalResponse("ap-pay", True), ToolApprovalResponse("ap-wipe", False, reason="Never wipe.")])
     assert ledger.entries == [("pay", {"a": 1})]
-    pay, wipe = done.messages[2]["content"]
+    pay, wipe = tool_results(done.messages[2])
     assert not pay["is_error"] and wipe == {**wipe, "is_error": True, "output": "Never wipe."}
     assert done.text == "Done." and store.load("r").status == "completed"  # type: ignore[union-attr]
 
 
 async def test_an_unanswered_gated_call_is_denied_by_default() -> None:
     ledger = Ledger()
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = {"pay": ledger.tool("pay", needs_approval=True)}
     model = ScriptedModel([reply("", call("pay", {})), "Understood."])
-    await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"))
+    await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r")
     done = await resume_from_checkpoint(store, "r", model=model, tools=tools)
-    result = done.messages[2]["content"][0]
+    result = tool_results(done.messages[2])[0]
     assert result["is_error"] and "denied" in result["output"]
     assert ledger.entries == []
 
@@ -129,11 +128,11 @@ def coder(ledger: Ledger, name: str = "coder", script: Any = None) -> Tool:
 
 async def test_a_sub_agent_approval_suspends_child_and_parent_and_resumes_the_child() -> None:
     ledger = Ledger()
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     parent_model = ScriptedModel([reply("", call("coder", {"prompt": "fix the test"}, "toolu_1")), "Fixed."])
     tools = {"coder": coder(ledger)}
     first = await generate_text(model=parent_model, messages=[user("fix it")], tools=tools,
-                                session=Session(store, "run-7"), generate_id=ids("ap-9"))
+                                store=store, run_id="run-7", generate_id=ids("ap-9"))
     assert first.finish_reason == "suspended"
     (request,) = first.pending_approvals
     assert (request.approval_id, request.tool_name, request.agent_path) == ("ap-9", "run_shell", ("coder",))
@@ -145,19 +144,19 @@ async def test_a_sub_agent_approval_suspends_child_and_parent_and_resumes_the_ch
                                         approval_responses=[ToolApprovalResponse("ap-9", True)])
     assert done.text == "Fixed."
     assert ledger.entries == [("run_shell", {"cmd": "pytest"})]
-    assert done.messages[2]["content"][0]["output"] == "Tests pass now."
+    assert tool_results(done.messages[2])[0]["output"] == "Tests pass now."
     assert store.load("run-7::coder#toolu_1").status == "completed"  # type: ignore[union-attr]
 
 
 async def test_sub_agent_approvals_work_at_any_depth() -> None:
     ledger = Ledger()
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     inner = coder(ledger, "tester")
     middle = agent_tool(name="lead", model=ScriptedModel(
         [reply("", call("tester", {"prompt": "run"}, "toolu_m")), "lead done"], model_id="lead"), tools={"tester": inner})
     top = ScriptedModel([reply("", call("lead", {"prompt": "go"}, "toolu_t")), "all done"])
     first = await generate_text(model=top, messages=[user("x")], tools={"lead": middle},
-                                session=Session(store, "deep"), generate_id=ids("ap-deep"))
+                                store=store, run_id="deep", generate_id=ids("ap-deep"))
     assert first.pending_approvals[0].agent_path == ("lead", "tester")
     assert store.load("deep::lead#toolu_t::tester#toolu_m") is not None
     done = await resume_from_checkpoint(store, "deep", model=top, tools={"lead": middle},
@@ -167,10 +166,10 @@ async def test_sub_agent_approvals_work_at_any_depth() -> None:
 
 async def test_parallel_calls_of_one_sub_agent_never_collide() -> None:
     ledger = Ledger()
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = {"coder": coder(ledger)}
     parent = ScriptedModel([reply("", call("coder", {"prompt": "a"}, "t1"), call("coder", {"prompt": "b"}, "t2")), "ok"])
-    first = await generate_text(model=parent, messages=[user("x")], tools=tools, session=Session(store, "p"),
+    first = await generate_text(model=parent, messages=[user("x")], tools=tools, store=store, run_id="p",
                                 generate_id=ids("ap-1", "ap-2"))
     assert sorted(r.approval_id for r in first.pending_approvals) == ["ap-1", "ap-2"]
     assert store.load("p::coder#t1") is not None and store.load("p::coder#t2") is not None
@@ -183,22 +182,22 @@ async def test_parallel_calls_of_one_sub_agent_never_collide() -> None:
 async def test_siblings_of_a_suspended_sub_agent_are_re_run_on_resume() -> None:
     """Documented behaviour: a suspended step writes no tool message, so its siblings run again."""
     ledger = Ledger()
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = {"coder": coder(ledger), "note": ledger.tool("note")}
     parent = ScriptedModel([reply("", call("note", {"n": 1}), call("coder", {"prompt": "a"}, "t1")), "ok"])
-    await generate_text(model=parent, messages=[user("x")], tools=tools, session=Session(store, "p"),
+    await generate_text(model=parent, messages=[user("x")], tools=tools, store=store, run_id="p",
                         generate_id=ids("ap"))
     await resume_from_checkpoint(store, "p", model=parent, tools=tools,
                                  approval_responses=[ToolApprovalResponse("ap", True)])
     assert ledger.entries.count(("note", {"n": 1})) == 2
 
 
-async def test_without_a_session_a_gated_sub_agent_call_is_a_clear_error_for_the_parent() -> None:
+async def test_without_a_store_a_gated_sub_agent_call_is_a_clear_error_for_the_parent() -> None:
     ledger = Ledger()
     parent = ScriptedModel([reply("", call("coder", {"prompt": "fix"})), "I could not."])
     result = await generate_text(model=parent, messages=[user("x")], tools={"coder": coder(ledger)})
     tool_result = result.steps[0].tool_results[0]
-    assert tool_result["is_error"] and "durable session" in tool_result["output"]
+    assert tool_result["is_error"] and "checkpoint store on the parent call (store=)" in tool_result["output"]
     assert ledger.entries == [] and result.text == "I could not."
 
 

@@ -10,8 +10,8 @@ import pytest
 from durable_agent._kernels import kernels
 from durable_agent.errors import CheckpointCorruptError
 from durable_agent.stores import _history
-from durable_agent.stores.jsonl import JsonlSessionStore
-from durable_agent.stores.sqlite import SqliteSessionStore
+from durable_agent.stores.jsonl import JsonlCheckpointStore
+from durable_agent.stores.sqlite import SqliteCheckpointStore
 from durable_agent.testing.conformance import conversation, make_checkpoint
 
 try:
@@ -91,7 +91,7 @@ def test_a_bad_text_is_named_by_its_own_index(
 def test_sqlite_names_a_damaged_row_past_the_first_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_history, "BATCH_CHARS", 200)  # several batches for a 40-message run
     db = tmp_path / "s.db"
-    with SqliteSessionStore(db) as store:
+    with SqliteCheckpointStore(db) as store:
         saved = make_checkpoint("r", 3, conversation(40))
         store.save(saved)
         assert store.load("r") == saved
@@ -110,13 +110,13 @@ def test_jsonl_names_the_offset_of_a_damaged_line_past_the_first_batch(
 ) -> None:
     monkeypatch.setattr(_history, "BATCH_CHARS", 300)
     path = tmp_path / "s.jsonl"
-    with JsonlSessionStore(path, fsync=False) as store:
+    with JsonlCheckpointStore(path, fsync=False) as store:
         for step in range(30):
             store.save(make_checkpoint("r", step, conversation(step + 2)))
         assert store.load("r") == make_checkpoint("r", 29, conversation(31))
     lines = path.read_bytes().split(b"\n")
     offset = sum(len(line) + 1 for line in lines[:21])
-    with JsonlSessionStore(path, fsync=False) as store:
+    with JsonlCheckpointStore(path, fsync=False) as store:
         assert lines[21].endswith(b"}")
         lines[21] = lines[21][:-1] + b"]"  # same length: the live index still points at it
         path.write_bytes(b"\n".join(lines))

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import cli_agent
 import pytest
 
-from durable_agent import Session, generate_text, open_store
+import cli_agent
+from durable_agent import generate_text, open_store
 from durable_agent._util import maybe_await
 
 pytestmark = pytest.mark.host_only("runs the CLI in subprocesses")
@@ -69,7 +69,7 @@ def suspended_run(url: str, run_id: str = "run-42") -> str:
         try:
             result = await generate_text(model=cli_agent.model(), tools=cli_agent.tools(), max_steps=5,
                                          messages=[{"role": "user", "content": "Pay inv-7."}],
-                                         session=Session(store, run_id))
+                                         store=store, run_id=run_id)
         finally:
             await maybe_await(store.close())
         assert result.finish_reason == "suspended"
@@ -289,7 +289,7 @@ def test_an_agents_run_on_the_sqlite_runtime(tmp_path: Path, ledger: Path) -> No
 
 def test_an_agents_run_on_the_postgres_runtime(ledger: Path) -> None:
     from durable_agent import Agent, DurableOptions
-    from durable_agent.runtime.postgres import postgres_runtime
+    from durable_agent.runtime.postgres import PostgresRuntime
     from durable_agent.testing.services import POSTGRES_URL_VAR, postgres_schema, service_url
 
     with postgres_schema("clirt") as info:
@@ -298,7 +298,7 @@ def test_an_agents_run_on_the_postgres_runtime(ledger: Path) -> None:
         url = f"{base}{'&' if '?' in base else '?'}options=-c%20search_path%3D{schema}"
 
         async def start() -> Any:
-            runtime = postgres_runtime(url)
+            runtime = PostgresRuntime(url)
             try:
                 agent = Agent(model=cli_agent.model(), tools=cli_agent.tools(), durable=DurableOptions(runtime),
                               session_id="chat-pg", max_steps=5)

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -81,7 +81,7 @@ def test_a_reserved_key_is_recognised_by_its_characters_not_its_hash(kernels: Mo
 class RecordsEq(str):
     """A key whose __hash__ collides with its siblings' and whose __eq__ records each call."""
 
-    calls: list[str] = []
+    calls: ClassVar[list[str]] = []
 
     def __hash__(self) -> int:
         return 1
@@ -143,7 +143,7 @@ class LenRaises(dict[str, Any]):
 class ItemsLie(dict[str, Any]):
     """Reports other pairs than it holds: its items() is what the codec writes."""
 
-    pairs: list[Any] = []
+    pairs: list[Any]  # set by items_lie
 
     def items(self) -> Any:
         return iter(self.pairs)
@@ -202,7 +202,7 @@ class Meddler(list[Any]):
 
 def meddler(items: list[Any], meddle: Callable[[], None]) -> Meddler:
     out = Meddler(items)
-    out.meddle = meddle  # type: ignore[method-assign]
+    out.meddle = meddle
     return out
 
 

@@ -12,8 +12,7 @@ import sys
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from durable_agent import _pure
 
@@ -25,7 +24,6 @@ if os.environ.get("DURABLE_AGENT_NATIVE", "auto") == "0":
     pytest.skip("native kernels disabled by DURABLE_AGENT_NATIVE=0", allow_module_level=True)
 
 import durable_agent_native as native  # noqa: E402
-
 from test_codec import strict_repr  # noqa: E402
 from test_codec_hostile import LenLies, LyingStr, items_lie  # noqa: E402
 
@@ -67,7 +65,7 @@ leaves = (
     | any_text
     | st.binary(max_size=20)
     | st.binary(max_size=8).map(bytearray)
-    | st.binary(max_size=8).map(memoryview)
+    | st.binary(max_size=8).map(lambda b: memoryview(b))
     | st.sampled_from([frozenset(), object(), 1j, {1}])
 )
 
@@ -156,7 +154,8 @@ def test_encode_parity_on_lying_user_objects(value: Any) -> None:
 
 # --- malformed and mutated text ------------------------------------------------------------
 
-JSONISH = list('{}[]",:\\ \t\n0123456789-+.eEtrufalsn$bytesc=/AZaz') + [
+JSONISH = [
+    *'{}[]",:\\ \t\n0123456789-+.eEtrufalsn$bytesc=/AZaz',
     "\\u",
     "\\ud800",
     "\\udc00",
@@ -164,8 +163,8 @@ JSONISH = list('{}[]",:\\ \t\n0123456789-+.eEtrufalsn$bytesc=/AZaz') + [
     "\u00e9",
 ]
 pieces = st.sampled_from(
-    JSONISH
-    + [
+    [
+        *JSONISH,
         '{"$bytes":',
         '{"$esc":',
         '"AA=="',
@@ -242,7 +241,7 @@ def test_bytes_parity(raw: bytes) -> None:
 KEY = b"parity key: 0123456789abcdef"
 B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 token_noise = st.sampled_from(
-    list(B64URL) + [".", "=", "+", "/", " ", "\n", "\u00e9", "\ud800", "v1.", "V1", ""]
+    [*B64URL, ".", "=", "+", "/", " ", "\n", "\u00e9", "\ud800", "v1.", "V1", ""]
 )
 
 

@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torture_supervisor  # noqa: E402
+import torture_supervisor
 
 pytestmark = pytest.mark.host_only("spawns and SIGKILLs worker processes")
 
@@ -60,14 +60,14 @@ import asyncio, sys, time
 sys.path.insert(0, {python!r})
 from durable_agent import Agent, DurableOptions, ScriptedModel, StaleEpochError, Tool, call, reply
 from durable_agent.runtime import RunOwner
-from durable_agent.runtime.sqlite import sqlite_runtime
+from durable_agent.runtime.sqlite import SqliteRuntime
 
 def stall(args):
     time.sleep(1.5)          # blocks the event loop: the lease is not renewed meanwhile
     return "slow result"
 
 async def main():
-    runtime = sqlite_runtime({db!r})
+    runtime = SqliteRuntime({db!r})
     runtime.owner = RunOwner("laptop", 1, runtime.owner.token)   # a machine that went to sleep
     model = ScriptedModel([reply("", call("stall", {{}})), reply("", call("stall", {{}})), "done"])
     agent = Agent(model=model, tools={{"stall": Tool(execute=stall)}}, session_id="shared",
@@ -84,14 +84,14 @@ asyncio.run(main())
 
 
 async def test_the_loser_of_a_lease_race_stops_with_stale_epoch_and_writes_nothing(tmp_path: Path) -> None:
-    from durable_agent.runtime.sqlite import sqlite_runtime
+    from durable_agent.runtime.sqlite import SqliteRuntime
 
     db = tmp_path / "fence.db"
     python_dir = str(Path(__file__).resolve().parent.parent / "python")
     script = tmp_path / "slow_worker.py"
     script.write_text(FENCING_WORKER.format(python=python_dir, db=str(db)))
     slow = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    runtime = sqlite_runtime(str(db))
+    runtime = SqliteRuntime(str(db))
     try:
         while await runtime.stores.runs.last("shared") is None:  # wait until the slow worker is inside its run
             await asyncio.sleep(0.02)
@@ -104,7 +104,8 @@ async def test_the_loser_of_a_lease_race_stops_with_stale_epoch_and_writes_nothi
             slow.kill()
     assert slow.returncode == 3 and out.decode().startswith("STALE"), err.decode()[-2000:]
     run_id = await runtime.stores.runs.last("shared")
-    checkpoint = await runtime.stores.session.load(run_id)
+    assert run_id is not None and claim.epoch is not None
+    checkpoint = await runtime.stores.checkpoints.load(run_id)
     assert checkpoint is not None and checkpoint.step_index == 0  # the loser's step never landed
     records = await runtime.inspect.steps(run_id)
     assert all(r.status == "pending" for r in records if r.kind == "tool"), records  # never marked done by it

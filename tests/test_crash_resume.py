@@ -29,12 +29,16 @@ def _without_approval_ids(messages: Any) -> list[Any]:
 async def _uncrashed_transcript(tmp_path: Path) -> list[Any]:
     import demo_agent
 
-    from durable_agent import InMemorySessionStore, Session, ToolApprovalResponse, generate_text
-    from durable_agent import resume_from_checkpoint
+    from durable_agent import (
+        InMemoryCheckpointStore,
+        ToolApprovalResponse,
+        generate_text,
+        resume_from_checkpoint,
+    )
 
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = demo_agent.tools(tmp_path / "reference-ledger.jsonl")
-    first = await generate_text(model=demo_agent.model(), tools=tools, max_steps=10, session=Session(store, "ref"),
+    first = await generate_text(model=demo_agent.model(), tools=tools, max_steps=10, store=store, run_id="ref",
                                 messages=[{"role": "user", "content": demo_agent.PROMPT}])
     done = await resume_from_checkpoint(store, "ref", model=demo_agent.model(), tools=tools, max_steps=10,
                                         approval_responses=[ToolApprovalResponse(first.pending_approvals[0].approval_id, True)])
@@ -45,14 +49,14 @@ async def test_sigkill_mid_step_then_resume_in_new_processes(tmp_path: Path) -> 
     import crash_demo
     import demo_agent
 
-    from durable_agent.stores.sqlite import SqliteSessionStore
+    from durable_agent.stores.sqlite import SqliteCheckpointStore
 
     db, ledger = tmp_path / "runs.db", tmp_path / "ledger.jsonl"
     killed = crash_demo.spawn("start", db, ledger, 0.02)
     events = crash_demo.follow(killed, kill_at_step=2)
     assert killed.returncode == -9  # really SIGKILLed
     assert not any(e["event"] == "finish" for e in events)
-    with SqliteSessionStore(str(db)) as store:
+    with SqliteCheckpointStore(str(db)) as store:
         after_crash = store.load(crash_demo.RUN_ID)
     assert after_crash is not None and after_crash.status == "running" and after_crash.step_index == 1
     assert [e["tool"] for e in demo_agent.ledger_entries(ledger)] == ["read_file", "read_file"]
@@ -60,11 +64,11 @@ async def test_sigkill_mid_step_then_resume_in_new_processes(tmp_path: Path) -> 
     resumed = crash_demo.follow(crash_demo.spawn("resume", db, ledger, 0.0))
     (approval,) = [e for e in resumed if e["event"] == "approval"]
     assert resumed[-1] == {**resumed[-1], "event": "finish", "reason": "suspended"}
-    assert [e["step"] for e in resumed if e["event"] == "step-start"][0] == 2  # the interrupted step re-runs
+    assert next(e["step"] for e in resumed if e["event"] == "step-start") == 2  # the interrupted step re-runs
 
     final = crash_demo.follow(crash_demo.spawn("resume", db, ledger, 0.0, verdict=approval["approval_id"]))
     assert final[-1]["event"] == "finish" and final[-1]["reason"] == "stop"
-    with SqliteSessionStore(str(db)) as store:
+    with SqliteCheckpointStore(str(db)) as store:
         finished = store.load(crash_demo.RUN_ID)
     assert finished is not None and finished.status == "completed"
     assert _without_approval_ids(finished.messages) == await _uncrashed_transcript(tmp_path)

@@ -8,17 +8,18 @@ import logging
 from typing import Any
 
 import pytest
-from agent_kit import FailingStore, Ledger, add_tool, user
 
+from agent_kit import FailingStore, Ledger, add_tool, tool_results, user
 from durable_agent import (
     CHECKPOINT_VERSION,
     AgentCheckpoint,
     CheckpointCorruptError,
     CheckpointNotFoundError,
     CheckpointVersionError,
-    InMemorySessionStore,
+    ConfigurationError,
+    InMemoryCheckpointStore,
     ScriptedModel,
-    Session,
+    ScriptedResponse,
     Tool,
     ToolApprovalResponse,
     Usage,
@@ -32,9 +33,10 @@ from durable_agent import (
     stream_chat,
     total_tokens_exceed,
 )
+from durable_agent.messages import Message, content_parts
 
 
-class RecordingStore(InMemorySessionStore):
+class RecordingStore(InMemoryCheckpointStore):
     """Keeps every saved checkpoint and a deep copy of its messages taken at save time."""
 
     def __init__(self) -> None:
@@ -42,7 +44,7 @@ class RecordingStore(InMemorySessionStore):
         self.saved: list[AgentCheckpoint] = []
         self.snapshots: list[Any] = []
 
-    def save(self, checkpoint: AgentCheckpoint) -> None:
+    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
         self.saved.append(checkpoint)
         self.snapshots.append(copy.deepcopy(list(checkpoint.messages)))
         super().save(checkpoint)
@@ -60,7 +62,7 @@ async def test_a_checkpoint_at_every_step_boundary() -> None:
     store = RecordingStore()
     ticks = iter(range(1000, 2000))
     result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
-                                 session=Session(store, "run-1"), clock=lambda: next(ticks))
+                                 store=store, run_id="run-1", clock=lambda: next(ticks))
     assert result.run_id == "run-1"
     assert [(c.step_index, c.status) for c in store.saved] == [(0, "running"), (1, "running"), (2, "completed")]
     assert [c.step_id for c in store.saved] == ["run-1#0", "run-1#1", "run-1#2"]
@@ -70,24 +72,24 @@ async def test_a_checkpoint_at_every_step_boundary() -> None:
 
 
 async def test_the_run_id_is_minted_by_generate_id_when_not_given() -> None:
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
-                                 session=Session(store), generate_id=lambda: "minted")
+                                 store=store, generate_id=lambda: "minted")
     assert result.run_id == "minted" and store.load("minted") is not None
 
 
 async def test_a_call_without_tools_does_not_checkpoint_or_carry_a_run_id() -> None:
     store = RecordingStore()
-    result = await generate_text(model=ScriptedModel(["hi"]), messages=[user("x")], session=Session(store, "r"))
+    result = await generate_text(model=ScriptedModel(["hi"]), messages=[user("x")], store=store, run_id="r")
     assert result.run_id is None and store.saved == []
-    streamed = stream_chat(model=ScriptedModel(["hi"]), messages=[user("x")], session=Session(store, "r"))
+    streamed = stream_chat(model=ScriptedModel(["hi"]), messages=[user("x")], store=store, run_id="r")
     assert streamed.run_id is None
 
 
 async def test_saved_history_is_an_immutable_snapshot() -> None:
     store = RecordingStore()
     result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
-                                 session=Session(store, "r"))
+                                 store=store, run_id="r")
     for checkpoint, snapshot in zip(store.saved, store.snapshots, strict=True):
         assert list(checkpoint.messages) == snapshot  # later steps never changed an earlier save
     assert store.saved[0].messages is not store.saved[1].messages
@@ -98,20 +100,20 @@ async def test_a_failing_store_is_logged_and_the_run_goes_on(caplog: pytest.LogC
     store = FailingStore()
     with caplog.at_level(logging.ERROR, logger="durable_agent"):
         result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
-                                     session=Session(store, "r"))
+                                     store=store, run_id="r")
     assert result.text == "done" and store.attempts == 3
     assert sum("saving checkpoint" in r.getMessage() for r in caplog.records) == 3
 
 
 async def test_a_store_that_hangs_then_raises_does_not_kill_the_run(caplog: pytest.LogCaptureFixture) -> None:
-    class HangingStore(InMemorySessionStore):
+    class HangingStore(InMemoryCheckpointStore):
         async def save(self, checkpoint: AgentCheckpoint) -> None:  # type: ignore[override]
             await asyncio.sleep(0.05)
             raise TimeoutError("statement timeout")
 
     with caplog.at_level(logging.ERROR, logger="durable_agent"):
         result = await generate_text(model=three_steps(), messages=[user("go")], tools={"add": add_tool()},
-                                     session=Session(HangingStore(), "r"))
+                                     store=HangingStore(), run_id="r")
     assert result.finish_reason == "stop"
     assert any("TimeoutError" in (r.exc_text or "") for r in caplog.records)
 
@@ -119,7 +121,7 @@ async def test_a_store_that_hangs_then_raises_does_not_kill_the_run(caplog: pyte
 async def test_async_stores_are_awaited() -> None:
     class AsyncStore:
         def __init__(self) -> None:
-            self.inner = InMemorySessionStore()
+            self.inner = InMemoryCheckpointStore()
 
         async def save(self, checkpoint: AgentCheckpoint) -> None:
             self.inner.save(checkpoint)
@@ -130,7 +132,7 @@ async def test_async_stores_are_awaited() -> None:
     store = AsyncStore()
     first = await generate_text(model=ScriptedModel([reply("", call("pay", {}))]), messages=[user("x")],
                                 tools={"pay": Tool(execute=lambda _: "paid", needs_approval=True)},
-                                session=Session(store, "a"), generate_id=lambda: "ap-1")
+                                store=store, run_id="a", generate_id=lambda: "ap-1")
     assert first.finish_reason == "suspended"
     done = await resume_from_checkpoint(store, "a", model=ScriptedModel([reply("", call("pay", {})), "paid!"]),
                                         tools={"pay": Tool(execute=lambda _: "paid", needs_approval=True)},
@@ -139,7 +141,7 @@ async def test_async_stores_are_awaited() -> None:
 
 
 async def test_unknown_run_rejects_and_the_streaming_twin_reports_it_as_a_part() -> None:
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     with pytest.raises(CheckpointNotFoundError) as info:
         await resume_from_checkpoint(store, "ghost", model=ScriptedModel(["x"]))
     assert info.value.run_id == "ghost" and info.value.code == "checkpoint_not_found"
@@ -163,7 +165,7 @@ async def test_counters_and_budgets_continue_across_legs() -> None:
         reply("", call("add", {"a": 3, "b": 3}), usage=Usage(10, 10, 20)),
     ]
     first = await generate_text(model=ScriptedModel(script), messages=[user("x")], tools=gated,
-                                session=Session(store, "r"), generate_id=lambda: "ap")
+                                store=store, run_id="r", generate_id=lambda: "ap")
     assert first.finish_reason == "suspended" and first.usage.total_tokens == 40
     seen_usage: list[int] = []
     second = await resume_from_checkpoint(
@@ -182,11 +184,11 @@ async def test_counters_and_budgets_continue_across_legs() -> None:
 
 
 async def test_the_settled_result_streams_before_the_new_legs_first_step() -> None:
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = {"pay": Tool(execute=lambda _: "paid", needs_approval=True)}
-    script = [reply("", call("pay", {"amount": 3})), "all paid"]
+    script: list[ScriptedResponse | str] = [reply("", call("pay", {"amount": 3})), "all paid"]
     first = await generate_text(model=ScriptedModel(script), messages=[user("x")], tools=tools,
-                                session=Session(store, "r"), generate_id=lambda: "ap")
+                                store=store, run_id="r", generate_id=lambda: "ap")
     suspended_at = store.load("r").step_index  # type: ignore[union-attr]
     streamed = resume_stream_from_checkpoint(store, "r", model=ScriptedModel(script), tools=tools,
                                              approval_responses=[ToolApprovalResponse("ap", True)])
@@ -211,7 +213,8 @@ def test_checkpoints_round_trip_through_the_codec_with_bytes() -> None:
     text = serialize_checkpoint(checkpoint)
     back = deserialize_checkpoint(text)
     assert back == checkpoint
-    assert back.messages[1]["content"][0]["data"] == image  # real bytes, not a decayed dict
+    part = content_parts(back.messages[1])[0]
+    assert part["type"] == "image" and part["data"] == image  # real bytes, not a decayed dict
 
 
 def test_a_checkpoint_from_a_newer_schema_is_refused_clearly() -> None:
@@ -235,15 +238,15 @@ def test_malformed_checkpoint_text_is_a_typed_error(text: str) -> None:
 
 
 async def test_client_tools_suspend_and_resume_feeds_the_placeholder() -> None:
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = {"ask_user": Tool(description="Ask the human", parameters={"type": "object"})}
     model = ScriptedModel([reply("", call("ask_user", {"q": "color?"})), "I'll pick blue."])
-    first = await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"))
+    first = await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r")
     assert first.finish_reason == "suspended" and first.pending_approvals == ()
     assert first.client_tool_calls[0]["tool_name"] == "ask_user"
     assert store.load("r").status == "suspended"  # type: ignore[union-attr]
     done = await resume_from_checkpoint(store, "r", model=model, tools=tools)
-    placeholder = done.messages[2]["content"][0]
+    placeholder = tool_results(done.messages[2])[0]
     assert placeholder["is_error"] and placeholder["output"] == "No result provided for this client tool."
     assert done.text == "I'll pick blue."
 
@@ -252,27 +255,45 @@ async def test_the_escape_hatch_appends_the_real_client_result_and_stays_durable
     store = RecordingStore()
     tools = {"ask_user": Tool(parameters={"type": "object"})}
     model = ScriptedModel([reply("", call("ask_user", {"q": "color?"})), "Blue it is."])
-    await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"))
+    await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r")
     checkpoint = store.load("r")
     assert checkpoint is not None
-    answered = [*checkpoint.messages, {"role": "tool", "content": [
+    answered: list[Message] = [*checkpoint.messages, {"role": "tool", "content": [
         {"type": "tool-result", "tool_call_id": "call_0_0", "tool_name": "ask_user", "output": "blue", "is_error": False}
     ]}]
-    done = await generate_text(model=model, messages=answered, tools=tools, session=Session(store, "r"))
+    done = await generate_text(model=model, messages=answered, tools=tools, store=store, run_id="r")
     assert done.text == "Blue it is."
-    assert model.requests[-1].messages[-1]["content"][0]["output"] == "blue"
+    assert tool_results(model.requests[-1].messages[-1])[0]["output"] == "blue"
     last = store.saved[-1]
     assert last.status == "completed" and last.step_index == checkpoint.step_index + 1
 
 
 async def test_sibling_calls_of_a_client_suspended_batch_run_once_on_resume() -> None:
     ledger = Ledger()
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     tools = {"log": ledger.tool("log"), "pay": ledger.tool("pay", needs_approval=True)}
     model = ScriptedModel([reply("", call("log", {"n": 1}), call("pay", {"n": 2})), "ok"])
-    await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"),
+    await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r",
                         generate_id=lambda: "ap")
     assert ledger.entries == []  # nothing of a suspended batch runs before the verdict
     await resume_from_checkpoint(store, "r", model=model, tools=tools,
                                  approval_responses=[ToolApprovalResponse("ap", True)])
     assert ledger.entries == [("log", {"n": 1}), ("pay", {"n": 2})]
+
+
+async def test_a_run_id_without_a_store_is_a_clear_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="without store="):
+        await generate_text(model=ScriptedModel(["hi"]), messages=[user("x")], run_id="r")
+    with pytest.raises(ConfigurationError, match="without store="):
+        stream_chat(model=ScriptedModel(["hi"]), messages=[user("x")], run_id="r")
+    with pytest.raises(ConfigurationError, match="without store="):
+        await resume_from_checkpoint(None, "r", model=ScriptedModel(["hi"]))  # type: ignore[arg-type]
+
+
+async def test_a_store_without_save_and_load_or_an_empty_run_id_is_refused_before_the_run() -> None:
+    model = ScriptedModel(["hi"])
+    with pytest.raises(ConfigurationError, match="CheckpointStore"):
+        await generate_text(model=model, messages=[user("x")], store={"r": "not a store"},  # type: ignore[arg-type]
+                            run_id="r")
+    with pytest.raises(ConfigurationError, match="non-empty str"):
+        await generate_text(model=model, messages=[user("x")], store=InMemoryCheckpointStore(), run_id="")

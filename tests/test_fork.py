@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from durable_agent import (
-    InMemorySessionStore,
+    InMemoryCheckpointStore,
     ScriptedModel,
-    Session,
     Tool,
     ToolApprovalResponse,
     call,
@@ -29,8 +28,8 @@ def model() -> ScriptedModel:
 
 def test_a_fork_resumes_from_its_step_and_the_source_is_untouched() -> None:
     async def main() -> None:
-        store = InMemorySessionStore()
-        first = await generate_text(model=model(), tools=TOOLS, max_steps=5, session=Session(store, "run"),
+        store = InMemoryCheckpointStore()
+        first = await generate_text(model=model(), tools=TOOLS, max_steps=5, store=store, run_id="run",
                                     messages=[{"role": "user", "content": "Pay inv-7."}])
         assert first.finish_reason == "suspended"
         source = await checkpoint_at_step(store, "run")
@@ -66,7 +65,7 @@ def test_bad_steps_and_ids_are_configuration_errors() -> None:
     from durable_agent import ConfigurationError
     from durable_agent.testing import make_checkpoint
 
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     store.save(make_checkpoint("r", 1))
     for bad in (True, "1", -1, 1.0):
         with pytest.raises(ConfigurationError):

@@ -112,7 +112,7 @@ async def test_the_waiters_of_a_batch_are_woken_once(writer: GroupCommitSqlite) 
         wakeups.append(args[0])
         return original(*args, **kwargs)
 
-    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
     try:
         outcomes = await batched(writer, [insert(str(i)) for i in range(20)])
     finally:

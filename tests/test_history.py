@@ -33,6 +33,7 @@ class WatchedHistory(History):
     """Records every slice taken of it: the message-by-message comparison slices the new history."""
 
     __slots__ = ("slices",)
+    slices: list[slice]
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, slice):
@@ -42,9 +43,9 @@ class WatchedHistory(History):
 
 @pytest.mark.requires_sqlite
 def test_a_store_skips_the_scan_for_an_extended_history_and_still_catches_a_rewrite(tmp_path: Path) -> None:
-    from durable_agent.stores.sqlite import SqliteSessionStore
+    from durable_agent.stores.sqlite import SqliteCheckpointStore
 
-    store = SqliteSessionStore(str(tmp_path / "h.db"))
+    store = SqliteCheckpointStore(str(tmp_path / "h.db"))
     messages = History([{"role": "user", "content": str(i)} for i in range(200)])
     store.save(checkpoint(messages, 0))
 
@@ -61,5 +62,5 @@ def test_a_store_skips_the_scan_for_an_extended_history_and_still_catches_a_rewr
 
     rewritten = [{"role": "user", "content": "summary"}, *unproven[1:]]  # the caller rewrote the prefix
     store.save(checkpoint(rewritten, 3))
-    loaded = SqliteSessionStore(str(tmp_path / "h.db")).load("r")
+    loaded = SqliteCheckpointStore(str(tmp_path / "h.db")).load("r")
     assert loaded is not None and list(loaded.messages) == rewritten

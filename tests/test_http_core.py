@@ -11,9 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ui_message_stream_schema import check_chunk
 
-from durable_agent import Agent, AgentCheckpoint, DurableOptions, ScriptedModel, ToolApprovalRequest, Usage, reply
+from agent_kit import tool_results
+from durable_agent import (
+    Agent,
+    AgentCheckpoint,
+    DurableOptions,
+    ScriptedModel,
+    ToolApprovalRequest,
+    Usage,
+    reply,
+)
 from durable_agent.errors import ConfigurationError
 from durable_agent.http import (
     ChatEndpoint,
@@ -25,9 +33,10 @@ from durable_agent.http import (
 )
 from durable_agent.http.asgi import sse_frame
 from durable_agent.http.progress import ProgressKeys, missing_events
-from durable_agent.runtime import create_memory_runtime
+from durable_agent.runtime import MemoryRuntime
 from durable_agent.runtime.keys import MODEL_CALL, step_key
 from durable_agent.runtime.records import StepRecord, StreamPartialRecord
+from ui_message_stream_schema import check_chunk
 
 VECTORS = Path(__file__).parent / "vectors"
 
@@ -66,7 +75,7 @@ def test_every_part_is_keyed_by_progress() -> None:
     keys.events({"type": "step-start", "step_index": 2})
     call = {"type": "tool-call", "tool_call_id": "c1", "tool_name": "t", "input": {}}
     result = {"type": "tool-result", "tool_call_id": "c1", "tool_name": "t", "output": 1, "is_error": False}
-    approval = {"type": "tool-approval-request", "approval_id": "a1", "tool_call_id": "c1", "tool_name": "t",
+    approval: dict[str, Any] = {"type": "tool-approval-request", "approval_id": "a1", "tool_call_id": "c1", "tool_name": "t",
                 "input": {}, "agent_path": None, "token": None}
     finish = {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 2, 3), "total_usage": Usage(1, 2, 3)}
     step_finish = {"type": "step-finish", "step_index": 2, "usage": Usage(), "finish_reason": "stop"}
@@ -172,7 +181,7 @@ def recorded_frames() -> list[tuple[str | None, Any]]:
 
 
 def test_the_ui_message_stream_matches_the_recorded_frames() -> None:
-    events = [
+    events: list[dict[str, Any]] = [
         {"type": "step-start", "step_index": 1},
         {"type": "text-delta", "step_index": 1, "offset": 0, "text": "Let me "},
         {"type": "text-delta", "step_index": 1, "offset": 7, "text": "check."},
@@ -254,7 +263,8 @@ async def test_a_log_holds_each_key_once_and_numbers_events_in_order(make_log: A
     log, other = make_log(), make_log()  # for SQLite: two connections, as two processes have
     assert await log.create_run("r", "s", {"user": "u"}) is True
     assert await other.create_run("r", "s", {}) is False
-    assert (await other.run_info("r")).meta == {"user": "u"}  # type: ignore[union-attr]
+    info = await other.run_info("r")
+    assert info is not None and info.meta == {"user": "u"}
     first = await log.append("r", [("a", {"n": 1}), ("b", {"n": b"\x00bytes"})])
     again = await other.append("r", [("b", {"n": 2}), ("c", {"n": 3})])
     assert [(e.seq, e.key) for e in first + again] == [(1, "a"), (2, "b"), (3, "c")]
@@ -283,7 +293,7 @@ async def test_forget_and_prune_drop_runs_with_their_events(make_log: Any) -> No
         await log.create_run(run_id, "s", {})
         await log.append(run_id, [("step/0/start", {"type": "step-start"}), ("end", last)])
     await log.create_run("silent", "s", {})
-    cut = (await log.run_info("late")).created_at  # type: ignore[union-attr]
+    cut = (await log.run_info("late")).created_at
     assert sorted(await log.prune(before=cut)) == ["done", "failed"]  # registered before `cut`, ended for good
     assert await log.run_info("done") is None and await log.read("done") == []
     assert await make_log().run_info("parked") is not None  # another connection sees the same
@@ -298,7 +308,7 @@ async def test_forget_and_prune_drop_runs_with_their_events(make_log: Any) -> No
 
 
 async def test_a_pruned_run_is_a_clear_404_and_its_reader_is_let_go() -> None:
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     log = MemoryEventLog()
     model = ScriptedModel([reply("a b c d e f g h i j k l m n o p")], delay=0.05)
     app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime)),
@@ -319,7 +329,7 @@ async def test_a_pruned_run_is_a_clear_404_and_its_reader_is_let_go() -> None:
 
 
 async def test_agent_run_names_the_run_and_hands_out_its_parts() -> None:
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     agent = Agent(model=ScriptedModel([reply("one two"), reply("three")]), session_id="s",
                   durable=DurableOptions(runtime))
     seen: list[tuple[str | None, str]] = []
@@ -361,7 +371,7 @@ async def asgi(app: Any, method: str, path: str, body: Any = None, root: str = "
 
 
 async def test_the_app_mounted_under_a_prefix_and_a_reader_that_leaves() -> None:
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     model = ScriptedModel([reply("a b c d e f")], delay=0.05)
     app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime)),
                        runtime=runtime, events=MemoryEventLog())
@@ -376,23 +386,22 @@ async def test_the_app_mounted_under_a_prefix_and_a_reader_that_leaves() -> None
 
 
 async def test_the_same_run_asked_twice_at_once_starts_once() -> None:
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     model = ScriptedModel([reply("a b c")], delay=0.01)
     app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime)),
                        runtime=runtime, events=MemoryEventLog())
     body = {"session_id": "s", "prompt": "hi", "request_id": "k"}
     (s1, b1), (s2, b2) = await asyncio.gather(asgi(app, "POST", "/runs", body), asgi(app, "POST", "/runs", body))
     assert sorted((s1, s2)) in ([200, 201], [201, 201]) and json.loads(b1)["run_id"] == json.loads(b2)["run_id"]
-    status, events = await asgi(app, "GET", f"/runs/{json.loads(b1)['run_id']}/events")
+    _, events = await asgi(app, "GET", f"/runs/{json.loads(b1)['run_id']}/events")
     assert events.count(b'"step-start"') == 1 and len(model.requests) == 1
 
 
 async def test_a_sub_agents_signed_approval_is_accepted() -> None:
     from agent_kit import Ledger
-
     from durable_agent import ApprovalSigner, agent_tool, call
 
-    runtime, ledger, signer = create_memory_runtime(), Ledger(), ApprovalSigner("s" * 40)
+    runtime, ledger, signer = MemoryRuntime(), Ledger(), ApprovalSigner("s" * 40)
     child = agent_tool(name="coder", model=ScriptedModel([reply("", call("shell", {"cmd": "ls"})), "listed"]),
                        tools={"shell": ledger.tool("shell", needs_approval=True)})
     parent = ScriptedModel([reply("", call("coder", {"prompt": "ls"}, "t1")), "all done"])
@@ -414,7 +423,7 @@ async def test_a_sub_agents_signed_approval_is_accepted() -> None:
 async def test_a_run_parked_on_a_client_tool_is_not_resumed_by_a_reader() -> None:
     from durable_agent import Tool, call
 
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     model = ScriptedModel([reply("", call("pick_file", {})), "thanks"])
     tools = {"pick_file": Tool(description="Ask the user for a file.", parameters={"type": "object"})}
     app = ChatEndpoint(agent=lambda s: Agent(model=model, tools=tools, session_id=s, durable=DurableOptions(runtime)),
@@ -447,7 +456,7 @@ async def test_a_retried_model_call_streams_its_failed_attempt_then_the_next() -
             yield {"type": "text-delta", "text": "lo"}
             yield {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 1, 2)}
 
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     model = FlakyModel()
     app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime),
                                              retry=RetryPolicy(initial_delay_ms=1, jitter=False)),
@@ -463,7 +472,7 @@ async def test_a_retried_model_call_streams_its_failed_attempt_then_the_next() -
 def client_tool_app(model: ScriptedModel, **tools: Any) -> tuple[ChatEndpoint, Any]:
     from durable_agent import Tool
 
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     tools = {"pick_file": Tool(description="Ask the user for a file.", parameters={"type": "object"}), **tools}
     app = ChatEndpoint(agent=lambda s: Agent(model=model, tools=tools, session_id=s, durable=DurableOptions(runtime)),
                        runtime=runtime, events=MemoryEventLog())
@@ -499,14 +508,13 @@ async def test_client_tool_results_resume_the_run_once_every_call_has_one() -> N
     assert leg2[-1]["type"] == "finish" and leg2[-1]["finish_reason"] == "stop"
     assert [e["seq"] for e in leg1 + leg2] == list(range(1, len(leg1) + len(leg2) + 1))
     tool_message = model.requests[1].messages[-1]
-    assert [(p["tool_call_id"], p["output"]) for p in tool_message["content"]] == [("c1", "a.txt"), ("c2", None)]
+    assert [(p["tool_call_id"], p["output"]) for p in tool_results(tool_message)] == [("c1", "a.txt"), ("c2", None)]
     status, body = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c2", "output": 1})
     assert (status, json.loads(body)["error"]["code"]) == (409, "not_waiting")
 
 
 async def test_an_approval_does_not_resume_a_run_whose_client_tool_call_waits() -> None:
     from agent_kit import Ledger
-
     from durable_agent import call
 
     ledger = Ledger()
@@ -523,7 +531,7 @@ async def test_an_approval_does_not_resume_a_run_whose_client_tool_call_waits() 
     leg2 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1])
     assert leg2[-1]["finish_reason"] == "stop" and ledger.entries == [("rm", {"path": "x"})]
     answers = [m for m in model.requests[1].messages if m["role"] == "tool"]  # the client's result, then the settled
-    assert [[(p["tool_call_id"], p["is_error"]) for p in m["content"]] for m in answers] == [[("c1", False)],
+    assert [[(p["tool_call_id"], p["is_error"]) for p in tool_results(m)] for m in answers] == [[("c1", False)],
                                                                                            [("c2", False)]]
 
 
@@ -561,7 +569,7 @@ async def test_results_for_a_run_this_process_drives_do_not_fence_it_out() -> No
     from durable_agent import call
 
     model = ScriptedModel([reply("one two three four five six seven eight nine ten")], delay=0.02)
-    app, runtime = client_tool_app(model)
+    app, _ = client_tool_app(model)
     run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
     status, body = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": 1})
     assert (status, json.loads(body)["error"]["code"]) == (409, "not_waiting")
@@ -592,3 +600,40 @@ def test_the_tool_outputs_of_a_ui_message_are_read_as_use_chat_writes_them() -> 
     ]}
     assert ui_tool_results(message) == [("pick_file", ClientResult("c1", {"f": 1})),
                                         ("ask", ClientResult("c2", "no", is_error=True))]
+
+
+class _AgentOnlyStores:
+    """What `Agent` uses of a runtime's stores, and nothing else (no submissions)."""
+
+    def __init__(self, stores: Any) -> None:
+        self.checkpoints, self.runs, self.tool_state = stores.checkpoints, stores.runs, stores.tool_state
+
+
+class _AgentOnlyRuntime:
+    """A bundled runtime behind only the members `DurableRuntime` declares (set on the instance: a
+    Protocol check reads attributes statically on Python 3.12+, past any `__getattr__`)."""
+
+    def __init__(self, runtime: Any) -> None:
+        for name in ("mode", "owner", "lease", "inspect", "is_control_error", "open_run", "commit",
+                     "resolve_awakeable", "find_awakeable"):
+            setattr(self, name, getattr(runtime, name))
+        self.stores = _AgentOnlyStores(runtime.stores)
+
+
+def test_the_endpoint_needs_a_runtime_with_submissions_an_agent_does_not() -> None:
+    from durable_agent.runtime.protocols import DurableRuntime, EndpointRuntime, EndpointStores
+
+    bundled = MemoryRuntime()
+    assert isinstance(bundled, EndpointRuntime) and isinstance(bundled.stores, EndpointStores)
+    agent_only = _AgentOnlyRuntime(bundled)
+    assert isinstance(agent_only, DurableRuntime) and not isinstance(agent_only.stores, EndpointStores)
+    with pytest.raises(ConfigurationError, match="EndpointRuntime"):
+        ChatEndpoint(agent=lambda s: Agent(model=ScriptedModel(["hi"]), session_id=s,
+                                           durable=DurableOptions(agent_only)),
+                     runtime=agent_only, events=MemoryEventLog())  # type: ignore[arg-type]
+
+
+async def test_an_agent_runs_on_a_runtime_with_only_what_its_protocol_declares() -> None:
+    runtime = _AgentOnlyRuntime(MemoryRuntime())
+    agent = Agent(model=ScriptedModel(["hi"]), session_id="s", durable=DurableOptions(runtime))  # type: ignore[arg-type]
+    assert (await agent.run("x")).text == "hi"

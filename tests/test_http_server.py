@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from http_kit import Frame, Server
-from http_server_app import LONG_ANSWER, RECOVERED, SECRET
 
 from durable_agent import ApprovalSigner
-from durable_agent.stores.sqlite import SqliteSessionStore
+from durable_agent.stores.sqlite import SqliteCheckpointStore
+from http_kit import Frame, Server
+from http_server_app import LONG_ANSWER, RECOVERED, SECRET
 
 pytestmark = pytest.mark.host_only("starts uvicorn server processes and kills them")
 
@@ -69,11 +69,11 @@ def texts_by_step(frames: list[Frame]) -> list[str]:
 
 def stored_assistant_texts(db: Path, run_id: str, postgres: str | None = None) -> list[str]:
     if postgres:
-        from durable_agent.stores.postgres import PostgresSessionStore
+        from durable_agent.stores.postgres import PostgresCheckpointStore
 
-        store: Any = PostgresSessionStore(postgres)
+        store: Any = PostgresCheckpointStore(postgres)
     else:
-        store = SqliteSessionStore(str(db))
+        store = SqliteCheckpointStore(str(db))
     try:
         checkpoint = store.load(run_id)
     finally:
@@ -142,10 +142,10 @@ def test_sigkill_mid_run_another_server_completes_the_stream(paths: tuple[Path, 
         stream = first.events(f"/runs/{run_id}/events")
         if kill_at == "mid-text":  # the second model call is streaming its answer
             def stop(f: Frame) -> bool:
-                return f.data["type"] == "text-delta" and f.data["step_index"] == 2 and f.data["offset"] > 20
+                return bool(f.data["type"] == "text-delta" and f.data["step_index"] == 2 and f.data["offset"] > 20)
         else:  # the tool started (its ledger line is written) and sleeps
             def stop(f: Frame) -> bool:
-                return f.data["type"] == "tool-call"
+                return bool(f.data["type"] == "tool-call")
         head = read_until(stream.frames(), stop)
         if kill_at == "mid-tool":
             while not ledger_lines(ledger):
@@ -242,7 +242,7 @@ def test_ui_message_stream_speaks_the_ai_sdk_protocol(server: Server) -> None:
 def test_use_chat_transport_routes(server: Server) -> None:
     body = {"id": "chat-1", "trigger": "submit-message",
             "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi there"}]}]}
-    conn_status, heads, _ = server.request("GET", "/chat/chat-1/stream")
+    conn_status, _, _ = server.request("GET", "/chat/chat-1/stream")
     assert conn_status == 204
     import http.client
 
@@ -391,7 +391,7 @@ def test_client_tool_results_over_http(server: Server) -> None:
         ("/runs/nope/tool-results", {"tool_call_id": "loc-work", "output": "Lyon"}, {}, 404, "unknown_run"),
     ]
     for where, body, headers, want, code in cases:
-        status, heads, error = server.request("POST", where, body, headers)
+        status, _, error = server.request("POST", where, body, headers)
         assert (status, error["error"]["code"]) == (want, code), (body, error)
         assert "Traceback" not in json.dumps(error)
     status, _, _ = server.request("POST", path, {"results": [{"tool_call_id": "loc-work", "output": "Lyon"}]})

@@ -9,24 +9,22 @@ runtime over the same storage plays the next process.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from test_agent import Crash, agent_on, runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
-from test_runtime_postgres import conninfo, opened  # noqa: F401
 
+from agent_kit import recording
 from durable_agent import (
     Agent,
     AgentCheckpoint,
     CheckpointVersionError,
     ConfigurationError,
     DurableOptions,
-    InMemorySessionStore,
+    InMemoryCheckpointStore,
     ModelRequest,
     RunExistsError,
     ScriptedModel,
-    Session,
     SessionStateError,
     StaleEpochError,
     Tool,
@@ -41,7 +39,10 @@ from durable_agent import (
     total_tokens_exceed,
 )
 from durable_agent._util import maybe_await
+from durable_agent.messages import content_parts, message_text
 from durable_agent.runtime.records import RunOwner, RunTransition
+from test_agent import Crash, agent_on, runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
+from test_runtime_postgres import conninfo, opened  # noqa: F401
 
 PROMPTS = ("first", "second")
 
@@ -50,7 +51,7 @@ def scripted(effects: list[tuple[str, Any]], requests: list[tuple[str, int]]) ->
     """Each prompt: one round of a safe read and an unsafe charge, then a final answer naming the prompt."""
 
     def answer(request: ModelRequest) -> Any:
-        prompts = [m["content"] for m in request.messages if m["role"] == "user"]
+        prompts = [message_text(m) for m in request.messages if m["role"] == "user"]
         last_user = max(i for i, m in enumerate(request.messages) if m["role"] == "user")
         turn = sum(1 for m in request.messages[last_user:] if m["role"] == "tool")
         requests.append((prompts[-1], turn))
@@ -105,7 +106,7 @@ async def drive_session(agent: Agent, runtime: Any) -> None:
     await agent.resume()
     for prompt in PROMPTS:
         last = await runtime.stores.runs.last("chat-1")
-        stored = await maybe_await(runtime.stores.session.load(last)) if last else None
+        stored = await maybe_await(runtime.stores.checkpoints.load(last)) if last else None
         asked = [m["content"] for m in stored.messages if m["role"] == "user"] if stored else []
         if prompt not in asked:
             await agent.run(prompt)
@@ -131,7 +132,7 @@ async def test_a_death_after_any_commit_loses_nothing_and_repeats_nothing(
     await drive_session(agent, runtime)  # the next process: never raises, finishes the session
 
     assert await agent.resume() is None  # nothing left: a finished run is never driven again
-    final = await maybe_await(runtime.stores.session.load(await runtime.stores.runs.last("chat-1")))
+    final = await maybe_await(runtime.stores.checkpoints.load(await runtime.stores.runs.last("chat-1")))
     assert final.status == "completed"
     kept = [m for i, m in enumerate(final.messages)  # an aborted partial turn is followed by the retried one
             if not (m["role"] == "assistant" and i + 1 < len(final.messages)
@@ -153,6 +154,7 @@ async def test_run_resumes_a_run_whose_owner_went_away_between_listing_and_claim
     requests: list[tuple[str, int]] = []
     model, tools = scripted(effects, requests)
     charge = tools["charge"].execute
+    assert charge is not None
 
     def dies_in_charge(args: Any) -> Any:
         if not any(e == ("charge", "first") for e in effects):
@@ -180,7 +182,7 @@ async def test_run_resumes_a_run_whose_owner_went_away_between_listing_and_claim
 
     assert result.text == "Done with second."
     assert ("first", 1) in requests  # the interrupted run went on to its final answer
-    texts = [p["text"] for m in result.messages if m["role"] == "assistant" for p in m["content"]
+    texts = [p["text"] for m in result.messages if m["role"] == "assistant" for p in content_parts(m)
              if p["type"] == "text"]
     assert texts.count("Done with first.") == 1
     assert effects.count(("charge", "first")) == 1  # its unsafe call is reported interrupted, never repeated
@@ -206,7 +208,7 @@ async def test_a_run_id_makes_starting_a_prompt_idempotent_across_processes(
         await agent.run("first", run_id="chat-1/0")
     assert refused.value.run_id == "chat-1/0" and refused.value.code == "run_exists"
     assert isinstance(refused.value, ConfigurationError)
-    stored = await maybe_await(runtime.stores.session.load("chat-1/0"))
+    stored = await maybe_await(runtime.stores.checkpoints.load("chat-1/0"))
     assert stored.status == "completed"  # finished by the refused call's recovery
     assert [m["content"] for m in stored.messages if m["role"] == "user"] == ["first"]
     assert (await agent.run("second", run_id="chat-1/1")).text == "Done with second."
@@ -233,7 +235,7 @@ async def test_a_stale_owner_lands_no_lifecycle_write(agent_on: Callable[..., Ag
     with pytest.raises(StaleEpochError):
         await agent.run("go")
     last = await thief.stores.runs.last("chat-1")
-    stored = await maybe_await(thief.stores.session.load(last))
+    stored = await maybe_await(thief.stores.checkpoints.load(last))
     assert stored.step_index == 0 and stored.status == "running"  # the start commit only
     assert await thief.lease.marked_run("chat-1") == last
     with pytest.raises(StaleEpochError):  # every other lifecycle write of the old epoch is refused too
@@ -260,7 +262,8 @@ async def test_a_marked_run_without_checkpoint_is_reported_with_a_way_out(
     await runtime.commit(RunTransition("chat-1", claim.epoch, mark="ghost-run", last_run="ghost-run"))
     await runtime.lease.release("chat-1", claim.epoch)  # state an older version could leave behind
     model = ScriptedModel(["hello"])
-    for attempt in (lambda a: a.resume(), lambda a: a.run("hi")):
+    attempts: list[Callable[[Agent], Awaitable[Any]]] = [lambda a: a.resume(), lambda a: a.run("hi")]
+    for attempt in attempts:
         with pytest.raises(SessionStateError) as info:
             await attempt(agent_on(model, {}))
         assert info.value.session_id == "chat-1" and info.value.run_id == "ghost-run"
@@ -273,7 +276,7 @@ async def test_a_marked_run_without_checkpoint_is_reported_with_a_way_out(
 
 
 async def test_a_newer_checkpoint_is_refused_on_resume_whatever_the_store() -> None:
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     store.save(AgentCheckpoint(run_id="r", step_index=3, status="suspended", usage=Usage(), created_at=1,
                                messages=[{"role": "user", "content": "x"}], version=2))
     model = ScriptedModel(["never"])
@@ -281,19 +284,21 @@ async def test_a_newer_checkpoint_is_refused_on_resume_whatever_the_store() -> N
         await resume_from_checkpoint(store, "r", model=model, tools={"t": Tool(execute=lambda a: 1)})
     with pytest.raises(CheckpointVersionError):  # a new call on that run id must not overwrite it either
         await generate_text(model=model, tools={"t": Tool(execute=lambda a: 1)}, messages=[{"role": "user",
-                            "content": "x"}], session=Session(store, "r"))
-    assert store.load("r").version == 2 and not model.requests
+                            "content": "x"}], store=store, run_id="r")
+    stored = store.load("r")
+    assert stored is not None and stored.version == 2 and not model.requests
 
 
 async def test_newer_checkpoint_of_an_agent_session_is_refused(agent_on: Callable[..., Agent],  # noqa: F811
                                                                runtime_on: Callable[[], Any]) -> None:  # noqa: F811
     runtime = runtime_on()
-    if not isinstance(runtime.stores.session, InMemorySessionStore):
+    if not isinstance(runtime.stores.checkpoints, InMemoryCheckpointStore):
         pytest.skip("stores that decode text refuse a newer version on load (tested with the codec)")
     await agent_on(ScriptedModel(["a"]), {}, runtime=runtime).run("hi")
     last = await runtime.stores.runs.last("chat-1")
-    old = runtime.stores.session.load(last)
-    runtime.stores.session.save(AgentCheckpoint(run_id=last, step_index=old.step_index, status="completed",
+    old = runtime.stores.checkpoints.load(last)
+    assert old is not None
+    runtime.stores.checkpoints.save(AgentCheckpoint(run_id=last, step_index=old.step_index, status="completed",
                                                 usage=Usage(), created_at=1, messages=old.messages, version=2))
     with pytest.raises(CheckpointVersionError):
         await agent_on(ScriptedModel(["b"]), {}, runtime=runtime).run("again")
@@ -303,16 +308,16 @@ async def test_newer_checkpoint_of_an_agent_session_is_refused(agent_on: Callabl
 async def test_a_verdict_must_be_a_real_bool_on_every_path(verdict: Any) -> None:
     with pytest.raises(ConfigurationError):
         ToolApprovalResponse("a-1", verdict)
-    from durable_agent import create_memory_runtime
+    from durable_agent import MemoryRuntime
 
     with pytest.raises(ConfigurationError):
-        await resolve_approval(create_memory_runtime(), "a-1", approved=verdict)
+        await resolve_approval(MemoryRuntime(), "a-1", approved=verdict)
     paid: list[Any] = []
     with pytest.raises(ConfigurationError):  # server mode: an approver's answer is a verdict too
         await generate_text(
             model=ScriptedModel([reply("", call("pay", {})), "done"]),
             messages=[{"role": "user", "content": "pay"}],
-            tools={"pay": Tool(execute=lambda a: paid.append(a) or "paid", needs_approval=True)},
+            tools={"pay": Tool(execute=recording(paid, "paid"), needs_approval=True)},
             approve_tool_call=lambda request: verdict,
         )
     assert paid == []
@@ -323,14 +328,17 @@ async def test_sub_agent_usage_counts_toward_the_parent_and_its_budget() -> None
                        tools={"noop": Tool(execute=lambda a: "ok")})
     parent_model = ScriptedModel([reply("", call("helper", {"prompt": "help"})),
                                   reply("", call("helper", {"prompt": "again"})), "parent done"])
-    store = InMemorySessionStore()
-    result = await generate_text(model=parent_model, tools={"helper": child}, session=Session(store, "p"),
+    store = InMemoryCheckpointStore()
+    result = await generate_text(model=parent_model, tools={"helper": child}, store=store, run_id="p",
                                  messages=[{"role": "user", "content": "go"}], stop_when=[total_tokens_exceed(20)])
-    child_usage = store.load("p::helper#" + result.steps[0].tool_calls[0]["tool_call_id"]).usage
+    child_checkpoint = store.load("p::helper#" + result.steps[0].tool_calls[0]["tool_call_id"])
+    assert child_checkpoint is not None
+    child_usage = child_checkpoint.usage
     assert child_usage.total_tokens > 0
     assert result.finish_reason == "stop-condition" and len(result.steps) == 1  # the child's tokens count
     assert result.total_usage.total_tokens == result.steps[0].usage.total_tokens + child_usage.total_tokens
-    assert store.load("p").usage == result.total_usage
+    parent = store.load("p")
+    assert parent is not None and parent.usage == result.total_usage
 
 
 async def test_a_crash_in_the_leg_after_an_approval_stays_resumable(
@@ -348,7 +356,7 @@ async def test_a_crash_in_the_leg_after_an_approval_stays_resumable(
         return step
 
     model = ScriptedModel(answer)
-    tools = {"pay": Tool(execute=lambda a: paid.append(a) or "paid", needs_approval=True)}
+    tools = {"pay": Tool(execute=recording(paid, "paid"), needs_approval=True)}
     parked = await agent_on(model, tools).run("pay it")
     assert parked.finish_reason == "suspended"
     verdict = ToolApprovalResponse(parked.pending_approvals[0].approval_id, True)

@@ -6,16 +6,16 @@ import asyncio
 from typing import Any
 
 import pytest
-from agent_kit import Ledger, add_tool, user
 
+from agent_kit import Ledger, add_tool, tool_results, user
 from durable_agent import (
     ConfigurationError,
-    InMemorySessionStore,
+    InMemoryCheckpointStore,
     ModelPrice,
     ModelRequest,
     RunAbortedError,
     ScriptedModel,
-    Session,
+    ScriptedResponse,
     StepOverrides,
     Tool,
     Usage,
@@ -66,7 +66,7 @@ async def test_invalid_input_becomes_an_error_result_the_model_sees() -> None:
     assert "input.a: expected number" in tool_result["output"]
     assert "missing required property 'b'" in tool_result["output"]
     assert "unexpected property 'c'" in tool_result["output"]
-    assert model.requests[1].messages[-1]["content"][0]["is_error"] is True
+    assert tool_results(model.requests[1].messages[-1])[0]["is_error"] is True
 
 
 async def test_unknown_tools_and_raising_tools_are_error_results() -> None:
@@ -93,14 +93,20 @@ async def test_async_tools_run() -> None:
 
 
 async def test_a_pydantic_model_validates_and_converts_the_input() -> None:
-    pydantic = pytest.importorskip("pydantic")
+    pytest.importorskip("pydantic")
+    from pydantic import BaseModel
 
-    class Transfer(pydantic.BaseModel):
+    class Transfer(BaseModel):
         amount: int
         to: str
 
-    received: list[Any] = []
-    tools = {"transfer": Tool(parameters=Transfer, execute=lambda t: received.append(t) or f"sent {t.amount}")}
+    received: list[Transfer] = []
+
+    def transfer(t: Transfer) -> str:
+        received.append(t)
+        return f"sent {t.amount}"
+
+    tools = {"transfer": Tool(parameters=Transfer, execute=transfer)}
     model = ScriptedModel([reply("", call("transfer", {"amount": "x"}), call("transfer", {"amount": 5, "to": "bob"})), "ok"])
     result = await generate_text(model=model, messages=[user("x")], tools=tools)
     bad, good = result.steps[0].tool_results
@@ -183,7 +189,7 @@ async def test_parallel_tools_respect_max_tool_concurrency() -> None:
 
 
 async def test_an_aborted_call_does_not_checkpoint_the_interrupted_step() -> None:
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     signal = asyncio.Event()
 
     def slow(args: Any) -> str:
@@ -193,14 +199,14 @@ async def test_an_aborted_call_does_not_checkpoint_the_interrupted_step() -> Non
     model = ScriptedModel([reply("", call("add", {"a": 1, "b": 1})), reply("", call("slow", {})), "end"])
     tools = {"add": add_tool(), "slow": Tool(execute=slow)}
     with pytest.raises(RunAbortedError):
-        await generate_text(model=model, messages=[user("x")], tools=tools, session=Session(store, "r"), signal=signal)
+        await generate_text(model=model, messages=[user("x")], tools=tools, store=store, run_id="r", signal=signal)
     saved = store.load("r")
     assert saved is not None and saved.step_index == 0  # step 1 was interrupted and not saved
     assert [m["role"] for m in saved.messages] == ["user", "assistant", "tool"]
 
 
 async def test_task_cancellation_propagates_and_saves_nothing_mid_step() -> None:
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     started = asyncio.Event()
 
     async def hang(_: Any) -> None:
@@ -209,7 +215,7 @@ async def test_task_cancellation_propagates_and_saves_nothing_mid_step() -> None
 
     model = ScriptedModel([reply("", call("hang", {}))])
     task = asyncio.ensure_future(generate_text(model=model, messages=[user("x")], tools={"hang": Tool(execute=hang)},
-                                               session=Session(store, "c")))
+                                               store=store, run_id="c"))
     await started.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -218,7 +224,7 @@ async def test_task_cancellation_propagates_and_saves_nothing_mid_step() -> None
 
 
 async def test_stream_chat_streams_the_same_run_generate_text_returns() -> None:
-    script = [reply("Let me add.", call("add", {"a": 2, "b": 3})), "The sum is five."]
+    script: list[ScriptedResponse | str] = [reply("Let me add.", call("add", {"a": 2, "b": 3})), "The sum is five."]
     buffered = await generate_text(model=ScriptedModel(script), messages=[user("x")], tools={"add": add_tool()})
     streamed = stream_chat(model=ScriptedModel(script), messages=[user("x")], tools={"add": add_tool()})
     parts = [p async for p in streamed.full_stream]

@@ -143,7 +143,6 @@ def test_one_fails_loudly_on_a_bad_extension(prelude: str) -> None:
 
 def test_the_installed_extension_reports_this_version(native_installed: bool) -> None:
     import durable_agent_native
-
     from durable_agent._version import __version__
 
     assert durable_agent_native.__version__ == __version__
@@ -153,7 +152,6 @@ def test_native_kernels_have_the_pure_signatures(native_installed: bool) -> None
     import inspect
 
     import durable_agent_native
-
     from durable_agent import _pure
 
     for name in _pure.__all__:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from durable_agent import InMemorySessionStore
+from durable_agent import InMemoryCheckpointStore
 from durable_agent.errors import ConfigurationError, FeatureUnavailableError
 from durable_agent.stores import open_store
 from durable_agent.testing import make_checkpoint
@@ -19,7 +19,7 @@ from durable_agent.testing.services import POSTGRES_URL_VAR, REDIS_URL_VAR, serv
 
 def test_memory() -> None:
     store = open_store("memory://")
-    assert isinstance(store, InMemorySessionStore)
+    assert isinstance(store, InMemoryCheckpointStore)
     with pytest.raises(ConfigurationError):
         open_store("memory://somewhere")
 
@@ -34,10 +34,10 @@ def in_tmp(tmp_path: Path) -> Any:
 
 @pytest.mark.requires_sqlite
 def test_sqlite_relative_and_absolute_paths(in_tmp: Path) -> None:
-    from durable_agent.stores.sqlite import SqliteSessionStore
+    from durable_agent.stores.sqlite import SqliteCheckpointStore
 
     with open_store("sqlite:///rel.db?synchronous=NORMAL&busy_timeout_ms=500") as store:
-        assert isinstance(store, SqliteSessionStore)
+        assert isinstance(store, SqliteCheckpointStore)
         store.save(make_checkpoint("r"))
     assert (in_tmp / "rel.db").exists()
     absolute = in_tmp / "sub" / "abs.db"
@@ -53,27 +53,27 @@ def test_sqlite_relative_and_absolute_paths(in_tmp: Path) -> None:
 def test_sqlite_async_opens_the_async_store_with_the_url_options(in_tmp: Path) -> None:
     import asyncio
 
-    from durable_agent.stores.sqlite import AsyncSqliteSessionStore, SqliteSessionStore
+    from durable_agent.stores.sqlite import AsyncSqliteCheckpointStore, SqliteCheckpointStore
 
     async def scenario() -> None:
         store = open_store("sqlite+async:///rel.db?busy_timeout_ms=500&cache_runs=3", synchronous="NORMAL")
-        assert isinstance(store, AsyncSqliteSessionStore)
+        assert isinstance(store, AsyncSqliteCheckpointStore)
         assert store._cache._capacity == 3
         async with store:
             await store.save(make_checkpoint("r"))
 
     asyncio.run(scenario())
-    with SqliteSessionStore(in_tmp / "rel.db") as sync:  # the same file format
+    with SqliteCheckpointStore(in_tmp / "rel.db") as sync:  # the same file format
         assert sync.load("r") == make_checkpoint("r")
     with pytest.raises(ConfigurationError, match="bogus"):
         open_store("sqlite+async:///x.db?bogus=1")
 
 
 def test_jsonl(in_tmp: Path) -> None:
-    from durable_agent.stores.jsonl import JsonlSessionStore
+    from durable_agent.stores.jsonl import JsonlCheckpointStore
 
     with open_store("jsonl:///runs.jsonl?fsync=false") as store:
-        assert isinstance(store, JsonlSessionStore)
+        assert isinstance(store, JsonlCheckpointStore)
         store.save(make_checkpoint("r"))
     assert (in_tmp / "runs.jsonl").read_bytes().count(b"\n") == 1
 
@@ -118,23 +118,23 @@ def test_a_missing_driver_is_feature_unavailable(
 
 @pytest.mark.host_only("needs Postgres and Redis servers")
 def test_server_urls_open_working_stores() -> None:
-    from durable_agent.stores.postgres import AsyncPostgresSessionStore, PostgresSessionStore
     import asyncio
 
-    from durable_agent.stores.redis import AsyncRedisSessionStore, RedisSessionStore
+    from durable_agent.stores.postgres import AsyncPostgresCheckpointStore, PostgresCheckpointStore
+    from durable_agent.stores.redis import AsyncRedisCheckpointStore, RedisCheckpointStore
 
     pg, redis_url = service_url(POSTGRES_URL_VAR, "Postgres"), service_url(REDIS_URL_VAR, "Redis")
     with open_store(pg, max_size=1) as store:
-        assert isinstance(store, PostgresSessionStore)
+        assert isinstance(store, PostgresCheckpointStore)
         assert store.load("open-store-never-saved") is None
-    assert isinstance(open_store("postgresql+async" + pg[pg.index("://") :]), AsyncPostgresSessionStore)
+    assert isinstance(open_store("postgresql+async" + pg[pg.index("://") :]), AsyncPostgresCheckpointStore)
     with open_store(redis_url, prefix="open-store-test:") as store:
-        assert isinstance(store, RedisSessionStore)
+        assert isinstance(store, RedisCheckpointStore)
         assert store.load("never-saved") is None
 
     async def async_redis() -> None:
         async with open_store("redis+async" + redis_url[redis_url.index("://") :], prefix="open-store-test:") as store:
-            assert isinstance(store, AsyncRedisSessionStore)
+            assert isinstance(store, AsyncRedisCheckpointStore)
             assert await store.load("never-saved") is None
 
     asyncio.run(async_redis())
@@ -143,7 +143,7 @@ def test_server_urls_open_working_stores() -> None:
 @pytest.mark.host_only("spawns a fresh interpreter")
 def test_importing_durable_agent_and_stores_imports_no_backend() -> None:
     code = (
-        "import sys, durable_agent, durable_agent.stores, durable_agent.session;"
+        "import sys, durable_agent, durable_agent.stores, durable_agent.checkpoint_store;"
         "bad = [m for m in ('sqlite3', 'psycopg', 'redis', 'psycopg_pool', 'durable_agent.stores.sqlite',"
         " 'durable_agent.stores.jsonl', 'durable_agent.testing', 'pytest') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"

@@ -13,17 +13,16 @@ from durable_agent import (
     Agent,
     AgentCheckpoint,
     DurableOptions,
-    InMemorySessionStore,
+    InMemoryCheckpointStore,
     ModelRequest,
     RunSuspendedError,
-    Session,
     Tool,
     Usage,
     deserialize_checkpoint,
     generate_text,
     serialize_checkpoint,
 )
-from durable_agent.runtime import create_memory_durable_state, memory_runtime
+from durable_agent.runtime import MemoryDurableState, MemoryRuntime
 
 THINKING = {"type": "reasoning", "text": "Both invoices first.", "provider": "anthropic",
             "metadata": {"signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxB"}}
@@ -84,10 +83,10 @@ class ThinkingModel:
 
 
 async def test_the_loop_keeps_reasoning_first_in_the_assistant_message() -> None:
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     model = ThinkingModel()
     result = await generate_text(model=model, tools={"shot": Tool(execute=lambda a: "ok")},
-                                 messages=[{"role": "user", "content": "go"}], session=Session(store, run_id="r1"))
+                                 messages=[{"role": "user", "content": "go"}], store=store, run_id="r1")
     assert result.text == "Done." and result.total_usage.reasoning_tokens == 4
     assert result.messages[1]["content"][:2] == [THINKING, {"type": "text", "text": "Taking a look."}]
     assert model.requests[1].messages[1] == result.messages[1]  # sent back as it was received
@@ -100,7 +99,7 @@ class Crash(RunSuspendedError):
 
 
 async def test_a_replayed_model_step_keeps_its_reasoning() -> None:
-    state = create_memory_durable_state()
+    state = MemoryDurableState()
     model = ThinkingModel()
     died = [False]
 
@@ -112,7 +111,7 @@ async def test_a_replayed_model_step_keeps_its_reasoning() -> None:
 
     def agent() -> Agent:
         return Agent(model=model, tools={"shot": Tool(execute=shot, replay="safe")},
-                     durable=DurableOptions(memory_runtime(state=state)), session_id="s1")
+                     durable=DurableOptions(MemoryRuntime(state=state)), session_id="s1")
 
     with pytest.raises(Crash):
         await agent().run("go")

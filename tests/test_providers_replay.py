@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from replay import ReplayTransport, load
 
 from durable_agent import ModelCallError, ModelRequest, ToolSpec, Usage
 from durable_agent.providers import AnthropicModel, ModelSettings, OpenAIChatModel, OpenAIResponsesModel
+from replay import ReplayTransport, load
 
 LOOKUP = ToolSpec("lookup", "Find an invoice.", {"type": "object", "properties": {"id": {"type": "string"}}})
 ASK = ModelRequest(messages=({"role": "user", "content": "Pay invoice inv-7."},), tools=(LOOKUP,))
@@ -60,8 +60,8 @@ async def test_chat_parallel_tool_calls_are_assembled_from_fragments() -> None:
 async def test_chat_reasoning_content_of_compatible_servers_becomes_a_reasoning_event() -> None:
     model, _ = chat("reasoning")
     events = await collect(model)
-    assert {"type": "reasoning", "text": "The user asks for 6×7; that is 42.", "provider": "openai-chat",
-            "metadata": {}} in events
+    said = "The user asks for 6×7; that is 42."  # noqa: RUF001 - the recording's own text
+    assert {"type": "reasoning", "text": said, "provider": "openai-chat", "metadata": {}} in events
     assert events[-1]["usage"].reasoning_tokens == 24
 
 
@@ -315,10 +315,10 @@ async def test_the_consumers_time_between_events_does_not_count_against_the_read
     from durable_agent.providers import Timeouts
 
     model, _ = chat("text", timeouts=Timeouts(connect=1, read=0.05, total=0.2))
-    texts = []
+    texts: list[str] = []
     async for event in model.stream(ASK):  # 16 events, 0.06 s each: longer than `read`, and than `total`
         await asyncio.sleep(0.06)
-        texts.append(event.get("text", ""))
+        texts.append(str(event.get("text", "")))
     assert "".join(texts).endswith("ready.")
 
 

@@ -8,13 +8,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from replay import ReplayServer
-from test_providers_replay import ADAPTERS, FAILURE_FIELDS, FAILURES, check_failure, collect
 
 from durable_agent import (
-    InMemorySessionStore,
+    InMemoryCheckpointStore,
     ModelCallError,
-    Session,
     Tool,
     Usage,
     deserialize_checkpoint,
@@ -23,6 +20,8 @@ from durable_agent import (
 )
 from durable_agent._transport import HttpTransport, HttpxTransport, StdlibTransport, Timeouts
 from durable_agent.providers import OpenAIChatModel
+from replay import ReplayServer
+from test_providers_replay import ADAPTERS, FAILURE_FIELDS, FAILURES, check_failure, collect
 
 pytestmark = pytest.mark.host_only("runs an HTTP server on 127.0.0.1 and real sockets")
 
@@ -114,10 +113,10 @@ def lookup_tools(seen: list[str]) -> dict[str, Tool]:
 
 async def run_agent(model: Any) -> tuple[Any, Any, list[str]]:
     seen: list[str] = []
-    store = InMemorySessionStore()
+    store = InMemoryCheckpointStore()
     result = await generate_text(model=model, tools=lookup_tools(seen), max_steps=5,
                                  messages=[{"role": "user", "content": "Pay invoices inv-7 and inv-8."}],
-                                 session=Session(store, run_id="run-1"))
+                                 store=store, run_id="run-1")
     checkpoint = store.load("run-1")
     assert checkpoint is not None
     assert deserialize_checkpoint(serialize_checkpoint(checkpoint)) == checkpoint

@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ runner_only = pytest.mark.skipif(not UNDER_RUNNER, reason="checks pyodide/run-py
 
 @runner_only
 def test_the_runtime_is_one_of_the_pinned_pyodides() -> None:
-    import pyodide  # type: ignore[import-not-found]
+    import pyodide
 
     assert pyodide.__version__ in PINNED
     assert sys.version_info[:2] == PINNED[pyodide.__version__]
@@ -35,10 +36,10 @@ def test_the_runtime_is_one_of_the_pinned_pyodides() -> None:
 def test_the_project_is_mounted_read_only(tmp_path: Path) -> None:
     assert (PROJECT / "pyproject.toml").read_text(encoding="utf-8").startswith("[build-system]")
     probe = PROJECT / "tests" / ".pyodide-write-probe"
-    attempts = {
+    attempts: dict[str, Callable[[], object]] = {
         "create": lambda: probe.write_text("x"),
-        "append": lambda: open(PROJECT / "pyproject.toml", "a").close(),  # noqa: SIM115
-        "truncate": lambda: open(PROJECT / "pyproject.toml", "r+").close(),  # noqa: SIM115
+        "append": lambda: open(PROJECT / "pyproject.toml", "a").close(),
+        "truncate": lambda: open(PROJECT / "pyproject.toml", "r+").close(),
         "mkdir": lambda: (PROJECT / ".pyodide-probe-dir").mkdir(),
         "rename": lambda: (PROJECT / "pyproject.toml").rename(PROJECT / "pyproject.renamed"),
         "unlink": lambda: (PROJECT / "pyproject.toml").unlink(),
@@ -56,8 +57,8 @@ def test_the_project_is_mounted_read_only(tmp_path: Path) -> None:
 
 @runner_only
 def test_the_runner_allows_no_network() -> None:
-    import js  # type: ignore[import-not-found]
-    from pyodide.ffi import JsException  # type: ignore[import-not-found]
+    import js
+    from pyodide.ffi import JsException
 
     with pytest.raises(JsException, match="network access is disabled"):
         js.fetch("http://127.0.0.1:9/")  # loopback discard port: harmless even if the guard were gone
@@ -79,7 +80,7 @@ def test_without_sqlite3_the_sqlite_backends_import_and_fail_when_opened(
     from durable_agent.stores import open_store
 
     with pytest.raises(FeatureUnavailableError, match="sqlite3"):
-        stores_sqlite.SqliteSessionStore(tmp_path / "s.db")
+        stores_sqlite.SqliteCheckpointStore(tmp_path / "s.db")
     with pytest.raises(FeatureUnavailableError, match="sqlite3"):
         runtime_sqlite.SqliteRuntime(tmp_path / "r.db")
     with pytest.raises(FeatureUnavailableError, match="sqlite3"):
@@ -89,11 +90,11 @@ def test_without_sqlite3_the_sqlite_backends_import_and_fail_when_opened(
 
 @pytest.mark.requires_sqlite  # conftest: skipped where the Pyodide lacks sqlite3 (0.28), runs elsewhere
 def test_the_sqlite_store_round_trips_on_this_runtime(tmp_path: Path) -> None:
-    from durable_agent.stores.sqlite import SqliteSessionStore
+    from durable_agent.stores.sqlite import SqliteCheckpointStore
     from durable_agent.testing import conversation, make_checkpoint
 
     checkpoint = make_checkpoint("r-1", 3, conversation(4), pending=True)
-    with SqliteSessionStore(tmp_path / "runs.db") as store:  # under Pyodide: its in-memory /tmp
+    with SqliteCheckpointStore(tmp_path / "runs.db") as store:  # under Pyodide: its in-memory /tmp
         store.save(checkpoint)
-    with SqliteSessionStore(tmp_path / "runs.db") as store:
+    with SqliteCheckpointStore(tmp_path / "runs.db") as store:
         assert store.load("r-1") == checkpoint

@@ -18,7 +18,7 @@ def test_the_readme_tour_runs() -> None:
     assert blocks, "the README has no tour"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(blocks[0], "README.md", "exec"), {"__name__": "readme"})  # noqa: S102
+        exec(compile(blocks[0], "README.md", "exec"), {"__name__": "readme"})
     printed = out.getvalue()
     assert "needs approval: pay {'id': 'inv-7'}" in printed
     assert "Invoice inv-7 is paid. | paid: ['inv-7']" in printed
@@ -33,5 +33,5 @@ def test_the_readme_real_model_snippet_builds_its_models(monkeypatch: Any) -> No
               if "durable_agent.providers" in b]
     assert blocks, "the README has no real-model snippet"
     scope: dict[str, Any] = {"__name__": "readme"}
-    exec(compile(blocks[0], "README.md", "exec"), scope)  # noqa: S102
+    exec(compile(blocks[0], "README.md", "exec"), scope)
     assert scope["model"].model_id == "anthropic:claude-sonnet-5-5" and scope["model"].settings.max_tokens == 2048

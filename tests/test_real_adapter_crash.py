@@ -26,14 +26,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from replay import ReplayServer, load
-from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures
 
 from durable_agent import Agent, DurableOptions, RetryPolicy, Tool
-from durable_agent._transport import HttpxTransport, StdlibTransport
+from durable_agent._transport import HttpTransport, HttpxTransport, StdlibTransport
 from durable_agent._util import wall_clock_ms
+from durable_agent.messages import content_parts
 from durable_agent.providers import OpenAIChatModel
 from durable_agent.runtime.keys import MODEL_CALL, parse_step_key
+from replay import ReplayServer, load
+from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures
 
 pytestmark = pytest.mark.host_only("spawns and SIGKILLs a worker process talking to a server on 127.0.0.1")
 
@@ -58,7 +59,8 @@ def crash_agent(runtime: Any, base_url: str, ran: Callable[[str], None], transpo
 
     tools = {"lookup": Tool(description="Find an invoice.", execute=lookup, replay="safe", parameters={
         "type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]})}
-    chosen = {"stdlib": StdlibTransport, "httpx": HttpxTransport}.get(transport)
+    transports: dict[str, Callable[[], HttpTransport]] = {"stdlib": StdlibTransport, "httpx": HttpxTransport}
+    chosen = transports.get(transport)
     model = OpenAIChatModel("gpt-4o-mini", base_url=base_url, api_key="sk-test",
                             transport=chosen() if chosen is not None else None)
     return Agent(model=model, tools=tools, durable=DurableOptions(runtime), session_id=SESSION,
@@ -67,12 +69,12 @@ def crash_agent(runtime: Any, base_url: str, ran: Callable[[str], None], transpo
 
 def open_runtime(kind: str, target: str) -> Any:
     if kind == "sqlite":
-        from durable_agent.runtime.sqlite import sqlite_runtime
+        from durable_agent.runtime.sqlite import SqliteRuntime
 
-        return sqlite_runtime(target)
-    from durable_agent.runtime.postgres import postgres_runtime
+        return SqliteRuntime(target)
+    from durable_agent.runtime.postgres import PostgresRuntime
 
-    return postgres_runtime(target, max_connections=1)
+    return PostgresRuntime(target, max_connections=1)
 
 
 def work() -> None:
@@ -226,7 +228,7 @@ async def test_a_worker_killed_mid_stream_resumes_without_asking_for_the_finishe
     assert again[:4] == requests[1]["body"]["messages"] and again[4] == {"role": "assistant", "content": partial}
     assert ran == [] and ledger.read_text().split() == ["inv-7", "inv-8"]  # the tools ran once, in the worker
     assert [m["role"] for m in resumed.messages] == ["user", "assistant", "tool", "assistant", "assistant"]
-    assert [c["input"] for c in resumed.messages[1]["content"] if c["type"] == "tool-call"] == [
+    assert [c["input"] for c in content_parts(resumed.messages[1]) if c["type"] == "tool-call"] == [
         {"id": "inv-7"}, {"id": "inv-8"}]
     assert [m["content"] for m in resumed.messages[3:]] == [[{"type": "text", "text": partial}],
                                                             [{"type": "text", "text": ANSWER}]]
@@ -289,7 +291,7 @@ async def test_a_worker_killed_in_a_tool_takes_the_finished_model_call_from_the_
         if worker.poll() is None:
             worker.kill()
     assert per_turn(server.requests_to(base)) == [1]
-    checkpoint = await journal.runtime.stores.session.load(await journal.runtime.stores.runs.last(SESSION))
+    checkpoint = await journal.runtime.stores.checkpoints.load(await journal.runtime.stores.runs.last(SESSION))
     assert [m["role"] for m in checkpoint.messages] == ["user"]  # the answer is in the journal only
 
     ran: list[str] = []

@@ -19,12 +19,16 @@ import pytest
 
 pytest.importorskip("restate", reason="needs restate-sdk: pip install 'durable-agent[restate]'")
 
-from durable_agent import resolve_approval  # noqa: E402
-from durable_agent.tool_calls import TOOL_INTERRUPTED_MESSAGE  # noqa: E402
-from durable_agent.restate import RestateIngress, RestateIngressError  # noqa: E402
-
-from durable_agent.testing.runtime_conformance import DurableRuntimeConformance  # noqa: E402
-from durable_agent.testing.restate import ServiceProcess, admin_query, ingress_call, restate_urls  # noqa: E402
+from durable_agent import resolve_approval
+from durable_agent.restate import RestateIngress, RestateIngressError
+from durable_agent.testing.restate import (
+    ServiceProcess,
+    admin_query,
+    ingress_call,
+    restate_urls,
+)
+from durable_agent.testing.runtime_conformance import DurableRuntimeConformance
+from durable_agent.tool_calls import TOOL_INTERRUPTED_MESSAGE
 
 SERVICE = Path(__file__).resolve().parent / "restate_service.py"
 pytestmark = pytest.mark.host_only("a real restate-server and a service process")

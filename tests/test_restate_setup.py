@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_agent import Agent, ConfigurationError, DurableOptions, ScriptedModel
-from durable_agent import create_memory_runtime
+from durable_agent import Agent, ConfigurationError, DurableOptions, MemoryRuntime, ScriptedModel
 
 PYTHON_DIR = Path(__file__).resolve().parent.parent / "python"
 
@@ -37,7 +36,7 @@ def test_serving_refuses_a_durable_agent_a_bad_name_and_a_non_agent() -> None:
     from durable_agent.restate import agent_services
 
     model = ScriptedModel(["hi"])
-    durable = Agent(model=model, durable=DurableOptions(create_memory_runtime()), session_id="s")
+    durable = Agent(model=model, durable=DurableOptions(MemoryRuntime()), session_id="s")
     with pytest.raises(ConfigurationError, match="non-durable Agent"):
         agent_services(durable)
     with pytest.raises(ConfigurationError, match="identifier"):

@@ -6,8 +6,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from test_agent import runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
-from test_runtime_postgres import conninfo, opened  # noqa: F401
 
 from durable_agent import (
     Agent,
@@ -22,6 +20,8 @@ from durable_agent import (
 )
 from durable_agent.model_call import decide
 from durable_agent.runtime.keys import MODEL_CALL, step_key
+from test_agent import runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
+from test_runtime_postgres import conninfo, opened  # noqa: F401
 
 FAST = RetryPolicy(attempts=3, initial_delay_ms=1, max_delay_ms=2, jitter=False)
 
@@ -121,7 +121,7 @@ async def test_on_a_journal_each_attempt_is_a_step_and_a_resume_takes_the_stored
         return Agent(model=model, durable=DurableOptions(runtime, stale_after_ms=1), session_id="chat-1",
                      retry=slow, clock=lambda: now[0])
 
-    first, waits = runtime_on(), []
+    first, waits = runtime_on(), list[int]()
     sleeps_recorded(first, waits, then_stop=True)
     with pytest.raises(RunSuspendedError):
         await agent(first).run("hi")
@@ -133,7 +133,7 @@ async def test_on_a_journal_each_attempt_is_a_step_and_a_resume_takes_the_stored
     assert failed.error.decision == {"action": "retry", "delay_ms": 60_000, "retry_at": 1_060_000}
 
     now[0] += 45_000  # the next process starts 45 s later: 15 s of the wait are left
-    second, waited = runtime_on(), []
+    second, waited = runtime_on(), list[int]()
     sleeps_recorded(second, waited, then_stop=False)
     resumed = await agent(second).resume()
     assert resumed is not None and resumed.text == "fine"

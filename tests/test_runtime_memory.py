@@ -6,33 +6,46 @@ from typing import Any
 
 import pytest
 
-from durable_agent.errors import StepKeyError
-from durable_agent.runtime.keys import run_key_prefix
+from durable_agent.errors import ConfigurationError, StepKeyError
 from durable_agent.runtime import (
     MODEL_CALL,
-    create_memory_durable_state,
-    create_memory_runtime,
-    memory_runtime,
+    MemoryDurableState,
+    MemoryRuntime,
     nested_call,
     parse_step_key,
     step_key,
 )
+from durable_agent.runtime.keys import run_key_prefix
 from durable_agent.testing.runtime_conformance import DurableRuntimeConformance
 
 
 class TestMemoryRuntime(DurableRuntimeConformance):
     @pytest.fixture
     def make_runtime(self) -> Any:
-        state = create_memory_durable_state()
-        return lambda clock: memory_runtime(state=state, clock=clock)
+        state = MemoryDurableState()
+        return lambda clock: MemoryRuntime(state=state, clock=clock)
 
 
 async def test_clone_is_independent() -> None:
-    runtime = create_memory_runtime()
+    runtime = MemoryRuntime()
     await runtime.stores.queue.write("s", [1])
     copy = runtime.state.clone()
     await runtime.stores.queue.write("s", [2])
     assert copy.queues["s"] == [1] and runtime.state.queues["s"] == [2]
+
+
+def test_one_constructor_a_fresh_state_by_default_or_one_shared_by_several_runtimes() -> None:
+    alone, other = MemoryRuntime(), MemoryRuntime()
+    assert alone.state is not other.state
+    shared = MemoryDurableState()
+    first, second = MemoryRuntime(shared), MemoryRuntime(state=shared)
+    assert first.state is shared and second.stores.checkpoints is first.stores.checkpoints
+    assert first.owner.token != second.owner.token  # two "processes" on one database
+
+
+def test_a_state_of_another_type_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="MemoryDurableState"):
+        MemoryRuntime({})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("run", ["r", "run:with:colons", "100%", "%3A", "ünï ☃", "a/b"])

@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from test_runtime_sqlite import SESSION, SqlJournalChecks
 
 from durable_agent.errors import ConfigurationError, FeatureUnavailableError
 from durable_agent.runtime import StepRequest, step_key
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
 from durable_agent.testing.services import postgres_schema
+from test_runtime_sqlite import SESSION, SqlJournalChecks
 
 pytestmark = pytest.mark.host_only("needs a Postgres server and psycopg")
 
@@ -46,13 +46,13 @@ def opened(conninfo: str) -> Iterator[Callable[..., Any]]:
     I/O on it, so a fresh loop can close them. That is why these runtimes hold one connection
     each (a pool's tasks belong to the loop that opened it); the default pool has its own test.
     """
-    from durable_agent.runtime.postgres import postgres_runtime
+    from durable_agent.runtime.postgres import PostgresRuntime
 
     runtimes: list[Any] = []
 
     def open_runtime(clock: Callable[[], int] | None = None, **options: Any) -> Any:
         options.setdefault("max_connections", 1)
-        runtimes.append(postgres_runtime(conninfo, clock=clock or Clock(), **options))
+        runtimes.append(PostgresRuntime(conninfo, clock=clock or Clock(), **options))
         return runtimes[-1]
 
     yield open_runtime
@@ -116,7 +116,7 @@ async def test_a_newer_journal_schema_is_refused(conninfo: str, opened: Callable
         await opened().lease.epoch(SESSION)
 
 
-async def test_a_pool_serves_the_journal_and_the_session_store(conninfo: str) -> None:
+async def test_a_pool_serves_the_journal_and_the_checkpoint_store(conninfo: str) -> None:
     from psycopg_pool import AsyncConnectionPool
 
     from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
@@ -134,7 +134,9 @@ async def test_a_pool_serves_the_journal_and_the_session_store(conninfo: str) ->
         result = await agent.run("one plus one")
         assert result.text == "two"
         run_id = await runtime.stores.runs.last(SESSION)
-        assert (await runtime.stores.session.load(run_id)).status == "completed"
+        assert run_id is not None
+        stored = await runtime.stores.checkpoints.load(run_id)
+        assert stored is not None and stored.status == "completed"
         assert [(r.kind, r.status) for r in await runtime.inspect.steps(run_id)] == [
             ("model", "done"),
             ("tool", "done"),
@@ -218,15 +220,15 @@ async def test_a_journal_write_and_an_appending_transition_are_one_statement_eac
     monkeypatch.undo()
     assert [(r.key, r.status) for r in await runtime.inspect.steps("r")] == [(pending.key, "done")]
     assert await runtime.stores.tool_state(SESSION).all() == {"k": 1}
-    assert (await runtime.stores.session.load("r")).messages == checkpoint(["a", "b"], 1).messages
+    assert (await runtime.stores.checkpoints.load("r")).messages == checkpoint(["a", "b"], 1).messages
     assert await runtime.stores.runs.last(SESSION) == "r" and await runtime.lease.marked_run(SESSION) == "r"
 
 
 async def test_the_default_pool_serves_concurrent_runs_without_queueing_on_one_connection(conninfo: str) -> None:
     from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
-    from durable_agent.runtime.postgres import postgres_runtime
+    from durable_agent.runtime.postgres import PostgresRuntime
 
-    runtime = postgres_runtime(conninfo, max_connections=4)
+    runtime = PostgresRuntime(conninfo, max_connections=4)
     in_flight, most = [0], [0]
 
     async def slow(args: Any) -> str:
@@ -248,4 +250,4 @@ async def test_the_default_pool_serves_concurrent_runs_without_queueing_on_one_c
     finally:
         await runtime.close()
     with pytest.raises(ConfigurationError):
-        postgres_runtime(conninfo, max_connections=0)
+        PostgresRuntime(conninfo, max_connections=0)

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from durable_agent.errors import FeatureUnavailableError, StaleEpochError
 from durable_agent import AgentCheckpoint, Usage
+from durable_agent.errors import FeatureUnavailableError, StaleEpochError
 from durable_agent.runtime import RunOwner, StepRecord, StepRequest, step_key
 from durable_agent.runtime.records import RunTransition
 from durable_agent.runtime.scope import StepContext
@@ -45,14 +45,14 @@ def db(tmp_path: Path) -> Path:
 @pytest.fixture
 def opened(db: Path) -> Iterator[Callable[..., Any]]:
     """Open runtimes on `db` (each one another connection); all are closed after the test."""
-    from durable_agent.runtime.sqlite import sqlite_runtime
+    from durable_agent.runtime.sqlite import SqliteRuntime
 
     skip_without_sqlite3()
 
     runtimes: list[Any] = []
 
     def open_runtime(clock: Callable[[], int] | None = None, **options: Any) -> Any:
-        runtime = sqlite_runtime(db, clock=clock or Clock(), **options)
+        runtime = SqliteRuntime(db, clock=clock or Clock(), **options)
         runtimes.append(runtime)
         return runtime
 
@@ -131,7 +131,7 @@ class SqlJournalChecks:
             await old.commit(RunTransition(SESSION, first.epoch, checkpoint=_checkpoint(["hi", "more"], 1),
                                            last_run="r-2", unmark=True, awakeables=(("k", "aw-1"),),
                                            steps=(record,)))
-        assert await new.stores.session.load(RUN) == saved
+        assert await new.stores.checkpoints.load(RUN) == saved
         assert await new.stores.runs.last(SESSION) == RUN and await new.lease.marked_run(SESSION) == RUN
         assert await new.inspect.steps() == [] and await new.inspect.awakeables() == []
 
@@ -142,10 +142,10 @@ class SqlJournalChecks:
         runtime, other = make_runtime(clock), make_runtime(clock)
         claim = await runtime.lease.claim(SESSION, stale_at=0)
         await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=_checkpoint(["a", "b"], 0)))
-        await other.stores.session.save(_checkpoint(["x"], 5))
+        await other.stores.checkpoints.save(_checkpoint(["x"], 5))
         latest = _checkpoint(["a", "b", "c"], 1)
         await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=latest))
-        assert await other.stores.session.load(RUN) == latest
+        assert await other.stores.checkpoints.load(RUN) == latest
 
     async def test_values_round_trip_through_the_codec(self, make_runtime: Any) -> None:
         clock = Clock()
@@ -197,11 +197,11 @@ def test_a_missing_sqlite3_module_is_a_feature_error(db: Path, monkeypatch: pyte
 
 _CHILD = textwrap.dedent("""
     import asyncio, os, sys
-    from durable_agent.runtime.sqlite import sqlite_runtime
+    from durable_agent.runtime.sqlite import SqliteRuntime
     from durable_agent.runtime import StepRequest, step_key
 
     async def main(db, action):
-        runtime = sqlite_runtime(db)
+        runtime = SqliteRuntime(db)
         claim = await runtime.lease.claim("s-1", stale_at=0)
         print("claimed" if claim.claimed else "refused", claim.epoch, os.getpid(), flush=True)
         if action == "die-mid-step" and claim.claimed:

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from durable_agent import ToolApprovalRequest
 from durable_agent._codec_pure import decode, encode
@@ -603,7 +602,7 @@ def test_verify_accepts_exactly_the_payload_fields_and_types_sign_writes(
     change: dict[str, Any], accepted: bool
 ) -> None:
     """A genuine MAC over a payload sign would not write is refused (the policy, not the kernel)."""
-    from durable_agent.signing import kernels
+    from durable_agent._kernels import kernels
 
     signer = ApprovalSigner(SECRET, clock=lambda: T0)
     payload = {**_GOOD_PAYLOAD, "kid": signer.key_id, **change}
@@ -611,9 +610,9 @@ def test_verify_accepts_exactly_the_payload_fields_and_types_sign_writes(
     assert (signer.verify(token, max_age_ms=1000) == payload) is accepted
 
 
-@pytest.mark.parametrize("missing", sorted(_GOOD_PAYLOAD) + ["kid"])
+@pytest.mark.parametrize("missing", [*sorted(_GOOD_PAYLOAD), "kid"])
 def test_verify_refuses_a_genuine_payload_missing_a_field(missing: str) -> None:
-    from durable_agent.signing import kernels
+    from durable_agent._kernels import kernels
 
     signer = ApprovalSigner(SECRET, clock=lambda: T0)
     payload = {**_GOOD_PAYLOAD, "kid": signer.key_id}

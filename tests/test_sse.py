@@ -14,7 +14,7 @@ STREAM = (
     "event: empty\n\n"
     "data\n\n"
     "data: [DONE]\n\n"
-).encode("utf-8")
+).encode()
 EXPECTED = [
     SSEEvent("message_start", '{"a": "é€😀"}'),
     SSEEvent("message", "first\nsecond"),

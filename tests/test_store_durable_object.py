@@ -1,4 +1,4 @@
-"""DurableObjectSessionStore against a stand-in Durable Object storage that enforces the real limits."""
+"""DurableObjectCheckpointStore against a stand-in Durable Object storage that enforces the real limits."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from typing import Any
 import pytest
 
 from durable_agent.errors import CheckpointCorruptError, CodecError, ConfigurationError
-from durable_agent.stores.durable_object import MAX_ENTRY_BYTES, DurableObjectSessionStore
-from durable_agent.testing import SessionStoreConformance, conversation, make_checkpoint, message
+from durable_agent.stores.durable_object import MAX_ENTRY_BYTES, DurableObjectCheckpointStore
+from durable_agent.testing import CheckpointStoreConformance, conversation, make_checkpoint, message
 from durable_object_fake import ENTRY_LIMIT, FakeDurableObjectStorage
 
 
-class TestDurableObjectStore(SessionStoreConformance):
+class TestDurableObjectStore(CheckpointStoreConformance):
     @pytest.fixture
-    def make_store(self) -> Callable[[], DurableObjectSessionStore]:
+    def make_store(self) -> Callable[[], DurableObjectCheckpointStore]:
         storage = FakeDurableObjectStorage()
-        return lambda: DurableObjectSessionStore(storage)
+        return lambda: DurableObjectCheckpointStore(storage)
 
 
 def test_the_default_limit_is_the_one_of_the_real_storage() -> None:
@@ -26,7 +26,7 @@ def test_the_default_limit_is_the_one_of_the_real_storage() -> None:
 
 def test_a_5_mb_history_is_stored_within_the_entry_limit_and_appended_to() -> None:
     storage = FakeDurableObjectStorage()
-    store = DurableObjectSessionStore(storage)
+    store = DurableObjectCheckpointStore(storage)
     history = [
         *conversation(4),
         {"role": "tool", "content": [{"type": "text", "text": "é" * 1_600_000}]},  # 3.2 MB in UTF-8: one message
@@ -38,14 +38,14 @@ def test_a_5_mb_history_is_stored_within_the_entry_limit_and_appended_to() -> No
     store.save(checkpoint)
     stored = sum(len(k.encode()) + len(v.encode()) for k, v in storage.kv.data.items())
     assert stored > 5_000_000 and storage.kv.largest_entry <= ENTRY_LIMIT
-    assert DurableObjectSessionStore(storage).load("big") == checkpoint  # a fresh handle: no cache
+    assert DurableObjectCheckpointStore(storage).load("big") == checkpoint  # a fresh handle: no cache
     writes = storage.kv.writes
     grown = make_checkpoint("big", 2, [*history, message(99)])
     store.save(grown)
     assert storage.kv.writes - writes == 4  # the new message, the header, the index entry, the step log
-    assert DurableObjectSessionStore(storage).load("big") == grown
+    assert DurableObjectCheckpointStore(storage).load("big") == grown
     rewritten = make_checkpoint("big", 3, conversation(2))
-    DurableObjectSessionStore(storage).save(rewritten)  # shrunk by a handle that never saw the run
+    DurableObjectCheckpointStore(storage).save(rewritten)  # shrunk by a handle that never saw the run
     assert store.load("big") == rewritten
     assert len(storage.kv.data) == 2 + 1 + 1 + 1  # two messages, one header part, the index entry, step 3
     assert store.load_step("big", 3) == rewritten and store.load_step("big", 1) is None
@@ -54,32 +54,32 @@ def test_a_5_mb_history_is_stored_within_the_entry_limit_and_appended_to() -> No
 @pytest.mark.parametrize("text", ["ab" * 9000, "é" * 9000, "\U0001f600" * 5000, "a" + "€" * 7000])
 def test_a_split_never_cuts_a_character(text: str) -> None:
     storage = FakeDurableObjectStorage()
-    store = DurableObjectSessionStore(storage, max_entry_bytes=8192)
+    store = DurableObjectCheckpointStore(storage, max_entry_bytes=8192)
     checkpoint = make_checkpoint("r", 1, [{"role": "user", "content": text}])
     store.save(checkpoint)
     assert sum(1 for k in storage.kv.data if ":m" in k) > 1  # it was split
-    assert DurableObjectSessionStore(storage, max_entry_bytes=8192).load("r") == checkpoint
+    assert DurableObjectCheckpointStore(storage, max_entry_bytes=8192).load("r") == checkpoint
 
 
 def test_runs_of_two_prefixes_do_not_mix() -> None:
     storage = FakeDurableObjectStorage()
-    a, b = DurableObjectSessionStore(storage, prefix="a:"), DurableObjectSessionStore(storage, prefix="b:")
+    a, b = DurableObjectCheckpointStore(storage, prefix="a:"), DurableObjectCheckpointStore(storage, prefix="b:")
     a.save(make_checkpoint("r", 1, conversation(2)))
     assert b.load("r") is None and b.list() == [] and a.list() == ["r"]
 
 
 def test_run_ids_that_extend_each_other_keep_their_data_apart() -> None:
     storage = FakeDurableObjectStorage()
-    store = DurableObjectSessionStore(storage)
+    store = DurableObjectCheckpointStore(storage)
     store.save(make_checkpoint("a", 1, conversation(3)))
     store.save(make_checkpoint("a:m0000000000", 1, conversation(1)))
     store.delete("a:m0000000000")
-    assert DurableObjectSessionStore(storage).load("a") == make_checkpoint("a", 1, conversation(3))
+    assert DurableObjectCheckpointStore(storage).load("a") == make_checkpoint("a", 1, conversation(3))
 
 
 def test_a_save_that_fails_midway_writes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     storage = FakeDurableObjectStorage()
-    store = DurableObjectSessionStore(storage)
+    store = DurableObjectCheckpointStore(storage)
     first = make_checkpoint("r", 1, conversation(3))
     store.save(first)
     before = dict(storage.kv.data)
@@ -99,12 +99,12 @@ def test_a_save_that_fails_midway_writes_nothing(monkeypatch: pytest.MonkeyPatch
     monkeypatch.undo()
     latest = make_checkpoint("r", 3, conversation(9))
     store.save(latest)
-    assert DurableObjectSessionStore(storage).load("r") == latest
+    assert DurableObjectCheckpointStore(storage).load("r") == latest
 
 
 def test_unencodable_checkpoints_write_nothing() -> None:
     storage = FakeDurableObjectStorage()
-    store = DurableObjectSessionStore(storage)
+    store = DurableObjectCheckpointStore(storage)
     with pytest.raises(CodecError):
         store.save(make_checkpoint("r", 1, [{"role": "user", "content": [{"type": "text", "text": {1, 2}}]}]))
     assert storage.kv.writes == 0
@@ -131,7 +131,7 @@ def test_damage_is_corruption_of_its_run_only_and_a_save_heals_it(
     damage: Callable[[FakeDurableObjectStorage], Any], match: str
 ) -> None:
     storage = FakeDurableObjectStorage()
-    store = DurableObjectSessionStore(storage)
+    store = DurableObjectCheckpointStore(storage)
     store.save(make_checkpoint("bad", 1, conversation(3), created_at=5))
     good = make_checkpoint("good", 1, conversation(2), created_at=5)
     store.save(good)
@@ -143,13 +143,13 @@ def test_damage_is_corruption_of_its_run_only_and_a_save_heals_it(
     assert "good" in store.list()
     healed = make_checkpoint("bad", 2, conversation(4))
     store.save(healed)
-    assert DurableObjectSessionStore(storage).load("bad") == healed
+    assert DurableObjectCheckpointStore(storage).load("bad") == healed
     assert store.prune(before=10) == ["good"]
 
 
 def test_a_damaged_index_entry_is_skipped_by_list_and_prune(caplog: pytest.LogCaptureFixture) -> None:
     storage = FakeDurableObjectStorage()
-    store = DurableObjectSessionStore(storage)
+    store = DurableObjectCheckpointStore(storage)
     for run_id in ("a", "b"):
         store.save(make_checkpoint(run_id, 1, conversation(1), created_at=5))
     storage.kv.put("checkpoint:run:b", "[]")
@@ -163,7 +163,7 @@ def test_a_storage_without_the_kv_api_and_bad_options_are_refused_clearly() -> N
             return None
 
     with pytest.raises(ConfigurationError, match="new_sqlite_classes"):
-        DurableObjectSessionStore(LegacyKvBackedStorage())
+        DurableObjectCheckpointStore(LegacyKvBackedStorage())
     for options in ({"prefix": ""}, {"prefix": 3}, {"max_entry_bytes": 100}, {"cache_runs": -1}):
         with pytest.raises(ConfigurationError):
-            DurableObjectSessionStore(FakeDurableObjectStorage(), **options)
+            DurableObjectCheckpointStore(FakeDurableObjectStorage(), **options)

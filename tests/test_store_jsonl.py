@@ -1,4 +1,4 @@
-"""JsonlSessionStore: the conformance suite, plus crash safety, damage and compaction."""
+"""JsonlCheckpointStore: the conformance suite, plus crash safety, damage and compaction."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import pytest
 
 from durable_agent._codec_pure import decode
 from durable_agent.errors import CheckpointCorruptError, ConfigurationError
-from durable_agent.stores.jsonl import JsonlSessionStore
-from durable_agent.testing import SessionStoreConformance, conversation, make_checkpoint, message
+from durable_agent.stores.jsonl import JsonlCheckpointStore
+from durable_agent.testing import CheckpointStoreConformance, conversation, make_checkpoint, message
 
 
-class TestJsonlStore(SessionStoreConformance):
+class TestJsonlStore(CheckpointStoreConformance):
     @pytest.fixture
-    def make_store(self, tmp_path: Path) -> Callable[[], JsonlSessionStore]:
-        return lambda: JsonlSessionStore(tmp_path / "runs.jsonl", fsync=False)
+    def make_store(self, tmp_path: Path) -> Callable[[], JsonlCheckpointStore]:
+        return lambda: JsonlCheckpointStore(tmp_path / "runs.jsonl", fsync=False)
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def path(tmp_path: Path) -> Path:
 
 
 def test_each_save_appends_one_line_with_only_the_new_messages(path: Path) -> None:
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         history = conversation(10)
         store.save(make_checkpoint("r", 1, history))
         size = path.stat().st_size
@@ -39,19 +39,19 @@ def test_each_save_appends_one_line_with_only_the_new_messages(path: Path) -> No
 
 
 def test_a_torn_last_line_is_ignored_then_cut_by_the_next_writer(path: Path) -> None:
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         store.save(make_checkpoint("r", 1, conversation(3)))
         store.save(make_checkpoint("other", 1, conversation(2)))
     whole = path.read_bytes()
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         store.save(make_checkpoint("r", 2, conversation(5)))
     torn = path.read_bytes()[: len(whole) + 40]  # the crash hit in the middle of the third line
     path.write_bytes(torn)
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         assert store.load("r") == make_checkpoint("r", 1, conversation(3))
         assert store.damaged_lines == []
         store.save(make_checkpoint("r", 3, conversation(6)))
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         assert store.load("r") == make_checkpoint("r", 3, conversation(6))
         assert store.load("other") == make_checkpoint("other", 1, conversation(2))
     assert path.read_bytes().startswith(whole)
@@ -71,7 +71,7 @@ def test_a_torn_last_line_is_ignored_then_cut_by_the_next_writer(path: Path) -> 
 def test_a_damaged_line_makes_only_its_run_corrupt(
     path: Path, damage: Callable[[bytes], bytes], match: str
 ) -> None:
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         store.save(make_checkpoint("bad", 1, conversation(3)))
         store.save(make_checkpoint("good", 1, conversation(2)))
         store.save(make_checkpoint("bad", 2, conversation(4)))
@@ -79,7 +79,7 @@ def test_a_damaged_line_makes_only_its_run_corrupt(
     lines = path.read_bytes().split(b"\n")
     lines[2] = damage(lines[2])  # the second save of "bad"
     path.write_bytes(b"\n".join(lines))
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         with pytest.raises(CheckpointCorruptError, match=match) as caught:
             store.load("bad")
         assert caught.value.run_id == "bad"
@@ -94,22 +94,22 @@ def test_a_damaged_line_makes_only_its_run_corrupt(
 
 
 def test_a_lost_line_in_a_run_is_detected(path: Path) -> None:
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         for step in range(3):
             store.save(make_checkpoint("r", step, conversation(step + 2)))
     lines = path.read_bytes().split(b"\n")
     del lines[1]
     path.write_bytes(b"\n".join(lines))
-    with JsonlSessionStore(path) as store, pytest.raises(CheckpointCorruptError, match="was lost"):
+    with JsonlCheckpointStore(path) as store, pytest.raises(CheckpointCorruptError, match="was lost"):
         store.load("r")
 
 
 def test_an_unattributable_line_is_skipped_and_reported(path: Path) -> None:
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         store.save(make_checkpoint("r", 1, conversation(3)))
     with path.open("ab") as f:
         f.write(b"\x00\x00 not json at all\n")
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         assert store.damaged_lines == [path.stat().st_size - 19]
         assert store.load("r") == make_checkpoint("r", 1, conversation(3))
         store.save(make_checkpoint("r", 2, conversation(4)))
@@ -117,7 +117,7 @@ def test_an_unattributable_line_is_skipped_and_reported(path: Path) -> None:
 
 
 def test_compaction_keeps_every_run_and_shrinks_the_file(path: Path) -> None:
-    with JsonlSessionStore(path, fsync=False) as store, JsonlSessionStore(path, fsync=False) as other:
+    with JsonlCheckpointStore(path, fsync=False) as store, JsonlCheckpointStore(path, fsync=False) as other:
         history: list[object] = []
         for step in range(30):
             history = [*history, message(step)]
@@ -137,15 +137,15 @@ def test_compaction_keeps_every_run_and_shrinks_the_file(path: Path) -> None:
 
 def test_an_unusable_path_is_a_configuration_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError):
-        JsonlSessionStore(tmp_path / "no-such-dir" / "runs.jsonl")
+        JsonlCheckpointStore(tmp_path / "no-such-dir" / "runs.jsonl")
 
 
 _WRITER = """
 import sys
 sys.path.insert(0, {python!r})
-from durable_agent.stores.jsonl import JsonlSessionStore
+from durable_agent.stores.jsonl import JsonlCheckpointStore
 from durable_agent.testing import make_checkpoint, conversation
-store = JsonlSessionStore({path!r}, fsync=False)
+store = JsonlCheckpointStore({path!r}, fsync=False)
 worker = int(sys.argv[1])
 for step in range(40):
     store.save(make_checkpoint(f"w{{worker}}", step, conversation(step + 1)))
@@ -162,7 +162,7 @@ def test_several_processes_append_to_one_file(path: Path) -> None:
     script = _WRITER.format(python=python_dir, path=str(path))
     procs = [subprocess.Popen([sys.executable, "-c", script, str(w)]) for w in range(3)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         for w in range(3):
             assert store.load(f"w{w}") == make_checkpoint(f"w{w}", 39, conversation(40))
         shared = store.load("shared")
@@ -177,7 +177,7 @@ def test_the_file_is_created_owner_only_and_compaction_keeps_its_mode(path: Path
 
     old = os.umask(0o022)
     try:
-        with JsonlSessionStore(path) as store:
+        with JsonlCheckpointStore(path) as store:
             store.save(make_checkpoint("r", 1, conversation(2)))
             assert path.stat().st_mode & 0o777 == 0o600
             store.compact()
@@ -195,7 +195,7 @@ def test_compaction_never_writes_through_a_planted_symlink(path: Path, monkeypat
 
     victim = path.parent / "victim.txt"
     victim.write_text("precious")
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         store.save(make_checkpoint("r", 1, conversation(3)))
         # the name an older version used, predictable from the pid
         (path.parent / f"{path.name}.compact-{os.getpid()}").symlink_to(victim)
@@ -214,11 +214,11 @@ def test_compaction_never_writes_through_a_planted_symlink(path: Path, monkeypat
 def test_a_damaged_line_naming_an_unknown_run_makes_up_no_run(
     path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         store.save(make_checkpoint("r", 1, conversation(2)))
     with path.open("ab") as f:
         f.write(b'{"run_id":"phantom","op":"save" garbage\n')
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         assert store.list() == ["r"]
         assert store.load("phantom") is None
         assert store.damaged_lines == [path.stat().st_size - 40]
@@ -230,18 +230,18 @@ def test_a_damaged_line_naming_an_unknown_run_makes_up_no_run(
 def test_a_zero_filled_newest_line_rolls_its_run_back_with_a_warning(
     path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         store.save(make_checkpoint("r", 1, conversation(2)))
         size = path.stat().st_size
         store.save(make_checkpoint("r", 2, conversation(3)))
     data = path.read_bytes()
     path.write_bytes(data[:size] + b"\x00" * (len(data) - size))  # the newest line and its newline
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         assert store.load("r") == make_checkpoint("r", 1, conversation(2))
         assert store.load("r") == make_checkpoint("r", 1, conversation(2))
         warnings = [r for r in caplog.records if "zeros" in r.getMessage()]
         assert len(warnings) == 1 and "previous save" in warnings[0].getMessage()
         store.save(make_checkpoint("r", 3, conversation(4)))
-    with JsonlSessionStore(path) as store:
+    with JsonlCheckpointStore(path) as store:
         assert store.load("r") == make_checkpoint("r", 3, conversation(4))
     assert b"\x00" not in path.read_bytes()

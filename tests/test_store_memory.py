@@ -6,16 +6,16 @@ from collections.abc import Callable
 
 import pytest
 
-from durable_agent import InMemorySessionStore
-from durable_agent.testing import SessionStoreConformance
+from durable_agent import InMemoryCheckpointStore
+from durable_agent.testing import CheckpointStoreConformance
 
 
-class TestInMemoryStore(SessionStoreConformance):
+class TestInMemoryStore(CheckpointStoreConformance):
     checks_encoding = False
 
     @pytest.fixture
-    def make_store(self) -> Callable[[], InMemorySessionStore]:
-        store = InMemorySessionStore()
+    def make_store(self) -> Callable[[], InMemoryCheckpointStore]:
+        store = InMemoryCheckpointStore()
         return lambda: store
 
 
@@ -24,7 +24,7 @@ def test_the_step_log_header_keeps_every_field_but_the_messages() -> None:
     import dataclasses
 
     from durable_agent import AgentCheckpoint, ToolApprovalRequest, Usage
-    from durable_agent.session import _header
+    from durable_agent.checkpoint_store import _header
 
     checkpoint = AgentCheckpoint(
         run_id="r", step_index=4, status="suspended", messages=[{"role": "user", "content": "hi"}],

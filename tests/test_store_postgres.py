@@ -12,7 +12,7 @@ import pytest
 
 from durable_agent.errors import CheckpointCorruptError, FeatureUnavailableError
 from durable_agent.testing import (
-    SessionStoreConformance,
+    CheckpointStoreConformance,
     conversation,
     hammer_one_run,
     make_checkpoint,
@@ -38,37 +38,37 @@ def _sql(conninfo: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[
         return cur.fetchall() if cur.description else []
 
 
-class TestPostgresStore(SessionStoreConformance):
+class TestPostgresStore(CheckpointStoreConformance):
     @pytest.fixture
     def make_store(self, conninfo: str) -> Callable[[], Any]:
-        from durable_agent.stores.postgres import PostgresSessionStore
+        from durable_agent.stores.postgres import PostgresCheckpointStore
 
-        return lambda: PostgresSessionStore(conninfo, max_size=2)
+        return lambda: PostgresCheckpointStore(conninfo, max_size=2)
 
 
-class TestAsyncPostgresStore(SessionStoreConformance):
+class TestAsyncPostgresStore(CheckpointStoreConformance):
     @pytest.fixture
     def make_store(self, conninfo: str) -> Callable[[], Any]:
-        from durable_agent.stores.postgres import AsyncPostgresSessionStore
+        from durable_agent.stores.postgres import AsyncPostgresCheckpointStore
 
-        return lambda: AsyncPostgresSessionStore(conninfo, max_size=2)
+        return lambda: AsyncPostgresCheckpointStore(conninfo, max_size=2)
 
 
 @pytest.fixture
 def store(conninfo: str) -> Iterator[Any]:
-    from durable_agent.stores.postgres import PostgresSessionStore
+    from durable_agent.stores.postgres import PostgresCheckpointStore
 
-    with PostgresSessionStore(conninfo, max_size=2) as s:
+    with PostgresCheckpointStore(conninfo, max_size=2) as s:
         yield s
 
 
 def test_schema_version_table_and_newer_schema_refused(conninfo: str, store: Any) -> None:
-    from durable_agent.stores.postgres import PostgresSessionStore
+    from durable_agent.stores.postgres import PostgresCheckpointStore
 
     store.save(make_checkpoint("r", 1))
     assert _sql(conninfo, "SELECT version FROM durable_agent_schema_version ORDER BY version") == [(1,), (2,)]
     _sql(conninfo, "INSERT INTO durable_agent_schema_version VALUES (7)")
-    with PostgresSessionStore(conninfo) as newer, pytest.raises(FeatureUnavailableError, match="version 7"):
+    with PostgresCheckpointStore(conninfo) as newer, pytest.raises(FeatureUnavailableError, match="version 7"):
         newer.load("r")
 
 
@@ -119,9 +119,9 @@ def test_a_connection_lost_mid_run_heals_on_the_next_save(conninfo: str, store: 
 
 
 def test_concurrent_writers_of_one_run_queue_on_its_lock(conninfo: str) -> None:
-    from durable_agent.stores.postgres import PostgresSessionStore
+    from durable_agent.stores.postgres import PostgresCheckpointStore
 
-    stores = [PostgresSessionStore(conninfo, max_size=1) for _ in range(3)]
+    stores = [PostgresCheckpointStore(conninfo, max_size=1) for _ in range(3)]
     try:
         loaded = hammer_one_run(stores)
     finally:
@@ -140,10 +140,10 @@ def test_a_failed_save_drops_the_cache_so_the_next_save_heals(conninfo: str, asy
 
     import psycopg
 
-    from durable_agent.stores.postgres import AsyncPostgresSessionStore, PostgresSessionStore
+    from durable_agent.stores.postgres import AsyncPostgresCheckpointStore, PostgresCheckpointStore
 
     async def scenario() -> None:
-        store = (AsyncPostgresSessionStore if asynchronous else PostgresSessionStore)(conninfo, max_size=1)
+        store = (AsyncPostgresCheckpointStore if asynchronous else PostgresCheckpointStore)(conninfo, max_size=1)
 
         async def call(result: Any) -> Any:
             return await result if asynchronous else result

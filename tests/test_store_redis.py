@@ -1,4 +1,4 @@
-"""RedisSessionStore against a real server: conformance, corruption, stale writers, lost connections.
+"""RedisCheckpointStore against a real server: conformance, corruption, stale writers, lost connections.
 
 Run under `scripts/services run -- ...` (sets DURABLE_AGENT_TEST_REDIS_URL).
 """
@@ -10,17 +10,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from store_kit import BlockingStore
 
 from durable_agent.errors import CheckpointCorruptError, ConfigurationError
 from durable_agent.testing import (
-    SessionStoreConformance,
+    CheckpointStoreConformance,
     conversation,
     hammer_one_run,
     make_checkpoint,
     message,
 )
 from durable_agent.testing.services import REDIS_URL_VAR, service_url
+from store_kit import BlockingStore
 
 pytestmark = pytest.mark.host_only("needs a Redis server and redis-py")
 
@@ -44,34 +44,34 @@ def prefix(url: str) -> Iterator[str]:
     client.close()
 
 
-class TestRedisStore(SessionStoreConformance):
+class TestRedisStore(CheckpointStoreConformance):
     @pytest.fixture
     def make_store(self, url: str, prefix: str) -> Callable[[], Any]:
-        from durable_agent.stores.redis import RedisSessionStore
+        from durable_agent.stores.redis import RedisCheckpointStore
 
-        return lambda: RedisSessionStore(url, prefix=prefix)
+        return lambda: RedisCheckpointStore(url, prefix=prefix)
 
 
-class TestAsyncRedisStore(SessionStoreConformance):
+class TestAsyncRedisStore(CheckpointStoreConformance):
     @pytest.fixture
     def make_store(self, url: str, prefix: str) -> Callable[[], Any]:
-        from durable_agent.stores.redis import AsyncRedisSessionStore
+        from durable_agent.stores.redis import AsyncRedisCheckpointStore
 
-        return lambda: AsyncRedisSessionStore(url, prefix=prefix)
+        return lambda: AsyncRedisCheckpointStore(url, prefix=prefix)
 
 
 @pytest.fixture(params=["sync", "async"])
-def Store(request: pytest.FixtureRequest) -> Callable[..., Any]:  # noqa: N802 - stands for a class
+def Store(request: pytest.FixtureRequest) -> Callable[..., Any]:  # capitalised: it stands for a class
     """Each store class with a sync face: the rules of damage and healing hold for both."""
-    from durable_agent.stores.redis import AsyncRedisSessionStore, RedisSessionStore
+    from durable_agent.stores.redis import AsyncRedisCheckpointStore, RedisCheckpointStore
 
     if request.param == "sync":
-        return RedisSessionStore
-    return lambda *args, **kwargs: BlockingStore(AsyncRedisSessionStore(*args, **kwargs))
+        return RedisCheckpointStore
+    return lambda *args, **kwargs: BlockingStore(AsyncRedisCheckpointStore(*args, **kwargs))
 
 
 @pytest.fixture
-def store(Store: Callable[..., Any], url: str, prefix: str) -> Iterator[Any]:  # noqa: N803
+def store(Store: Callable[..., Any], url: str, prefix: str) -> Iterator[Any]:
     with Store(url, prefix=prefix) as s:
         yield s
 
@@ -140,9 +140,9 @@ def test_a_lost_connection_heals_on_the_next_save(store: Any, raw: Any) -> None:
 
 
 def test_concurrent_writers_of_one_run_retry_on_stale(url: str, prefix: str, raw: Any) -> None:
-    from durable_agent.stores.redis import RedisSessionStore
+    from durable_agent.stores.redis import RedisCheckpointStore
 
-    stores = [RedisSessionStore(url, prefix=prefix) for _ in range(3)]
+    stores = [RedisCheckpointStore(url, prefix=prefix) for _ in range(3)]
     try:
         loaded = hammer_one_run(stores, steps=30)
     finally:
@@ -152,12 +152,12 @@ def test_concurrent_writers_of_one_run_retry_on_stale(url: str, prefix: str, raw
 
 
 def test_exactly_one_of_url_or_client(url: str) -> None:
-    from durable_agent.stores.redis import RedisSessionStore
+    from durable_agent.stores.redis import RedisCheckpointStore
 
     with pytest.raises(ConfigurationError):
-        RedisSessionStore()
+        RedisCheckpointStore()
     with pytest.raises(ConfigurationError):
-        RedisSessionStore(url, client=object())
+        RedisCheckpointStore(url, client=object())
 
 
 @pytest.mark.parametrize(
@@ -200,7 +200,7 @@ def test_a_key_of_the_wrong_type_is_corruption_of_its_run_and_a_save_replaces_it
 
 @pytest.mark.parametrize("revision", [b"abc", b"\xff", b"-1"])
 def test_a_damaged_revision_field_is_healed_not_retried_forever(
-    Store: Callable[..., Any], url: str, prefix: str, raw: Any, revision: bytes  # noqa: N803
+    Store: Callable[..., Any], url: str, prefix: str, raw: Any, revision: bytes
 ) -> None:
     with Store(url, prefix=prefix) as writer:
         writer.save(make_checkpoint("r", 1, conversation(2)))
@@ -224,10 +224,10 @@ def test_concurrent_async_writers_of_one_run_retry_on_stale(url: str, prefix: st
     """Three async handles save one run at once on one event loop: each save lands whole."""
     import asyncio
 
-    from durable_agent.stores.redis import AsyncRedisSessionStore, RedisSessionStore
+    from durable_agent.stores.redis import AsyncRedisCheckpointStore, RedisCheckpointStore
 
     async def writer(i: int) -> None:
-        async with AsyncRedisSessionStore(url, prefix=prefix) as store:
+        async with AsyncRedisCheckpointStore(url, prefix=prefix) as store:
             for step in range(30):
                 await store.save(make_checkpoint("hot", step, conversation((step * (i + 1)) % 9 + 1)))
 
@@ -235,7 +235,7 @@ def test_concurrent_async_writers_of_one_run_retry_on_stale(url: str, prefix: st
         await asyncio.gather(*(writer(i) for i in range(3)))
 
     asyncio.run(writers())
-    with RedisSessionStore(url, prefix=prefix) as store:
+    with RedisCheckpointStore(url, prefix=prefix) as store:
         loaded = store.load("hot")
     assert loaded is not None and loaded.step_index == 29
     assert loaded.messages == conversation(len(loaded.messages))

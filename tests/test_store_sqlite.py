@@ -1,4 +1,4 @@
-"""SqliteSessionStore: the conformance suite, plus what only a file store can show."""
+"""SqliteCheckpointStore: the conformance suite, plus what only a file store can show."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_kit import BlockingStore
 
 from durable_agent.errors import (
     CheckpointConflictError,
@@ -18,14 +17,15 @@ from durable_agent.errors import (
     ConfigurationError,
     FeatureUnavailableError,
 )
-from durable_agent.stores.sqlite import AsyncSqliteSessionStore, SqliteSessionStore
+from durable_agent.stores.sqlite import AsyncSqliteCheckpointStore, SqliteCheckpointStore
 from durable_agent.testing import (
-    SessionStoreConformance,
+    CheckpointStoreConformance,
     conversation,
     hammer_one_run,
     make_checkpoint,
     message,
 )
+from store_kit import BlockingStore
 
 try:
     import sqlite3
@@ -36,17 +36,17 @@ needs_sqlite3 = pytest.mark.requires_sqlite  # skipped only under a Pyodide with
 
 
 @needs_sqlite3
-class TestSqliteStore(SessionStoreConformance):
+class TestSqliteStore(CheckpointStoreConformance):
     @pytest.fixture
-    def make_store(self, tmp_path: Path) -> Callable[[], SqliteSessionStore]:
-        return lambda: SqliteSessionStore(tmp_path / "runs.db")
+    def make_store(self, tmp_path: Path) -> Callable[[], SqliteCheckpointStore]:
+        return lambda: SqliteCheckpointStore(tmp_path / "runs.db")
 
 
 @needs_sqlite3
-class TestAsyncSqliteStore(SessionStoreConformance):
+class TestAsyncSqliteStore(CheckpointStoreConformance):
     @pytest.fixture
-    def make_store(self, tmp_path: Path) -> Callable[[], AsyncSqliteSessionStore]:
-        return lambda: AsyncSqliteSessionStore(tmp_path / "runs.db")
+    def make_store(self, tmp_path: Path) -> Callable[[], AsyncSqliteCheckpointStore]:
+        return lambda: AsyncSqliteCheckpointStore(tmp_path / "runs.db")
 
 
 @pytest.fixture
@@ -55,11 +55,11 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(params=["sync", "async"])
-def Store(request: pytest.FixtureRequest) -> Callable[..., Any]:  # noqa: N802 - stands for a class
+def Store(request: pytest.FixtureRequest) -> Callable[..., Any]:  # capitalised: it stands for a class
     """Each store class with a sync face: the rules of damage and healing hold for both."""
     if request.param == "sync":
-        return SqliteSessionStore
-    return lambda *args, **kwargs: BlockingStore(AsyncSqliteSessionStore(*args, **kwargs))
+        return SqliteCheckpointStore
+    return lambda *args, **kwargs: BlockingStore(AsyncSqliteCheckpointStore(*args, **kwargs))
 
 
 def _rows(db: Path, run_id: str) -> list[tuple[int, str]]:
@@ -71,7 +71,7 @@ def _rows(db: Path, run_id: str) -> list[tuple[int, str]]:
 
 @needs_sqlite3
 def test_a_save_writes_only_the_new_messages(db: Path) -> None:
-    with SqliteSessionStore(db) as store:
+    with SqliteCheckpointStore(db) as store:
         history = conversation(10)
         store.save(make_checkpoint("r", 1, history))
         rowids_before = _rowids(db, "r")
@@ -93,7 +93,7 @@ def _rowids(db: Path, run_id: str) -> list[int]:
 
 @needs_sqlite3
 def test_wal_mode_and_schema_version(db: Path) -> None:
-    SqliteSessionStore(db).close()
+    SqliteCheckpointStore(db).close()
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA page_size").fetchone()[0] == 8192
@@ -102,23 +102,23 @@ def test_wal_mode_and_schema_version(db: Path) -> None:
 
 @needs_sqlite3
 def test_a_newer_schema_is_refused(db: Path) -> None:
-    SqliteSessionStore(db).close()
+    SqliteCheckpointStore(db).close()
     with sqlite3.connect(db) as conn:
         conn.execute("INSERT INTO durable_agent_schema_version VALUES (99)")
     with pytest.raises(FeatureUnavailableError, match="version 99"):
-        SqliteSessionStore(db)
+        SqliteCheckpointStore(db)
 
 
 @needs_sqlite3
 def test_not_a_database_is_a_configuration_error(tmp_path: Path) -> None:
     bad = tmp_path / "garbage.db"
     bad.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(ConfigurationError, match="garbage.db"):
-        SqliteSessionStore(bad)
+    with pytest.raises(ConfigurationError, match=r"garbage\.db"):
+        SqliteCheckpointStore(bad)
     with pytest.raises(ConfigurationError):
-        SqliteSessionStore(tmp_path / "missing-dir" / "x.db")
+        SqliteCheckpointStore(tmp_path / "missing-dir" / "x.db")
     with pytest.raises(ConfigurationError):
-        SqliteSessionStore(tmp_path / "ok.db", synchronous="OFF")  # type: ignore[arg-type]
+        SqliteCheckpointStore(tmp_path / "ok.db", synchronous="OFF")  # type: ignore[arg-type]
 
 
 @needs_sqlite3
@@ -201,9 +201,9 @@ def test_a_failed_transaction_leaves_no_partial_save(Store: Callable[..., Any], 
 _WRITER = """
 import sys
 sys.path.insert(0, {python!r})
-from durable_agent.stores.sqlite import AsyncSqliteSessionStore, SqliteSessionStore
+from durable_agent.stores.sqlite import AsyncSqliteCheckpointStore, SqliteCheckpointStore
 from durable_agent.testing import make_checkpoint, conversation
-store = SqliteSessionStore({db!r})
+store = SqliteCheckpointStore({db!r})
 worker = int(sys.argv[1])
 for step in range(40):
     store.save(make_checkpoint(f"w{{worker}}", step, conversation(step + 1)))
@@ -214,12 +214,12 @@ store.close()
 
 @pytest.mark.host_only("spawns processes")
 def test_several_processes_write_one_file(db: Path) -> None:
-    SqliteSessionStore(db).close()
+    SqliteCheckpointStore(db).close()
     python_dir = str(Path(__file__).resolve().parent.parent / "python")
     script = _WRITER.format(python=python_dir, db=str(db))
     procs = [subprocess.Popen([sys.executable, "-c", script, str(w)]) for w in range(3)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
-    with SqliteSessionStore(db) as store:
+    with SqliteCheckpointStore(db) as store:
         for w in range(3):
             assert store.load(f"w{w}") == make_checkpoint(f"w{w}", 39, conversation(40))
         shared = store.load("shared")
@@ -231,7 +231,7 @@ def test_several_processes_write_one_file(db: Path) -> None:
 @needs_sqlite3
 @pytest.mark.host_only("threads")
 def test_concurrent_writers_of_one_run_through_separate_connections(db: Path) -> None:
-    stores = [SqliteSessionStore(db) for _ in range(3)]
+    stores = [SqliteCheckpointStore(db) for _ in range(3)]
     try:
         loaded = hammer_one_run(stores)
     finally:
@@ -255,7 +255,7 @@ def test_loading_primes_the_cache_so_a_resumed_run_appends(Store: Callable[..., 
 def test_sqlite_missing_raises_feature_unavailable(monkeypatch: pytest.MonkeyPatch, db: Path) -> None:
     monkeypatch.setitem(sys.modules, "sqlite3", None)
     with pytest.raises(FeatureUnavailableError, match="sqlite3"):
-        SqliteSessionStore(db)
+        SqliteCheckpointStore(db)
 
 
 def _damage(db: Path, sql: str, params: tuple[object, ...] = ()) -> None:
@@ -369,7 +369,7 @@ def test_database_files_are_created_owner_only(tmp_path: Path) -> None:
 
     old = os.umask(0o022)
     try:
-        with SqliteSessionStore(tmp_path / "runs.db") as store:
+        with SqliteCheckpointStore(tmp_path / "runs.db") as store:
             store.save(make_checkpoint("r", 1, conversation(2)))
             names = ["runs.db", "runs.db-wal", "runs.db-shm"]
             assert {n: oct((tmp_path / n).stat().st_mode & 0o777) for n in names} == dict.fromkeys(names, "0o600")
@@ -381,7 +381,7 @@ def test_database_files_are_created_owner_only(tmp_path: Path) -> None:
     existing = tmp_path / "shared.db"
     existing.touch(mode=0o640)
     existing.chmod(0o640)
-    SqliteSessionStore(existing).close()
+    SqliteCheckpointStore(existing).close()
     assert existing.stat().st_mode & 0o777 == 0o640  # a mode the operator chose is kept
 
 
@@ -393,13 +393,13 @@ def test_a_schema_1_file_migrates_and_its_runs_fork_at_their_latest_step(db: Pat
     from durable_agent.errors import StepNotFoundError
     from durable_agent.fork import fork_run
 
-    with SqliteSessionStore(db) as store:
+    with SqliteCheckpointStore(db) as store:
         for step in range(3):
             store.save(make_checkpoint("old", step, conversation(2 + step)))
     with sqlite3.connect(db) as conn:  # what schema 1 left: no step table, version 1 only
         conn.execute("DROP TABLE durable_agent_step_log")
         conn.execute("DELETE FROM durable_agent_schema_version WHERE version = 2")
-    with SqliteSessionStore(db) as store:
+    with SqliteCheckpointStore(db) as store:
         assert store.load("old") == make_checkpoint("old", 2, conversation(4))
         assert store.load_step("old", 1) is None
         with pytest.raises(StepNotFoundError):
@@ -418,7 +418,7 @@ def test_a_save_waiting_for_the_write_lock_does_not_block_the_event_loop(db: Pat
     timeout with the heartbeat stopped, and fail with "database is locked"."""
 
     async def scenario() -> tuple[int, bool]:
-        async with AsyncSqliteSessionStore(db, busy_timeout_ms=5_000) as store:
+        async with AsyncSqliteCheckpointStore(db, busy_timeout_ms=5_000) as store:
             await store.save(make_checkpoint("r", 1, conversation(2)))
             blocker = sqlite3.connect(db, isolation_level=None)
             blocker.execute("BEGIN IMMEDIATE")
@@ -444,7 +444,7 @@ def test_concurrent_async_saves_are_each_durable_when_awaited(db: Path) -> None:
     and a save that conflicts fails alone, leaving the others of its commit applied."""
 
     async def scenario() -> None:
-        async with AsyncSqliteSessionStore(db) as store:
+        async with AsyncSqliteCheckpointStore(db) as store:
             await store.save(make_checkpoint("fenced", 3, conversation(1)))
             saves = [store.save(make_checkpoint(f"r{i}", i, conversation(i % 5 + 1))) for i in range(50)]
             conflict = store.save(make_checkpoint("fenced", 4, conversation(2)), expected_step_index=2)
@@ -453,7 +453,7 @@ def test_concurrent_async_saves_are_each_durable_when_awaited(db: Path) -> None:
             assert isinstance(results[50], CheckpointConflictError)
 
     asyncio.run(scenario())
-    with SqliteSessionStore(db) as fresh:  # another handle: what reached the file
+    with SqliteCheckpointStore(db) as fresh:  # another handle: what reached the file
         assert [fresh.load(f"r{i}") for i in range(50)] == [
             make_checkpoint(f"r{i}", i, conversation(i % 5 + 1)) for i in range(50)
         ]

@@ -16,6 +16,7 @@ from durable_agent import (
     generate_text,
     reply,
 )
+from durable_agent.messages import Message
 from durable_agent.providers import OpenAIChatModel, OpenAIResponsesModel
 
 INVOICE = {
@@ -24,7 +25,7 @@ INVOICE = {
     "required": ["id", "amount"],
     "additionalProperties": False,
 }
-HI = [{"role": "user", "content": "Which invoice?"}]
+HI: list[Message] = [{"role": "user", "content": "Which invoice?"}]
 
 
 async def test_a_matching_answer_is_parsed_onto_the_result_and_the_model_is_told_the_schema() -> None:
@@ -36,9 +37,10 @@ async def test_a_matching_answer_is_parsed_onto_the_result_and_the_model_is_told
 
 
 async def test_a_fenced_json_block_counts_and_a_pydantic_model_gives_its_instance() -> None:
-    pydantic = pytest.importorskip("pydantic")
+    pytest.importorskip("pydantic")
+    from pydantic import BaseModel
 
-    class Invoice(pydantic.BaseModel):
+    class Invoice(BaseModel):
         id: str
         amount: float
 

@@ -15,8 +15,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from durable_agent._codec_pure import decode
 from durable_agent.errors import CodecError

@@ -6,8 +6,8 @@ import enum
 from typing import Any, Literal, Optional
 
 import pytest
-from agent_kit import NUMBERS, user
 
+from agent_kit import NUMBERS, recording, user
 from durable_agent import ConfigurationError, ScriptedModel, Tool, call, generate_text, reply
 
 
@@ -163,8 +163,10 @@ def test_what_cannot_be_enforced_is_refused_when_the_tool_is_built(name: str) ->
 
 def test_multiple_of_reads_floats_as_the_decimals_they_were_written_as() -> None:
     assert 0.3 / 0.1 != 3  # what a binary check would trip on
-    for step, ok, bad in [(0.1, [0.3, 0.7, 2.2, -0.9], [0.35, 1e-9]), (0.01, [19.99, 0.07], [0.005]),
-                          (1e-7, [3e-7, 1], [1.5e-7]), (2.5, [7.5, 10], [1]), (3, [10**40 * 3], [10**40 + 1])]:
+    cases: list[tuple[float, list[float], list[float]]] = [
+        (0.1, [0.3, 0.7, 2.2, -0.9], [0.35, 1e-9]), (0.01, [19.99, 0.07], [0.005]),
+        (1e-7, [3e-7, 1], [1.5e-7]), (2.5, [7.5, 10], [1]), (3, [10**40 * 3], [10**40 + 1])]
+    for step, ok, bad in cases:
         for value in ok:
             assert problems({"multipleOf": step}, value) == [], (value, step)
         for value in bad:
@@ -262,7 +264,7 @@ def test_the_schema_is_checked_once_when_the_tool_is_built() -> None:
 async def test_invalid_input_reaches_the_model_as_an_error_result_and_not_execute() -> None:
     ran: list[Any] = []
     schema = {"type": "object", "properties": {"ids": {"type": "array", "uniqueItems": True}}}
-    tools = {"fetch": Tool(parameters=schema, execute=lambda args: ran.append(args) or "ok")}
+    tools = {"fetch": Tool(parameters=schema, execute=recording(ran, "ok"))}
     model = ScriptedModel([reply("", call("fetch", {"ids": [1, 1]}), call("fetch", {"ids": [1, 2]})), "done"])
     result = await generate_text(model=model, messages=[user("x")], tools=tools)
     bad, good = result.steps[0].tool_results
@@ -274,31 +276,31 @@ async def test_invalid_input_reaches_the_model_as_an_error_result_and_not_execut
 
 
 def pydantic_models() -> Any:
-    pydantic = pytest.importorskip("pydantic")
-    BaseModel, Field = pydantic.BaseModel, pydantic.Field
+    pytest.importorskip("pydantic")
+    from pydantic import BaseModel, Field
 
     class Color(enum.Enum):
         RED = "red"
         GREEN = "green"
 
-    class Address(BaseModel):  # type: ignore[misc, valid-type]
+    class Address(BaseModel):
         model_config = {"extra": "forbid"}
         street: str
         zip: str = Field(pattern=r"^\d{5}$")
 
-    class Node(BaseModel):  # type: ignore[misc, valid-type]
+    class Node(BaseModel):
         value: int
         children: list[Node] = []
 
-    class Cat(BaseModel):  # type: ignore[misc, valid-type]
+    class Cat(BaseModel):
         kind: Literal["cat"]
         lives: int = Field(ge=0, le=9)
 
-    class Dog(BaseModel):  # type: ignore[misc, valid-type]
+    class Dog(BaseModel):
         kind: Literal["dog"]
         good: bool
 
-    class Order(BaseModel):  # type: ignore[misc, valid-type]
+    class Order(BaseModel):
         name: str = Field(min_length=1, description="who orders")
         quantity: Optional[int] = Field(default=None, gt=0, multiple_of=2)  # noqa: UP045 (the Optional spelling)
         address: Address | None = None

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from jsonschema import Draft202012Validator
 
 from durable_agent import Tool
@@ -160,7 +159,7 @@ def check_against(data: st.DataObject, schema: Any, drawn: st.SearchStrategy[Any
     its bounds, small objects and arrays, of one repeated item or of mixed ones), then a few generated
     ones."""
     pool = [twin for c in constants(schema) for twin in twins(c)]
-    pool += [{k: v} for k in KEYS for v in (0, 1.5, "a", None, [])] + [dict.fromkeys(KEYS, 1)]
+    pool += [{k: v} for k in KEYS for v in (0, 1.5, "a", None, list[Any]())] + [dict.fromkeys(KEYS, 1)]
     pool += [[v] * n for v in (0, "a", None) for n in (1, 2, 3)] + [[0, "a", None, 1.5], ["a", 0], [[], {}, [0]]]
     pool += [{"a": 0, "b": "a", "a_x": None}, {"a": "a", "b": [0]}]
     values = pool + data.draw(st.lists(drawn, min_size=1, max_size=6))

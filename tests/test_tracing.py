@@ -15,19 +15,18 @@ import pytest
 from durable_agent import (
     Agent,
     DurableOptions,
-    InMemorySessionStore,
+    InMemoryCheckpointStore,
+    MemoryRuntime,
     ScriptedModel,
-    Session,
     Tool,
     ToolApprovalResponse,
     agent_tool,
     call,
-    create_memory_runtime,
     generate_text,
     reply,
     resume_from_checkpoint,
+    tracing,
 )
-from durable_agent import tracing
 from durable_agent.tracing import RunContextFilter
 
 pytest.importorskip("opentelemetry.sdk", reason="tracing tests need opentelemetry-sdk (scripts/requirements-dev.txt)")
@@ -42,11 +41,15 @@ def provider() -> Any:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    provider.memory = memory
-    return provider
+    class MemoryTracerProvider(TracerProvider):
+        """Keeps the finished spans in `memory`."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.memory = InMemorySpanExporter()
+            self.add_span_processor(SimpleSpanProcessor(self.memory))
+
+    return MemoryTracerProvider()
 
 
 @pytest.fixture
@@ -78,8 +81,8 @@ def by_name(finished: Any, name: str) -> list[Any]:
 
 
 def test_a_run_its_steps_model_calls_and_tool_calls(spans: Any) -> None:
-    store = InMemorySessionStore()
-    first = asyncio.run(generate_text(model=model(), tools=tools(), max_steps=5, session=Session(store, "run-1"),
+    store = InMemoryCheckpointStore()
+    first = asyncio.run(generate_text(model=model(), tools=tools(), max_steps=5, store=store, run_id="run-1",
                                       messages=[{"role": "user", "content": "Pay."}]))
     finished = spans.get_finished_spans()
     (leg,) = by_name(finished, "invoke_agent durable_agent")
@@ -111,8 +114,8 @@ def test_a_run_its_steps_model_calls_and_tool_calls(spans: Any) -> None:
 
 
 def test_a_resumed_leg_is_linked_to_the_leg_it_continues(spans: Any) -> None:
-    store = InMemorySessionStore()
-    first = asyncio.run(generate_text(model=model(), tools=tools(), max_steps=5, session=Session(store, "run-2"),
+    store = InMemoryCheckpointStore()
+    first = asyncio.run(generate_text(model=model(), tools=tools(), max_steps=5, store=store, run_id="run-2",
                                       messages=[{"role": "user", "content": "Pay."}]))
     (before,) = by_name(spans.get_finished_spans(), "invoke_agent durable_agent")
     spans.clear()
@@ -170,7 +173,7 @@ def test_a_sub_agent_leg_nests_under_its_tool_call(spans: Any) -> None:
 
 def test_an_agent_leg_carries_its_session(spans: Any, caplog: pytest.LogCaptureFixture) -> None:
     script = ScriptedModel([reply("Trying.", call("broken", {})), "It failed."])
-    agent = Agent(model=script, tools=tools(), durable=DurableOptions(create_memory_runtime()), session_id="chat-7")
+    agent = Agent(model=script, tools=tools(), durable=DurableOptions(MemoryRuntime()), session_id="chat-7")
     with caplog.at_level(logging.INFO, logger="durable_agent"):
         result = asyncio.run(agent.run("Go."))
     (leg,) = by_name(spans.get_finished_spans(), "invoke_agent durable_agent")
@@ -185,7 +188,7 @@ def test_an_agent_leg_carries_its_session(spans: Any, caplog: pytest.LogCaptureF
 def test_log_records_of_a_plain_run_carry_its_ids(caplog: pytest.LogCaptureFixture) -> None:
     script = ScriptedModel([reply("Looking.", call("lookup", {}))] * 3)  # the same call three times: runaway
     with caplog.at_level(logging.WARNING, logger="durable_agent"):
-        asyncio.run(generate_text(model=script, tools=tools(), session=Session(InMemorySessionStore(), "run-9"),
+        asyncio.run(generate_text(model=script, tools=tools(), store=InMemoryCheckpointStore(), run_id="run-9",
                                   messages=[{"role": "user", "content": "Go."}]))
     (record,) = [r for r in caplog.records if "repeated" in r.getMessage()]
     assert (record.run_id, record.step_index, record.session_id) == ("run-9", 2, None)  # type: ignore[attr-defined]

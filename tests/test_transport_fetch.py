@@ -8,17 +8,16 @@ import sys
 from typing import Any
 
 import pytest
-from replay import load
-from test_providers_replay import ADAPTERS, FAILURE_FIELDS, FAILURES, check_failure, collect
 
 from durable_agent import ModelCallError, Usage
-
+from replay import load
+from test_providers_replay import ADAPTERS, FAILURE_FIELDS, FAILURES, check_failure, collect
 
 
 def _fetch_unusable() -> str | None:
     if sys.platform != "emscripten":
         return "JS fetch exists only under Pyodide"
-    from pyodide.ffi import can_run_sync  # type: ignore[import-not-found]
+    from pyodide.ffi import can_run_sync
 
     # Without stack switching the tests run on a loop that cannot wait for a JS promise.
     return None if can_run_sync() else "awaiting JS promises needs stack switching (JSPI)"
@@ -43,8 +42,8 @@ STUB = """
 
 
 def fetch_model(api: str, name: str) -> tuple[Any, Any]:
-    from pyodide.code import run_js  # type: ignore[import-not-found]
-    from pyodide.ffi import to_js  # type: ignore[import-not-found]
+    from pyodide.code import run_js
+    from pyodide.ffi import to_js
 
     from durable_agent._transport import FetchTransport
 

@@ -22,17 +22,18 @@ import pytest
 WORKER_SRC = Path(__file__).resolve().parent.parent / "pyodide" / "worker" / "src"
 sys.path.insert(0, str(WORKER_SRC))
 
+import agent_service  # noqa: E402
+
 from durable_agent import (  # noqa: E402
     ApprovalSigner,
     ScriptedModel,
-    reply,
     call,
+    reply,
 )
 from durable_agent.errors import ConfigurationError  # noqa: E402
-from durable_agent.stores.durable_object import DurableObjectSessionStore  # noqa: E402
+from durable_agent.messages import content_parts  # noqa: E402
+from durable_agent.stores.durable_object import DurableObjectCheckpointStore  # noqa: E402
 from durable_object_fake import FakeDurableObjectStorage  # noqa: E402
-
-import agent_service  # noqa: E402
 
 SECRET = "a-test-secret-of-at-least-32-bytes!!"
 
@@ -73,13 +74,17 @@ async def test_a_verdict_without_a_valid_token_is_a_denial(token: str | None) ->
     (pending,) = started["pending"]
     if token == "wrong-secret":
         forged = ApprovalSigner("another-secret-of-at-least-32-bytes!")
-        token = forged.sign(DurableObjectSessionStore(storage).load("r2").pending_approvals[0], run_id="r2")
+        parked = DurableObjectCheckpointStore(storage).load("r2")
+        assert parked is not None and parked.pending_approvals
+        token = forged.sign(parked.pending_approvals[0], run_id="r2")
     verdict = {"approvals": [{"approval_id": pending["approval_id"], "approved": True, "token": token}]}
     status, done = await service(storage).handle("POST", "/runs/r2/approvals", json.dumps(verdict))
     assert status == 200 and done["status"] == "completed"
     assert storage.kv.get("refund:A-1001") is None  # the refund never ran
-    history = service(storage).store.load("r2").messages
-    results = [p for m in history if m["role"] == "tool" for p in m["content"] if p.get("tool_name") == "refund"]
+    stored = service(storage).store.load("r2")
+    assert stored is not None
+    results = [p for m in stored.messages if m["role"] == "tool" for p in content_parts(m)
+               if p["type"] == "tool-result" and p["tool_name"] == "refund"]
     assert results and results[0]["is_error"] is True
 
 
@@ -99,7 +104,7 @@ async def test_the_alarm_resumes_a_run_that_died_between_steps() -> None:
     with pytest.raises(Exception, match="evicted"):
         await service(storage, model_factory=flaky_model).start("r3", "Refund A-1001")
     stored = service(storage).store.load("r3")
-    assert stored.status == "running" and stored.step_index == 0  # step 1 is stored, step 2 was lost
+    assert stored is not None and stored.status == "running" and stored.step_index == 0  # step 1 is stored, step 2 was lost
     assert storage.alarm == 1_000_000 + agent_service.HEAL_AFTER_MS  # the safety net is armed
 
     healed = await service(storage, model_factory=flaky_model).heal()
@@ -156,7 +161,7 @@ def fake_workers_module() -> types.ModuleType:
         def __init__(self, body: str, status: int = 200, headers: dict[str, str] | None = None) -> None:
             self.body, self.status, self.headers = body, status, headers or {}
 
-    module.DurableObject, module.WorkerEntrypoint, module.Response = DurableObject, WorkerEntrypoint, Response
+    vars(module).update(DurableObject=DurableObject, WorkerEntrypoint=WorkerEntrypoint, Response=Response)
     return module
 
 
@@ -175,7 +180,7 @@ class FakeNamespace:
         self.cls, self.env = cls, env
         self.storages: dict[str, FakeDurableObjectStorage] = {}
 
-    def idFromName(self, name: str) -> str:  # noqa: N802
+    def idFromName(self, name: str) -> str:
         return f"id:{name}"
 
     def get(self, object_id: str) -> Any:
@@ -203,7 +208,7 @@ def entry(monkeypatch: pytest.MonkeyPatch) -> Any:
         raise RuntimeError("entropy is not allowed at import time in Workers")
 
     monkeypatch.setattr(os, "urandom", no_entropy)
-    import entry as module  # noqa: PLC0415
+    import entry as module
 
     monkeypatch.undo()  # back to normal: request handlers may use entropy
     yield module
@@ -243,14 +248,15 @@ async def test_the_alarm_handler_heals_through_the_entry_point(entry: Any) -> No
     storage = FakeDurableObjectStorage()
     storage.kv.put("prompt:r6", "Refund A-1001")
     await entry.AgentRun(types.SimpleNamespace(storage=storage), env).alarm()
-    assert DurableObjectSessionStore(storage).load("r6").status == "suspended"
+    stored = DurableObjectCheckpointStore(storage).load("r6")
+    assert stored is not None and stored.status == "suspended"
 
 
 def test_the_scripted_model_is_deterministic() -> None:
     # The healing test relies on the n-th answer depending only on the history.
     model = agent_service.scripted_support_model()
     assert isinstance(model, ScriptedModel) and len(model._script) == 3  # type: ignore[arg-type]
-    assert reply and call  # the helpers the worker's script is written with
+    assert callable(reply) and callable(call)  # the helpers the worker's script is written with
 
 
 def test_the_worker_uses_the_packages_openai_adapter_over_fetch_when_a_key_is_set() -> None:

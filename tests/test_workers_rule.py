@@ -86,7 +86,7 @@ def rule(monkeypatch: pytest.MonkeyPatch) -> WorkersEntropyRule:
 
     monkeypatch.setattr(random.Random, "seed", seed)
     # The module-level functions share one generator seeded from the OS when `random` was imported.
-    shared = random._inst  # type: ignore[attr-defined]
+    shared = random._inst
     for name in random.__all__:
         function = getattr(random, name)
         if getattr(function, "__self__", None) is shared:
@@ -135,14 +135,15 @@ def test_the_simulated_rule_denies_every_entropy_source_outside_a_request(
     rule: WorkersEntropyRule, source: str
 ) -> None:
     # Looked up at call time: the fixture has patched the modules by now.
-    draw = {
+    at_call_time: dict[str, Callable[[], Any]] = {
         "uuid.uuid4": lambda: uuid.uuid4(),
         "uuid.uuid1": lambda: uuid.uuid1(),
         "secrets.token_hex": lambda: secrets.token_hex(),
         "random.Random()": lambda: random.Random(),
         "random.seed()": lambda: random.seed(),
         "random.random": lambda: random.random(),
-    }.get(source, ENTROPY_SOURCES[source])
+    }
+    draw = at_call_time.get(source, ENTROPY_SOURCES[source])
     with pytest.raises(EntropyOutsideRequestError, match="simulated Workers rule"):
         draw()
     assert rule.denied
@@ -172,7 +173,7 @@ def test_every_module_of_the_package_imports_without_entropy(rule: WorkersEntrop
     assert failed == {}, failed
     assert rule.denied == []
     # The walk found the package's parts, including the ones whose drivers are optional.
-    for expected in ("durable_agent.checkpoint", "durable_agent.session", "durable_agent.signing",
+    for expected in ("durable_agent.checkpoint", "durable_agent.checkpoint_store", "durable_agent.signing",
                      "durable_agent.stores.sqlite", "durable_agent.stores.jsonl", "durable_agent.loop"):
         assert expected in names, expected
 
@@ -181,15 +182,13 @@ def test_module_scope_code_of_a_worker_runs_without_entropy(rule: WorkersEntropy
     """What a Worker's module does at top level: import, build the store, signer, model, agent."""
     import durable_agent as da
     from durable_agent._kernels import kernels
-
     from durable_agent.stores import open_store
 
-    store = da.InMemorySessionStore()
-    assert isinstance(open_store("memory://"), da.InMemorySessionStore)
+    store = da.InMemoryCheckpointStore()
+    assert isinstance(open_store("memory://"), da.InMemoryCheckpointStore)
     signer = da.ApprovalSigner(b"k" * 32)
     model = da.ScriptedModel(["hello"])
     agent = da.Agent(model=model, tools={})
-    session = da.Session(store)
 
     checkpoint = da.AgentCheckpoint(
         run_id="r-1", step_index=0, status="running", usage=da.Usage(), created_at=0,
@@ -200,13 +199,13 @@ def test_module_scope_code_of_a_worker_runs_without_entropy(rule: WorkersEntropy
     assert kernels.decode(kernels.encode({"$bytes": b"\x01"})) == {"$bytes": b"\x01"}
     store.save(checkpoint)
     assert store.load("r-1") == checkpoint
-    assert (signer, agent, session) and rule.denied == []
+    assert (signer, agent) and rule.denied == []
 
 
 def test_a_memory_runtime_can_be_built_at_module_scope(rule: WorkersEntropyRule, fresh_package: None) -> None:
-    from durable_agent.runtime import create_memory_runtime
+    from durable_agent.runtime import MemoryRuntime
 
-    create_memory_runtime()
+    MemoryRuntime()
     assert rule.denied == []
 
 
@@ -216,7 +215,7 @@ def test_a_memory_runtime_can_be_built_at_module_scope(rule: WorkersEntropyRule,
 def _worker_scope() -> tuple[Any, Any, Any]:
     import durable_agent as da
 
-    store = da.InMemorySessionStore()
+    store = da.InMemoryCheckpointStore()
     model = da.ScriptedModel([da.reply("Adding.", da.call("add", {"a": 2, "b": 3})), "5"])
     tool = da.Tool(description="Add.", parameters={"type": "object"}, execute=lambda x: x["a"] + x["b"])
     return da, store, (model, {"add": tool})
@@ -231,13 +230,13 @@ async def test_a_run_draws_entropy_when_it_starts_and_not_before(
     # Started at module scope, the run fails at once: minting its run id is its first entropy.
     with pytest.raises(EntropyOutsideRequestError):
         await da.generate_text(model=model, tools=tools, messages=[{"role": "user", "content": "2+3?"}],
-                               session=da.Session(store))
+                               store=store)
     assert rule.denied and store.list() == []
 
     # In a request handler the same call works and the run id is a fresh random one.
     with rule.request():
         result = await da.generate_text(model=model, tools=tools, messages=[{"role": "user", "content": "2+3?"}],
-                                        session=da.Session(store))
+                                        store=store)
     assert result.text == "5"
     assert re.fullmatch(r"[0-9a-f]{32}", result.run_id or "")
     assert store.load(result.run_id).status == "completed"
@@ -247,7 +246,7 @@ async def test_a_run_with_its_ids_given_draws_no_entropy_at_all(rule: WorkersEnt
     da, store, (model, tools) = _worker_scope()
     ids = iter(f"id-{n}" for n in range(100))
     result = await da.generate_text(model=model, tools=tools, messages=[{"role": "user", "content": "2+3?"}],
-                                    session=da.Session(store, run_id="run-1"), generate_id=lambda: next(ids))
+                                    store=store, run_id="run-1", generate_id=lambda: next(ids))
     assert result.text == "5" and result.run_id == "run-1"
     assert store.load("run-1").status == "completed"
     assert rule.denied == []

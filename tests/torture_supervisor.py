@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import torture_worker
-
 from durable_agent._util import maybe_await
 from durable_agent.tool_calls import TOOL_INTERRUPTED_MESSAGE
 
@@ -133,10 +132,10 @@ def supervise(spec: str, ledger: Path, *, sessions: list[str], prompts: int, wor
 
 async def reference_transcript(prompts: int) -> list[Any]:
     """The transcript of a session that nothing interrupted."""
-    from durable_agent import Agent, DurableOptions, create_memory_runtime
+    from durable_agent import Agent, DurableOptions, MemoryRuntime
 
     model, tools = torture_worker.build(None, "reference", delay=0)
-    agent = Agent(model=model, tools=tools, durable=DurableOptions(create_memory_runtime()), session_id="ref")
+    agent = Agent(model=model, tools=tools, durable=DurableOptions(MemoryRuntime()), session_id="ref")
     result = None
     for n in range(prompts):
         result = await agent.run(torture_worker.prompt_text(n))
@@ -153,7 +152,7 @@ def without_aborted_turns(messages: list[Any]) -> list[Any]:
 def transcript_difference(actual: list[Any], expected: list[Any]) -> str | None:
     """Where `actual` differs from `expected`, except tool results reported as interrupted (the
     documented marker); None when they agree."""
-    for index, (got, want) in enumerate(zip(actual, expected)):
+    for index, (got, want) in enumerate(zip(actual, expected, strict=False)):  # lengths compared below
         same = got == want or (
             got["role"] == want["role"] == "tool" and len(got["content"]) == len(want["content"])
             and all(g == w or g.get("output") == TOOL_INTERRUPTED_MESSAGE
@@ -210,7 +209,7 @@ async def check(spec: str, ledger: Path, sessions: list[str], prompts: int) -> F
             if await torture_worker.prompts_answered(runtime, session) < prompts:
                 found.unfinished.append(session)
                 continue
-            stored = await maybe_await(runtime.stores.session.load(await runtime.stores.runs.last(session)))
+            stored = await maybe_await(runtime.stores.checkpoints.load(await runtime.stores.runs.last(session)))
             messages = without_aborted_turns(list(stored.messages))
             texts = [p["text"] for m in messages if m["role"] == "assistant" for p in m["content"]
                      if p["type"] == "text"]

@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
-from durable_agent import (  # noqa: E402
+from durable_agent import (
     Agent,
     DurableOptions,
     ModelRequest,
@@ -41,7 +41,7 @@ from durable_agent import (  # noqa: E402
     call,
     reply,
 )
-from durable_agent._util import maybe_await  # noqa: E402
+from durable_agent._util import maybe_await
 
 TURNS = 2
 STALE_AFTER_MS = 1_500
@@ -111,13 +111,13 @@ def open_runtime(spec: str) -> Any:
     """A runtime from ``sqlite:<path>`` or ``postgres:<conninfo>``."""
     kind, _, where = spec.partition(":")
     if kind == "sqlite":
-        from durable_agent.runtime.sqlite import sqlite_runtime
+        from durable_agent.runtime.sqlite import SqliteRuntime
 
-        return sqlite_runtime(where)
+        return SqliteRuntime(where)
     if kind == "postgres":
-        from durable_agent.runtime.postgres import postgres_runtime
+        from durable_agent.runtime.postgres import PostgresRuntime
 
-        return postgres_runtime(where)
+        return PostgresRuntime(where)
     raise ValueError(f"unknown runtime {spec!r}")
 
 
@@ -138,7 +138,7 @@ def die_after_writes(runtime: Any, writes: int) -> None:
 async def prompts_answered(runtime: Any, session: str) -> int:
     """How many prompts the session's last run has seen through (its final answer stored and unmarked)."""
     last = await runtime.stores.runs.last(session)
-    stored = await maybe_await(runtime.stores.session.load(last)) if last else None
+    stored = await maybe_await(runtime.stores.checkpoints.load(last)) if last else None
     if stored is None:
         return 0
     asked = sum(1 for m in stored.messages if m["role"] == "user")

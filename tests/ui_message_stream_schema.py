@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 CHUNKS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    # type: (required fields besides "type", optional fields)
+    # chunk type: (required fields besides "type", optional fields)
     "start": (frozenset(), frozenset({"messageId", "messageMetadata"})),
     "start-step": (frozenset(), frozenset()),
     "text-start": (frozenset({"id"}), frozenset({"providerMetadata"})),

@@ -27,14 +27,14 @@ sys.path[:0] = [str(HERE / "src"), str(HERE.parent.parent / "examples"), str(HER
 import demo_app  # noqa: E402  # the browser demo's scenario: tools and scripted model
 from durable_agent import Agent, ApprovalSigner, DurableOptions  # noqa: E402
 from durable_agent.http import ChatEndpoint, CorsSettings, SqliteEventLog  # noqa: E402
-from durable_agent.runtime.sqlite import sqlite_runtime  # noqa: E402
+from durable_agent.runtime.sqlite import SqliteRuntime  # noqa: E402
 
 
 def create() -> ChatEndpoint:
     db = Path(os.environ.get("DEMO_DB", "demo-server.db"))
     ledger = Path(os.environ.get("DEMO_LEDGER", str(db.with_suffix(".ledger.jsonl"))))
     fast = os.environ.get("DEMO_SPEED") == "fast"
-    runtime = sqlite_runtime(db, synchronous="NORMAL")
+    runtime = SqliteRuntime(db, synchronous="NORMAL")
     signer = ApprovalSigner(os.environ.get("DEMO_SECRET") or "demo-secret-change-me-0123456789abcdef")
     model = demo_app.scripted_model(0.03 if fast else 0.08)
 

@@ -18,7 +18,10 @@ from .checkpoint import (
     deserialize_checkpoint,
     serialize_checkpoint,
 )
+from .checkpoint_store import CheckpointStore, InMemoryCheckpointStore
+from .durable_session import AgentSpec, DurableOptions, DurableSession
 from .errors import (
+    RUN_TAKEN_OVER_MESSAGE,
     ApprovalSigningError,
     CheckpointConflictError,
     CheckpointCorruptError,
@@ -37,11 +40,10 @@ from .errors import (
     SessionStateError,
     StaleEpochError,
     StepFailedError,
-    StepNotFoundError,
     StepKeyError,
+    StepNotFoundError,
 )
-from .errors import RUN_TAKEN_OVER_MESSAGE
-from .durable_session import AgentSpec, DurableOptions, DurableSession
+from .fork import checkpoint_at_step, fork_run, update_run
 from .generate import (
     StreamChatResult,
     generate_text,
@@ -49,16 +51,14 @@ from .generate import (
     resume_stream_from_checkpoint,
     stream_chat,
 )
-from .fork import checkpoint_at_step, fork_run, update_run
-from .tool_calls import CLIENT_TOOL_PLACEHOLDER, current_tool_call
 from .messages import Message
 from .models import (
     LanguageModel,
     ModelRequest,
+    ReasoningEvent,
     ScriptedModel,
     ScriptedResponse,
     ScriptedToolCall,
-    ReasoningEvent,
     ToolSpec,
     call,
     reply,
@@ -66,21 +66,20 @@ from .models import (
 from .options import AbortSignal, PrepareStepContext, StepOverrides
 from .results import GenerateTextResult, StepResult
 from .retry import RetryPolicy
-from .session import InMemorySessionStore, Session, SessionStore
-from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
-from .stores import open_store
-from .stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_tokens_exceed
-from .subagent import agent_tool
-from .tools import Tool
 from .runtime import (
     MODEL_CALL,
-    create_memory_durable_state,
-    create_memory_runtime,
-    memory_runtime,
+    MemoryDurableState,
+    MemoryRuntime,
     nested_call,
     parse_step_key,
     step_key,
 )
+from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
+from .stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_tokens_exceed
+from .stores import open_store
+from .subagent import agent_tool
+from .tool_calls import CLIENT_TOOL_PLACEHOLDER, current_tool_call
+from .tools import Tool
 
 __all__ = [
     "APPROVAL_TOKEN_DENIED_REASON",
@@ -95,6 +94,7 @@ __all__ = [
     "CheckpointConflictError",
     "CheckpointCorruptError",
     "CheckpointNotFoundError",
+    "CheckpointStore",
     "CheckpointVersionError",
     "CodecError",
     "ConfigurationError",
@@ -103,9 +103,11 @@ __all__ = [
     "DurableSession",
     "FeatureUnavailableError",
     "GenerateTextResult",
-    "InMemorySessionStore",
+    "InMemoryCheckpointStore",
     "LanguageModel",
     "MODEL_CALL",
+    "MemoryDurableState",
+    "MemoryRuntime",
     "Message",
     "ModelCallError",
     "ModelPrice",
@@ -123,9 +125,7 @@ __all__ = [
     "ScriptedModel",
     "ScriptedResponse",
     "ScriptedToolCall",
-    "Session",
     "SessionStateError",
-    "SessionStore",
     "StaleEpochError",
     "StepFailedError",
     "StepKeyError",
@@ -144,13 +144,10 @@ __all__ = [
     "call",
     "checkpoint_at_step",
     "cost_exceeds",
-    "create_memory_durable_state",
-    "create_memory_runtime",
     "current_tool_call",
     "deserialize_checkpoint",
     "fork_run",
     "generate_text",
-    "memory_runtime",
     "nested_call",
     "open_store",
     "parse_step_key",

@@ -149,7 +149,7 @@ def _key_text(key: object) -> str | None:
 def _pairs_of(mapping: dict[Any, Any]) -> list[tuple[Any, Any]]:
     """A dict subclass's pairs, from one pass over its `items()` (its `__len__`, `__iter__`
     and `keys()` are not used: a subclass is what its items() says)."""
-    pairs = [pair for pair in mapping.items()]  # a comprehension: no length hint asked of items()
+    pairs = [pair for pair in mapping.items()]  # noqa: C416 - a comprehension: no length hint asked of items()
     for pair in pairs:
         if type(pair) is not tuple or len(pair) != 2:
             got = f"a tuple of {len(pair)}" if type(pair) is tuple else type(pair).__name__
@@ -211,7 +211,7 @@ def _prepare(value: Any, depth: int) -> Any:
         if depth > MAX_DEPTH:
             raise _too_deep_fault()
         # A plain list is copied (a plain tuple cannot change); a subclass is iterated once.
-        items = value[:] if kind is list or kind is tuple else [item for item in value]
+        items = value[:] if kind is list or kind is tuple else [item for item in value]  # noqa: C416 - only __iter__
         prepared = []
         for i, item in enumerate(items):
             try:
@@ -459,8 +459,11 @@ def _cut_bytes(text: str) -> tuple[str, list[bytes]] | None:
 
 def _duplicate_key(pairs: list[tuple[str, Any]]) -> CodecError:
     seen: set[str] = set()
-    dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-    return CodecError(f"duplicate key {dup!r}")
+    for key, _ in pairs:
+        if key in seen:
+            return CodecError(f"duplicate key {key!r}")
+        seen.add(key)
+    raise AssertionError("called only on pairs that hold a duplicate key")
 
 
 def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -536,7 +539,7 @@ def _loads_counting_keys(text: str, payloads: list[bytes] | None = None) -> tupl
 class _Tag:
     """A single-reserved-key object seen by the exact path, resolved once its context is known."""
 
-    __slots__ = ("key", "inner")
+    __slots__ = ("inner", "key")
 
     def __init__(self, key: str, inner: Any) -> None:
         self.key = key

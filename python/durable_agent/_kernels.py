@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from types import ModuleType
+from typing import Any, Protocol
 
 from . import _pure
 from ._version import __version__
@@ -27,7 +27,20 @@ ENV_VAR = "DURABLE_AGENT_NATIVE"
 MODES = ("auto", "0", "1")
 
 
-def _select(mode: str) -> tuple[ModuleType, bool]:
+class Kernels(Protocol):
+    """The kernels `_pure` and `durable_agent_native` both provide (each module satisfies this)."""
+
+    def encode(self, value: Any, /) -> str: ...
+    def decode(self, text: str, /) -> Any: ...
+    def b64url_encode(self, data: bytes, /) -> str: ...
+    def b64url_decode(self, text: object, /) -> bytes | None: ...
+    def hmac_sha256(self, key: bytes, message: bytes, /) -> bytes: ...
+    def token_open(self, token: object, key: bytes, /) -> Any: ...
+    def token_sign(self, key: bytes, payload: str, /) -> str: ...
+    def token_verify(self, token: object, key: bytes, /) -> str | None: ...
+
+
+def _select(mode: str) -> tuple[Kernels, bool]:
     if mode not in MODES:
         raise ConfigurationError(f"{ENV_VAR} must be 'auto', '0' or '1', not {mode!r}")
     if mode == "0":

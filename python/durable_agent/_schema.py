@@ -384,9 +384,9 @@ def _regex(pattern: Any, where: Where) -> re.Pattern[str]:
 
 def _number_value(schema: Mapping[str, Any], keyword: str, where: Where) -> float:
     value = schema[keyword]
-    if _kind(value) != "number":
-        raise _refuse((*where, keyword), "must be a number")
-    return value  # type: ignore[no-any-return]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):  # what _kind calls "number"
+        return value
+    raise _refuse((*where, keyword), "must be a number")
 
 
 # --- checks (run on every tool call) ----------------------------------------------------------
@@ -568,7 +568,7 @@ def _properties(
 
 def _items(prefix: list[Check], rest: Check | None, closed: bool) -> Check:
     def check(value: list[Any], path: str, errors: _Errors) -> None:
-        for i, (sub, item) in enumerate(zip(prefix, value)):
+        for i, (sub, item) in enumerate(zip(prefix, value, strict=False)):  # `rest` checks the items past the prefix
             sub(item, f"{path}[{i}]", errors)
         if rest is None or len(value) <= len(prefix):
             return
@@ -773,7 +773,7 @@ def _no_match(
     if isinstance(errors, _FailFast):
         raise _Failed  # the caller only needs to know it failed
     kind = _kind(value)
-    fitting = [b for b, t in zip(branches, types) if t is None or _admits(t, kind, value)]
+    fitting = [b for b, t in zip(branches, types, strict=True) if t is None or _admits(t, kind, value)]
     if not fitting:
         expected = " or ".join(dict.fromkeys(name for t in types if t is not None for name in t))
         errors.append(f"{path}: expected {expected}, got {_kind_word(value, kind)}")

@@ -20,13 +20,13 @@ async def maybe_await(value: Any) -> Any:
 def run_now(coro: Coroutine[Any, Any, T]) -> T:
     """The result of `coro`, which must finish without suspending.
 
-    A sync API over a logic written once as coroutines (the SQLite and Redis session stores):
+    A sync API over a logic written once as coroutines (the SQLite and Redis checkpoint stores):
     its sync flavour awaits only I/O that is done at once, on the caller's thread.
     """
     try:
         coro.send(None)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return done.value  # type: ignore[no-any-return]  # typeshed: StopIteration.value is Any
     coro.close()
     raise RuntimeError("run_now: the coroutine suspended (it awaited real asynchronous I/O)")
 

@@ -26,7 +26,7 @@ from .generate import PartSink, _consume
 from .loop import AgentLoop
 from .messages import Message
 from .models import LanguageModel
-from .options import CallOptions, RunOptions
+from .options import AgentOptions, RunOptions
 from .results import GenerateTextResult
 from .tools import Tool
 
@@ -54,7 +54,7 @@ async def resolve_approval(runtime: AwakeableResolver, approval_id: str, *, appr
 class Agent:
     """A model, its tools and a session: `await agent.run(prompt)`, `await agent.resume()`, `agent.suspend()`."""
 
-    def __init__(  # type: ignore[misc]  # `tools` is a named parameter here, not one of **options
+    def __init__(
         self,
         *,
         model: LanguageModel,
@@ -62,7 +62,7 @@ class Agent:
         durable: DurableOptions | None = None,
         session_id: str | None = None,
         system: str | None = None,
-        **options: Unpack[CallOptions],
+        **options: Unpack[AgentOptions],
     ) -> None:
         if durable is not None and not session_id:
             raise ConfigurationError("a durable Agent needs a session_id")
@@ -74,7 +74,7 @@ class Agent:
         self.session_id = session_id
         self.system = system
         self._options: dict[str, Any] = dict(options)
-        RunOptions.build(model, None, {"tools": self.tools, **self._options})  # fail early on bad options
+        RunOptions.build(model, {"tools": self.tools, **self._options})  # fail early on bad options
         self.history: list[Message] = [{"role": "system", "content": system}] if system else []
         self.session = DurableSession(durable, session_id) if durable is not None and session_id else None
 
@@ -112,7 +112,7 @@ class Agent:
         if self.session is None:
             if run_id is not None:
                 raise ConfigurationError("run_id= needs a durable Agent (a run of a plain Agent is not stored)")
-            options = RunOptions.build(self.model, None, {"tools": self.tools, **self._options})
+            options = RunOptions.build(self.model, {"tools": self.tools, **self._options})
             loop = AgentLoop(options, [*self.history, {"role": "user", "content": prompt}])
             result = await _consume(loop, on_part)
             self.history = list(result.messages)

@@ -250,7 +250,7 @@ class AgentCheckpoint:
 
 def serialize_checkpoint(checkpoint: AgentCheckpoint) -> str:
     """The checkpoint as codec text (compact JSON; bytes-safe and lossless)."""
-    return kernels.encode(checkpoint.to_dict())  # type: ignore[no-any-return]
+    return kernels.encode(checkpoint.to_dict())
 
 
 def deserialize_checkpoint(text: str, *, run_id: str | None = None) -> AgentCheckpoint:

@@ -32,11 +32,15 @@ from typing import Any, Literal
 
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage
-from .errors import ConfigurationError, RunExistsError, RunLeaseHeldError, RunSuspendedError, SessionStateError
+from .errors import (
+    ConfigurationError,
+    RunExistsError,
+    RunLeaseHeldError,
+    RunSuspendedError,
+    SessionStateError,
+)
 from .generate import PartSink, _consume
 from .loop import AgentLoop
-from .tool_calls import TOOL_INTERRUPTED_MESSAGE
-from .transcript import assistant_message, tool_message, unresolved_calls
 from .messages import Message
 from .models import LanguageModel
 from .options import RunOptions, logger, random_id
@@ -44,8 +48,9 @@ from .results import GenerateTextResult
 from .runtime.keys import MODEL_CALL, parse_step_key, step_key
 from .runtime.protocols import DurableRuntime, RunScope
 from .runtime.records import RunTransition, StepRecord
-from .session import Session
+from .tool_calls import TOOL_INTERRUPTED_MESSAGE
 from .tools import Tool
+from .transcript import assistant_message, tool_message, unresolved_calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +144,9 @@ def healed_history(checkpoint: AgentCheckpoint, records: Sequence[StepRecord]) -
 
 
 class RunCheckpoints:
-    """The session store the loop of one run saves through: every save is one fenced commit.
+    """The checkpoint store the loop of one run saves through: every save is one fenced commit.
 
-    Reads go to the runtime's session store; a save commits `checkpoint_transition`'s
+    Reads go to the runtime's checkpoint store; a save commits `checkpoint_transition`'s
     transition, with the step records the run's scope deferred (a final model answer), so
     finishing and parking are atomic with their checkpoint, and a process that lost the lease
     gets `StaleEpochError` instead of landing the save.
@@ -154,7 +159,7 @@ class RunCheckpoints:
         self._epoch = epoch
 
     def load(self, run_id: str) -> Any:
-        return self._runtime.stores.session.load(run_id)
+        return self._runtime.stores.checkpoints.load(run_id)
 
     async def save(self, checkpoint: AgentCheckpoint) -> None:
         await self._runtime.commit(checkpoint_transition(self._scope.session_id, self._epoch, self._run_id, checkpoint,
@@ -331,9 +336,9 @@ class DurableSession:
             await self._join_partials(scope, checkpoints, run_id, spec)
             options = {**spec.options, "approval_responses": list(responses)} if responses else spec.options
             tool_state = dict(await runtime.stores.tool_state(self.session_id).all())
-            run_options = RunOptions.build(spec.model, Session(checkpoints, run_id),
-                                           {"tools": spec.tools, **options},
-                                           scope=scope, suspend_signal=self._suspend, tool_state=tool_state)
+            run_options = RunOptions.build(spec.model, {"tools": spec.tools, **options},
+                                           store=checkpoints, run_id=run_id, scope=scope,
+                                           suspend_signal=self._suspend, tool_state=tool_state)
             return await _consume(AgentLoop(run_options, None, resume_run_id=run_id), on_part)
         except RunSuspendedError:
             logger.info("run %s suspended; it stays resumable", run_id)
@@ -387,7 +392,7 @@ class DurableSession:
         return verdicts
 
     async def _load(self, run_id: str) -> AgentCheckpoint | None:
-        checkpoint: AgentCheckpoint | None = await maybe_await(self.runtime.stores.session.load(run_id))
+        checkpoint: AgentCheckpoint | None = await maybe_await(self.runtime.stores.checkpoints.load(run_id))
         return None if checkpoint is None else checkpoint.refuse_newer()
 
     async def _session_history(self, spec: AgentSpec) -> list[Message]:

@@ -48,10 +48,10 @@ from typing import Any
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalRequest
 from .errors import CheckpointConflictError, CheckpointNotFoundError, ConfigurationError, StepNotFoundError
-from .transcript import unresolved_calls
 from .messages import Message
 from .signing import ApprovalSigner
 from .stores._validate import check_run_id, check_step_index
+from .transcript import unresolved_calls
 
 MessageEdit = Callable[[list[Message]], Sequence[Message]]
 """Takes the history (a new list the edit may change) and returns the history to continue from."""
@@ -66,12 +66,12 @@ async def checkpoint_at_step(store: Any, run_id: str, step_index: int | None = N
     check_run_id(run_id)
     if step_index is not None:
         check_step_index(step_index)
-    latest = await maybe_await(store.load(run_id))
+    latest: AgentCheckpoint | None = await maybe_await(store.load(run_id))
     if latest is None:
         raise CheckpointNotFoundError(run_id)
     latest.refuse_newer()
     if step_index is None or step_index == latest.step_index:
-        return latest  # type: ignore[no-any-return]
+        return latest
     if step_index > latest.step_index:
         raise StepNotFoundError(run_id, step_index, f"the run's latest step is {latest.step_index}")
     reader = getattr(store, "load_step", None)
@@ -79,12 +79,12 @@ async def checkpoint_at_step(store: Any, run_id: str, step_index: int | None = N
         raise StepNotFoundError(
             run_id, step_index, f"{type(store).__name__} keeps no step log: only the latest step can be read"
         )
-    found = await maybe_await(reader(run_id, step_index))
+    found: AgentCheckpoint | None = await maybe_await(reader(run_id, step_index))
     if found is None:
         raise StepNotFoundError(
             run_id, step_index, "the store no longer holds it (saved over, history rewritten, or saved before the step log)"
         )
-    return found.refuse_newer()  # type: ignore[no-any-return]
+    return found.refuse_newer()
 
 
 async def fork_run(

@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Unpack
 
 from .checkpoint import ToolApprovalRequest, Usage
+from .checkpoint_store import CheckpointStore
 from .loop import AgentLoop
 from .messages import Message, final_text
 from .models import LanguageModel
 from .options import CallOptions, RunOptions
 from .results import FinishReason, GenerateTextResult, Part
-from .session import Session, SessionStore
 
 
 def _result_of(loop: AgentLoop) -> GenerateTextResult:
@@ -117,48 +117,51 @@ async def generate_text(
     *,
     model: LanguageModel,
     messages: Sequence[Message],
-    session: Session | None = None,
+    store: CheckpointStore | None = None,
+    run_id: str | None = None,
     **options: Unpack[CallOptions],
 ) -> GenerateTextResult:
     """Run the agent loop to its end and return the outcome.
 
-    With `session` and tools, the run checkpoints at every step boundary and carries a
-    `run_id`. Trailing unanswered tool calls in `messages` (a suspended run's history) are
+    With `store` and tools, the run checkpoints into `store` at every step boundary under
+    `run_id` (minted with `generate_id` when None; a `run_id` without `store` is a
+    `ConfigurationError`). Trailing unanswered tool calls in `messages` (a suspended run's history) are
     settled first, from `approval_responses`.
     """
-    return await _consume(AgentLoop(RunOptions.build(model, session, options), messages))
+    return await _consume(AgentLoop(RunOptions.build(model, options, store=store, run_id=run_id), messages))
 
 
 def stream_chat(
     *,
     model: LanguageModel,
     messages: Sequence[Message],
-    session: Session | None = None,
+    store: CheckpointStore | None = None,
+    run_id: str | None = None,
     **options: Unpack[CallOptions],
 ) -> StreamChatResult:
     """The streaming twin of `generate_text`; returns at once with `run_id` set."""
-    return StreamChatResult(AgentLoop(RunOptions.build(model, session, options), messages))
+    return StreamChatResult(AgentLoop(RunOptions.build(model, options, store=store, run_id=run_id), messages))
 
 
 async def resume_from_checkpoint(
-    store: SessionStore, run_id: str, *, model: LanguageModel, **options: Unpack[CallOptions]
+    store: CheckpointStore, run_id: str, *, model: LanguageModel, **options: Unpack[CallOptions]
 ) -> GenerateTextResult:
     """Continue a stored run: settle its pending calls from `approval_responses`, then go on.
 
-    Takes every option of `generate_text` except `messages` (the checkpoint's history) and
-    `session` (this store and run). Raises `CheckpointNotFoundError` for an unknown run.
+    Takes every option of `generate_text` except `messages` (the checkpoint's history),
+    `store` and `run_id` (given here positionally). Raises `CheckpointNotFoundError` for an unknown run.
     """
     return await _consume(_resume_loop(store, run_id, model, options))
 
 
 def resume_stream_from_checkpoint(
-    store: SessionStore, run_id: str, *, model: LanguageModel, **options: Unpack[CallOptions]
+    store: CheckpointStore, run_id: str, *, model: LanguageModel, **options: Unpack[CallOptions]
 ) -> StreamChatResult:
     """The streaming twin of `resume_from_checkpoint`. An unknown run arrives as an ``error`` part."""
     return StreamChatResult(_resume_loop(store, run_id, model, options))
 
 
-def _resume_loop(store: SessionStore, run_id: str, model: LanguageModel, options: CallOptions) -> AgentLoop:
+def _resume_loop(store: CheckpointStore, run_id: str, model: LanguageModel, options: CallOptions) -> AgentLoop:
     if not isinstance(run_id, str) or not run_id:
         raise TypeError("run_id must be a non-empty str")
-    return AgentLoop(RunOptions.build(model, Session(store, run_id), options), None, resume_run_id=run_id)
+    return AgentLoop(RunOptions.build(model, options, store=store, run_id=run_id), None, resume_run_id=run_id)

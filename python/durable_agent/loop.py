@@ -58,8 +58,7 @@ class AgentLoop:
         self._resume = resume_run_id is not None
         self.run_id: str | None = resume_run_id
         if self.run_id is None and options.durable:
-            assert options.session is not None
-            self.run_id = options.session.run_id or options.generate_id()
+            self.run_id = options.run_id or options.generate_id()
         self.messages: list[Message] = History(messages or [])
         self.steps: list[StepResult] = []
         self.usage = Usage()
@@ -110,9 +109,9 @@ class AgentLoop:
                 yield part
 
     async def _start_from_store(self) -> None:
-        if self.run_id is None or self.options.session is None:
+        store = self.options.store
+        if self.run_id is None or store is None:
             return
-        store = self.options.session.store
         if self._resume:
             checkpoint = await maybe_await(store.load(self.run_id))
             if checkpoint is None:
@@ -123,7 +122,7 @@ class AgentLoop:
                 checkpoint = await maybe_await(store.load(self.run_id))
             except CheckpointVersionError:
                 raise  # a newer durable-agent's run: never overwrite it with an older schema
-            except Exception:  # noqa: BLE001 - a fresh run must not die of an unreadable old one
+            except Exception:  # a fresh run must not die of an unreadable old one
                 self.log.exception("could not load the stored checkpoint of run %s; starting its counters at 0", self.run_id)
                 checkpoint = None
         if checkpoint is not None:
@@ -296,7 +295,7 @@ class AgentLoop:
             return request  # a sub-agent's request was signed by the sub-agent, bound to its own run
         try:
             token = signer.sign(request, run_id=self.run_id)
-        except Exception:  # noqa: BLE001 - signing is best-effort; an unsigned request is denied on resume
+        except Exception:  # signing is best-effort; an unsigned request is denied on resume
             self.log.exception("signing approval %s failed; the request goes out unsigned", request.approval_id)
             return request
         return ToolApprovalRequest(
@@ -308,7 +307,8 @@ class AgentLoop:
     async def _save(
         self, step_index: int, status: RunStatus, pending: tuple[ToolApprovalRequest, ...] | None = None
     ) -> None:
-        if self.run_id is None or self.options.session is None:
+        store = self.options.store
+        if self.run_id is None or store is None:
             return
         checkpoint = AgentCheckpoint(
             run_id=self.run_id,
@@ -321,8 +321,8 @@ class AgentLoop:
             agent_path=self.options.agent_path or None,
         )
         try:
-            await maybe_await(self.options.session.store.save(checkpoint))
-        except Exception as exc:  # noqa: BLE001 - durability must never kill a run...
+            await maybe_await(store.save(checkpoint))
+        except Exception as exc:  # durability must never kill a run...
             if is_control_error(exc):
                 raise  # ...but a writer that lost its lease must stop at once
             self.log.exception("saving checkpoint %s failed; the run continues", checkpoint.step_id)

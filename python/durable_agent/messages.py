@@ -119,7 +119,7 @@ class History(list[Message]):
     keep every step's list alive. Like every history, never mutate it.
     """
 
-    __slots__ = ("_base", "__weakref__")
+    __slots__ = ("__weakref__", "_base")
     _base: weakref.ref[Sequence[Message]]
 
     @property

@@ -120,7 +120,7 @@ class ModelCaller:
                 async for part in self._attempt(models[which], request, step_index, attempt, turn, tries):
                     yield part
                 return
-            except Exception as error:  # noqa: BLE001 - judged below; what is not retried is raised again
+            except Exception as error:  # judged below; what is not retried is raised again
                 if is_control_error(error):
                     raise
                 decision = self._decision_of(error, tries)
@@ -182,7 +182,8 @@ class ModelCaller:
                 async for part in self._stream(model, request, turn, context):
                     parts.put_nowait(part)
             except Exception as error:
-                # The decision is stored with the failed attempt, so a replay decides the same way.
+                # The decision is stored with the failed attempt, so a replay decides the same way (an
+                # attribute set on whatever exception it is: hence the ignore).
                 error.durable_decision = self._decision_of(error, tries)  # type: ignore[attr-defined]
                 raise
             return turn.to_json()

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from ._util import wall_clock_ms
 from .checkpoint import ToolApprovalRequest, ToolApprovalResponse, Usage
+from .checkpoint_store import CheckpointStore
 from .errors import ConfigurationError
 from .messages import Message
 from .models import LanguageModel
 from .retry import RetryPolicy
-from .structured_output import OutputSpec
-from .session import Session
 from .stop import StopCondition
+from .structured_output import OutputSpec
 from .tools import Tool
 
 if TYPE_CHECKING:
@@ -57,10 +57,9 @@ class StepOverrides:
 PrepareStep = Callable[[PrepareStepContext], "StepOverrides | None | Awaitable[StepOverrides | None]"]
 
 
-class CallOptions(TypedDict, total=False):
-    """Keyword options shared by every entry point (see the README for each one's meaning)."""
+class AgentOptions(TypedDict, total=False):
+    """Keyword options shared by every entry point but `tools` (an `Agent` names its tools apart)."""
 
-    tools: Mapping[str, Tool]
     max_steps: int
     stop_when: Sequence[StopCondition]
     prepare_step: PrepareStep
@@ -79,9 +78,30 @@ class CallOptions(TypedDict, total=False):
     output_retries: int
 
 
+class CallOptions(AgentOptions, total=False):
+    """Keyword options shared by every entry point (see the README for each one's meaning)."""
+
+    tools: Mapping[str, Tool]
+
+
 def random_id() -> str:
     """A fresh random id. Uses entropy, so it is only ever called while a run is going."""
     return uuid.uuid4().hex
+
+
+def check_durability(store: Any, run_id: Any) -> None:
+    """Refuse a `store=`/`run_id=` pair a call cannot checkpoint with, before anything runs."""
+    if store is not None and not isinstance(store, CheckpointStore):
+        raise ConfigurationError("store must be a CheckpointStore (an object with save(checkpoint) and load(run_id))")
+    if run_id is None:
+        return
+    if not isinstance(run_id, str) or not run_id:
+        raise ConfigurationError(f"run_id must be a non-empty str, got {run_id!r}")
+    if store is None:
+        raise ConfigurationError(
+            f"run_id={run_id!r} was given without store=: a run id names a run in a checkpoint store, "
+            "so pass the store too (e.g. store=InMemoryCheckpointStore())"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +110,8 @@ class RunOptions:
 
     model: LanguageModel
     tools: Mapping[str, Tool] = field(default_factory=dict)
-    session: Session | None = None
+    store: CheckpointStore | None = None
+    run_id: str | None = None  # with `store`: the run to checkpoint (None: minted when the run starts)
     max_steps: int = 20
     stop_when: Sequence[StopCondition] = ()
     prepare_step: PrepareStep | None = None
@@ -113,16 +134,17 @@ class RunOptions:
     tool_state: dict[str, Any] = field(default_factory=dict)  # internal: the session's tool state view
 
     @classmethod
-    def build(cls, model: Any, session: Session | None, options: Mapping[str, Any], **internal: Any) -> RunOptions:
+    def build(
+        cls, model: Any, options: Mapping[str, Any], *, store: Any = None, run_id: Any = None, **internal: Any
+    ) -> RunOptions:
         unknown = set(options) - set(CallOptions.__annotations__)
         if unknown:
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
         if not isinstance(model, LanguageModel):
             raise ConfigurationError("model must implement LanguageModel (a model_id and a stream(request) method)")
-        if session is not None and not isinstance(session, Session):
-            raise ConfigurationError("session must be a durable_agent.Session")
+        check_durability(store, run_id)
         values = {k: v for k, v in options.items() if v is not None or k in ("max_tool_concurrency",)}
-        run = cls(model=model, session=session, **values, **internal)
+        run = cls(model=model, store=store, run_id=run_id, **values, **internal)
         run._check()
         return run
 
@@ -155,5 +177,5 @@ class RunOptions:
 
     @property
     def durable(self) -> bool:
-        """Only agentic calls (with tools) and a session checkpoint."""
-        return self.session is not None and bool(self.tools)
+        """Only agentic calls (with tools) into a checkpoint store."""
+        return self.store is not None and bool(self.tools)

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from ._kernels import kernels
-from ._util import wall_clock_ms
 from ._token_pure import b64url_encode
+from ._util import wall_clock_ms
 from .checkpoint import ToolApprovalRequest
 from .errors import ApprovalSigningError, CodecError, ConfigurationError
 
@@ -117,7 +117,7 @@ def _request_fields(request: ToolApprovalRequest | Mapping[str, Any]) -> dict[st
     return fields
 
 
-def _well_formed(payload: object, kid: str) -> bool:
+def _well_formed(payload: object, kid: str) -> TypeGuard[dict[str, Any]]:
     """True when a MAC-verified payload has exactly the fields and types `sign` writes.
 
     Written out test by test (no generators, no set built per call): it runs on every verify,
@@ -167,7 +167,7 @@ def _canonical(value: Any) -> str | None:
     and ``true`` differ; bytes differ from str), and only object key order is normalized.
     """
     try:
-        return kernels.encode(_sorted_keys(value))  # type: ignore[no-any-return]
+        return kernels.encode(_sorted_keys(value))
     except (CodecError, TypeError, RecursionError):  # TypeError: keys that cannot be ordered
         return None
 
@@ -185,7 +185,7 @@ class ApprovalSigner:
     Stateless after construction and safe to share between tasks and threads.
     """
 
-    __slots__ = ("_keys", "_clock", "_max_token_length", "_max_clock_skew_ms")
+    __slots__ = ("_clock", "_keys", "_max_clock_skew_ms", "_max_token_length")
 
     def __init__(
         self,
@@ -276,7 +276,7 @@ class ApprovalSigner:
         max_age = validate_max_age_ms(max_age_ms)
         if type(token) is not str or len(token) > self._max_token_length:
             return None
-        for kid, key in self._keys:
+        for kid, key in self._keys:  # noqa: B007 - `kid` of the key that verified is read below the loop
             payload = kernels.token_open(token, key)  # None: a bad MAC, or a payload that is not JSON
             if payload is not None:
                 break
@@ -288,7 +288,7 @@ class ApprovalSigner:
             age = self._now() - payload["issued_at"]
             if age >= max_age or -age > self._max_clock_skew_ms:
                 return None
-        return payload  # type: ignore[no-any-return]
+        return payload
 
     def check_approval(
         self,

@@ -8,7 +8,7 @@ client-mode approval, the parent suspends too, with the child's requests (tagged
 their `agent_path`) as its own pending approvals; resuming the parent with the verdicts
 re-executes the call, and the child settles them from its checkpoint and goes on.
 
-Without a session, a child that needs a client-mode verdict cannot wait for one: the
+Without a checkpoint store on the parent call, a child that needs a client-mode verdict cannot wait for one: the
 parent model gets an `is_error` result saying so. A child inherits the parent's
 `approve_tool_call`, signer, clock and id generator unless it sets its own.
 
@@ -26,11 +26,10 @@ from ._util import maybe_await
 from .errors import ConfigurationError
 from .generate import _consume
 from .loop import AgentLoop
-from .tool_calls import SubAgentSuspended, current_tool_call
 from .messages import final_text
 from .models import LanguageModel
 from .options import RunOptions
-from .session import Session
+from .tool_calls import SubAgentSuspended, current_tool_call
 from .tools import Tool
 
 PROMPT_SCHEMA = {
@@ -78,29 +77,30 @@ def agent_tool(
         child_options = {**{k: v for k, v in inherited.items() if v is not None}, **options}
         child_options["approval_responses"] = parent.approval_responses
         path = (*parent.agent_path, name)
-        session = None
+        run_id: str | None = None
         messages: list[Any] = [{"role": "user", "content": args["prompt"]}]
         if system:
             messages.insert(0, {"role": "system", "content": system})
         resume_id = None
-        if context.run_id is not None and parent.session is not None:
+        store = parent.store
+        if context.run_id is not None and store is not None:
             run_id = child_run_id(context.run_id, name, context.tool_call_id)
-            session = Session(parent.session.store, run_id)
-            stored = await maybe_await(parent.session.store.load(run_id))
+            stored = await maybe_await(store.load(run_id))
             if stored is not None and stored.refuse_newer().status == "completed":
                 context.report_usage(stored.usage)  # the parent's step re-runs: its usage was never saved
                 return final_text(stored.messages)  # the call finished before a crash: don't run it again
             if stored is not None:
                 resume_id = run_id
-        run_options = RunOptions.build(model, session, {"tools": tools, "max_steps": max_steps, **child_options},
+        run_options = RunOptions.build(model, {"tools": tools, "max_steps": max_steps, **child_options},
+                                       store=store if run_id is not None else None, run_id=run_id,
                                        agent_path=path)
         result = await _consume(AgentLoop(run_options, None if resume_id else messages, resume_run_id=resume_id))
         if result.finish_reason == "suspended":
-            if session is None:
+            if run_id is None:
                 waiting = ", ".join(r.tool_name for r in result.pending_approvals) or "a client tool"
                 raise RuntimeError(
-                    f"sub-agent {name!r} needs a client-mode verdict for {waiting}, which requires a durable "
-                    "session on the parent call (or an approve_tool_call callback)"
+                    f"sub-agent {name!r} needs a client-mode verdict for {waiting}, which requires a checkpoint "
+                    "store on the parent call (store=) (or an approve_tool_call callback)"
                 )
             raise SubAgentSuspended(result.pending_approvals, result.usage)
         context.report_usage(result.usage)

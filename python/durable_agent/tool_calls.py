@@ -296,7 +296,7 @@ class ToolRunner:
                         step.stage_tool_state(context.staged)  # committed with the done record
                     else:
                         apply_tool_state(self.options.tool_state, context.staged)
-                except Exception as exc:  # noqa: BLE001 - a failing tool is a result the model can react to
+                except Exception as exc:  # a failing tool is a result the model can react to
                     if is_control_error(exc):
                         raise
                     self.trace.tool_failed(span, exc)

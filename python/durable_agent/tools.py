@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeGuard
 
 from ._schema import Validator, compile_schema
 from ._util import maybe_await
@@ -70,8 +70,9 @@ class Tool:
 
     def json_schema(self) -> Mapping[str, Any]:
         if _is_pydantic_model(self.parameters):
-            return self.parameters.model_json_schema()  # type: ignore[no-any-return]
-        return self.parameters  # type: ignore[no-any-return]
+            return self.parameters.model_json_schema()
+        schema: Mapping[str, Any] = self.parameters  # __post_init__ refused anything else
+        return schema
 
     def spec(self, name: str) -> ToolSpec:
         return ToolSpec(name=name, description=self.description, parameters=self.json_schema())
@@ -94,7 +95,14 @@ class Tool:
         return bool(self.needs_approval)
 
 
-def _is_pydantic_model(candidate: Any) -> bool:
+class _PydanticModelClass(Protocol):
+    """What this module uses of a pydantic model class (pydantic itself is an optional extra)."""
+
+    def model_json_schema(self) -> dict[str, Any]: ...
+    def model_validate(self, obj: Any) -> Any: ...
+
+
+def _is_pydantic_model(candidate: object) -> TypeGuard[_PydanticModelClass]:
     return isinstance(candidate, type) and hasattr(candidate, "model_validate") and hasattr(
         candidate, "model_json_schema"
     )

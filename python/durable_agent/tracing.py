@@ -112,7 +112,7 @@ def _stopped(span: Any, error: BaseException) -> None:
 class RunTrace:
     """The spans of one leg of a run. Every method is a no-op when there is no tracer."""
 
-    __slots__ = ("_tracer", "_run", "_step", "_model")
+    __slots__ = ("_model", "_run", "_step", "_tracer")
 
     def __init__(self) -> None:
         self._tracer = get_tracer()
@@ -242,7 +242,7 @@ class RunTrace:
             _fail(span, error)
 
 
-class RunLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class RunLogger(logging.LoggerAdapter[logging.Logger]):
     """The ``durable_agent`` logger, adding the run's `LOG_FIELDS` to every record (`extra`)."""
 
     def __init__(self, logger: logging.Logger, fields: Any) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .checkpoint import ToolApprovalRequest
@@ -10,8 +10,10 @@ from .messages import Message, content_parts
 from .results import Part
 
 
-def tool_message(results: list[dict[str, Any]]) -> Message:
-    return {"role": "tool", "content": results}  # type: ignore[typeddict-item]
+def tool_message(results: Sequence[Mapping[str, Any]]) -> Message:
+    # The tool phase keeps its results as the plain dicts it also streams (typing them ToolResultPart
+    # would retype the loop's stream parts too).
+    return {"role": "tool", "content": list(results)}  # type: ignore[arg-type]
 
 
 def assistant_message(

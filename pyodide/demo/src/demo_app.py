@@ -2,7 +2,7 @@
 
 Runs inside Pyodide in the page (see app.js, which loads this module). Four parts:
 
-* `IndexedDBSessionStore` — a `SessionStore` whose checkpoints live in the browser's
+* `IndexedDBCheckpointStore` — a `CheckpointStore` whose checkpoints live in the browser's
   IndexedDB, reached through the JS bridge (the JS module `demo_idb`, see idb.js). It stores
   the codec text of `serialize_checkpoint`, so bytes in a history survive a reload.
 * The scenario — the scripted "coding assistant" of the repo's crash demo, with tools that
@@ -30,11 +30,11 @@ from typing import Any
 
 import demo_agent
 from demo_agent import FILES, PROMPT  # noqa: F401  # PROMPT is read by app.js as demo_app.PROMPT
+
 from durable_agent import (
     AgentCheckpoint,
     ApprovalSigner,
     ScriptedModel,
-    Session,
     Tool,
     ToolApprovalResponse,
     deserialize_checkpoint,
@@ -52,8 +52,8 @@ MAX_STEPS = 12
 # --------------------------------------------------------------------------------------------
 
 
-class IndexedDBSessionStore:
-    """A `SessionStore` over IndexedDB, via an object with async `get/put/remove/keys`.
+class IndexedDBCheckpointStore:
+    """A `CheckpointStore` over IndexedDB, via an object with async `get/put/remove/keys`.
 
     `idb` is the JS module `demo_idb` (idb.js) in the browser; every method awaits a JS
     Promise. Values are the codec text of `serialize_checkpoint` ("latest save wins").
@@ -164,7 +164,7 @@ class DemoController:
     def __init__(self, idb: Any, ui: Any, *, model_delay: float = 0.05, tool_seconds: float = 0.6) -> None:
         self.idb = idb
         self.ui = ui
-        self.store = IndexedDBSessionStore(idb)
+        self.store = IndexedDBCheckpointStore(idb)
         self.model_delay = model_delay
         self.tool_seconds = tool_seconds
         self.signer: ApprovalSigner | None = None
@@ -250,7 +250,7 @@ class DemoController:
                     await self.render()  # the checkpoint of this step is stored: show it
                 elif kind == "error":
                     note = f"error: {type(part['error']).__name__}: {part['error']}"
-        except Exception as exc:  # surfaced on the page, never swallowed silently
+        except Exception as exc:  # noqa: BLE001 - surfaced on the page, never swallowed silently
             note = f"error: {type(exc).__name__}: {exc}"
         finally:
             self.busy = False
@@ -270,7 +270,7 @@ class DemoController:
         await self.idb.put("meta", "active_run", json.dumps({"run_id": run_id, "prompt": prompt, "model": config}))
         await self.render()
         self._spawn(stream_chat(messages=[{"role": "user", "content": prompt}],
-                                session=Session(self.store, run_id), **self._options(config)))
+                                store=self.store, run_id=run_id, **self._options(config)))
 
     async def pick_up(self) -> str:
         """After a (re)load: continue the active run from its last stored step, or just show it."""
@@ -288,7 +288,7 @@ class DemoController:
             # The page went away during the first step: nothing was stored yet, so run it again.
             await self.render("restarted: the page closed before the first step was stored")
             self._spawn(stream_chat(messages=[{"role": "user", "content": run["prompt"]}],
-                                    session=Session(self.store, run["run_id"]), **options))
+                                    store=self.store, run_id=run["run_id"], **options))
             return "restarted"
         if checkpoint.status == "running":
             await self.render(f"resumed from storage after step {checkpoint.step_index + 1}")

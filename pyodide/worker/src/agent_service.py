@@ -35,7 +35,6 @@ from durable_agent import (
     ApprovalSigner,
     LanguageModel,
     ScriptedModel,
-    Session,
     Tool,
     ToolApprovalResponse,
     call,
@@ -46,7 +45,7 @@ from durable_agent import (
 from durable_agent.errors import ConfigurationError
 from durable_agent.messages import message_text
 from durable_agent.providers import FetchTransport, OpenAIChatModel
-from durable_agent.stores.durable_object import DurableObjectSessionStore
+from durable_agent.stores.durable_object import DurableObjectCheckpointStore
 
 MAX_STEPS = 10
 HEAL_AFTER_MS = 60_000  # if a leg has not ended by then, the alarm picks the run up again
@@ -148,7 +147,7 @@ class RunService:
                 "bytes (python -c 'import secrets; print(secrets.token_urlsafe(32))')"
             )
         self.storage = storage
-        self.store = DurableObjectSessionStore(storage)
+        self.store = DurableObjectCheckpointStore(storage)
         self.signer = ApprovalSigner(secret)
         self.model_factory = model_factory
         self.clock = clock or (lambda: int(time.time() * 1000))
@@ -172,7 +171,7 @@ class RunService:
             raise HttpError(409, f"run {run_id} already exists")
         self.storage.kv.put(f"prompt:{run_id}", prompt)  # lets the alarm restart a run lost in its first step
         return await self._leg(lambda: generate_text(messages=[{"role": "user", "content": prompt}],
-                                                     session=Session(self.store, run_id), **self._options()), run_id)
+                                                     store=self.store, run_id=run_id, **self._options()), run_id)
 
     async def resume(self, run_id: str, approvals: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         checkpoint = self.store.load(run_id)
@@ -181,7 +180,7 @@ class RunService:
             if prompt is None:
                 raise HttpError(404, f"no run {run_id}")
             return await self._leg(lambda: generate_text(messages=[{"role": "user", "content": prompt}],
-                                                         session=Session(self.store, run_id), **self._options()),
+                                                         store=self.store, run_id=run_id, **self._options()),
                                    run_id)
         if checkpoint.status == "completed":
             return _summary(checkpoint)

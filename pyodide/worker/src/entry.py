@@ -20,9 +20,8 @@ import json
 import uuid
 from urllib.parse import urlparse
 
-from workers import DurableObject, Response, WorkerEntrypoint
-
 from agent_service import RunService, model_factory_from
+from workers import DurableObject, Response, WorkerEntrypoint
 
 JSON_HEADERS = {"content-type": "application/json"}
 
@@ -49,7 +48,7 @@ class AgentRun(DurableObject):
     async def handle(self, method: str, path: str, body: str) -> str:
         try:
             status, payload = await self._service().handle(str(method), str(path), str(body or ""))
-        except Exception as exc:  # reported, not hidden; the alarm retries an interrupted leg
+        except Exception as exc:  # noqa: BLE001 - reported, not hidden; the alarm retries an interrupted leg
             status, payload = 500, {"error": f"{type(exc).__name__}: {exc}"}
         return json.dumps({"status": status, "payload": payload})
 
@@ -61,7 +60,7 @@ class AgentRun(DurableObject):
 class Default(WorkerEntrypoint):
     """Routes each request to the Durable Object of its run."""
 
-    async def fetch(self, request):  # noqa: ANN001, ANN201 (objects of the Workers runtime)
+    async def fetch(self, request):  # untyped: request and response are objects of the Workers runtime
         path = urlparse(request.url).path.rstrip("/") or "/"
         if path == "/runs" and request.method == "POST":
             run_id = uuid.uuid4().hex  # entropy inside a request: allowed

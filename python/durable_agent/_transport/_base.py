@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,10 +53,10 @@ class HttpTransport(Protocol):
     async def handle_async_request(self, request: HttpRequest) -> HttpResponse: ...
 
 
-def lower_headers(pairs: object) -> dict[str, str]:
+def lower_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     """Header pairs as a dict with lower-case names; repeated names are joined with ", "."""
     out: dict[str, str] = {}
-    for name, value in pairs:  # type: ignore[attr-defined]
+    for name, value in pairs:
         key = str(name).lower()
         out[key] = f"{out[key]}, {value}" if key in out else str(value)
     return out

@@ -19,8 +19,8 @@ class FetchTransport:
         self._fetch = fetch
 
     async def handle_async_request(self, request: HttpRequest) -> HttpResponse:
-        import js  # type: ignore[import-not-found]
-        from pyodide.ffi import JsException, to_js  # type: ignore[import-not-found]
+        import js
+        from pyodide.ffi import JsException, to_js
 
         fetch = self._fetch or js.fetch
         controller = js.AbortController.new()

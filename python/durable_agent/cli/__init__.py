@@ -11,7 +11,7 @@
 `--store URL` takes every `open_store` URL; `--runtime URL` (``sqlite:///journal.db`` or
 ``postgresql://...``) is an `Agent`'s journal: it adds the journal steps to ``show``, sends
 verdicts to the run's awakeables, and without `--store` the store is opened on the runtime's database (the
-runtime keeps its checkpoints in the session store's tables).
+runtime keeps its checkpoints in the checkpoint store's tables).
 ``runs prune`` also drops the deleted runs' events from the chat endpoint's event log
 (`durable_agent.http`): ``--events URL`` (``sqlite:///...`` or ``postgresql://...``), by default the
 store's own database when it is SQLite or Postgres.
@@ -68,7 +68,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _common(parser: argparse.ArgumentParser, default: Any) -> None:
     """--store, --runtime and --json, accepted before and after the command."""
-    parser.add_argument("--store", metavar="URL", default=default, help="the session store (open_store URL)")
+    parser.add_argument("--store", metavar="URL", default=default, help="the checkpoint store (open_store URL)")
     parser.add_argument("--runtime", metavar="URL", default=default,
                         help="an Agent's journal runtime: sqlite:///path or postgresql://...")
     parser.add_argument("--json", action="store_true", default=default, help="print JSON instead of tables")

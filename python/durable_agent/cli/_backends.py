@@ -24,13 +24,13 @@ def open_runtime(url: str) -> Any:
     """The journal runtime of `url`: ``sqlite:///relative.db``, ``sqlite:////abs.db`` or ``postgresql://...``."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "sqlite":
-        from ..runtime.sqlite import sqlite_runtime
+        from ..runtime.sqlite import SqliteRuntime
 
-        return sqlite_runtime(_file_path(url, scheme))
+        return SqliteRuntime(_file_path(url, scheme))
     if scheme in ("postgresql", "postgres"):
-        from ..runtime.postgres import postgres_runtime
+        from ..runtime.postgres import PostgresRuntime
 
-        return postgres_runtime(url)
+        return PostgresRuntime(url)
     raise ConfigurationError(f"a runtime URL is sqlite:///path or postgresql://..., got {url!r}")
 
 
@@ -61,7 +61,7 @@ class Backends:
     @classmethod
     async def open(cls, store_url: str | None, runtime_url: str | None) -> Backends:
         """Without `store_url`, the store is opened on the runtime's database: the runtime keeps its
-        checkpoints in the session store's tables (same URL), which also list, prune and fork."""
+        checkpoints in the checkpoint store's tables (same URL), which also list, prune and fork."""
         url = store_url or runtime_url
         if not url:
             raise CliError(2, "no store: pass --store URL (or --runtime URL), or set DURABLE_AGENT_STORE")

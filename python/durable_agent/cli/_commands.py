@@ -15,7 +15,12 @@ from typing import Any
 
 from .._util import maybe_await, wall_clock_ms
 from ..checkpoint import AgentCheckpoint, ToolApprovalResponse, deserialize_checkpoint, serialize_checkpoint
-from ..errors import CheckpointCorruptError, CheckpointNotFoundError, CheckpointVersionError, ConfigurationError
+from ..errors import (
+    CheckpointCorruptError,
+    CheckpointNotFoundError,
+    CheckpointVersionError,
+    ConfigurationError,
+)
 from ..fork import checkpoint_at_step, fork_run
 from . import _render as r
 from ._backends import Backends, CliError, load_factory, open_event_log

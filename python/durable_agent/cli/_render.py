@@ -16,7 +16,7 @@ WIDTH = 160  # a value longer than this is cut in tables and transcripts (`--jso
 
 def as_json(value: Any) -> str:
     """`value` as one line of JSON, through the checkpoint codec: bytes survive as ``{"$bytes": ...}``."""
-    return kernels.encode(value)  # type: ignore[no-any-return]
+    return kernels.encode(value)
 
 
 def emit_json(value: Any, out: TextIO | None = None) -> None:
@@ -85,20 +85,19 @@ def message_lines(index: int, message: Message, full: bool = False) -> list[str]
     pad = " " * len(head)
     lines: list[str] = []
     for part in content_parts(message):
-        kind = part["type"]
-        if kind == "text":
-            line = cut(part["text"], width)  # type: ignore[typeddict-item]
-        elif kind == "tool-call":
-            line = f"-> {part['tool_name']} {cut(brief(part['input']), width)}  [{part['tool_call_id']}]"  # type: ignore[typeddict-item]
-        elif kind == "tool-result":
+        if part["type"] == "text":  # compared on `part` itself, so that mypy narrows the part's type
+            line = cut(part["text"], width)
+        elif part["type"] == "tool-call":
+            line = f"-> {part['tool_name']} {cut(brief(part['input']), width)}  [{part['tool_call_id']}]"
+        elif part["type"] == "tool-result":
             mark = "error " if part.get("is_error") else ""
-            line = f"<- {part['tool_name']} [{part['tool_call_id']}] {mark}{cut(brief(part['output']), width)}"  # type: ignore[typeddict-item]
-        elif kind == "tool-approval-request":
-            line = f"awaiting approval {part['approval_id']} for [{part['tool_call_id']}]"  # type: ignore[typeddict-item]
+            line = f"<- {part['tool_name']} [{part['tool_call_id']}] {mark}{cut(brief(part['output']), width)}"
+        elif part["type"] == "tool-approval-request":
+            line = f"awaiting approval {part['approval_id']} for [{part['tool_call_id']}]"
         else:
             data = part.get("data")
             size = len(data) if isinstance(data, (bytes, bytearray)) else "?"
-            line = f"[{kind} {part.get('media_type', '')} {size} bytes]"
+            line = f"[{part['type']} {part.get('media_type', '')} {size} bytes]"
         lines.append((head if not lines else pad) + line)
     return lines or [head.rstrip()]
 

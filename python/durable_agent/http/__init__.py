@@ -4,9 +4,9 @@
 
     from durable_agent import Agent, DurableOptions
     from durable_agent.http import ChatEndpoint, SqliteEventLog
-    from durable_agent.runtime.sqlite import sqlite_runtime   # or postgres_runtime + PostgresEventLog
+    from durable_agent.runtime.sqlite import SqliteRuntime   # or PostgresRuntime + PostgresEventLog
 
-    runtime = sqlite_runtime("agent.db")
+    runtime = SqliteRuntime("agent.db")
     app = ChatEndpoint(
         agent=lambda session_id: Agent(model=..., tools=..., session_id=session_id,
                                        durable=DurableOptions(runtime)),
@@ -63,11 +63,11 @@ The pure core (events, progress keys, UI mapping, the ASGI app) uses the standar
 
 from __future__ import annotations
 
-from .app import AuthRequest, Authorize, ChatEndpoint
+from .app import Authorize, AuthRequest, ChatEndpoint
 from .asgi import CorsSettings, Request
 from .events import EventLog, MemoryEventLog, RunEvent, RunInfo
-from .sql_logs import PostgresEventLog, SqliteEventLog
 from .runs import AgentFactory
+from .sql_logs import PostgresEventLog, SqliteEventLog
 from .ui_stream import UiMessageStream
 
 __all__ = [

@@ -14,11 +14,11 @@ from urllib.parse import unquote
 from .._kernels import kernels
 from .._util import maybe_await
 from ..checkpoint import AgentCheckpoint
-from ..errors import RunLeaseHeldError, SessionStateError, SubmissionConflictError
-from ..transcript import approval_part
+from ..errors import ConfigurationError, RunLeaseHeldError, SessionStateError, SubmissionConflictError
 from ..messages import Message, final_text
 from ..options import random_id
-from ..runtime.protocols import DurableRuntime
+from ..runtime.protocols import DurableRuntime, EndpointRuntime, EndpointStores
+from ..transcript import approval_part
 from .asgi import (
     CorsSettings,
     HttpError,
@@ -81,7 +81,7 @@ def _allow_all(request: AuthRequest) -> bool:
 class ChatEndpoint:
     """A resumable chat endpoint as a plain ASGI 3 application: ``await endpoint(scope, receive, send)``.
 
-    `agent`: builds the durable `Agent` of a session id (all on `runtime`). `events`: the
+    `agent`: builds the durable `Agent` of a session id (all on `runtime`, an `EndpointRuntime`). `events`: the
     durable event log (`SqliteEventLog` on the SQLite runtime's file, `MemoryEventLog` for
     one process). `authorize`: the auth hook. `cors`: browser origins. `resume_on_startup`:
     at ASGI lifespan startup, take over the runs no live process drives (a server restarted
@@ -90,9 +90,14 @@ class ChatEndpoint:
     ``path`` relative to its ``root_path`` as those frameworks pass it.
     """
 
-    def __init__(self, *, agent: AgentFactory, runtime: DurableRuntime, events: EventLog,
+    def __init__(self, *, agent: AgentFactory, runtime: EndpointRuntime, events: EventLog,
                  authorize: Authorize = _allow_all, cors: CorsSettings | None = None,
                  keepalive_seconds: float = KEEPALIVE_SECONDS, resume_on_startup: bool = True) -> None:
+        if not isinstance(runtime, DurableRuntime) or not isinstance(runtime.stores, EndpointStores):
+            raise ConfigurationError(
+                "runtime must be an EndpointRuntime: a DurableRuntime whose stores hold submissions "
+                "(the idempotent POST /runs); the memory, SQLite and Postgres runtimes are"
+            )
         self.runtime = runtime
         self.resume_on_startup = resume_on_startup
         self._sweep: asyncio.Future[list[str]] | None = None
@@ -130,7 +135,7 @@ class ChatEndpoint:
             await handler(request, params, receive, tracked, cors)
         except HttpError as exc:
             await send_json(send, exc.status, {"error": {"code": exc.code, "message": exc.message}}, cors)
-        except Exception:  # noqa: BLE001 - a failure is a 500 with no detail, logged here; never a traceback out
+        except Exception:  # a failure is a 500 with no detail, logged here; never a traceback out
             logger.exception("%s %s failed", request.method, request.path)
             if began:  # a stream already under way: end it; the reader reconnects with its last id
                 await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -77,7 +77,7 @@ def answered_history(checkpoint: AgentCheckpoint, answers: Sequence[tuple[dict[s
               "output": result.output, "is_error": result.is_error} for call, result in answers]
     messages = list(checkpoint.messages)
     if messages and messages[-1]["role"] == "tool":  # an earlier result of this step: one tool message holds them
-        messages[-1] = tool_message([*content_parts(messages[-1]), *parts])  # type: ignore[list-item]
+        messages[-1] = tool_message([*content_parts(messages[-1]), *parts])
     else:
         messages.append(tool_message(parts))
     return dataclasses.replace(checkpoint, messages=messages, step_id="", created_at=now)

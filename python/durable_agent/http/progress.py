@@ -33,12 +33,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..checkpoint import AgentCheckpoint, Usage
-from ..messages import content_parts
-from ..transcript import approval_part
 from ..durable_session import is_model_call
 from ..errors import StepFailedError
+from ..messages import content_parts
 from ..runtime.keys import parse_step_key
 from ..runtime.records import StepRecord, StreamPartialRecord
+from ..transcript import approval_part
 from .client_tools import client_results_of
 from .events import RunEvent
 

@@ -24,8 +24,8 @@ from .._util import maybe_await, wall_clock_ms
 from ..agent import Agent, resolve_approval
 from ..checkpoint import AgentCheckpoint, ToolApprovalRequest
 from ..durable_session import approval_key
-from ..generate import PartSink
 from ..errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, StaleEpochError
+from ..generate import PartSink
 from ..runtime.protocols import DurableRuntime
 from ..runtime.records import RunTransition
 from .asgi import HttpError
@@ -68,7 +68,7 @@ class RunDriver:
         return run_id in self._tasks
 
     async def checkpoint(self, run_id: str) -> AgentCheckpoint | None:
-        checkpoint: AgentCheckpoint | None = await maybe_await(self.runtime.stores.session.load(run_id))
+        checkpoint: AgentCheckpoint | None = await maybe_await(self.runtime.stores.checkpoints.load(run_id))
         return checkpoint
 
     # ------------------------------------------------------------ driving
@@ -157,7 +157,7 @@ class RunDriver:
                 continue  # not a run of this endpoint
             try:
                 await self.ensure_driven(info)
-            except Exception:  # noqa: BLE001 - one broken run must not keep the others down
+            except Exception:  # one broken run must not keep the others down
                 logger.exception("run %s: taking it over at start failed", info.run_id)
             if self.driving(info.run_id):
                 taken.append(info.run_id)
@@ -289,7 +289,7 @@ class RunDriver:
         except (StaleEpochError, RunLeaseHeldError, RunSuspendedError) as exc:
             logger.info("run %s stopped in this process: %s", run_id, exc)
             return exc
-        except Exception as exc:  # noqa: BLE001 - a failed run is an event its readers get, never a crash
+        except Exception as exc:  # a failed run is an event its readers get, never a crash
             logger.exception("run %s failed", run_id)
             if await self.log.run_info(run_id) is not None:
                 await self.log.append(run_id, [error_event(exc, f"{wall_clock_ms()}-{id(exc)}")])

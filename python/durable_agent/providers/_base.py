@@ -12,8 +12,8 @@ import base64
 import json
 import os
 import re
-from contextlib import aclosing
 from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypedDict
 

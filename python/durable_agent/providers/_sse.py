@@ -22,7 +22,7 @@ class SSEEvent:
 class SSEDecoder:
     """Feed it byte chunks; it returns the events each chunk completed."""
 
-    __slots__ = ("_decode", "_tail", "_event", "_data")
+    __slots__ = ("_data", "_decode", "_event", "_tail")
 
     def __init__(self) -> None:
         self._decode = codecs.getincrementaldecoder("utf-8")(errors="strict").decode

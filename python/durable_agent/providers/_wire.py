@@ -16,9 +16,8 @@ The rules:
 from __future__ import annotations
 
 import asyncio
-from contextlib import aclosing
 from collections.abc import AsyncGenerator, Callable, Mapping
-
+from contextlib import aclosing
 
 from .._transport import HttpRequest, HttpResponse, HttpTransport
 from ..errors import ModelCallError

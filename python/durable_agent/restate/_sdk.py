@@ -35,7 +35,7 @@ def codec_run() -> Any:
 
 def encoded(value: Any) -> bytes:
     """`value` as codec text (the checkpoint codec: JSON that keeps bytes and every JSON number)."""
-    return kernels.encode(value).encode()  # type: ignore[no-any-return]
+    return kernels.encode(value).encode()
 
 
 def decoded(raw: bytes) -> Any:

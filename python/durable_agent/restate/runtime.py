@@ -80,14 +80,14 @@ class RestateLease:
 
     async def marked_run(self, session_id: str) -> str | None:
         self._runtime.check_session(session_id)
-        return await self._runtime.get_state(MARKED)  # type: ignore[no-any-return]
+        return await self._runtime.get_state(MARKED)  # type: ignore[no-any-return]  # state is codec data
 
     async def resumable(self, *, stale_at: int, session_id: str | None = None) -> list[ResumableRun]:
         return []  # Restate retries an interrupted invocation itself
 
 
 class RestateCheckpoints:
-    """The session store over the object's state: the latest checkpoint of each run."""
+    """The checkpoint store over the object's state: the latest checkpoint of each run."""
 
     def __init__(self, runtime: RestateRuntime) -> None:
         self._runtime = runtime
@@ -147,7 +147,7 @@ class RestateRunBook:
 
     async def last(self, session_id: str) -> str | None:
         self._runtime.check_session(session_id)
-        return await self._runtime.get_state(LAST_RUN)  # type: ignore[no-any-return]
+        return await self._runtime.get_state(LAST_RUN)  # type: ignore[no-any-return]  # state is codec data
 
     async def set_last(self, session_id: str, run_id: str, epoch: int | None) -> None:
         self._runtime.check_session(session_id)
@@ -172,7 +172,7 @@ class RestateStores:
         self._runtime = runtime
 
     @property
-    def session(self) -> RestateCheckpoints:
+    def checkpoints(self) -> RestateCheckpoints:
         return RestateCheckpoints(self._runtime)
 
     @property

@@ -16,7 +16,7 @@ Every step is an entry of the engine's journal (``ctx.run_typed``), named by its
 
 What replay mode cannot do here: stream partials are not journaled (nothing can be written to
 the journal from inside an action), so they reach only the live `on_progress` of the process
-running the step; `stored_steps`, `stored_turns` and `stored_partials` answer empty (the journal
+running the step; `stored_steps` and `stored_partials` answer empty (the journal
 is the engine's, read by the engine).
 """
 
@@ -50,7 +50,6 @@ from ..runtime.scope import (
     json_form,
     rebuilt_error,
 )
-
 from ._sdk import codec_run, decoded, encoded, sdk
 
 if TYPE_CHECKING:
@@ -126,9 +125,6 @@ class RestateScope:
         return ()
 
     async def stored_steps(self) -> list[StepRecord]:
-        return []
-
-    async def stored_turns(self) -> list[int]:
         return []
 
     async def stored_partials(self) -> list[StreamPartialRecord]:

@@ -14,13 +14,7 @@ from __future__ import annotations
 
 from .keys import MODEL_CALL, StepKeyParts, nested_call, parse_step_key, step_key
 from .leases import RUN_OWNER_HOLD_MS, is_run_owner_dead, is_run_owner_holding
-from .memory import (
-    MemoryDurableState,
-    MemoryRuntime,
-    create_memory_durable_state,
-    create_memory_runtime,
-    memory_runtime,
-)
+from .memory import MemoryDurableState, MemoryRuntime
 from .records import (
     AwakeableRecord,
     LeaseClaim,
@@ -57,11 +51,8 @@ __all__ = [
     "StepRequest",
     "StepRun",
     "StreamPartialRecord",
-    "create_memory_durable_state",
-    "create_memory_runtime",
     "is_run_owner_dead",
     "is_run_owner_holding",
-    "memory_runtime",
     "nested_call",
     "parse_step_key",
     "step_key",

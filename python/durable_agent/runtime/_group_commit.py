@@ -28,9 +28,9 @@ import asyncio
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from ..sql.plan import Dialect, Plan, run_sync
+from ..sql.plan import Dialect, Plan, T, run_sync
 
 MAX_BATCH = 512
 
@@ -67,12 +67,12 @@ class GroupCommitSqlite:
         self._thread: threading.Thread | None = None
         self._start = threading.Lock()
 
-    async def run(self, plan: Plan, *, write: bool) -> Any:
+    async def run(self, plan: Plan[T], *, write: bool) -> T:
         loop = asyncio.get_running_loop()
         job = _Job(plan, write, loop, loop.create_future())
         self._ensure_thread()
         self._jobs.put(job)
-        return await job.future
+        return cast(T, await job.future)  # the plan's own result, handed over by the connection's thread
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
@@ -233,8 +233,8 @@ class InlineSqlite:
             cur.close()
         return result
 
-    async def run(self, plan: Plan, *, write: bool) -> Any:
-        return self.transaction(plan, write=write)
+    async def run(self, plan: Plan[T], *, write: bool) -> T:
+        return cast(T, self.transaction(plan, write=write))
 
     def close(self) -> None:
         self._conn.close()

@@ -23,6 +23,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Iterable
+from typing import Literal
 
 from ..errors import StaleEpochError
 from .keys import _escape
@@ -45,6 +46,8 @@ class OwnedRuntime:
     """
 
     _owner: RunOwner | None = None
+    # Declared here so a subclass's `mode = "checkpoint"` keeps the Literal type `DurableRuntime` asks for.
+    mode: Literal["checkpoint", "replay"]
 
     @property
     def owner(self) -> RunOwner:

@@ -12,17 +12,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import StaleEpochError
 from .._util import wall_clock_ms
-from ..session import InMemorySessionStore
+from ..checkpoint_store import InMemoryCheckpointStore
+from ..errors import ConfigurationError, StaleEpochError
 from .leases import RUN_OWNER_HOLD_MS, Fences, is_run_owner_dead, is_run_owner_holding
 from .records import (
-    apply_tool_state,
     AwakeableRecord,
     LeaseRow,
     RunTransition,
     StepRecord,
     StreamPartialRecord,
+    apply_tool_state,
 )
 from .stored import StoredInspector, StoredRuntime
 
@@ -31,11 +31,8 @@ __all__ = [  # the lease helpers stay importable from here, where they first liv
     "MemoryDurableState",
     "MemoryRuntime",
     "apply_tool_state",
-    "create_memory_durable_state",
-    "create_memory_runtime",
     "is_run_owner_dead",
     "is_run_owner_holding",
-    "memory_runtime",
 ]
 
 
@@ -51,7 +48,7 @@ class MemoryDurableState:
     submissions: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     tool_state: dict[str, dict[str, Any]] = field(default_factory=dict)
     last_runs: dict[str, str] = field(default_factory=dict)
-    session_store: InMemorySessionStore = field(default_factory=InMemorySessionStore)
+    checkpoint_store: InMemoryCheckpointStore = field(default_factory=InMemoryCheckpointStore)
 
     def clone(self) -> MemoryDurableState:
         """A copy of the state as it is now; later writes to either never reach the other."""
@@ -61,11 +58,6 @@ class MemoryDurableState:
     def inspect(self) -> StoredInspector:
         """Read access to what the state holds, for tests and diagnostics."""
         return StoredInspector(_MemoryRows(self))
-
-
-def create_memory_durable_state() -> MemoryDurableState:
-    """An empty state for `memory_runtime`."""
-    return MemoryDurableState()
 
 
 class _MemoryRows:
@@ -214,7 +206,7 @@ class _MemoryRows:
         for record in transition.steps:
             self._write_step(record)
         if transition.checkpoint is not None:
-            self.state.session_store.save(transition.checkpoint)
+            self.state.checkpoint_store.save(transition.checkpoint)
         if transition.last_run is not None:
             self.state.last_runs[session_id] = transition.last_run
         if transition.mark is not None or transition.unmark:
@@ -224,20 +216,20 @@ class _MemoryRows:
                 self.state.awakeables[awakeable_id] = AwakeableRecord(awakeable_id, session_id, key)
 
 
-class MemoryRuntime(StoredRuntime[InMemorySessionStore]):
-    """A checkpoint-mode `DurableRuntime` over a `MemoryDurableState`."""
+class MemoryRuntime(StoredRuntime[InMemoryCheckpointStore]):
+    """A checkpoint-mode `DurableRuntime` over a `MemoryDurableState` (a fresh one when `state` is None).
 
-    def __init__(self, state: MemoryDurableState, *, clock: Callable[[], int] = wall_clock_ms) -> None:
+    Several runtimes may share one state: two "processes" on one database.
+    """
+
+    def __init__(
+        self, state: MemoryDurableState | None = None, *, clock: Callable[[], int] = wall_clock_ms
+    ) -> None:
+        if state is None:
+            state = MemoryDurableState()
+        elif not isinstance(state, MemoryDurableState):
+            raise ConfigurationError(f"state must be a MemoryDurableState or None, got {type(state).__name__}")
         self.state = state
         fences = Fences()
-        super().__init__(_MemoryRows(state, fences.refused), state.session_store, fences, clock)
+        super().__init__(_MemoryRows(state, fences.refused), state.checkpoint_store, fences, clock)
 
-
-def memory_runtime(*, state: MemoryDurableState, clock: Callable[[], int] = wall_clock_ms) -> MemoryRuntime:
-    """A memory runtime over `state`; several may share one state (two "processes" on one database)."""
-    return MemoryRuntime(state, clock=clock)
-
-
-def create_memory_runtime(*, clock: Callable[[], int] = wall_clock_ms) -> MemoryRuntime:
-    """A memory runtime over a fresh state."""
-    return MemoryRuntime(create_memory_durable_state(), clock=clock)

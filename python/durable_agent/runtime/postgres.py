@@ -12,9 +12,9 @@ async API. Every plan runs in one READ COMMITTED transaction:
   run ``LISTEN``s on a connection of its own and re-reads at once (`wait_for_change`), with
   a poll of at most a second as the fallback.
 
-Checkpoints live in the same database, in the tables of `AsyncPostgresSessionStore` (which can
+Checkpoints live in the same database, in the tables of `AsyncPostgresCheckpointStore` (which can
 open the database too): the runtime writes them itself, inside its fenced lifecycle transactions
-(`commit`), and `runtime.stores.session` reads them through the runtime's connection.
+(`commit`), and `runtime.stores.checkpoints` reads them through the runtime's connection.
 
 Connections: by default a pool of up to `max_connections` (10), so concurrent runs do not queue
 behind each other's transactions, plus one connection for LISTEN, all opened on first use inside
@@ -31,8 +31,8 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from ..errors import ConfigurationError, FeatureUnavailableError
 from .._util import wall_clock_ms
+from ..errors import ConfigurationError, FeatureUnavailableError
 from ..sql.journal_schema import schema_plan
 from ..sql.plan import POSTGRES, Plan, Query, T, execute_async, run_async
 from .sql_runtime import SqlRuntime
@@ -230,9 +230,3 @@ class PostgresRuntime(SqlRuntime):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-
-def postgres_runtime(
-    conninfo: str = "", *, clock: Callable[[], int] = wall_clock_ms, **options: Any
-) -> PostgresRuntime:
-    """A `PostgresRuntime`; every call is another "process" on the same database. See `PostgresRuntime`."""
-    return PostgresRuntime(conninfo, clock=clock, **options)

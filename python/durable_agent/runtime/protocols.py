@@ -1,8 +1,10 @@
 """The durable-runtime seam as Protocols: what `Agent` needs from a runtime, and nothing more.
 
-The memory, SQLite and Postgres runtimes implement these; a runtime of your own does too
-when it passes `durable_agent.testing.runtime_conformance.DurableRuntimeConformance`.
-Every method is async: a runtime may sit on a network database.
+`DurableRuntime` is what `Agent` uses; `EndpointRuntime` adds what the HTTP endpoint
+(`durable_agent.http`) uses on top: the submissions behind its idempotent POST. The memory,
+SQLite and Postgres runtimes implement both; a runtime of your own does too when it passes
+`durable_agent.testing.runtime_conformance.DurableRuntimeConformance`. Every method is
+async: a runtime may sit on a network database.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..checkpoint import AgentCheckpoint
+from ..checkpoint_store import CheckpointStore
 from ..errors import StaleEpochError
 from .records import (
     AwakeableRecord,
@@ -51,8 +53,6 @@ class RunScope(Protocol):
 
     async def stored_steps(self) -> list[StepRecord]: ...
 
-    async def stored_turns(self) -> list[int]: ...
-
     async def stored_partials(self) -> list[StreamPartialRecord]: ...
 
     def now(self) -> int: ...
@@ -75,22 +75,9 @@ class DurableLease(Protocol):
 
     async def release(self, session_id: str, epoch: int) -> None: ...
 
-    async def epoch(self, session_id: str) -> int | None: ...
-
-    async def mark_resumable(self, session_id: str, run_id: str | None, epoch: int | None) -> None: ...
-
     async def marked_run(self, session_id: str) -> str | None: ...
 
     async def resumable(self, *, stale_at: int, session_id: str | None = None) -> list[ResumableRun]: ...
-
-
-@runtime_checkable
-class DurableQueueStore(Protocol):
-    """A session's type-ahead queue of prompts, kept across a crash (oldest first)."""
-
-    async def read(self, session_id: str) -> list[Any]: ...
-
-    async def write(self, session_id: str, entries: list[Any]) -> None: ...
 
 
 @runtime_checkable
@@ -108,34 +95,29 @@ class DurableRunBook(Protocol):
 
     async def last(self, session_id: str) -> str | None: ...
 
-    async def set_last(self, session_id: str, run_id: str, epoch: int | None) -> None: ...
-
-
-class SessionCheckpoints(Protocol):
-    """The session store a runtime commits checkpoints to (sync or async methods)."""
-
-    def save(self, checkpoint: AgentCheckpoint) -> Any: ...
-
-    def load(self, run_id: str) -> Any: ...
-
 
 @runtime_checkable
 class DurableStores(Protocol):
-    """Everything a run persists, behind one runtime so it commits consistently."""
+    """What an `Agent` reads besides the journal, behind one runtime so it commits consistently.
+
+    The runtime writes these itself, inside `DurableRuntime.commit`'s transitions.
+    """
 
     @property
-    def session(self) -> SessionCheckpoints: ...
-
-    @property
-    def queue(self) -> DurableQueueStore: ...
-
-    @property
-    def submissions(self) -> DurableSubmissionStore: ...
+    def checkpoints(self) -> CheckpointStore: ...
 
     @property
     def runs(self) -> DurableRunBook: ...
 
     def tool_state(self, session_id: str) -> Any: ...
+
+
+@runtime_checkable
+class EndpointStores(DurableStores, Protocol):
+    """`DurableStores` plus the submissions the HTTP endpoint's idempotent POST claims and settles."""
+
+    @property
+    def submissions(self) -> DurableSubmissionStore: ...
 
 
 @runtime_checkable
@@ -146,15 +128,15 @@ class DurableInspector(Protocol):
 
     async def partials(self, run_id: str | None = None) -> list[StreamPartialRecord]: ...
 
-    async def awakeables(self) -> list[AwakeableRecord]: ...
-
 
 @runtime_checkable
 class DurableRuntime(Protocol):
     """What the agent loop needs from a durable runtime (checkpoint mode)."""
 
-    mode: Literal["checkpoint", "replay"]
     owner: RunOwner
+
+    @property
+    def mode(self) -> Literal["checkpoint", "replay"]: ...
 
     @property
     def lease(self) -> DurableLease: ...
@@ -178,13 +160,22 @@ class DurableRuntime(Protocol):
     async def find_awakeable(self, session_id: str, key: str) -> AwakeableRecord | None: ...
 
 
+@runtime_checkable
+class EndpointRuntime(DurableRuntime, Protocol):
+    """What the HTTP endpoint (`durable_agent.http`) needs: a `DurableRuntime` whose stores hold submissions."""
+
+    @property
+    def stores(self) -> EndpointStores: ...
+
+
 __all__: Sequence[str] = [
     "DurableInspector",
     "DurableLease",
-    "DurableQueueStore",
     "DurableRunBook",
     "DurableRuntime",
     "DurableStores",
     "DurableSubmissionStore",
+    "EndpointRuntime",
+    "EndpointStores",
     "RunScope",
 ]

@@ -123,7 +123,7 @@ class RunTransition:
     Every part present commits together, with the session's lease `epoch` checked inside the
     same transaction, or nothing does (`StaleEpochError` when the epoch moved on):
 
-    * `checkpoint`: saved as the session store saves it (append-only);
+    * `checkpoint`: saved as the checkpoint store saves it (append-only);
     * `last_run`: becomes the session's latest run (its checkpoint holds the session's history);
     * `mark`: the run marked in progress (what `resume()` continues); `unmark` clears the mark;
     * `awakeables`: ``(key, awakeable_id)`` pairs opened for the run to park on (no deadline);

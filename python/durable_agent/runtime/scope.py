@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from .._kernels import kernels
 from ..errors import CodecError, ScopeClosedError, StepFailedError, is_control_error
-from .keys import parse_step_key, run_key_prefix
+from .keys import run_key_prefix
 from .records import (
     AwakeableRecord,
     StepCompleted,
@@ -40,6 +40,7 @@ from .records import (
     StepOutcome,
     StepRecord,
     StepRequest,
+    StepStatus,
     StreamPartialRecord,
     ToolStateOp,
 )
@@ -53,7 +54,7 @@ class StepContext:
 
     request: StepRequest
     signal: Any = None
-    on_progress: Callable[[dict[str, str]], Awaitable[None] | None] | None = None
+    on_progress: Callable[[dict[str, str]], Awaitable[None]] | None = None
     staged: list[ToolStateOp] = field(default_factory=list)
 
     def stage_tool_state(self, ops: Iterable[ToolStateOp]) -> None:
@@ -141,7 +142,7 @@ def error_record(exc: BaseException) -> StepErrorRecord:
     rebuilt = isinstance(exc, StepFailedError)
     data = getattr(exc, "data", None)
     return StepErrorRecord(
-        name=exc.name if rebuilt else type(exc).__name__,  # type: ignore[attr-defined]
+        name=exc.name if isinstance(exc, StepFailedError) else type(exc).__name__,
         message=str(exc),
         code=_typed(exc, "error_code" if rebuilt else "code", str),
         status=_typed(exc, "status", int),
@@ -258,11 +259,11 @@ class JournalScope:
         if self._records is not None and record.key.startswith(self._prefix):
             self._records[record.key] = record
 
-    def _record_of(self, request: StepRequest, status: str, **fields: Any) -> StepRecord:
+    def _record_of(self, request: StepRequest, status: StepStatus, **fields: Any) -> StepRecord:
         return StepRecord(self.session_id, self.run_id, request.key, request.kind, request.replay,
-                          status, request.fingerprint, **fields)  # type: ignore[arg-type]
+                          status, request.fingerprint, **fields)
 
-    async def _put(self, request: StepRequest, status: str, **fields: Any) -> None:
+    async def _put(self, request: StepRequest, status: StepStatus, **fields: Any) -> None:
         await self._write([self._record_of(request, status, **fields)])
 
     async def _write(self, records: list[StepRecord]) -> None:
@@ -293,9 +294,6 @@ class JournalScope:
 
     async def stored_steps(self) -> list[StepRecord]:
         return await self._backend.run_steps(self.session_id, self.run_id)
-
-    async def stored_turns(self) -> list[int]:
-        return sorted({parse_step_key(r.key).turn for r in await self.stored_steps()})
 
     async def stored_partials(self) -> list[StreamPartialRecord]:
         return await self._backend.run_partials(self.session_id, self.run_id)

@@ -6,9 +6,9 @@ readers never block. A lease holder's write checks the session's epoch inside it
 transaction (see `durable_agent.sql.journal`): a stale writer gets `StaleEpochError` and its
 write is not applied. A ``done`` step record commits its tool-state ops in the same transaction.
 
-Checkpoints live in the same file, in the tables of `SqliteSessionStore` (which can open the file
+Checkpoints live in the same file, in the tables of `SqliteCheckpointStore` (which can open the file
 too): the runtime writes them itself, inside its fenced lifecycle transactions (`commit`), and
-`runtime.stores.session` reads them through the runtime's connection.
+`runtime.stores.checkpoints` reads them through the runtime's connection.
 
 No database call runs on the event loop's thread: plans go to the runtime's connection on a
 thread of its own, and the writes of concurrent runs share one commit (group commit, see
@@ -24,10 +24,10 @@ import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Literal
+from typing import Literal
 
-from ..errors import ConfigurationError, FeatureUnavailableError
 from .._util import wall_clock_ms
+from ..errors import ConfigurationError, FeatureUnavailableError
 from ..sql.journal_schema import schema_plan
 from ..sql.plan import SQLITE, Plan, T
 from ..stores._files import create_private
@@ -137,9 +137,3 @@ class SqliteRuntime(SqlRuntime):
     def __repr__(self) -> str:
         return f"SqliteRuntime({self.path!r})"
 
-
-def sqlite_runtime(
-    path: str | os.PathLike[str], *, clock: Callable[[], int] = wall_clock_ms, **options: Any
-) -> SqliteRuntime:
-    """A `SqliteRuntime` on `path`; every call is another "process" on the same file. See `SqliteRuntime`."""
-    return SqliteRuntime(path, clock=clock, **options)

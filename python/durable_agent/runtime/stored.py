@@ -227,17 +227,17 @@ class StoredInspector:
         return await self.rows.awakeables()
 
 
-Session = TypeVar("Session")
+Checkpoints = TypeVar("Checkpoints")
 
 
 @dataclass(frozen=True, slots=True)
-class StoredStores(Generic[Session]):
+class StoredStores(Generic[Checkpoints]):
     """Everything a run persists, behind one runtime."""
 
-    runtime: StoredRuntime[Session]
+    runtime: StoredRuntime[Checkpoints]
 
     @property
-    def session(self) -> Session:
+    def checkpoints(self) -> Checkpoints:
         return self.runtime.checkpoints
 
     @property
@@ -256,8 +256,8 @@ class StoredStores(Generic[Session]):
         return StoredToolStateStore(self.runtime, session_id)
 
 
-class StoredRuntime(OwnedRuntime, Generic[Session]):
-    """A checkpoint-mode `DurableRuntime` over `RuntimeRows` and a session store of checkpoints.
+class StoredRuntime(OwnedRuntime, Generic[Checkpoints]):
+    """A checkpoint-mode `DurableRuntime` over `RuntimeRows` and a checkpoint store.
 
     One instance is one "process": its own owner token and fences. Several instances over
     one storage are several processes on it. `backend` must tell `fences.refused` of every
@@ -266,7 +266,7 @@ class StoredRuntime(OwnedRuntime, Generic[Session]):
 
     mode = "checkpoint"
 
-    def __init__(self, backend: RuntimeRows, checkpoints: Session, fences: Fences, clock: Callable[[], int]) -> None:
+    def __init__(self, backend: RuntimeRows, checkpoints: Checkpoints, fences: Fences, clock: Callable[[], int]) -> None:
         self.backend = backend
         self.checkpoints = checkpoints
         self.fences = fences

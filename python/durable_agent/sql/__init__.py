@@ -2,7 +2,7 @@
 
 * `plan`: `Query`, the typed `Plan`, the one `Dialect` (`SQLITE`, `POSTGRES`), migrations,
   and the drivers `run_sync` / `run_async`;
-* `checkpoints`: the session stores' tables and plans (also written by the SQL runtimes);
+* `checkpoints`: the checkpoint stores' tables and plans (also written by the SQL runtimes);
 * `journal_schema` and `journal`: the step journal's tables and plans (SQLite and Postgres runtimes).
 
 The connections, transactions and threads are the callers': `durable_agent.stores.sqlite`,

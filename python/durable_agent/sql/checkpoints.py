@@ -1,6 +1,6 @@
 """The checkpoint stores' schema and plans, written once for SQLite, sync Postgres and async Postgres.
 
-Each operation is a plan (`durable_agent.sql.plan`); the session stores and the SQL runtimes
+Each operation is a plan (`durable_agent.sql.plan`); the checkpoint stores and the SQL runtimes
 run them with their drivers. The SQL is the same for SQLite and Postgres except for
 placeholders and the per-run write lock, kept in `Dialect`.
 
@@ -20,11 +20,18 @@ from typing import Any
 
 from ..checkpoint import AgentCheckpoint, RunStatus
 from ..errors import CheckpointConflictError, CheckpointCorruptError
-from ..stores._history import PrefixCache, encode_header, encode_messages, kept_by_encoding, new_revision, rebuild
+from ..stores._history import (
+    PrefixCache,
+    encode_header,
+    encode_messages,
+    kept_by_encoding,
+    new_revision,
+    rebuild,
+)
 from ..stores._validate import page, prunable, readable_id, readable_ids
 from .plan import Dialect, Plan, Query, migrate_plan, run_async, run_sync
 
-__all__ = [  # the plan machinery too: the session stores import this module as their `_sql`
+__all__ = [  # the plan machinery too: the checkpoint stores import this module as their `_sql`
     "Dialect",
     "Plan",
     "Query",

@@ -40,8 +40,7 @@ from ..runtime.records import (
     ToolStateOp,
 )
 from ..stores._history import PrefixCache, encode_header, encode_messages, new_revision
-from .checkpoints import MESSAGES, RUNS, save_plan
-from .checkpoints import STEPS as STEP_LOG
+from .checkpoints import MESSAGES, RUNS, STEPS as STEP_LOG, save_plan
 from .journal_schema import AWAKEABLES, LAST_RUNS, LEASES, PARTIALS, QUEUES, STEPS, SUBMISSIONS, TOOL_STATE
 from .plan import Dialect, Plan, Query
 

@@ -5,7 +5,7 @@ Tables: ``durable_agent_steps`` (one row per (session, key), ``id`` keeps insert
 owner, renewal, the run marked in progress), ``durable_agent_queues``,
 ``durable_agent_submissions``, ``durable_agent_tool_state``, ``durable_agent_last_runs``;
 ``durable_agent_journal_schema_version`` records the schema version. The runtimes write
-checkpoints too, in the session stores' tables (`durable_agent.sql.checkpoints`).
+checkpoints too, in the checkpoint stores' tables (`durable_agent.sql.checkpoints`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Session store backends, each in its own module with its driver imported lazily.
+"""Checkpoint store backends, each in its own module with its driver imported lazily.
 
-* `durable_agent.stores.sqlite.SqliteSessionStore` / `AsyncSqliteSessionStore` (standard library `sqlite3`)
-* `durable_agent.stores.jsonl.JsonlSessionStore` (one append-only file)
-* `durable_agent.stores.postgres.PostgresSessionStore` / `AsyncPostgresSessionStore` (psycopg 3)
-* `durable_agent.stores.redis.RedisSessionStore` / `AsyncRedisSessionStore` (redis-py, `redis.asyncio`)
-* `durable_agent.stores.durable_object.DurableObjectSessionStore` (a Cloudflare Durable Object's storage)
+* `durable_agent.stores.sqlite.SqliteCheckpointStore` / `AsyncSqliteCheckpointStore` (standard library `sqlite3`)
+* `durable_agent.stores.jsonl.JsonlCheckpointStore` (one append-only file)
+* `durable_agent.stores.postgres.PostgresCheckpointStore` / `AsyncPostgresCheckpointStore` (psycopg 3)
+* `durable_agent.stores.redis.RedisCheckpointStore` / `AsyncRedisCheckpointStore` (redis-py, `redis.asyncio`)
+* `durable_agent.stores.durable_object.DurableObjectCheckpointStore` (a Cloudflare Durable Object's storage)
 
 `open_store(url)` picks one from a URL; ``+async`` in the scheme picks the async flavour (coroutine
 methods that never block the event loop). Importing this package imports no backend.
@@ -83,17 +83,17 @@ def _construct(cls: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def open_store(url: str, **options: Any) -> Any:
-    """A session store for `url`; keyword `options` go to the store's constructor.
+    """A checkpoint store for `url`; keyword `options` go to the store's constructor.
 
-    * ``memory://`` — `InMemorySessionStore` (this process only)
+    * ``memory://`` — `InMemoryCheckpointStore` (this process only)
     * ``sqlite:///runs.db`` (relative) or ``sqlite:////var/lib/app/runs.db`` (absolute);
       options in the query: ``?synchronous=NORMAL&busy_timeout_ms=5000``; ``sqlite+async:///...`` —
-      `AsyncSqliteSessionStore` (its own connection thread, concurrent saves in one commit)
+      `AsyncSqliteCheckpointStore` (its own connection thread, concurrent saves in one commit)
     * ``jsonl:///runs.jsonl`` / ``jsonl:////abs/runs.jsonl``; ``?fsync=false``
-    * ``postgresql://user@host:5432/db`` — `PostgresSessionStore` (the URL is libpq's);
-      ``postgresql+async://...`` — `AsyncPostgresSessionStore`
-    * ``redis://host:6379/0`` or ``rediss://...`` — `RedisSessionStore` (the URL is redis-py's);
-      ``redis+async://...`` / ``rediss+async://...`` — `AsyncRedisSessionStore` (`redis.asyncio`)
+    * ``postgresql://user@host:5432/db`` — `PostgresCheckpointStore` (the URL is libpq's);
+      ``postgresql+async://...`` — `AsyncPostgresCheckpointStore`
+    * ``redis://host:6379/0`` or ``rediss://...`` — `RedisCheckpointStore` (the URL is redis-py's);
+      ``redis+async://...`` / ``rediss+async://...`` — `AsyncRedisCheckpointStore` (`redis.asyncio`)
 
     Raises `ConfigurationError` for an unknown scheme or option, and `FeatureUnavailableError`
     when the backend's driver is not installed.
@@ -107,36 +107,36 @@ def open_store(url: str, **options: Any) -> Any:
     if scheme == "memory":
         if url.lower() != "memory://" or options:
             raise ConfigurationError(f"memory:// takes no path or options, got {url!r}")
-        from ..session import InMemorySessionStore
+        from ..checkpoint_store import InMemoryCheckpointStore
 
-        return InMemorySessionStore()
+        return InMemoryCheckpointStore()
     if scheme in ("sqlite", "sqlite+async"):
-        from .sqlite import AsyncSqliteSessionStore, SqliteSessionStore
+        from .sqlite import AsyncSqliteCheckpointStore, SqliteCheckpointStore
 
         opts = _file_options(query, {"synchronous": str, "busy_timeout_ms": int, "cache_runs": int})
-        cls = SqliteSessionStore if scheme == "sqlite" else AsyncSqliteSessionStore
+        cls = SqliteCheckpointStore if scheme == "sqlite" else AsyncSqliteCheckpointStore
         return _construct(cls, _file_path(url, scheme), **{**opts, **options})
     if scheme == "jsonl":
-        from .jsonl import JsonlSessionStore
+        from .jsonl import JsonlCheckpointStore
 
         opts = _file_options(query, {"fsync": bool, "cache_runs": int})
-        return _construct(JsonlSessionStore, _file_path(url, scheme), **{**opts, **options})
+        return _construct(JsonlCheckpointStore, _file_path(url, scheme), **{**opts, **options})
     if scheme in ("postgresql", "postgres"):
-        from .postgres import PostgresSessionStore
+        from .postgres import PostgresCheckpointStore
 
-        return _construct(PostgresSessionStore, url, **options)
+        return _construct(PostgresCheckpointStore, url, **options)
     if scheme == "postgresql+async":
-        from .postgres import AsyncPostgresSessionStore
+        from .postgres import AsyncPostgresCheckpointStore
 
-        return _construct(AsyncPostgresSessionStore, "postgresql" + url[len(scheme) :], **options)
+        return _construct(AsyncPostgresCheckpointStore, "postgresql" + url[len(scheme) :], **options)
     if scheme in ("redis", "rediss"):
-        from .redis import RedisSessionStore
+        from .redis import RedisCheckpointStore
 
-        return _construct(RedisSessionStore, url, **options)
+        return _construct(RedisCheckpointStore, url, **options)
     if scheme in ("redis+async", "rediss+async"):
-        from .redis import AsyncRedisSessionStore
+        from .redis import AsyncRedisCheckpointStore
 
-        return _construct(AsyncRedisSessionStore, scheme.split("+", 1)[0] + url[len(scheme) :], **options)
+        return _construct(AsyncRedisCheckpointStore, scheme.split("+", 1)[0] + url[len(scheme) :], **options)
     raise ConfigurationError(f"unknown store URL scheme {scheme!r}; schemes: {', '.join(SCHEMES)}")
 
 

@@ -3,7 +3,7 @@
 A store's logic class implements `StoreLogic` (``_save``, ``_load``... as coroutines over its
 I/O); `SyncFace` drives them to their end on the caller's thread (`run_now`: its I/O never
 suspends), `AsyncFace` awaits them. The SQLite and Redis stores each pair one logic with both
-faces: `SqliteSessionStore(_SqliteStore, SyncFace)`, `AsyncSqliteSessionStore(_SqliteStore, AsyncFace)`.
+faces: `SqliteCheckpointStore(_SqliteStore, SyncFace)`, `AsyncSqliteCheckpointStore(_SqliteStore, AsyncFace)`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class StoreLogic(ABC):
 
 
 class SyncFace(StoreLogic):
-    """The `SessionStore` methods, synchronous; `close()` and ``with`` come from the store."""
+    """The `CheckpointStore` methods, synchronous; `close()` and ``with`` come from the store."""
 
     def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
         """Store `checkpoint` as the latest of its run, writing only the messages not stored yet.
@@ -91,7 +91,7 @@ class SyncFace(StoreLogic):
 
 
 class AsyncFace(StoreLogic):
-    """The `SessionStore` methods as coroutines (see `SyncFace` for what each does)."""
+    """The `CheckpointStore` methods as coroutines (see `SyncFace` for what each does)."""
 
     async def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
         """See `SyncFace.save`; returns once the save is stored."""

@@ -56,7 +56,7 @@ def header_dict(checkpoint: AgentCheckpoint) -> dict[str, Any]:
 
 def encode_header(checkpoint: AgentCheckpoint) -> str:
     """The checkpoint without its messages, as codec text."""
-    return kernels.encode(header_dict(checkpoint))  # type: ignore[no-any-return]
+    return kernels.encode(header_dict(checkpoint))
 
 
 def encode_messages(messages: Sequence[Message], start: int = 0) -> list[str]:

@@ -67,10 +67,13 @@ def check_step_index(step_index: Any) -> int:
     return step_index
 
 
-def check_status(status: Any) -> RunStatus | None:
-    if status is not None and status not in RUN_STATUSES:
-        raise ConfigurationError(f"status must be None or one of {RUN_STATUSES}, got {status!r}")
-    return status  # type: ignore[no-any-return]
+def check_status(status: object) -> RunStatus | None:
+    if status is None:
+        return None
+    for known in RUN_STATUSES:
+        if status == known:
+            return known
+    raise ConfigurationError(f"status must be None or one of {RUN_STATUSES}, got {status!r}")
 
 
 def check_list_args(status: Any, limit: Any, after: Any) -> tuple[RunStatus | None, int | None, str | None]:
@@ -130,7 +133,7 @@ def readable_id(run_id: Any) -> str | None:
             pass
     elif isinstance(run_id, str):
         return run_id
-    logger.warning("session store: skipping the unreadable run id %r (a damaged index entry)", run_id)
+    logger.warning("checkpoint store: skipping the unreadable run id %r (a damaged index entry)", run_id)
     return None
 
 

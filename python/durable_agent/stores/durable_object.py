@@ -1,4 +1,4 @@
-"""`DurableObjectSessionStore`: checkpoints in a Cloudflare Durable Object's own storage, append-only.
+"""`DurableObjectCheckpointStore`: checkpoints in a Cloudflare Durable Object's own storage, append-only.
 
 It uses the synchronous key-value API of a SQLite-backed Durable Object (`ctx.storage.kv`:
 ``get(key)``, ``put(key, value)``, ``delete(key)``, ``list(prefix=, start=, ...)``), which is
@@ -137,8 +137,8 @@ def _part_key(base: str, tag: str, index: int, part: int, parts: int) -> str:
     return f"{base}{tag}{index:010d}.{part:04d}/{parts:04d}"
 
 
-class DurableObjectSessionStore:
-    """A `SessionStore` over `ctx.storage.kv` of a SQLite-backed Durable Object (see the module docs).
+class DurableObjectCheckpointStore:
+    """A `CheckpointStore` over `ctx.storage.kv` of a SQLite-backed Durable Object (see the module docs).
 
     `storage` is the object's `ctx.storage`. Several runs may share one object (keys are
     prefixed with `prefix`). `max_entry_bytes` is the storage's limit for key and value
@@ -156,7 +156,7 @@ class DurableObjectSessionStore:
         kv = getattr(storage, "kv", None)
         if kv is None:
             raise ConfigurationError(
-                "DurableObjectSessionStore needs ctx.storage of a SQLite-backed Durable Object (it uses "
+                "DurableObjectCheckpointStore needs ctx.storage of a SQLite-backed Durable Object (it uses "
                 "ctx.storage.kv); declare the class under new_sqlite_classes in the migrations of wrangler.toml"
             )
         if not isinstance(prefix, str) or not prefix or len(prefix.encode("utf-8", "replace")) > _MAX_PREFIX_BYTES:
@@ -278,7 +278,7 @@ class DurableObjectSessionStore:
         value = self._kv.get(self._run_key(run_id))
         return (None, False) if value is None else (_Index.parse(value), True)
 
-    # -- the SessionStore surface ------------------------------------------------------------
+    # -- the CheckpointStore surface ------------------------------------------------------------
 
     def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
         """Store `checkpoint` as its run's latest, writing only the messages not stored yet.

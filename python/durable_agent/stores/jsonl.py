@@ -1,4 +1,4 @@
-"""`JsonlSessionStore`: every run in one append-only file of JSON lines (standard library only).
+"""`JsonlCheckpointStore`: every run in one append-only file of JSON lines (standard library only).
 
 Each save appends one line: the codec text of
 ``{"run_id", "op": "save", "rev", "prev", "keep", "messages", "header"}`` — the messages added
@@ -50,7 +50,14 @@ from .._kernels import kernels
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
 from ..errors import CheckpointConflictError, CheckpointCorruptError, CodecError, ConfigurationError
 from ._files import NOFOLLOW, PRIVATE, file_path
-from ._history import PrefixCache, decode_batched, header_dict, kept_by_encoding, new_revision, rebuild_decoded
+from ._history import (
+    PrefixCache,
+    decode_batched,
+    header_dict,
+    kept_by_encoding,
+    new_revision,
+    rebuild_decoded,
+)
 from ._steps import StepLog
 from ._validate import (
     check_checkpoint,
@@ -66,7 +73,7 @@ from ._validate import (
 try:  # absent on Windows and Pyodide: then one process only (documented above)
     import fcntl as _fcntl
 except ImportError:  # pragma: no cover - depends on the platform
-    _fcntl = None  # type: ignore[assignment]
+    _fcntl = None  # type: ignore[assignment]  # the optional-module idiom: typed as the module where present
 
 logger = logging.getLogger("durable_agent")
 _RUN_ID_AT_START = re.compile(rb'^\{"run_id":("(?:[^"\\]|\\.)*")')
@@ -137,7 +144,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-class JsonlSessionStore:
+class JsonlCheckpointStore:
     """Checkpoints of every run in one append-only JSON-lines file; synchronous methods."""
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True, cache_runs: int = 256) -> None:
@@ -331,7 +338,7 @@ class JsonlSessionStore:
         self._end += len(data)
         return offset
 
-    # -- the SessionStore surface ------------------------------------------------------
+    # -- the CheckpointStore surface ------------------------------------------------------
 
     def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
         """Append `checkpoint`'s new messages and header as one line.
@@ -507,11 +514,11 @@ class JsonlSessionStore:
                 self._fd = -1
             self._cache.clear()
 
-    def __enter__(self) -> JsonlSessionStore:
+    def __enter__(self) -> JsonlCheckpointStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return f"JsonlSessionStore({str(self.path)!r})"
+        return f"JsonlCheckpointStore({str(self.path)!r})"

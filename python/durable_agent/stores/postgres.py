@@ -1,4 +1,4 @@
-"""Postgres session stores (psycopg 3): `PostgresSessionStore` (sync) and `AsyncPostgresSessionStore`.
+"""Postgres checkpoint stores (psycopg 3): `PostgresCheckpointStore` (sync) and `AsyncPostgresCheckpointStore`.
 
 The same append-only layout as the SQLite store (`_sql`): a header row per run in
 `durable_agent_runs`, one row per message in `durable_agent_messages`, a save writing only the
@@ -106,7 +106,7 @@ class _Common:
         return doomed
 
 
-class PostgresSessionStore(_Common):
+class PostgresCheckpointStore(_Common):
     """Checkpoints in Postgres; synchronous methods, safe for many processes.
 
     `conninfo` is a libpq URL or DSN. Call `close()` (or use `with`) to close the pool.
@@ -205,15 +205,15 @@ class PostgresSessionStore(_Common):
             self._pool.close()
         self._cache.clear()
 
-    def __enter__(self) -> PostgresSessionStore:
+    def __enter__(self) -> PostgresCheckpointStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class AsyncPostgresSessionStore(_Common):
-    """`PostgresSessionStore` with coroutine methods (psycopg's async pool), for asyncio servers.
+class AsyncPostgresCheckpointStore(_Common):
+    """`PostgresCheckpointStore` with coroutine methods (psycopg's async pool), for asyncio servers.
 
     The pool opens on first use, inside the running event loop; `await store.close()` closes it.
     """
@@ -237,7 +237,7 @@ class AsyncPostgresSessionStore(_Common):
         self._opened = not self._own_pool
 
     async def _run(self, make_plan: Callable[[], Plan[T]], *, snapshot: bool = False) -> T:
-        """See `PostgresSessionStore._run`."""
+        """See `PostgresCheckpointStore._run`."""
         try:
             return await self._run_once(make_plan(), snapshot)
         except self._operational_error:
@@ -258,7 +258,7 @@ class AsyncPostgresSessionStore(_Common):
                 return await _sql.run_async(cur, DIALECT, plan)
 
     async def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
-        """See `PostgresSessionStore.save`."""
+        """See `PostgresCheckpointStore.save`."""
         checkpoint, plan = self._save(checkpoint, expected_step_index)
         try:
             revision = await self._run(plan)
@@ -268,7 +268,7 @@ class AsyncPostgresSessionStore(_Common):
         self._cache.remember(checkpoint.run_id, revision, checkpoint.messages)
 
     async def load(self, run_id: str) -> AgentCheckpoint | None:
-        """See `PostgresSessionStore.load`."""
+        """See `PostgresCheckpointStore.load`."""
         try:
             found = await self._run(lambda: _sql.load_plan(check_run_id(run_id)), snapshot=True)
         except CheckpointCorruptError:
@@ -277,7 +277,7 @@ class AsyncPostgresSessionStore(_Common):
         return _sql.remembered(self._cache, run_id, found)
 
     async def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        """See `PostgresSessionStore.load_step`."""
+        """See `PostgresCheckpointStore.load_step`."""
         return await self._run(self._load_step(run_id, step_index), snapshot=True)
 
     async def delete(self, run_id: str) -> None:
@@ -287,14 +287,14 @@ class AsyncPostgresSessionStore(_Common):
     async def list(
         self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
     ) -> builtins.list[str]:
-        """See `PostgresSessionStore.list`."""
+        """See `PostgresCheckpointStore.list`."""
         args = check_list_args(status, limit, after)
         return await self._run(lambda: _sql.list_plan(*args))
 
     async def prune(
         self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
     ) -> builtins.list[str]:
-        """See `PostgresSessionStore.prune`."""
+        """See `PostgresCheckpointStore.prune`."""
         args = check_prune_args(before, status, include_suspended)
         return self._pruned(await self._run(lambda: _sql.prune_plan(*args)))
 

@@ -1,4 +1,4 @@
-"""Redis session stores (redis-py): `RedisSessionStore` (sync) and `AsyncRedisSessionStore` (`redis.asyncio`).
+"""Redis checkpoint stores (redis-py): `RedisCheckpointStore` (sync) and `AsyncRedisCheckpointStore` (`redis.asyncio`).
 
 Checkpoints append-only per run, atomic saves. The two stores run one implementation of the
 logic (`_RedisStore`) over the same keys and scripts, and may share a prefix.
@@ -177,8 +177,8 @@ def _prune_fields(run_id: str, fields: Any) -> tuple[str, int, bytes] | None:
 class _RedisStore(StoreLogic):
     """The store's logic, written once as coroutines over three kinds of Redis call.
 
-    `RedisSessionStore` makes those calls with a sync client (they complete at once: its
-    methods drive the logic with `run_now`), `AsyncRedisSessionStore` with a `redis.asyncio` one.
+    `RedisCheckpointStore` makes those calls with a sync client (they complete at once: its
+    methods drive the logic with `run_now`), `AsyncRedisCheckpointStore` with a `redis.asyncio` one.
     """
 
     _module: str  # redis-py's module whose `Redis` the store makes from a URL
@@ -378,13 +378,13 @@ class _RedisStore(StoreLogic):
         return page(doomed, None, None)
 
 
-class RedisSessionStore(_RedisStore, SyncFace):
+class RedisCheckpointStore(_RedisStore, SyncFace):
     """Checkpoints in Redis; synchronous methods, safe for many processes (see the durability notes).
 
     Give a `url` (``redis://host:port/db``) or a ready `client` (a `redis.Redis` with
     ``decode_responses=False``). `prefix` namespaces the keys. A run saved again while `prune`
     runs (its revision changed) is left alone. In an asyncio server use
-    `AsyncRedisSessionStore`: this store's calls wait for Redis on the caller's thread.
+    `AsyncRedisCheckpointStore`: this store's calls wait for Redis on the caller's thread.
     """
 
     _module = "redis"
@@ -404,8 +404,8 @@ class RedisSessionStore(_RedisStore, SyncFace):
         self._cache.clear()
 
 
-class AsyncRedisSessionStore(_RedisStore, AsyncFace):
-    """`RedisSessionStore` with coroutine methods over `redis.asyncio`, for asyncio servers.
+class AsyncRedisCheckpointStore(_RedisStore, AsyncFace):
+    """`RedisCheckpointStore` with coroutine methods over `redis.asyncio`, for asyncio servers.
 
     Same keys, Lua scripts and rules: the two stores may share a prefix. Give a `url` or a
     ready `client` (a `redis.asyncio.Redis` with ``decode_responses=False``); the client

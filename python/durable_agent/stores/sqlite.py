@@ -1,4 +1,4 @@
-"""SQLite session stores (standard library): `SqliteSessionStore` (sync) and `AsyncSqliteSessionStore`.
+"""SQLite checkpoint stores (standard library): `SqliteCheckpointStore` (sync) and `AsyncSqliteCheckpointStore`.
 
 Layout and save algorithm: `durable_agent.stores._history` and `_sql`. Per save, one
 `BEGIN IMMEDIATE` transaction writes the messages added since the last save of that run
@@ -15,7 +15,7 @@ place or a damaged page of the file raise `CheckpointCorruptError` naming the ru
 failed save makes the store forget its view of the run, and the next save re-reads the rows
 and replaces what it cannot trust (`_sql.save_plan`).
 
-`AsyncSqliteSessionStore` is the same store for asyncio servers: no database call runs on the
+`AsyncSqliteCheckpointStore` is the same store for asyncio servers: no database call runs on the
 event loop's thread. Its plans go to its connection on a thread of its own, and the saves of
 concurrent runs share one commit (group commit, `durable_agent.runtime._group_commit`); each
 waiter is released once its own save is durable. Under Pyodide, which has no threads, each
@@ -43,10 +43,18 @@ from ..checkpoint import AgentCheckpoint
 from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from ..runtime._group_commit import GroupCommitSqlite, InlineSqlite
 from ..sql import checkpoints as _sql
+from ..sql.plan import Plan, T
 from ._faces import AsyncFace, StoreLogic, SyncFace
 from ._files import create_private, file_path
 from ._history import PrefixCache
-from ._validate import check_checkpoint, check_expected, check_list_args, check_prune_args, check_run_id, check_step_index
+from ._validate import (
+    check_checkpoint,
+    check_expected,
+    check_list_args,
+    check_prune_args,
+    check_run_id,
+    check_step_index,
+)
 
 _DIALECT = _sql.Dialect(placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None)
 _CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
@@ -82,7 +90,7 @@ def _sqlite3() -> ModuleType:
         import sqlite3
     except ImportError as exc:
         raise FeatureUnavailableError(
-            "SqliteSessionStore needs the sqlite3 module, which this Python lacks "
+            "SqliteCheckpointStore needs the sqlite3 module, which this Python lacks "
             "(on Pyodide 0.28 it is a separate package): " + str(exc)
         ) from exc
     return sqlite3
@@ -164,7 +172,7 @@ class _SqliteStore(StoreLogic):
     def _make_runner(self) -> InlineSqlite | GroupCommitSqlite:
         """What runs the plans on `_conn`."""
 
-    async def _run(self, write: bool, make_plan: Callable[[], _sql.Plan], run_id: str | None = None) -> Any:
+    async def _run(self, write: bool, make_plan: Callable[[], Plan[T]], run_id: str | None = None) -> T:
         """Run a fresh plan in one transaction, the damage of a run's data reported as that run's.
 
         Text that is not UTF-8 makes sqlite3 raise `OperationalError` for the whole query; the
@@ -209,12 +217,12 @@ class _SqliteStore(StoreLogic):
         checkpoint, revision = found
         if type(revision) is int:
             self._cache.remember(run_id, revision, checkpoint.messages)
-        return checkpoint  # type: ignore[no-any-return]
+        return checkpoint
 
     async def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
         check_run_id(run_id)
         check_step_index(step_index)
-        return await self._run(False, lambda: _sql.load_step_plan(run_id, step_index), run_id)  # type: ignore[no-any-return]
+        return await self._run(False, lambda: _sql.load_step_plan(run_id, step_index), run_id)
 
     async def _delete(self, run_id: str) -> None:
         check_run_id(run_id)
@@ -223,7 +231,7 @@ class _SqliteStore(StoreLogic):
 
     async def _list(self, status: Any, limit: Any, after: Any) -> builtins.list[str]:
         status, limit, after = check_list_args(status, limit, after)
-        return await self._run(False, lambda: _sql.list_plan(status, limit, after))  # type: ignore[no-any-return]
+        return await self._run(False, lambda: _sql.list_plan(status, limit, after))
 
     async def _prune(self, before: Any, status: Any, include_suspended: Any) -> builtins.list[str]:
         before, status, include_suspended = check_prune_args(before, status, include_suspended)
@@ -236,12 +244,12 @@ class _SqliteStore(StoreLogic):
         return f"{type(self).__name__}({self.path!r})"
 
 
-class SqliteSessionStore(_SqliteStore, SyncFace):
+class SqliteCheckpointStore(_SqliteStore, SyncFace):
     """Checkpoints in one SQLite file; synchronous methods, safe for several processes and threads.
 
     `path` is a file path (created when missing) or ":memory:". `busy_timeout_ms` is how long
     a writer waits for another process's write transaction before failing. In an asyncio
-    server use `AsyncSqliteSessionStore`: this store's calls run on the caller's thread.
+    server use `AsyncSqliteCheckpointStore`: this store's calls run on the caller's thread.
     """
 
     def _make_runner(self) -> InlineSqlite:
@@ -254,8 +262,8 @@ class SqliteSessionStore(_SqliteStore, SyncFace):
             self._cache.clear()
 
 
-class AsyncSqliteSessionStore(_SqliteStore, AsyncFace):
-    """`SqliteSessionStore` with coroutine methods that never block the event loop (see the module docs).
+class AsyncSqliteCheckpointStore(_SqliteStore, AsyncFace):
+    """`SqliteCheckpointStore` with coroutine methods that never block the event loop (see the module docs).
 
     Same file format, options and rules; one handle serves any number of event loops' tasks;
     `save` returns once that save is durable. `await store.close()` (or ``async with``)

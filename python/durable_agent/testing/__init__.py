@@ -1,9 +1,9 @@
-"""Test helpers for users of durable-agent: the `SessionStore` conformance suite (needs pytest)."""
+"""Test helpers for users of durable-agent: the `CheckpointStore` conformance suite (needs pytest)."""
 
 from __future__ import annotations
 
 from .conformance import (
-    SessionStoreConformance,
+    CheckpointStoreConformance,
     StoreDriver,
     conversation,
     hammer_one_run,
@@ -12,7 +12,7 @@ from .conformance import (
 )
 
 __all__ = [
-    "SessionStoreConformance",
+    "CheckpointStoreConformance",
     "StoreDriver",
     "conversation",
     "hammer_one_run",

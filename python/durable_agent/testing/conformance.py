@@ -1,19 +1,19 @@
-"""A reusable pytest conformance suite for `SessionStore` implementations.
+"""A reusable pytest conformance suite for `CheckpointStore` implementations.
 
-Subclass `SessionStoreConformance` in a test module and give it a `make_store` fixture that
+Subclass `CheckpointStoreConformance` in a test module and give it a `make_store` fixture that
 returns a zero-argument callable; each call must return a *new handle on the same storage*
 (a fresh storage per test: a new file, a new key prefix, a new schema...). A store whose
 handles cannot share storage may return the same instance every time::
 
     import pytest
-    from durable_agent.testing import SessionStoreConformance
+    from durable_agent.testing import CheckpointStoreConformance
 
-    class TestMyStore(SessionStoreConformance):
+    class TestMyStore(CheckpointStoreConformance):
         @pytest.fixture
         def make_store(self, tmp_path):
             return lambda: MyStore(tmp_path / "runs.db")
 
-Every store method may return its value or an awaitable (the `SessionStore` contract); the
+Every store method may return its value or an awaitable (the `CheckpointStore` contract); the
 suite drives awaitables on one event loop per test and closes each handle it opened
 (calling `close()`, awaited when it returns an awaitable) before that loop ends.
 
@@ -54,7 +54,13 @@ from typing import Any
 import pytest
 
 from ..checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, Usage
-from ..errors import CheckpointConflictError, CheckpointNotFoundError, CodecError, ConfigurationError, StepNotFoundError
+from ..errors import (
+    CheckpointConflictError,
+    CheckpointNotFoundError,
+    CodecError,
+    ConfigurationError,
+    StepNotFoundError,
+)
 from ..fork import checkpoint_at_step, fork_run, update_run
 from ..stores._validate import MAX_RUN_ID_BYTES
 
@@ -172,7 +178,7 @@ class StoreDriver:
 
 
 class ForkConformance:
-    """The fork and step-log cases of `SessionStoreConformance` (mixed into it)."""
+    """The fork and step-log cases of `CheckpointStoreConformance` (mixed into it)."""
 
     keeps_step_log: bool
 
@@ -298,7 +304,7 @@ class ForkConformance:
             assert driver(store.load_step("src", 0)) == saved[0]
 
 
-class SessionStoreConformance(ForkConformance):
+class CheckpointStoreConformance(ForkConformance):
     """The suite. Subclass it and define the `make_store` fixture (see the module docstring).
 
     Set `checks_encoding = False` on a store that keeps checkpoints as objects and never
@@ -370,7 +376,7 @@ class SessionStoreConformance(ForkConformance):
             pytest.param(lambda h: h[:3], id="truncated"),
             pytest.param(lambda h: [], id="emptied"),
             pytest.param(lambda h: [{"role": "system", "content": "summary"}, *h[-2:]], id="compacted"),
-            pytest.param(lambda h: copy.deepcopy(h) + [message(50)], id="deep-copied"),
+            pytest.param(lambda h: [*copy.deepcopy(h), message(50)], id="deep-copied"),
             pytest.param(lambda h: [*h[:-1], {**h[-1], "content": "changed last"}], id="last-replaced"),
         ],
     )
@@ -663,7 +669,7 @@ def hammer_one_run(stores: Sequence[Any], steps: int = 15, run_id: str = "hot") 
     for thread in threads:
         thread.join()
     assert errors == []
-    loaded = stores[0].load(run_id)
+    loaded: AgentCheckpoint | None = stores[0].load(run_id)
     assert loaded is not None and loaded.step_index == steps - 1
     assert loaded.messages == conversation(len(loaded.messages))
-    return loaded  # type: ignore[no-any-return]
+    return loaded

@@ -78,7 +78,9 @@ class ServiceProcess:
                 break
             except OSError:
                 if self.process.poll() is not None or time.monotonic() - began > timeout:
-                    raise RuntimeError(f"the service did not start: {(self.workdir / 'service.log').read_text()}")
+                    raise RuntimeError(
+                        f"the service did not start: {(self.workdir / 'service.log').read_text()}"
+                    ) from None
                 time.sleep(0.01)
         if not self.registered:
             _post(f"{self.admin}/deployments", {"uri": f"http://127.0.0.1:{self.port}", "force": True})

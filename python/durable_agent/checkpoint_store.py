@@ -1,12 +1,14 @@
-"""The storage seam (`SessionStore`), the reference in-memory store, and the `Session` option."""
+"""The checkpoint storage seam (`CheckpointStore`, keyed by run id) and the reference in-memory store.
+
+A call is made durable by passing a store and, optionally, a run id:
+``generate_text(..., store=store, run_id="run-1")``.
+"""
 
 from __future__ import annotations
 
 import builtins
-
 import dataclasses
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .checkpoint import AgentCheckpoint, RunStatus
@@ -25,7 +27,7 @@ from .stores._validate import (
 
 
 @runtime_checkable
-class SessionStore(Protocol):
+class CheckpointStore(Protocol):
     """Where checkpoints live. Each method may return its value directly or an awaitable of it.
 
     `save` is called with the latest snapshot at every step boundary; the reference
@@ -38,10 +40,10 @@ class SessionStore(Protocol):
     def load(self, run_id: str) -> AgentCheckpoint | None | Awaitable[AgentCheckpoint | None]: ...
 
 
-class InMemorySessionStore:
+class InMemoryCheckpointStore:
     """The reference store: a dict of run id to its latest checkpoint. Not shared across processes.
 
-    It passes `durable_agent.testing.SessionStoreConformance`, so it also shows the full store
+    It passes `durable_agent.testing.CheckpointStoreConformance`, so it also shows the full store
     surface the persistent backends offer: the optimistic `expected_step_index` guard,
     paged and filtered `list`, `prune`, and `load_step` (the state at an earlier step
     boundary, for `durable_agent.fork`).
@@ -125,17 +127,6 @@ class InMemorySessionStore:
             del self._runs[run_id]
             del self._steps[run_id]
         return doomed
-
-
-@dataclass(frozen=True, slots=True)
-class Session:
-    """Opt-in durability for one call: the store to checkpoint into and the run's id.
-
-    Without `run_id`, the call mints one with its `generate_id` when the run starts.
-    """
-
-    store: SessionStore
-    run_id: str | None = None
 
 
 def _header(checkpoint: AgentCheckpoint) -> AgentCheckpoint:
