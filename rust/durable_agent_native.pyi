@@ -15,6 +15,7 @@ __all__ = [
     "decode",
     "encode",
     "hmac_sha256",
+    "token_open",
     "token_sign",
     "token_verify",
 ]
@@ -37,6 +38,11 @@ def b64url_decode(text: object) -> bytes | None:
 
 def hmac_sha256(key: bytes, message: bytes) -> bytes:
     """HMAC-SHA256 of `message` under `key` (32 bytes)."""
+
+def token_open(token: object, key: bytes) -> Any:
+    """`decode(token_verify(token, key))`: the payload of `token` as data if its MAC verifies
+    under `key` and its payload text decodes, else None (None too for a payload of ``null``).
+    Never raises on `token`."""
 
 def token_sign(key: bytes, payload: str) -> str:
     """The `v1` token carrying `payload` (a text, normally codec JSON), MACed with `key`."""

@@ -377,3 +377,26 @@ def test_the_key_cache_shares_ordinary_keys(native: ModuleType) -> None:
     assert probes <= lookups
     first, second = native.decode(text)[:2]
     assert next(iter(first)) is next(iter(second))
+
+
+@pytest.mark.host_only("needs the native extension")
+def test_small_texts_share_their_short_keys_from_call_to_call(native: ModuleType) -> None:
+    """A token payload repeats the same few keys on every verify: a small text's short keys
+    come from a table kept across calls, not a new str per key per call."""
+    first = native.decode('{"approval_id":"a","input":{"path":"p"}}')
+    second = native.decode('{"approval_id":"b","input":{"path":"q"}}')
+    assert next(iter(first)) is next(iter(second))
+    assert next(iter(first["input"])) is next(iter(second["input"]))
+
+
+@pytest.mark.host_only("needs the native extension")
+def test_the_shared_key_table_stays_exact_when_keys_clash(native: ModuleType) -> None:
+    """The shared table is direct-mapped and far smaller than the keys here, so they clash and
+    evict each other; every decode must still give exactly its own keys, in every length class
+    the table holds (up to 16 bytes), colliding hashes included."""
+    keys = [f"k{i}" for i in range(3000)] + colliding_keys(500) + ["", "a", "ab", "abc", "x" * 16]
+    for round_ in range(2):
+        for i in range(0, len(keys), 7):
+            chunk = keys[i : i + 7]
+            text = "{" + ",".join(f'"{key}":{j + round_}' for j, key in enumerate(chunk)) + "}"
+            assert native.decode(text) == {key: j + round_ for j, key in enumerate(chunk)}

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from durable_agent._codec_pure import decode
+from durable_agent.errors import CodecError
 
 VECTORS: dict[str, Any] = decode((Path(__file__).parent / "vectors" / "tokens.json").read_text("utf-8"))
 B64URL_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
@@ -105,6 +106,36 @@ def test_token_verify_gives_the_vector_verdict(kernels: ModuleType, case: dict[s
 @pytest.mark.parametrize("token", [None, b"v1.e30.x", 1, ["v1"], {"v1": 1}], ids=repr)
 def test_token_verify_of_a_non_str_is_none(kernels: ModuleType, token: object) -> None:
     assert kernels.token_verify(token, KEY) is None
+    assert kernels.token_open(token, KEY) is None
+
+
+@pytest.mark.parametrize("case", VECTORS["kernel_verify"], ids=lambda c: c["name"])
+def test_token_open_is_the_decoded_vector_verdict(kernels: ModuleType, case: dict[str, Any]) -> None:
+    try:
+        expected = None if case["expected"] is None else decode(case["expected"])
+    except CodecError:  # a genuine token whose payload is not JSON
+        expected = None
+    assert kernels.token_open(case["token"], as_key(case["secret"])) == expected
+
+
+@pytest.mark.parametrize(
+    "payload", ['{"a":', "not json", "null", '{"a":1,"a":2}', '{"$bytes":"!"}', "[" * 2000 + "]" * 2000]
+)
+def test_token_open_of_a_genuine_token_whose_payload_does_not_decode_is_none(
+    kernels: ModuleType, payload: str
+) -> None:
+    assert kernels.token_verify(kernels.token_sign(KEY, payload), KEY) == payload
+    assert kernels.token_open(kernels.token_sign(KEY, payload), KEY) is None
+
+
+def test_token_open_gives_fresh_containers_and_typed_values(kernels: ModuleType) -> None:
+    value = {"input": {"data": b"\x00\xff", "n": 10**30, "x": 1.5, "ok": True, "list": [None, "é"]}}
+    token = kernels.token_sign(KEY, kernels.encode(value))
+    first, second = kernels.token_open(token, KEY), kernels.token_open(token, KEY)
+    assert first == second == value
+    first["input"]["list"].append(1)
+    assert second == value
+    assert kernels.token_open(token, KEY + b"x") is None
 
 
 @pytest.mark.parametrize(
@@ -116,6 +147,7 @@ def test_token_verify_of_a_non_str_is_none(kernels: ModuleType, token: object) -
         lambda k: k.token_sign("key", "{}"),
         lambda k: k.token_sign(KEY, b"{}"),
         lambda k: k.token_verify("v1.e30.x", "key"),
+        lambda k: k.token_open("v1.e30.x", "key"),
     ],
     ids=[
         "hmac str key",
@@ -124,6 +156,7 @@ def test_token_verify_of_a_non_str_is_none(kernels: ModuleType, token: object) -
         "sign str key",
         "sign bytes payload",
         "verify str key",
+        "open str key",
     ],
 )
 def test_arguments_of_the_wrong_type_raise_type_error(kernels: ModuleType, call: Any) -> None:

@@ -44,7 +44,6 @@ Secret = str | bytes | bytearray
 
 _REQUEST_FIELDS = frozenset({"approval_id", "tool_call_id", "tool_name", "input", "agent_path", "token"})
 _PAYLOAD_REQUIRED = frozenset({"approval_id", "tool_call_id", "tool_name", "input", "issued_at", "kid"})
-_PAYLOAD_FIELDS = _PAYLOAD_REQUIRED | {"agent_path", "run_id"}
 
 
 def _secret_bytes(secret: object, what: str) -> bytes:
@@ -139,14 +138,18 @@ def _well_formed(payload: object, kid: str) -> TypeGuard[dict[str, Any]]:
         return False
     if len(payload) == len(_PAYLOAD_REQUIRED):  # the required fields and nothing else
         return True
-    if not payload.keys() <= _PAYLOAD_FIELDS:
-        return False
-    if "run_id" in payload and type(payload["run_id"]) is not str:
-        return False
-    if "agent_path" not in payload:
-        return True
-    path = payload["agent_path"]
-    return type(path) is list and all(type(p) is str for p in path)
+    optional = 0
+    if "run_id" in payload:
+        if type(payload["run_id"]) is not str:
+            return False
+        optional = 1
+    if "agent_path" in payload:
+        path = payload["agent_path"]
+        if type(path) is not list or not all(type(p) is str for p in path):
+            return False
+        optional += 1
+    # Every required field is here: any field beyond them and the optional ones is unknown.
+    return len(payload) == len(_PAYLOAD_REQUIRED) + optional
 
 
 def _sorted_keys(value: Any) -> Any:
@@ -274,14 +277,10 @@ class ApprovalSigner:
         if type(token) is not str or len(token) > self._max_token_length:
             return None
         for kid, key in self._keys:  # noqa: B007 - `kid` of the key that verified is read below the loop
-            text = kernels.token_verify(token, key)
-            if text is not None:
+            payload = kernels.token_open(token, key)  # None: a bad MAC, or a payload that is not JSON
+            if payload is not None:
                 break
         else:
-            return None
-        try:
-            payload = kernels.decode(text)
-        except CodecError:
             return None
         if not _well_formed(payload, kid):
             return None

@@ -14,7 +14,7 @@ use pyo3::types::{
     PyType,
 };
 use std::borrow::Cow;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 static CODEC_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static INT_REPR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -351,10 +351,54 @@ fn encode<'py>(py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py
 struct PyBuilder<'py> {
     py: Python<'py>,
     keys: KeyCache<Bound<'py, PyString>>,
-    /// The last short key seen per slot, in front of `keys` (see [`RecentKey`]); empty (not
-    /// used) for a short text.
-    recent: Vec<Option<RecentKey<'py>>>,
+    /// The last short key seen per slot, in front of `keys` (see [`RecentKey`]).
+    recent: RecentKeys,
     int_type: Bound<'py, PyType>,
+}
+
+/// The recent short keys of small texts, kept from call to call: a token payload or a small
+/// record repeats the same few keys on every call, and a key found here costs neither a new
+/// str nor its hash. Direct-mapped like every [`RecentKeys`] table (one compare per key, a
+/// clash replaces the entry), so it stays bounded in size and in work per key whatever keys
+/// an input holds; a decode that finds it in use (a decode run re-entrantly by a finalizer,
+/// or by another thread meanwhile) goes without it.
+static SHARED_RECENT: Mutex<Vec<Option<RecentKey>>> = Mutex::new(Vec::new());
+
+/// Where a decode keeps its recent short keys.
+enum RecentKeys {
+    /// None (not worth it, or the shared table was in use).
+    Off,
+    /// A table of this call's own (a large text).
+    Own(Vec<Option<RecentKey>>),
+    /// [`SHARED_RECENT`] (a small text).
+    Shared(MutexGuard<'static, Vec<Option<RecentKey>>>),
+}
+
+impl RecentKeys {
+    fn for_text(len: usize) -> Self {
+        if len >= PAUSE_GC_FROM {
+            let mut own = Vec::new();
+            own.resize_with(RECENT_KEYS, || None);
+            return RecentKeys::Own(own);
+        }
+        match SHARED_RECENT.try_lock() {
+            Ok(mut shared) => {
+                if shared.is_empty() {
+                    shared.resize_with(RECENT_KEYS, || None);
+                }
+                RecentKeys::Shared(shared)
+            }
+            Err(_) => RecentKeys::Off,
+        }
+    }
+
+    fn slots(&mut self) -> Option<&mut [Option<RecentKey>]> {
+        match self {
+            RecentKeys::Off => None,
+            RecentKeys::Own(slots) => Some(slots),
+            RecentKeys::Shared(slots) => Some(slots),
+        }
+    }
 }
 
 impl<'py> PyBuilder<'py> {
@@ -371,12 +415,12 @@ const RECENT_KEYS: usize = 512;
 
 /// A key of at most 16 bytes as three integers (two words that hold all its bytes, and its
 /// length), so that finding it again is three compares, not a map lookup.
-struct RecentKey<'py> {
+struct RecentKey {
     words: [u64; 3],
-    key: Bound<'py, PyString>,
+    key: Py<PyString>,
 }
 
-impl RecentKey<'_> {
+impl RecentKey {
     /// Loads straight from the text (the first and last 8 or 4 bytes, or three bytes, which
     /// together cover every byte of a key of that length): no copy to a padded buffer.
     #[inline]
@@ -437,21 +481,24 @@ impl<'py> Builder for PyBuilder<'py> {
     }
 
     fn key(&mut self, value: &str) -> Result<Self::Out, Fault> {
-        let words = if self.recent.is_empty() { None } else { RecentKey::words(value) };
+        let py = self.py;
+        let words = if matches!(self.recent, RecentKeys::Off) { None } else { RecentKey::words(value) };
         let Some(words) = words else {
             if value.len() > 64 {
-                return Ok(PyString::new(self.py, value).into_any());
+                return Ok(PyString::new(py, value).into_any());
             }
             return Ok(self.shared_key(value).into_any());
         };
         let slot = RecentKey::slot(words);
-        if let Some(recent) = &self.recent[slot] {
+        if let Some(Some(recent)) = self.recent.slots().map(|slots| &slots[slot]) {
             if recent.words == words {
-                return Ok(recent.key.clone().into_any());
+                return Ok(recent.key.bind(py).clone().into_any());
             }
         }
         let key = self.shared_key(value);
-        self.recent[slot] = Some(RecentKey { words, key: key.clone() });
+        if let Some(slots) = self.recent.slots() {
+            slots[slot] = Some(RecentKey { words, key: key.clone().unbind() });
+        }
         Ok(key.into_any())
     }
 
@@ -512,22 +559,27 @@ fn decode_counting<'py>(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<(
     let s = exact_str(s)?;
     let utf8 = utf8_of(&s)
         .ok_or_else(|| codec_error(py, "the text contains a lone surrogate, which is not valid Unicode".to_owned()))?;
-    // A large text gets the cache of recent short keys, and room for a few dozen keys.
-    let (mut keys, mut recent) = (KeyCache::default(), Vec::new());
-    if utf8.len() >= PAUSE_GC_FROM {
-        keys = KeyCache::with_capacity(64);
-        recent.resize_with(RECENT_KEYS, || None);
-    }
+    let (result, stats) = decode_utf8(py, &utf8)?;
+    Ok((result.map_err(|fault| codec_error(py, fault.render()))?, stats))
+}
+
+/// Decode `utf8`: its value or the codec fault (raised or not by the caller), and what the key
+/// cache did. An `Err` is a failure of the interpreter (pausing the GC), not of the text.
+fn decode_utf8<'py>(py: Python<'py>, utf8: &str) -> PyResult<(Result<Bound<'py, PyAny>, Fault>, keycache::Stats)> {
+    // A large text gets a cache of recent short keys of its own, and room for a few dozen keys;
+    // a small one the shared recent keys.
+    let keys = if utf8.len() >= PAUSE_GC_FROM { KeyCache::with_capacity(64) } else { KeyCache::default() };
+    let recent = RecentKeys::for_text(utf8.len());
     let mut builder = PyBuilder { py, keys, recent, int_type: py.get_type::<PyInt>() };
     // A large text makes many containers; the cyclic GC would rescan the growing result again
     // and again (it cannot hold a cycle: it is fresh dicts and lists). Paused, then restored;
     // no Python code runs in between.
     let gc = if utf8.len() >= PAUSE_GC_FROM { pause_gc(py)? } else { None };
-    let result = codec::decode_with(&utf8, &mut builder).map_err(|fault| codec_error(py, fault.render()));
+    let result = codec::decode_with(utf8, &mut builder);
     if let Some(enable) = gc {
         enable.bind(py).call0()?;
     }
-    Ok((result?, builder.keys.stats()))
+    Ok((result, builder.keys.stats()))
 }
 
 /// The UTF-8 of `s` (None if it holds a lone surrogate). ASCII text is borrowed as is; other
@@ -683,6 +735,23 @@ fn token_verify(token: &Bound<'_, PyAny>, key: &Bound<'_, PyAny>) -> PyResult<Op
     Ok(token::token_verify(token, key.as_bytes()))
 }
 
+/// `decode(token_verify(token, key))`: the payload of `token` as data if its MAC verifies under
+/// `key` and its payload text decodes, else None (None too for a payload of `null`). Never
+/// raises on `token`.
+#[pyfunction]
+fn token_open<'py>(
+    py: Python<'py>,
+    token: &Bound<'py, PyAny>,
+    key: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let key = need_bytes(key, "key")?;
+    let Ok(token) = token.cast::<PyString>() else { return Ok(None) };
+    let Ok(token) = token.to_str() else { return Ok(None) };
+    let Some(text) = token::token_verify(token, key.as_bytes()) else { return Ok(None) };
+    let (result, _) = decode_utf8(py, &text)?;
+    Ok(result.ok())
+}
+
 #[pymodule]
 fn durable_agent_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -698,6 +767,7 @@ fn durable_agent_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
             "decode",
             "encode",
             "hmac_sha256",
+            "token_open",
             "token_sign",
             "token_verify",
         ],
@@ -708,6 +778,7 @@ fn durable_agent_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(b64url_encode, m)?)?;
     m.add_function(wrap_pyfunction!(b64url_decode, m)?)?;
     m.add_function(wrap_pyfunction!(hmac_sha256, m)?)?;
+    m.add_function(wrap_pyfunction!(token_open, m)?)?;
     m.add_function(wrap_pyfunction!(token_sign, m)?)?;
     m.add_function(wrap_pyfunction!(token_verify, m)?)?;
     Ok(())
