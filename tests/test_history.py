@@ -63,3 +63,24 @@ def test_a_store_skips_the_scan_for_an_extended_history_and_still_catches_a_rewr
     store.save(checkpoint(rewritten, 3))
     loaded = SqliteSessionStore(str(tmp_path / "h.db")).load("r")
     assert loaded is not None and list(loaded.messages) == rewritten
+
+
+def test_the_prefix_cache_holds_leased_runs_past_its_capacity_until_their_session_is_released() -> None:
+    from durable_agent.stores._history import PrefixCache
+
+    cache = PrefixCache(2)
+    history = [{"role": "user", "content": "hi"}]
+    for i in range(5):
+        cache.remember(f"held-{i}", i + 1, history, holder=f"s-{i % 2}")
+        cache.remember(f"loaded-{i}", i + 1, history)
+    assert [cache.revision(f"held-{i}") for i in range(5)] == [1, 2, 3, 4, 5]  # none evicted
+    assert [cache.revision(f"loaded-{i}") for i in range(5)] == [None, None, None, 4, 5]  # the LRU part: 2
+    cache.remember("loaded-4", 9, history, holder="s-0")  # a loaded run saved under a lease is held now
+    cache.remember("held-1", 7, history)  # a held run saved without a holder stays held
+    cache.release("s-0")
+    assert [cache.revision(f"held-{i}") for i in range(5)] == [None, 7, None, 4, None]
+    assert cache.revision("loaded-4") is None and cache.revision("loaded-3") == 4
+    cache.forget("held-1")
+    cache.release("s-1")
+    assert cache.revision("held-1") is None and cache.revision("held-3") is None
+    cache.release("s-1")  # nothing held any more: a no-op

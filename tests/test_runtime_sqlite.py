@@ -4,6 +4,7 @@ atomic fenced transactions, codec round trips, the schema version."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -64,6 +65,23 @@ def opened(db: Path) -> Iterator[Callable[..., Any]]:
 def _checkpoint(texts: list[str], step: int) -> AgentCheckpoint:
     return AgentCheckpoint(run_id=RUN, step_index=step, status="running", usage=Usage(), created_at=0,
                            messages=[{"role": "user", "content": text} for text in texts])
+
+
+def _run_checkpoint(run_id: str, messages: list[Any], step: int) -> AgentCheckpoint:
+    return AgentCheckpoint(run_id=run_id, step_index=step, status="running", usage=Usage(), created_at=0,
+                           messages=messages)
+
+
+def _watch(plan: Any, rereads: list[str]) -> Any:
+    """`plan`, noting each read of a run's stored messages it makes (a save that missed the cache)."""
+    try:
+        query = plan.send(None)
+        while True:
+            if query.sql.startswith("SELECT seq, body FROM"):
+                rereads.append(query.sql)
+            query = plan.send((yield query))
+    except StopIteration as stop:
+        return stop.value
 
 
 def _req(key: str, replay: str = "unsafe") -> StepRequest:
@@ -146,6 +164,34 @@ class SqlJournalChecks:
         latest = _checkpoint(["a", "b", "c"], 1)
         await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=latest))
         assert await other.stores.session.load(RUN) == latest
+
+    async def test_live_runs_past_the_caches_capacity_never_re_read_their_history(self, make_runtime: Any) -> None:
+        """Each run in flight is remembered until its lease is released, however many there are: a
+        save never re-reads the stored messages of a live run; a released session's runs are forgotten."""
+        runtime = make_runtime(Clock())
+        write, rereads = runtime.backend.write, []
+
+        async def watched(plan: Any) -> Any:
+            return await write(_watch(plan, rereads))
+
+        runtime.backend.write = watched
+        many = 300  # more than the 256 runs the cache's LRU part keeps
+
+        async def one(i: int) -> None:
+            session, run = f"s-{i}", f"r-{i}"
+            epoch = (await runtime.lease.claim(session, stale_at=0)).epoch
+            first = [{"role": "user", "content": "hi"}]
+            await runtime.commit(RunTransition(session, epoch, checkpoint=_run_checkpoint(run, first, 0),
+                                               last_run=run, mark=run))
+            await asyncio.sleep(0.01)  # every run is in flight before any saves again
+            await runtime.commit(RunTransition(session, epoch, checkpoint=_run_checkpoint(
+                run, [*first, {"role": "assistant", "content": "yo"}], 1)))
+
+        await asyncio.gather(*(one(i) for i in range(many)))
+        assert rereads == [] and all(runtime.backend.cache.count(f"r-{i}") == 2 for i in range(many))
+        for i in range(many):
+            await runtime.lease.release(f"s-{i}", await runtime.lease.epoch(f"s-{i}"))
+        assert all(runtime.backend.cache.count(f"r-{i}") is None for i in range(many))
 
     async def test_values_round_trip_through_the_codec(self, make_runtime: Any) -> None:
         clock = Clock()

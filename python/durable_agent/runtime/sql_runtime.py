@@ -141,7 +141,7 @@ class SqlRows:
                 self.cache.forget(checkpoint.run_id)  # unknown outcome: the next save re-reads
             raise
         if checkpoint is not None and revision is not None:  # a checkpoint's save returns its revision
-            self.cache.remember(checkpoint.run_id, revision, checkpoint.messages)
+            self.cache.remember(checkpoint.run_id, revision, checkpoint.messages, holder=transition.session_id)
 
     async def load_checkpoint(self, run_id: str) -> AgentCheckpoint | None:
         try:
@@ -193,3 +193,9 @@ class SqlRuntime(StoredRuntime[SqlCheckpoints]):
         fences = Fences()
         rows = SqlRows(driver, fences, PrefixCache())
         super().__init__(rows, SqlCheckpoints(rows), fences, clock)
+
+    def lease_released(self, session_id: str, epoch: int) -> None:
+        """Also forget the runs saved under the lease: the checkpoint cache holds each run while it is live."""
+        if self.fences.epoch(session_id) == epoch:
+            self.backend.cache.release(session_id)
+        super().lease_released(session_id, epoch)
