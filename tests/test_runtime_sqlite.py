@@ -153,6 +153,21 @@ class SqlJournalChecks:
         assert await new.stores.runs.last(SESSION) == RUN and await new.lease.marked_run(SESSION) == RUN
         assert await new.inspect.steps() == [] and await new.inspect.awakeables() == []
 
+    async def test_a_stale_checkpoint_commit_lands_nothing(self, make_runtime: Any) -> None:
+        """A commit of a checkpoint alone (SQLite checks the fence inside the save's header write)."""
+        clock = Clock()
+        old, new = make_runtime(clock), make_runtime(clock)
+        first = await old.lease.claim(SESSION, stale_at=0, owner=RunOwner("elsewhere", 1, old.owner.token))
+        saved = _checkpoint(["hi"], 0)
+        await old.commit(RunTransition(SESSION, first.epoch, checkpoint=saved))
+        clock.now += 60_000
+        assert (await new.lease.claim(SESSION, stale_at=clock.now - 1)).claimed
+        with pytest.raises(StaleEpochError):
+            await old.commit(RunTransition(SESSION, first.epoch, checkpoint=_checkpoint(["hi", "more"], 1)))
+        with pytest.raises(StaleEpochError):
+            await old.commit(RunTransition(SESSION, first.epoch, checkpoint=_run_checkpoint("r-new", [], 0)))
+        assert await new.stores.session.load(RUN) == saved and await new.stores.session.load("r-new") is None
+
     async def test_a_commit_after_another_writers_save_stores_its_own_checkpoint(self, make_runtime: Any) -> None:
         """The append this process would write in one statement assumes its own last save is stored;
         after another writer's save it must notice, and store the whole checkpoint."""
@@ -218,6 +233,27 @@ class TestSqliteRuntime(DurableRuntimeConformance, SqlJournalChecks):
     @pytest.fixture
     def make_runtime(self, opened: Callable[..., Any]) -> Any:
         return lambda clock: opened(clock)
+
+
+async def test_a_step_and_its_checkpoint_read_no_fence_row(opened: Callable[..., Any]) -> None:
+    """SQLite checks the lease epoch inside the first write of each fenced transaction, and a save
+    at a later step deletes no step-log rows: statements are what a busy server pays for."""
+    runtime = opened()
+    statements: list[str] = []
+    runtime._driver._conn.set_trace_callback(statements.append)  # the runtime's one connection
+    epoch = (await runtime.lease.claim(SESSION, stale_at=0)).epoch
+    await runtime.commit(RunTransition(SESSION, epoch, checkpoint=_checkpoint(["hi"], 0), last_run=RUN, mark=RUN))
+    scope = await runtime.open_run(session_id=SESSION, run_id=RUN)
+    await scope.step(_req(step_key(RUN, 1, "t1")), _ok)
+    await runtime.commit(RunTransition(SESSION, epoch, checkpoint=_checkpoint(["hi", "done"], 1)))
+    assert not [s for s in statements if s.startswith("SELECT epoch FROM")]
+    assert not [s for s in statements if s.startswith("DELETE FROM durable_agent_step_log") and "step_index >" in s]
+    assert await runtime.stores.session.load(RUN) == _checkpoint(["hi", "done"], 1)
+    assert [r.status for r in await runtime.inspect.steps(RUN)] == ["done"]
+
+
+async def _ok(ctx: StepContext) -> str:
+    return "ok"
 
 
 async def test_a_newer_journal_schema_is_refused(db: Path, opened: Callable[..., Any]) -> None:
