@@ -29,8 +29,8 @@ whose boundary message is still the same object, by a new message equal under Py
 
 from __future__ import annotations
 
-import dataclasses
 import os
+import random
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,16 +42,34 @@ from ..errors import CheckpointCorruptError, CheckpointVersionError, CodecError,
 from ..messages import Message
 
 
+_revisions: random.Random | None = None  # seeded from os.urandom at the first save, never at import
+
+
+def _reseed_after_fork() -> None:
+    global _revisions
+    _revisions = None  # a forked child must not draw its parent's sequence
+
+
+if hasattr(os, "register_at_fork"):  # not on WebAssembly, which cannot fork
+    os.register_at_fork(after_in_child=_reseed_after_fork)
+
+
 def new_revision() -> int:
-    """A fresh revision token (random, 63 bits, never 0). Drawn at save time, never at import."""
-    return int.from_bytes(os.urandom(8), "big") >> 1 or 1
+    """A fresh revision token (random, 63 bits, never 0). Drawn at save time, never at import.
+
+    One `os.urandom` call per process (and per fork) seeds a generator; a system call per save
+    would cost more than the token is worth. The first draw is made inside a request, where
+    Cloudflare Workers allow entropy.
+    """
+    global _revisions
+    if _revisions is None:
+        _revisions = random.Random(os.urandom(32))
+    return _revisions.getrandbits(63) or 1
 
 
 def header_dict(checkpoint: AgentCheckpoint) -> dict[str, Any]:
     """The checkpoint's stored dict without its messages (O(1): the history is not copied)."""
-    data = dataclasses.replace(checkpoint, messages=()).to_dict()
-    del data["messages"]
-    return data
+    return checkpoint.to_dict(messages=False)
 
 
 def encode_header(checkpoint: AgentCheckpoint) -> str:
