@@ -235,9 +235,12 @@ class TestSqliteRuntime(DurableRuntimeConformance, SqlJournalChecks):
         return lambda clock: opened(clock)
 
 
-async def test_a_step_and_its_checkpoint_read_no_fence_row(opened: Callable[..., Any]) -> None:
-    """SQLite checks the lease epoch inside the first write of each fenced transaction, and a save
-    at a later step deletes no step-log rows: statements are what a busy server pays for."""
+async def test_a_step_and_its_checkpoint_read_no_fence_row_and_delete_nothing_they_did_not_write(
+    opened: Callable[..., Any],
+) -> None:
+    """SQLite checks the lease epoch inside the first write of each fenced transaction, a save at a
+    later step deletes no step-log rows, and a step that streamed nothing deletes no partials:
+    statements are what a busy server pays for."""
     runtime = opened()
     statements: list[str] = []
     runtime._driver._conn.set_trace_callback(statements.append)  # the runtime's one connection
@@ -248,6 +251,7 @@ async def test_a_step_and_its_checkpoint_read_no_fence_row(opened: Callable[...,
     await runtime.commit(RunTransition(SESSION, epoch, checkpoint=_checkpoint(["hi", "done"], 1)))
     assert not [s for s in statements if s.startswith("SELECT epoch FROM")]
     assert not [s for s in statements if s.startswith("DELETE FROM durable_agent_step_log") and "step_index >" in s]
+    assert not [s for s in statements if s.startswith("DELETE FROM durable_agent_partials")]
     assert await runtime.stores.session.load(RUN) == _checkpoint(["hi", "done"], 1)
     assert [r.status for r in await runtime.inspect.steps(RUN)] == ["done"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -100,13 +100,15 @@ class _MemoryRows:
     async def get_step(self, session_id: str, key: str) -> StepRecord | None:
         return self.state.steps.get((session_id, key))
 
-    async def put_steps(self, records: Sequence[StepRecord], *, epoch: int | None) -> None:
+    async def put_steps(
+        self, records: Sequence[StepRecord], *, epoch: int | None, streamed: Collection[str] | None = None
+    ) -> None:
         for record in records:
             self.guard(record.session_id, epoch)
         for record in records:
-            self._write_step(record)
+            self._write_step(record, streamed is None or record.key in streamed)
 
-    def _write_step(self, record: StepRecord) -> None:
+    def _write_step(self, record: StepRecord, streamed: bool = True) -> None:
         state, session_id = self.state, record.session_id
         if record.status == "done" and record.tool_state:
             apply_tool_state(state.tool_state.setdefault(session_id, {}), record.tool_state)
@@ -115,10 +117,10 @@ class _MemoryRows:
             state.run_steps[(session_id, earlier.run_id)].pop(record.key, None)
         state.steps[(session_id, record.key)] = record
         state.run_steps.setdefault((session_id, record.run_id), {})[record.key] = record
-        if record.status != "pending" and session_id in state.partials:
-            streamed = state.partials[session_id]
-            streamed.pop(record.key, None)
-            if not streamed:
+        if record.status != "pending" and streamed and session_id in state.partials:
+            by_step = state.partials[session_id]
+            by_step.pop(record.key, None)
+            if not by_step:
                 del state.partials[session_id]
 
     async def run_steps(self, session_id: str, run_id: str) -> list[StepRecord]:

@@ -8,7 +8,7 @@ runs each plan in one transaction, rolled back when the plan raises. The rules o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
 from ..checkpoint import AgentCheckpoint
@@ -59,8 +59,10 @@ class SqlRows:
     async def get_step(self, session_id: str, key: str) -> StepRecord | None:
         return await self.read(plans.get_step_plan(session_id, key))
 
-    async def put_steps(self, records: Sequence[StepRecord], *, epoch: int | None) -> None:
-        await self.write(plans.put_steps_plan(self._d, records, epoch))
+    async def put_steps(
+        self, records: Sequence[StepRecord], *, epoch: int | None, streamed: Collection[str] | None = None
+    ) -> None:
+        await self.write(plans.put_steps_plan(self._d, records, epoch, streamed))
 
     async def run_steps(self, session_id: str, run_id: str) -> list[StepRecord]:
         return await self.read(plans.steps_plan(session_id, run_id))

@@ -25,7 +25,7 @@ results) are stored as codec text, so bytes and reserved keys round-trip as in c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -175,12 +175,14 @@ def steps_plan(session_id: str | None, run_id: str | None) -> Plan[list[StepReco
     return [_step(r) for r in rows]
 
 
-def put_steps_plan(d: Dialect, records: Sequence[StepRecord], epoch: int | None) -> Plan[None]:
+def put_steps_plan(
+    d: Dialect, records: Sequence[StepRecord], epoch: int | None, streamed: Collection[str] | None = None
+) -> Plan[None]:
     """Write the `records` of one session, fenced, in one transaction (see `_step_writes`)."""
     sessions = {record.session_id for record in records}
     if len(sessions) != 1:
         raise ValueError("put_steps writes the records of one session")
-    yield from fenced_plan(d, sessions.pop(), epoch, _step_writes(d, records))
+    yield from fenced_plan(d, sessions.pop(), epoch, _step_writes(d, records, streamed))
 
 
 def _step_row(record: StepRecord) -> tuple[Any, ...]:
@@ -198,9 +200,10 @@ def _step_row(record: StepRecord) -> tuple[Any, ...]:
     )
 
 
-def _step_writes(d: Dialect, records: Sequence[StepRecord]) -> list[Write]:
+def _step_writes(d: Dialect, records: Sequence[StepRecord], streamed: Collection[str] | None = None) -> list[Write]:
     """Upserts of `records` in order; a ``done`` record commits its tool-state ops, a finished one drops
-    its step's partials. Folded to one write per row, with the state writing them in order would leave."""
+    its step's partials (when its key is in `streamed`; None: every finished one). Folded to one write
+    per row, with the state writing them in order would leave."""
     if not records:
         return []
     last: dict[str, StepRecord] = {}
@@ -237,7 +240,7 @@ def _step_writes(d: Dialect, records: Sequence[StepRecord]) -> list[Write]:
     writes.extend(
         Write(f"DELETE FROM {PARTIALS} WHERE session_id = ? AND step_key = ? AND {{guard}}", (session_id, key))
         for key in last
-        if key in finished
+        if key in finished and (streamed is None or key in streamed)
     )
     return writes
 
