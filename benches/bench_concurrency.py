@@ -13,13 +13,19 @@ subprocess (so peak RSS is its own):
 * ``dbos``: the anchor, the same agent as DBOS async workflows on SQLite (``pip install dbos``).
 
 Loop lag: a ticker sleeping 5 ms measures how late it wakes (p50 / p99 / max). Commits: the
-transactions a runtime or store wrote, per step.
+transactions a runtime or store wrote, per step. Statements: the SQL statements the SQLite
+runtime's connection ran, per step (BEGIN and COMMIT included; each one is a GIL hand-off between
+its thread and the event loop's). CPU: the process's CPU time (every thread) per step.
 
 With ``sqlite`` among the variants, a last line prices one run alone: the SQLite runtime's
 per-step overhead over no durability (N=1, median of 5 runs each) as a multiple of the measured
 cost of one commit on the same disk (WAL, ``synchronous=FULL`` as the runtime, one small row).
 
     .venv/bin/python benches/bench_concurrency.py [--n 1,10,100,1000] [--variants none,sqlite-store,memory,sqlite]
+        [--against OTHER_CHECKOUT]
+
+``--against`` runs every variant but ``none`` a second time on another checkout's package
+(its ``python/``), in the same run, one row after the other: a change's before and after.
 """
 
 from __future__ import annotations
@@ -38,9 +44,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+TREE = os.environ.get("DURABLE_AGENT_BENCH_TREE") or str(Path(__file__).resolve().parent.parent)
+sys.path.insert(0, str(Path(TREE) / "python"))
 
-from durable_agent import (
+from durable_agent import (  # noqa: E402
     Agent,
     DurableOptions,
     MemoryRuntime,
@@ -113,8 +120,19 @@ def count_store_commits(store: Any, counter: list[int]) -> Any:
     return store
 
 
+def count_statements(runtime: Any, counter: list[int]) -> Any:
+    """Count the statements the SQLite runtime's connection runs (a private hook: a bench's view inside)."""
+
+    def traced(sql: str) -> None:
+        counter[0] += 1
+
+    runtime._driver._conn.set_trace_callback(traced)
+    return runtime
+
+
 async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
     commits = [0]
+    statements = [0]
     runtime: Any = None
     store: Any = None
     if name == "memory":
@@ -122,7 +140,7 @@ async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
     elif name == "sqlite":
         from durable_agent.runtime.sqlite import SqliteRuntime
 
-        runtime = count_commits(SqliteRuntime(Path(tmp) / "journal.db"), commits)
+        runtime = count_statements(count_commits(SqliteRuntime(Path(tmp) / "journal.db"), commits), statements)
     elif name == "postgres":
         from durable_agent.runtime.postgres import PostgresRuntime
 
@@ -152,9 +170,9 @@ async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
     lags: list[float] = []
     stop = asyncio.Event()
     tick = asyncio.ensure_future(ticker(lags, stop))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(one(i) for i in range(n)))
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     stop.set()
     await tick
     for owner in (runtime, store):
@@ -169,6 +187,8 @@ async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
         "lag_p99": lags[int(len(lags) * 0.99) - 1] if lags else 0.0,
         "lag_max": lags[-1] if lags else 0.0,
         "commits_per_step": commits[0] / (n * STEPS),
+        "statements_per_step": statements[0] / (n * STEPS) if name == "sqlite" else float("nan"),
+        "cpu_us_per_step": cpu / (n * STEPS) * 1e6,
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
@@ -201,14 +221,15 @@ def dbos_variant(n: int, tmp: str) -> dict[str, Any]:
         lags: list[float] = []
         stop = asyncio.Event()
         tick = asyncio.ensure_future(ticker(lags, stop))
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(agent_workflow() for _ in range(n)))
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         stop.set()
         await tick
         lags.sort()
         return {"wall": wall, "steps_per_s": n * STEPS / wall, "lag_p50": statistics.median(lags),
                 "lag_p99": lags[int(len(lags) * 0.99) - 1], "lag_max": lags[-1], "commits_per_step": float("nan"),
+                "statements_per_step": float("nan"), "cpu_us_per_step": cpu / (n * STEPS) * 1e6,
                 "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
     result = asyncio.run(go())
@@ -246,9 +267,10 @@ def single_run_multiple() -> None:
           f" {overhead / commit['commit_s']:.1f}x one commit on this disk ({commit['commit_s'] * 1000:.2f} ms)")
 
 
-def run_child(name: str, n: int) -> dict[str, Any] | None:
+def run_child(name: str, n: int, tree: str | None = None) -> dict[str, Any] | None:
+    env = {**os.environ, "DURABLE_AGENT_BENCH_TREE": tree} if tree else None
     out = subprocess.run([sys.executable, __file__, "--child", name, "--n", str(n)], capture_output=True, text=True,
-                         timeout=1800)
+                         timeout=1800, env=env)
     if out.returncode != 0:
         print(f"  {name} N={n}: failed: {out.stderr.strip().splitlines()[-1:]}")
         return None
@@ -260,6 +282,7 @@ def main() -> None:
     parser.add_argument("--n", default="1,10,100,1000")
     parser.add_argument("--variants", default="none,sqlite-store,sqlite-store-async,memory,sqlite,postgres,dbos")
     parser.add_argument("--child")
+    parser.add_argument("--against", help="another checkout: its rows follow ours, marked '@other'")
     args = parser.parse_args()
     if args.child:
         with tempfile.TemporaryDirectory() as tmp:
@@ -277,16 +300,21 @@ def main() -> None:
         print("postgres: skipped (set DURABLE_AGENT_BENCH_POSTGRES_URL)")
         wanted.remove("postgres")
     print(f"{'N':>5} {'variant':<18} {'steps/s':>9} {'wall vs none':>13} {'lag p50':>9} {'p99':>9} {'max':>9}"
-          f" {'commits/step':>13} {'peak RSS':>9}")
+          f" {'commits/step':>13} {'stmts/step':>11} {'CPU/step':>10} {'peak RSS':>9}")
     for n in (int(x) for x in args.n.split(",")):
         base = run_child("none", n)
-        for name in wanted:
-            row = base if name == "none" else run_child(name, n)
+        runs = [(name, None) for name in wanted]
+        if args.against:
+            runs = [run for name in wanted for run in ((name, None), (name, args.against)) if run[0] != "none" or not run[1]]
+        for name, tree in runs:
+            row = base if name == "none" else run_child(name, n, tree)
             if row is None or base is None:
                 continue
-            print(f"{n:>5} {name:<18} {row['steps_per_s']:9.0f} {row['wall'] / base['wall']:12.2f}x"
+            label = f"{name}@other" if tree else name
+            print(f"{n:>5} {label:<18} {row['steps_per_s']:9.0f} {row['wall'] / base['wall']:12.2f}x"
                   f" {row['lag_p50'] * 1000:7.1f}ms {row['lag_p99'] * 1000:7.1f}ms {row['lag_max'] * 1000:7.1f}ms"
-                  f" {row['commits_per_step']:13.3f} {row['rss_mb']:7.0f}MB", flush=True)
+                  f" {row['commits_per_step']:13.3f} {row['statements_per_step']:11.2f}"
+                  f" {row['cpu_us_per_step']:8.0f}µs {row['rss_mb']:7.0f}MB", flush=True)
     if "sqlite" in wanted:
         single_run_multiple()
 

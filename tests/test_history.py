@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from durable_agent import AgentCheckpoint, Usage
-from durable_agent.messages import History, extended
+from durable_agent.messages import History, Message, extended
 
 
 def test_extended_names_its_base_weakly() -> None:
@@ -64,3 +64,72 @@ def test_a_store_skips_the_scan_for_an_extended_history_and_still_catches_a_rewr
     store.save(checkpoint(rewritten, 3))
     loaded = SqliteCheckpointStore(str(tmp_path / "h.db")).load("r")
     assert loaded is not None and list(loaded.messages) == rewritten
+
+
+def test_the_prefix_cache_holds_leased_runs_past_its_capacity_until_their_session_is_released() -> None:
+    from durable_agent.stores._history import PrefixCache
+
+    cache = PrefixCache(2)
+    history: list[Message] = [{"role": "user", "content": "hi"}]
+    for i in range(5):
+        cache.remember(f"held-{i}", i + 1, history, holder=f"s-{i % 2}")
+        cache.remember(f"loaded-{i}", i + 1, history)
+    assert [cache.revision(f"held-{i}") for i in range(5)] == [1, 2, 3, 4, 5]  # none evicted
+    assert [cache.revision(f"loaded-{i}") for i in range(5)] == [None, None, None, 4, 5]  # the LRU part: 2
+    cache.remember("loaded-4", 9, history, holder="s-0")  # a loaded run saved under a lease is held now
+    cache.remember("held-1", 7, history)  # a held run saved without a holder stays held
+    cache.release("s-0")
+    assert [cache.revision(f"held-{i}") for i in range(5)] == [None, 7, None, 4, None]
+    assert cache.revision("loaded-4") is None and cache.revision("loaded-3") == 4
+    cache.forget("held-1")
+    cache.release("s-1")
+    assert cache.revision("held-1") is None and cache.revision("held-3") is None
+    cache.release("s-1")  # nothing held any more: a no-op
+
+
+def test_a_stores_header_is_every_field_of_the_checkpoint_but_its_messages() -> None:
+    """Built field by field: a field added to the checkpoint and left out of the header fails here."""
+    import dataclasses
+
+    from durable_agent import ToolApprovalRequest
+    from durable_agent.stores._history import header_dict
+
+    full = AgentCheckpoint(
+        run_id="r", step_index=3, status="suspended", messages=[{"role": "user", "content": "a"}],
+        usage=Usage(1, 2, 3, 4, 5, 6), created_at=7, agent_path=("outer",),
+        pending_approvals=(ToolApprovalRequest("a1", "c1", "pay", {"x": 1}),),
+    )
+    header = header_dict(full)
+    assert set(header) == {f.name for f in dataclasses.fields(AgentCheckpoint)} - {"messages"}
+    assert list(header.items()) == [(k, v) for k, v in full.to_dict().items() if k != "messages"]
+    assert AgentCheckpoint.from_dict({**header, "messages": list(full.messages)}) == full
+
+
+def test_revisions_draw_entropy_once_per_process_and_again_after_a_fork(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import sys
+
+    from durable_agent.stores import _history
+
+    draws: list[int] = []
+    urandom = os.urandom
+
+    def counted(n: int) -> bytes:
+        draws.append(n)
+        return urandom(n)
+
+    monkeypatch.setattr(os, "urandom", counted)
+    revisions = {_history.new_revision() for _ in range(1_000)}
+    assert len(draws) <= 1 and len(revisions) == 1_000 and all(0 < r < 2**63 for r in revisions)
+    if sys.platform == "emscripten" or not hasattr(os, "fork"):
+        return
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next revision, to the parent
+        os.write(write, str(_history.new_revision()).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = int(os.read(read, 64))
+    os.close(read)
+    assert child != _history.new_revision()  # the same sequence in both would make their tokens collide

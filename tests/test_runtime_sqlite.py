@@ -4,6 +4,7 @@ atomic fenced transactions, codec round trips, the schema version."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -64,6 +65,23 @@ def opened(db: Path) -> Iterator[Callable[..., Any]]:
 def _checkpoint(texts: list[str], step: int) -> AgentCheckpoint:
     return AgentCheckpoint(run_id=RUN, step_index=step, status="running", usage=Usage(), created_at=0,
                            messages=[{"role": "user", "content": text} for text in texts])
+
+
+def _run_checkpoint(run_id: str, messages: list[Any], step: int) -> AgentCheckpoint:
+    return AgentCheckpoint(run_id=run_id, step_index=step, status="running", usage=Usage(), created_at=0,
+                           messages=messages)
+
+
+def _watch(plan: Any, rereads: list[str]) -> Any:
+    """`plan`, noting each read of a run's stored messages it makes (a save that missed the cache)."""
+    try:
+        query = plan.send(None)
+        while True:
+            if query.sql.startswith("SELECT seq, body FROM"):
+                rereads.append(query.sql)
+            query = plan.send((yield query))
+    except StopIteration as stop:
+        return stop.value
 
 
 def _req(key: str, replay: str = "unsafe") -> StepRequest:
@@ -135,6 +153,21 @@ class SqlJournalChecks:
         assert await new.stores.runs.last(SESSION) == RUN and await new.lease.marked_run(SESSION) == RUN
         assert await new.inspect.steps() == [] and await new.inspect.awakeables() == []
 
+    async def test_a_stale_checkpoint_commit_lands_nothing(self, make_runtime: Any) -> None:
+        """A commit of a checkpoint alone (SQLite checks the fence inside the save's header write)."""
+        clock = Clock()
+        old, new = make_runtime(clock), make_runtime(clock)
+        first = await old.lease.claim(SESSION, stale_at=0, owner=RunOwner("elsewhere", 1, old.owner.token))
+        saved = _checkpoint(["hi"], 0)
+        await old.commit(RunTransition(SESSION, first.epoch, checkpoint=saved))
+        clock.now += 60_000
+        assert (await new.lease.claim(SESSION, stale_at=clock.now - 1)).claimed
+        with pytest.raises(StaleEpochError):
+            await old.commit(RunTransition(SESSION, first.epoch, checkpoint=_checkpoint(["hi", "more"], 1)))
+        with pytest.raises(StaleEpochError):
+            await old.commit(RunTransition(SESSION, first.epoch, checkpoint=_run_checkpoint("r-new", [], 0)))
+        assert await new.stores.checkpoints.load(RUN) == saved and await new.stores.checkpoints.load("r-new") is None
+
     async def test_a_commit_after_another_writers_save_stores_its_own_checkpoint(self, make_runtime: Any) -> None:
         """The append this process would write in one statement assumes its own last save is stored;
         after another writer's save it must notice, and store the whole checkpoint."""
@@ -146,6 +179,35 @@ class SqlJournalChecks:
         latest = _checkpoint(["a", "b", "c"], 1)
         await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=latest))
         assert await other.stores.checkpoints.load(RUN) == latest
+
+    async def test_live_runs_past_the_caches_capacity_never_re_read_their_history(self, make_runtime: Any) -> None:
+        """Each run in flight is remembered until its lease is released, however many there are: a
+        save never re-reads the stored messages of a live run; a released session's runs are forgotten."""
+        runtime = make_runtime(Clock())
+        write = runtime.backend.write
+        rereads: list[Any] = []
+
+        async def watched(plan: Any) -> Any:
+            return await write(_watch(plan, rereads))
+
+        runtime.backend.write = watched
+        many = 300  # more than the 256 runs the cache's LRU part keeps
+
+        async def one(i: int) -> None:
+            session, run = f"s-{i}", f"r-{i}"
+            epoch = (await runtime.lease.claim(session, stale_at=0)).epoch
+            first = [{"role": "user", "content": "hi"}]
+            await runtime.commit(RunTransition(session, epoch, checkpoint=_run_checkpoint(run, first, 0),
+                                               last_run=run, mark=run))
+            await asyncio.sleep(0.01)  # every run is in flight before any saves again
+            await runtime.commit(RunTransition(session, epoch, checkpoint=_run_checkpoint(
+                run, [*first, {"role": "assistant", "content": "yo"}], 1)))
+
+        await asyncio.gather(*(one(i) for i in range(many)))
+        assert rereads == [] and all(runtime.backend.cache.count(f"r-{i}") == 2 for i in range(many))
+        for i in range(many):
+            await runtime.lease.release(f"s-{i}", await runtime.lease.epoch(f"s-{i}"))
+        assert all(runtime.backend.cache.count(f"r-{i}") is None for i in range(many))
 
     async def test_values_round_trip_through_the_codec(self, make_runtime: Any) -> None:
         clock = Clock()
@@ -172,6 +234,31 @@ class TestSqliteRuntime(DurableRuntimeConformance, SqlJournalChecks):
     @pytest.fixture
     def make_runtime(self, opened: Callable[..., Any]) -> Any:
         return lambda clock: opened(clock)
+
+
+async def test_a_step_and_its_checkpoint_read_no_fence_row_and_delete_nothing_they_did_not_write(
+    opened: Callable[..., Any],
+) -> None:
+    """SQLite checks the lease epoch inside the first write of each fenced transaction, a save at a
+    later step deletes no step-log rows, and a step that streamed nothing deletes no partials:
+    statements are what a busy server pays for."""
+    runtime = opened()
+    statements: list[str] = []
+    runtime._driver._conn.set_trace_callback(statements.append)  # the runtime's one connection
+    epoch = (await runtime.lease.claim(SESSION, stale_at=0)).epoch
+    await runtime.commit(RunTransition(SESSION, epoch, checkpoint=_checkpoint(["hi"], 0), last_run=RUN, mark=RUN))
+    scope = await runtime.open_run(session_id=SESSION, run_id=RUN)
+    await scope.step(_req(step_key(RUN, 1, "t1")), _ok)
+    await runtime.commit(RunTransition(SESSION, epoch, checkpoint=_checkpoint(["hi", "done"], 1)))
+    assert not [s for s in statements if s.startswith("SELECT epoch FROM")]
+    assert not [s for s in statements if s.startswith("DELETE FROM durable_agent_step_log") and "step_index >" in s]
+    assert not [s for s in statements if s.startswith("DELETE FROM durable_agent_partials")]
+    assert await runtime.stores.checkpoints.load(RUN) == _checkpoint(["hi", "done"], 1)
+    assert [r.status for r in await runtime.inspect.steps(RUN)] == ["done"]
+
+
+async def _ok(ctx: StepContext) -> str:
+    return "ok"
 
 
 async def test_a_newer_journal_schema_is_refused(db: Path, opened: Callable[..., Any]) -> None:

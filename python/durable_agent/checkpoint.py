@@ -158,16 +158,18 @@ class AgentCheckpoint:
         if not self.step_id:
             object.__setattr__(self, "step_id", f"{self.run_id}#{self.step_index}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, messages: bool = True) -> dict[str, Any]:
+        """The stored dict; `messages=False` leaves the history out (a store's header: O(1), nothing copied)."""
         data: dict[str, Any] = {
             "version": self.version,
             "run_id": self.run_id,
             "step_id": self.step_id,
             "step_index": self.step_index,
             "status": self.status,
-            "messages": list(self.messages),
-            "usage": self.usage.to_dict(),
         }
+        if messages:
+            data["messages"] = list(self.messages)
+        data["usage"] = self.usage.to_dict()
         if self.pending_approvals is not None:
             data["pending_approvals"] = [r.to_dict() for r in self.pending_approvals]
         if self.agent_path is not None:

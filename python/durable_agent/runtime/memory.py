@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,11 +38,20 @@ __all__ = [  # the lease helpers stay importable from here, where they first liv
 
 @dataclass(slots=True)
 class MemoryDurableState:
-    """Sessions' steps, partials, awakeables, leases, queues, submissions and tool state."""
+    """Sessions' steps, partials, awakeables, leases, queues, submissions and tool state.
+
+    Indexed as a database would be, so a step's cost does not grow with the sessions held:
+    `steps` by (session, key) with `run_steps` by (session, run); `partials` by session and
+    step key, each numbered in the order written; `awakeables` by id with `awakeable_keys`
+    by session and key.
+    """
 
     steps: dict[tuple[str, str], StepRecord] = field(default_factory=dict)
-    partials: list[StreamPartialRecord] = field(default_factory=list)
+    run_steps: dict[tuple[str, str], dict[str, StepRecord]] = field(default_factory=dict)
+    partials: dict[str, dict[str, list[tuple[int, StreamPartialRecord]]]] = field(default_factory=dict)
+    partials_written: int = 0
     awakeables: dict[str, AwakeableRecord] = field(default_factory=dict)
+    awakeable_keys: dict[str, dict[str, str]] = field(default_factory=dict)
     leases: dict[str, LeaseRow] = field(default_factory=dict)
     queues: dict[str, list[Any]] = field(default_factory=dict)
     submissions: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
@@ -83,30 +92,54 @@ class _MemoryRows:
     async def get_step(self, session_id: str, key: str) -> StepRecord | None:
         return self.state.steps.get((session_id, key))
 
-    async def put_steps(self, records: Sequence[StepRecord], *, epoch: int | None) -> None:
+    async def put_steps(
+        self, records: Sequence[StepRecord], *, epoch: int | None, streamed: Collection[str] | None = None
+    ) -> None:
         for record in records:
             self.guard(record.session_id, epoch)
         for record in records:
-            self._write_step(record)
+            self._write_step(record, streamed is None or record.key in streamed)
 
-    def _write_step(self, record: StepRecord) -> None:
+    def _write_step(self, record: StepRecord, streamed: bool = True) -> None:
+        state, session_id = self.state, record.session_id
         if record.status == "done" and record.tool_state:
-            apply_tool_state(self.state.tool_state.setdefault(record.session_id, {}), record.tool_state)
-        self.state.steps[(record.session_id, record.key)] = record
-        if record.status != "pending":
-            self.state.partials = [
-                p for p in self.state.partials if not (p.session_id == record.session_id and p.step_key == record.key)
-            ]
+            apply_tool_state(state.tool_state.setdefault(session_id, {}), record.tool_state)
+        earlier = state.steps.get((session_id, record.key))
+        if earlier is not None and earlier.run_id != record.run_id:
+            state.run_steps[(session_id, earlier.run_id)].pop(record.key, None)
+        state.steps[(session_id, record.key)] = record
+        state.run_steps.setdefault((session_id, record.run_id), {})[record.key] = record
+        if record.status != "pending" and streamed and session_id in state.partials:
+            by_step = state.partials[session_id]
+            by_step.pop(record.key, None)
+            if not by_step:
+                del state.partials[session_id]
 
     async def run_steps(self, session_id: str, run_id: str) -> list[StepRecord]:
-        return [r for r in self.state.steps.values() if r.session_id == session_id and r.run_id == run_id]
+        return list(self.state.run_steps.get((session_id, run_id), {}).values())
 
     async def add_partial(self, record: StreamPartialRecord, *, epoch: int | None) -> None:
         self.guard(record.session_id, epoch)
-        self.state.partials.append(record)
+        state = self.state
+        state.partials_written += 1
+        streamed = state.partials.setdefault(record.session_id, {}).setdefault(record.step_key, [])
+        streamed.append((state.partials_written, record))
+
+    def _partials(self, session_id: str | None, run_id: str | None) -> list[StreamPartialRecord]:
+        """The stored partials (of one session, of one run), in the order they were written."""
+        sessions = self.state.partials.values() if session_id is None else [self.state.partials.get(session_id, {})]
+        found = [
+            numbered
+            for steps in sessions
+            for streamed in steps.values()
+            for numbered in streamed
+            if run_id is None or numbered[1].run_id == run_id
+        ]
+        found.sort(key=lambda numbered: numbered[0])
+        return [record for _, record in found]
 
     async def run_partials(self, session_id: str, run_id: str) -> list[StreamPartialRecord]:
-        return [p for p in self.state.partials if p.session_id == session_id and p.run_id == run_id]
+        return self._partials(session_id, run_id)
 
     async def awakeable_for(
         self, session_id: str, key: str, new_id: str, deadline: int | None, *, epoch: int | None
@@ -116,8 +149,12 @@ class _MemoryRows:
             return found
         self.guard(session_id, epoch)
         record = AwakeableRecord(new_id, session_id, key, deadline=deadline)
-        self.state.awakeables[new_id] = record
+        self._add_awakeable(record)
         return record
+
+    def _add_awakeable(self, record: AwakeableRecord) -> None:
+        self.state.awakeables[record.id] = record
+        self.state.awakeable_keys.setdefault(record.session_id, {})[record.key] = record.id
 
     async def get_awakeable(self, awakeable_id: str) -> AwakeableRecord | None:
         return self.state.awakeables.get(awakeable_id)
@@ -141,10 +178,18 @@ class _MemoryRows:
         return replace(new), True
 
     async def marked_leases(self, session_id: str | None) -> list[tuple[str, LeaseRow, list[str]]]:
+        leases, awakeables = self.state.leases, self.state.awakeables
+        if session_id is None:
+            rows = sorted(leases.items())
+        else:
+            rows = [(session_id, leases[session_id])] if session_id in leases else []
         return [
-            (sid, replace(row), [a.key for a in self.state.awakeables.values() if a.session_id == sid and not a.resolved])
-            for sid, row in sorted(self.state.leases.items())
-            if (session_id is None or sid == session_id) and row.resumable_run is not None and row.epoch > 0
+            (sid, replace(row), [
+                key for key, awakeable_id in self.state.awakeable_keys.get(sid, {}).items()
+                if not awakeables[awakeable_id].resolved
+            ])
+            for sid, row in rows
+            if row.resumable_run is not None and row.epoch > 0
         ]
 
     async def queue(self, session_id: str) -> list[Any]:
@@ -184,13 +229,14 @@ class _MemoryRows:
         return [r for r in self.state.steps.values() if run_id is None or r.run_id == run_id]
 
     async def partials(self, run_id: str | None) -> list[StreamPartialRecord]:
-        return [p for p in self.state.partials if run_id is None or p.run_id == run_id]
+        return self._partials(None, run_id)
 
     async def awakeables(self) -> list[AwakeableRecord]:
         return list(self.state.awakeables.values())
 
     async def find_awakeable(self, session_id: str, key: str) -> AwakeableRecord | None:
-        return next((a for a in self.state.awakeables.values() if a.session_id == session_id and a.key == key), None)
+        awakeable_id = self.state.awakeable_keys.get(session_id, {}).get(key)
+        return None if awakeable_id is None else self.state.awakeables[awakeable_id]
 
     async def resolve_awakeable(self, awakeable_id: str, value: Any) -> bool:
         record = self.state.awakeables.get(awakeable_id)
@@ -212,8 +258,8 @@ class _MemoryRows:
         if transition.mark is not None or transition.unmark:
             self.state.leases.setdefault(session_id, LeaseRow()).resumable_run = transition.mark
         for key, awakeable_id in transition.awakeables:
-            if not any(a.session_id == session_id and a.key == key for a in self.state.awakeables.values()):
-                self.state.awakeables[awakeable_id] = AwakeableRecord(awakeable_id, session_id, key)
+            if key not in self.state.awakeable_keys.get(session_id, {}):
+                self._add_awakeable(AwakeableRecord(awakeable_id, session_id, key))
 
 
 class MemoryRuntime(StoredRuntime[InMemoryCheckpointStore]):

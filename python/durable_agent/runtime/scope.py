@@ -17,7 +17,9 @@ record in the scope until the scope's next write, which carries it in the same t
 `begin` (the ``pending`` records of a batch of unsafe tools, written together before any tool
 of the batch runs) or the checkpoint commit that follows (`take_deferred`). A deferred record
 lost to a process death only means that step runs again; no tool runs before it is durable.
-The scope reads its run's records once and then keeps them (its lease makes it their only writer).
+The scope reads its run's records, and which of its steps have stream partials stored, once and
+then keeps them (its lease makes it their only writer): a finished step that streamed nothing
+deletes no partials.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -102,7 +104,15 @@ class JournalBackend(Protocol):
 
     async def get_step(self, session_id: str, key: str) -> StepRecord | None: ...
 
-    async def put_steps(self, records: Sequence[StepRecord], *, epoch: int | None) -> None: ...
+    async def put_steps(
+        self, records: Sequence[StepRecord], *, epoch: int | None, streamed: Collection[str] | None = None
+    ) -> None:
+        """Upsert `records`; a finished one drops its step's stream partials.
+
+        `streamed`: the keys among `records` whose step may have partials stored (the others
+        have none: their delete is skipped); None: any of them may.
+        """
+        ...
 
     async def run_steps(self, session_id: str, run_id: str) -> list[StepRecord]: ...
 
@@ -179,6 +189,7 @@ class JournalScope:
         self._closed = False
         self._partial_seq: dict[str, int] = {}
         self._records: dict[str, StepRecord] | None = None  # this run's records, read once, then kept
+        self._earlier_partials: set[str] = set()  # keys of this run with partials stored before the scope
         self._prefix = run_key_prefix(run_id)
         self._deferred: list[StepRecord] = []
         self._begun: set[str] = set()  # unsafe steps whose pending record `begin` wrote
@@ -252,7 +263,17 @@ class JournalScope:
             return await self._backend.get_step(self.session_id, key)
         if self._records is None:
             self._records = {r.key: r for r in await self._backend.run_steps(self.session_id, self.run_id)}
+            self._earlier_partials = {p.step_key for p in await self._backend.run_partials(self.session_id, self.run_id)}
         return self._records.get(key)
+
+    def _streamed(self, records: Sequence[StepRecord]) -> set[str] | None:
+        """The keys of `records` whose step may have partials stored; None when the scope cannot tell."""
+        if self._records is None:
+            return None
+        return {
+            r.key for r in records
+            if r.key in self._partial_seq or r.key in self._earlier_partials or not r.key.startswith(self._prefix)
+        }
 
     def _remember(self, record: StepRecord) -> None:
         """Keep `record` in the map of this run's records, once that map was read (never start one empty)."""
@@ -271,9 +292,11 @@ class JournalScope:
         batch, self._deferred = [*self._deferred, *records], []
         if not batch:
             return
-        await self._backend.put_steps(batch, epoch=self.epoch)
+        await self._backend.put_steps(batch, epoch=self.epoch, streamed=self._streamed(batch))
         for record in batch:
             self._remember(record)
+            if record.status != "pending":
+                self._earlier_partials.discard(record.key)
 
     def _progress_writer(
         self, key: str, forward: Callable[[dict[str, str]], None] | None

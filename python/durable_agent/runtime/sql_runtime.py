@@ -8,7 +8,7 @@ runs each plan in one transaction, rolled back when the plan raises. The rules o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
 from ..checkpoint import AgentCheckpoint
@@ -59,8 +59,10 @@ class SqlRows:
     async def get_step(self, session_id: str, key: str) -> StepRecord | None:
         return await self.read(plans.get_step_plan(session_id, key))
 
-    async def put_steps(self, records: Sequence[StepRecord], *, epoch: int | None) -> None:
-        await self.write(plans.put_steps_plan(self._d, records, epoch))
+    async def put_steps(
+        self, records: Sequence[StepRecord], *, epoch: int | None, streamed: Collection[str] | None = None
+    ) -> None:
+        await self.write(plans.put_steps_plan(self._d, records, epoch, streamed))
 
     async def run_steps(self, session_id: str, run_id: str) -> list[StepRecord]:
         return await self.read(plans.steps_plan(session_id, run_id))
@@ -141,7 +143,7 @@ class SqlRows:
                 self.cache.forget(checkpoint.run_id)  # unknown outcome: the next save re-reads
             raise
         if checkpoint is not None and revision is not None:  # a checkpoint's save returns its revision
-            self.cache.remember(checkpoint.run_id, revision, checkpoint.messages)
+            self.cache.remember(checkpoint.run_id, revision, checkpoint.messages, holder=transition.session_id)
 
     async def load_checkpoint(self, run_id: str) -> AgentCheckpoint | None:
         try:
@@ -193,3 +195,9 @@ class SqlRuntime(StoredRuntime[SqlCheckpoints]):
         fences = Fences()
         rows = SqlRows(driver, fences, PrefixCache())
         super().__init__(rows, SqlCheckpoints(rows), fences, clock)
+
+    def lease_released(self, session_id: str, epoch: int) -> None:
+        """Also forget the runs saved under the lease: the checkpoint cache holds each run while it is live."""
+        if self.fences.epoch(session_id) == epoch:
+            self.backend.cache.release(session_id)
+        super().lease_released(session_id, epoch)

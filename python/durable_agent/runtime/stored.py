@@ -131,7 +131,7 @@ class StoredLease:
         try:
             await self._rows.change_lease(session_id, released)
         finally:
-            self._runtime.fences.released(session_id, epoch)
+            self._runtime.lease_released(session_id, epoch)
 
     async def epoch(self, session_id: str) -> int | None:
         row = await self._rows.lease_row(session_id)
@@ -285,6 +285,10 @@ class StoredRuntime(OwnedRuntime, Generic[Checkpoints]):
 
     def is_control_error(self, error: BaseException) -> bool:
         return is_control_error(error)
+
+    def lease_released(self, session_id: str, epoch: int) -> None:
+        """This runtime let go of the session's lease at `epoch` (its writes are no longer fenced by it)."""
+        self.fences.released(session_id, epoch)
 
     async def open_run(self, *, session_id: str, run_id: str, epoch: int | None = None) -> JournalScope:
         """A run's scope; its writes are guarded by `epoch`, by default this runtime's claim of the session."""

@@ -29,7 +29,7 @@ from ..stores._history import (
     rebuild,
 )
 from ..stores._validate import page, prunable, readable_id, readable_ids
-from .plan import Dialect, Plan, Query, migrate_plan, run_async, run_sync
+from .plan import Dialect, Guard, Plan, Query, migrate_plan, run_async, run_sync
 
 __all__ = [  # the plan machinery too: the checkpoint stores import this module as their `_sql`
     "Dialect",
@@ -53,6 +53,7 @@ STEPS = "durable_agent_step_log"
 VERSIONS = "durable_agent_schema_version"
 SCHEMA_VERSION = 2
 SCHEMA_LOCK = 20260  # the migration lock's key (Postgres advisory lock)
+ROWS_PER_INSERT = 256  # message rows per INSERT statement (3 placeholders each: far below SQLite's limit)
 
 
 def _schema_v1(dialect: Dialect) -> list[str]:
@@ -96,9 +97,16 @@ def _bodies(rows: Sequence[Sequence[Any]]) -> list[Any]:
 
 
 def save_plan(
-    cache: PrefixCache, checkpoint: AgentCheckpoint, expected_step_index: int | None, dialect: Dialect
+    cache: PrefixCache,
+    checkpoint: AgentCheckpoint,
+    expected_step_index: int | None,
+    dialect: Dialect,
+    guard: Guard | None = None,
 ) -> Plan[int]:
     """Write `checkpoint` appending only its new messages; returns the revision written.
+
+    `guard`: a condition checked inside the save's header write, its first write (the SQLite
+    runtime's lease fence): when it fails, the plan raises `guard.refused` having written nothing.
 
     The caller runs this inside one transaction and, after the commit, tells the cache
     (`cache.remember(run_id, revision, messages)`). When the plan or the commit fails, the
@@ -118,9 +126,6 @@ def save_plan(
     stored_step, stored_count, stored_revision = (None, 0, None) if head is None else head
     if expected_step_index is not None and stored_step != expected_step_index:
         raise CheckpointConflictError(run_id, expected_step_index, stored_step)
-    if head is None:  # rows left by a corrupt or foreign writer must not collide with ours
-        yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ?", (run_id,))
-        yield Query(f"DELETE FROM {STEPS} WHERE run_id = ?", (run_id,))
     trusted = type(stored_count) is int and type(stored_revision) is int
     keep = cache.kept(run_id, stored_revision, messages) if trusted or head is None else None
     if keep is None:
@@ -130,38 +135,41 @@ def save_plan(
         keep = kept_by_encoding(_bodies(rows), messages)
         stored_count = len(rows)
     bodies = encode_messages(messages, keep)
+    revision = new_revision()
+    header = encode_header(checkpoint)
+    values = (run_id, checkpoint.step_index, checkpoint.status, checkpoint.created_at, len(messages), revision, header)
+    upsert = (
+        " ON CONFLICT (run_id) DO UPDATE SET"
+        " step_index = excluded.step_index, status = excluded.status, created_at = excluded.created_at,"
+        " message_count = excluded.message_count, revision = excluded.revision, header = excluded.header"
+    )
+    columns = f"INSERT INTO {RUNS} (run_id, step_index, status, created_at, message_count, revision, header)"
+    if guard is None:
+        yield Query(f"{columns} VALUES (?, ?, ?, ?, ?, ?, ?){upsert}", values)
+    elif (yield Query(f"{columns} SELECT ?, ?, ?, ?, ?, ?, ? WHERE {guard.sql}{upsert} RETURNING 1",
+                      (*values, *guard.params), "one")) is None:
+        raise guard.refused
+    if head is None:  # rows left by a corrupt or foreign writer must not collide with ours
+        yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ?", (run_id,))
+        yield Query(f"DELETE FROM {STEPS} WHERE run_id = ?", (run_id,))
     if keep < stored_count:
         yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ? AND (seq >= ? OR seq < 0)", (run_id, keep))
         yield Query(f"DELETE FROM {STEPS} WHERE run_id = ? AND message_count > ?", (run_id, keep))
-    if bodies:
+    for start in range(0, len(bodies), ROWS_PER_INSERT):  # one statement per chunk, not one per row
+        chunk = bodies[start : start + ROWS_PER_INSERT]
         yield Query(
-            f"INSERT INTO {MESSAGES} (run_id, seq, body) VALUES (?, ?, ?)",
-            [(run_id, keep + i, body) for i, body in enumerate(bodies)],
-            many=True,
+            f"INSERT INTO {MESSAGES} (run_id, seq, body) VALUES " + ", ".join(["(?, ?, ?)"] * len(chunk)),
+            tuple(value for i, body in enumerate(chunk, keep + start) for value in (run_id, i, body)),
         )
-    revision = new_revision()
-    header = encode_header(checkpoint)
-    yield Query(f"DELETE FROM {STEPS} WHERE run_id = ? AND step_index > ?", (run_id, checkpoint.step_index))
+    if head is not None and not (type(stored_step) is int and stored_step < checkpoint.step_index):
+        # a step saved again (or an unknown head): the entries after it belong to a replaced timeline.
+        # Else none exists: every save leaves none after the run's head step (`durable_agent.stores._steps`)
+        yield Query(f"DELETE FROM {STEPS} WHERE run_id = ? AND step_index > ?", (run_id, checkpoint.step_index))
     yield Query(
         f"INSERT INTO {STEPS} (run_id, step_index, message_count, header) VALUES (?, ?, ?, ?)"
         " ON CONFLICT (run_id, step_index) DO UPDATE SET"
         " message_count = excluded.message_count, header = excluded.header",
         (run_id, checkpoint.step_index, len(messages), header),
-    )
-    yield Query(
-        f"INSERT INTO {RUNS} (run_id, step_index, status, created_at, message_count, revision, header)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET"
-        " step_index = excluded.step_index, status = excluded.status, created_at = excluded.created_at,"
-        " message_count = excluded.message_count, revision = excluded.revision, header = excluded.header",
-        (
-            run_id,
-            checkpoint.step_index,
-            checkpoint.status,
-            checkpoint.created_at,
-            len(messages),
-            revision,
-            header,
-        ),
     )
     return revision
 

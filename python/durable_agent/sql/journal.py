@@ -4,8 +4,11 @@ Every write of a lease holder is fenced: it applies only while the session's lea
 the writer's epoch, and otherwise raises `StaleEpochError` with nothing applied.
 
 * SQLite: writes run under ``BEGIN IMMEDIATE`` (one writer at a time for the whole file), so
-  the plain read in `_fence` cannot race a claim; a stale fence stops the plan, and the
-  driver rolls its transaction back.
+  a fence read inside the transaction cannot race a claim. The fence rides on the first
+  write that writes a row whenever its guard holds (`Write.certain`: an upsert), run first
+  with ``RETURNING``: no row back means a stale fence, and the plan stops before any other
+  write (`_serial_writes`), or on a checkpoint save's header write (`commit_plan`); a plan
+  without such a write reads the fence first (`_fence`).
 * Postgres: a fenced write is ONE statement (`fenced_plan`, `_append_plan`) whose writes are
   guarded by the lease row read ``FOR SHARE`` in the same statement, committed as it ends (one
   round trip); a stale fence makes every guard false. A lease change takes the row ``FOR UPDATE``:
@@ -22,7 +25,7 @@ results) are stored as codec text, so bytes and reserved keys round-trip as in c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -42,7 +45,7 @@ from ..runtime.records import (
 from ..stores._history import PrefixCache, encode_header, encode_messages, new_revision
 from .checkpoints import MESSAGES, RUNS, STEPS as STEP_LOG, save_plan
 from .journal_schema import AWAKEABLES, LAST_RUNS, LEASES, PARTIALS, QUEUES, STEPS, SUBMISSIONS, TOOL_STATE
-from .plan import Dialect, Plan, Query
+from .plan import Dialect, Guard, Plan, Query
 
 
 def _text(value: Any) -> str:
@@ -59,10 +62,15 @@ def _value(text: str | None) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """A write statement with a ``{guard}`` hole where a fenced write puts its epoch check."""
+    """A write statement with a ``{guard}`` hole where a fenced write puts its epoch check.
+
+    `certain`: it writes a row whenever its guard holds (an upsert), and its ``{guard}`` comes
+    after every placeholder: SQLite checks the fence inside it (`_serial_writes`).
+    """
 
     sql: str
     params: tuple[Any, ...]
+    certain: bool = False
 
     def guarded(self, guard: str) -> str:
         return self.sql.replace("{guard}", guard)
@@ -91,9 +99,7 @@ def fenced_plan(d: Dialect, session_id: str, epoch: int | None, writes: Sequence
     must touch distinct rows (one statement cannot change a row twice).
     """
     if not d.fence_in_statement:
-        yield from _fence(d, session_id, epoch)
-        for write in writes:
-            yield Query(write.guarded("1 = 1"), write.params)
+        yield from _serial_writes(d, session_id, epoch, writes)
         return
     if epoch is None:
         if not writes:
@@ -109,6 +115,29 @@ def fenced_plan(d: Dialect, session_id: str, epoch: int | None, writes: Sequence
     if epoch is not None and row[0] == 0:
         raise StaleEpochError(session_id, epoch)
 
+
+
+def _serial_writes(d: Dialect, session_id: str, epoch: int | None, writes: Sequence[Write]) -> Plan[None]:
+    """`writes` one statement after another, fenced by `epoch` (None: unguarded), inside the caller's transaction.
+
+    The first `certain` write runs first, guarded by the fence and returning its row: none back
+    means the fence is stale, and `StaleEpochError` stops the plan before anything was written.
+    The others follow in order (they touch other rows: the order between them is kept). Without
+    a certain write (and on Postgres, whose fence read locks the lease row) the fence is read first.
+    """
+    first = None
+    if epoch is not None and not d.fence_in_statement:  # Postgres: a fence read takes the row's share lock
+        first = next((i for i, write in enumerate(writes) if write.certain), None)
+    if first is None or epoch is None:
+        yield from _fence(d, session_id, epoch)
+    else:
+        write = writes[first]
+        row = yield Query(f"{write.guarded(f'EXISTS ({_FENCE})')} RETURNING 1", (*write.params, session_id, epoch), "one")
+        if row is None:
+            raise StaleEpochError(session_id, epoch)
+    for i, write in enumerate(writes):
+        if i != first:
+            yield Query(write.guarded("1 = 1"), write.params)
 
 
 # ------------------------------------------------------------------- steps
@@ -145,12 +174,14 @@ def steps_plan(session_id: str | None, run_id: str | None) -> Plan[list[StepReco
     return [_step(r) for r in rows]
 
 
-def put_steps_plan(d: Dialect, records: Sequence[StepRecord], epoch: int | None) -> Plan[None]:
+def put_steps_plan(
+    d: Dialect, records: Sequence[StepRecord], epoch: int | None, streamed: Collection[str] | None = None
+) -> Plan[None]:
     """Write the `records` of one session, fenced, in one transaction (see `_step_writes`)."""
     sessions = {record.session_id for record in records}
     if len(sessions) != 1:
         raise ValueError("put_steps writes the records of one session")
-    yield from fenced_plan(d, sessions.pop(), epoch, _step_writes(d, records))
+    yield from fenced_plan(d, sessions.pop(), epoch, _step_writes(d, records, streamed))
 
 
 def _step_row(record: StepRecord) -> tuple[Any, ...]:
@@ -168,9 +199,10 @@ def _step_row(record: StepRecord) -> tuple[Any, ...]:
     )
 
 
-def _step_writes(d: Dialect, records: Sequence[StepRecord]) -> list[Write]:
+def _step_writes(d: Dialect, records: Sequence[StepRecord], streamed: Collection[str] | None = None) -> list[Write]:
     """Upserts of `records` in order; a ``done`` record commits its tool-state ops, a finished one drops
-    its step's partials. Folded to one write per row, with the state writing them in order would leave."""
+    its step's partials (when its key is in `streamed`; None: every finished one). Folded to one write
+    per row, with the state writing them in order would leave."""
     if not records:
         return []
     last: dict[str, StepRecord] = {}
@@ -200,13 +232,14 @@ def _step_writes(d: Dialect, records: Sequence[StepRecord]) -> list[Write]:
         ))
     else:
         writes.extend(
-            Write(f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {{guard}}{upsert}", row)
+            Write(f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {{guard}}{upsert}", row,
+                  certain=True)
             for row in rows
         )
     writes.extend(
         Write(f"DELETE FROM {PARTIALS} WHERE session_id = ? AND step_key = ? AND {{guard}}", (session_id, key))
         for key in last
-        if key in finished
+        if key in finished and (streamed is None or key in streamed)
     )
     return writes
 
@@ -223,6 +256,7 @@ def _tool_state_writes(session_id: str, ops: Sequence[ToolStateOp]) -> list[Writ
             f"INSERT INTO {TOOL_STATE} (session_id, key, value) SELECT ?, ?, ? WHERE {{guard}}"
             " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value",
             (session_id, key, _text(op.get("value"))),
+            certain=True,
         )
         if op["op"] == "set"
         else Write(f"DELETE FROM {TOOL_STATE} WHERE session_id = ? AND key = ? AND {{guard}}", (session_id, key))
@@ -250,6 +284,7 @@ def add_partial_plan(d: Dialect, record: StreamPartialRecord, epoch: int | None)
         f"INSERT INTO {PARTIALS} (session_id, run_id, step_key, seq, text, thinking)"
         " SELECT ?, ?, ?, ?, ?, ? WHERE {guard}",
         (record.session_id, record.run_id, record.step_key, record.seq, record.text, record.thinking),
+        certain=True,
     )
     yield from fenced_plan(d, record.session_id, epoch, [write])
 
@@ -424,6 +459,7 @@ def queue_write_plan(d: Dialect, session_id: str, entries: list[Any], epoch: int
         f"INSERT INTO {QUEUES} (session_id, entries) SELECT ?, ? WHERE {{guard}}"
         " ON CONFLICT (session_id) DO UPDATE SET entries = excluded.entries",
         (session_id, _text(list(entries))),
+        certain=True,
     )
     yield from fenced_plan(d, session_id, epoch, [write])
 
@@ -472,6 +508,7 @@ def _last_run_write(session_id: str, run_id: str) -> Write:
         f"INSERT INTO {LAST_RUNS} (session_id, run_id) SELECT ?, ? WHERE {{guard}}"
         " ON CONFLICT (session_id) DO UPDATE SET run_id = excluded.run_id",
         (session_id, run_id),
+        certain=True,
     )
 
 
@@ -486,10 +523,11 @@ def commit_plan(d: Dialect, transition: RunTransition, cache: PrefixCache) -> Pl
         done, revision = yield from _append_plan(d, transition, cache)
         if done:
             return revision
-    session_id = transition.session_id
-    yield from _fence(d, session_id, transition.epoch)
-    for write in _transition_writes(d, transition):
-        yield Query(write.guarded("1 = 1"), write.params)
+    session_id, epoch, writes = transition.session_id, transition.epoch, _transition_writes(d, transition)
+    if transition.checkpoint is not None and not writes and not d.fence_in_statement:  # SQLite: the save is fenced
+        guard = Guard(f"EXISTS ({_FENCE})", (session_id, epoch), StaleEpochError(session_id, epoch))
+        return (yield from save_plan(cache, transition.checkpoint, None, d, guard))
+    yield from _serial_writes(d, session_id, epoch, writes)
     if transition.checkpoint is not None:
         return (yield from save_plan(cache, transition.checkpoint, None, d))
     return None
@@ -503,7 +541,8 @@ def _transition_writes(d: Dialect, transition: RunTransition) -> list[Write]:
         writes.append(_last_run_write(session_id, transition.last_run))
     if transition.mark is not None or transition.unmark:  # the fence holds: the lease row exists
         writes.append(Write(
-            f"UPDATE {LEASES} SET resumable_run = ? WHERE session_id = ? AND {{guard}}", (transition.mark, session_id)
+            f"UPDATE {LEASES} SET resumable_run = ? WHERE session_id = ? AND {{guard}}", (transition.mark, session_id),
+            certain=True,
         ))
     writes.extend(_awakeable_write(session_id, key, awakeable_id, None) for key, awakeable_id in transition.awakeables)
     return writes

@@ -50,6 +50,18 @@ Plan = Generator[Query, Any, T]
 
 
 @dataclass(frozen=True, slots=True)
+class Guard:
+    """A condition a plan's write is made under, inside the write's own statement (SQL after ``WHERE``).
+
+    `params` fill its placeholders; `refused` is what the plan raises when the condition fails.
+    """
+
+    sql: str
+    params: tuple[Any, ...]
+    refused: Exception
+
+
+@dataclass(frozen=True, slots=True)
 class Dialect:
     """What differs between SQLite and Postgres, for every SQL schema of the package."""
 

@@ -29,8 +29,8 @@ whose boundary message is still the same object, by a new message equal under Py
 
 from __future__ import annotations
 
-import dataclasses
 import os
+import random
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,17 +41,34 @@ from ..checkpoint import AgentCheckpoint
 from ..errors import CheckpointCorruptError, CheckpointVersionError, CodecError, ConfigurationError
 from ..messages import Message
 
+_revisions: random.Random | None = None  # seeded from os.urandom at the first save, never at import
+
+
+def _reseed_after_fork() -> None:
+    global _revisions
+    _revisions = None  # a forked child must not draw its parent's sequence
+
+
+if hasattr(os, "register_at_fork"):  # not on WebAssembly, which cannot fork
+    os.register_at_fork(after_in_child=_reseed_after_fork)
+
 
 def new_revision() -> int:
-    """A fresh revision token (random, 63 bits, never 0). Drawn at save time, never at import."""
-    return int.from_bytes(os.urandom(8), "big") >> 1 or 1
+    """A fresh revision token (random, 63 bits, never 0). Drawn at save time, never at import.
+
+    One `os.urandom` call per process (and per fork) seeds a generator; a system call per save
+    would cost more than the token is worth. The first draw is made inside a request, where
+    Cloudflare Workers allow entropy.
+    """
+    global _revisions
+    if _revisions is None:
+        _revisions = random.Random(os.urandom(32))
+    return _revisions.getrandbits(63) or 1
 
 
 def header_dict(checkpoint: AgentCheckpoint) -> dict[str, Any]:
     """The checkpoint's stored dict without its messages (O(1): the history is not copied)."""
-    data = dataclasses.replace(checkpoint, messages=()).to_dict()
-    del data["messages"]
-    return data
+    return checkpoint.to_dict(messages=False)
 
 
 def encode_header(checkpoint: AgentCheckpoint) -> str:
@@ -161,7 +178,14 @@ class _Saved:
 
 
 class PrefixCache:
-    """Per run: the revision and message objects of this process's last save (bounded LRU).
+    """Per run: the revision and message objects of this process's last save, in two parts.
+
+    * Held runs: a run saved under a session's lease (`remember(..., holder=session_id)`) is
+      kept until `release(session_id)`, however many runs are in flight, so a live run's save
+      never misses (a miss re-reads and re-encodes its whole history). Their number is bounded
+      by the sessions this process holds a lease on; the entries reference the histories
+      those running runs hold anyway, they copy nothing.
+    * Others (loads, a store's saves): a bounded LRU of `capacity` runs.
 
     It keeps a reference to the saved sequence, not a copy (a copy would cost O(history)
     per save), with its length at save time: a list appended to in place and saved again
@@ -174,27 +198,65 @@ class PrefixCache:
             raise ConfigurationError(f"cache_runs must be a non-negative int, got {capacity!r}")
         self._capacity = capacity
         self._runs: OrderedDict[str, _Saved] = OrderedDict()
+        self._held: dict[str, _Saved] = {}
+        self._holders: dict[str, str] = {}  # held run -> the session holding it
+        self._holding: dict[str, set[str]] = {}  # session -> its held runs
 
-    def remember(self, run_id: str, revision: int, messages: Sequence[Message]) -> None:
-        self._runs[run_id] = _Saved(revision, messages, len(messages))
-        self._runs.move_to_end(run_id)
-        while len(self._runs) > self._capacity:
-            self._runs.popitem(last=False)
+    def remember(self, run_id: str, revision: int, messages: Sequence[Message], holder: str | None = None) -> None:
+        """Remember a save (or load) of `run_id`; `holder`: the session whose lease the save was made under.
+
+        A held run stays held (by its latest holder) until that session's `release`.
+        """
+        saved = _Saved(revision, messages, len(messages))
+        if holder is None and run_id not in self._held:
+            self._runs[run_id] = saved
+            self._runs.move_to_end(run_id)
+            while len(self._runs) > self._capacity:
+                self._runs.popitem(last=False)
+            return
+        self._runs.pop(run_id, None)
+        self._held[run_id] = saved
+        if holder is not None and self._holders.get(run_id) != holder:
+            self._unhold(run_id)
+            self._holders[run_id] = holder
+            self._holding.setdefault(holder, set()).add(run_id)
+
+    def release(self, holder: str) -> None:
+        """Forget the runs held by session `holder` (its lease was released): their runs are over here."""
+        for run_id in self._holding.pop(holder, ()):
+            del self._held[run_id], self._holders[run_id]
+
+    def _unhold(self, run_id: str) -> None:
+        holder = self._holders.pop(run_id, None)
+        if holder is not None:
+            runs = self._holding[holder]
+            runs.discard(run_id)
+            if not runs:
+                del self._holding[holder]
 
     def forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
+        if self._held.pop(run_id, None) is not None:
+            self._unhold(run_id)
 
     def clear(self) -> None:
         self._runs.clear()
+        self._held.clear()
+        self._holders.clear()
+        self._holding.clear()
+
+    def _saved(self, run_id: str) -> _Saved | None:
+        saved = self._held.get(run_id)
+        return saved if saved is not None else self._runs.get(run_id)
 
     def revision(self, run_id: str) -> int | None:
         """The revision this process last wrote (or loaded) for `run_id`, if it still remembers it."""
-        saved = self._runs.get(run_id)
+        saved = self._saved(run_id)
         return None if saved is None else saved.revision
 
     def count(self, run_id: str) -> int | None:
         """How many messages the remembered save of `run_id` held, if it still remembers one."""
-        saved = self._runs.get(run_id)
+        saved = self._saved(run_id)
         return None if saved is None else saved.count
 
     def kept(self, run_id: str, stored_revision: int | None, new: Sequence[Message]) -> int | None:
@@ -204,7 +266,7 @@ class PrefixCache:
         """
         if stored_revision is None:
             return 0
-        saved = self._runs.get(run_id)
+        saved = self._saved(run_id)
         if saved is None or saved.revision != stored_revision:
             return None
         old, n = saved.messages, saved.count

@@ -224,6 +224,15 @@ class ForkConformance:
         driver(store.save(again))
         assert [driver(store.load_step("src", i)) for i in range(5)] == [saved[0], saved[1], again, None, None]
 
+    def test_long_histories_saved_and_appended_in_one_save_round_trip(self, store: Any, driver: StoreDriver) -> None:
+        """Hundreds of messages in one save (a SQL store writes them in chunks of rows), then more."""
+        self._need_log()
+        first = make_checkpoint("long", 0, conversation(600))
+        driver(store.save(first))
+        longer = make_checkpoint("long", 1, conversation(1_100))
+        driver(store.save(longer))
+        assert driver(store.load("long")) == longer and driver(store.load_step("long", 0)) == first
+
     def test_a_rewritten_history_drops_the_steps_it_replaced(self, store: Any, driver: StoreDriver) -> None:
         self._need_log()
         saved = self._steps(store, driver)

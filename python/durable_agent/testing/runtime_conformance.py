@@ -83,6 +83,10 @@ class ProviderError(Exception):
         self.durable_decision = {"action": "retry"}
 
 
+def _ignore(progress: dict[str, str]) -> None:
+    """A live half's progress callback that forwards nowhere."""
+
+
 def _req(
     key: str, replay: StepReplayPolicy = "unsafe", kind: StepKind = "tool", fingerprint: str | None = None
 ) -> StepRequest:
@@ -385,6 +389,39 @@ class DurableRuntimeConformance:
 
         await (await self._scope(make_runtime(clock))).step(_req(key, "safe", "model"), finishes)
         assert await runtime.inspect.partials(self.run) == []
+
+    @checkpoint_only("nothing can be journaled from inside an action, so stream partials are not kept")
+    async def test_interleaved_partials_keep_their_order_and_a_finished_step_drops_only_its_own(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
+        runtime = make_runtime(clock)
+        scopes = [await self._scope(runtime), await runtime.open_run(session_id="other", run_id="r-other")]
+        keys = [step_key(self.run, 0, "model"), step_key(self.run, 0, "t1"), step_key("r-other", 0, "model")]
+        emitters: dict[int, Any] = {}
+        finish = [asyncio.Event() for _ in keys]
+
+        def streams(i: int) -> Any:
+            async def handler(ctx: StepContext) -> str:
+                emitters[i] = ctx.on_progress
+                await finish[i].wait()
+                return "ok"
+            return handler
+
+        steps = [asyncio.ensure_future(scope.step(_req(key, "safe", "model"), streams(i), StepLive(on_progress=_ignore)))
+                 for i, (scope, key) in enumerate(zip([scopes[0], scopes[0], scopes[1]], keys, strict=True))]
+        while len(emitters) < 3:
+            await asyncio.sleep(0)
+        for n, (i, delta) in enumerate([(0, "a"), (2, "x"), (1, "b"), (0, "c")]):
+            await emitters[i]({"type": "text", "delta": f"{n}{delta}"})
+        assert [p.text for p in await runtime.inspect.partials()] == ["0a", "1x", "2b", "3c"]
+        assert [p.text for p in await scopes[0].stored_partials()] == ["0a", "2b", "3c"]
+        finish[0].set()
+        await steps[0]
+        assert [p.text for p in await runtime.inspect.partials()] == ["1x", "2b"]
+        for event in finish:
+            event.set()
+        await asyncio.gather(*steps)
+        assert await runtime.inspect.partials() == []
 
     # ------------------------------------------------------------- awakeables
 
