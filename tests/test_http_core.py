@@ -684,3 +684,27 @@ async def test_a_verdict_for_a_parked_run_is_refused_unrecorded_while_another_ru
     assert awakeables and not any(a.resolved for a in awakeables)  # nothing recorded: send it again later
     assert data_lines((await asgi(app, "GET", f"/runs/{busy}/events"))[1])[-1]["finish_reason"] == "stop"
     assert (await asgi(app, "POST", f"/runs/{parked}/approvals", verdict))[0] == 202
+
+
+async def test_a_new_run_right_after_a_leg_logged_its_finish_waits_for_that_leg_to_end() -> None:
+    """A client that read a leg's finish and starts the session's next run at once is not refused as busy while
+    the finished leg's task is still releasing its lease (seen under Pyodide, where that takes longer)."""
+    from durable_agent import call
+
+    model = ScriptedModel([reply("", call("pick_file", {}, "c1")), "second run"])
+    runtime = MemoryRuntime()
+    release = runtime.lease.release
+
+    async def slow_release(session_id: str, epoch: int) -> None:
+        await asyncio.sleep(0.05)  # the leg's task ends a little after its finish event
+        await release(session_id, epoch)
+
+    runtime.lease.release = slow_release  # type: ignore[method-assign]
+    app, _ = client_tool_app(model, runtime)
+    parked = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    leg = data_lines((await asgi(app, "GET", f"/runs/{parked}/events"))[1])
+    assert leg[-1]["finish_reason"] == "suspended"
+    status, body = await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "y"})
+    assert status == 201, body
+    run_id = json.loads(body)["run_id"]
+    assert data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])[-1]["finish_reason"] == "stop"

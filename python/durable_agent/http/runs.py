@@ -50,6 +50,7 @@ class RunDriver:
         self.runtime = runtime
         self.log = log
         self._tasks: dict[str, asyncio.Task[BaseException | None]] = {}
+        self._ending: set[str] = set()  # runs whose leg logged its finish: its task is ending
         self._sessions: dict[str, str] = {}  # session id -> the run this process drives in it
         self._starting: dict[str, asyncio.Future[None]] = {}  # runs whose start is not committed yet
         self._answering = asyncio.Lock()  # one client-result commit at a time: a second claim here would be refused
@@ -84,6 +85,7 @@ class RunDriver:
             await asyncio.shield(starting)
             return
         agent = self.agent(session_id)
+        await self._settle(session_id, run_id)
         self._check_free(session_id, run_id)
         started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._starting[run_id] = started
@@ -185,6 +187,7 @@ class RunDriver:
 
         Raises `RunLeaseHeldError` (nothing recorded) while this process drives another run of the session.
         """
+        await self._settle(info.session_id, info.run_id)
         self._check_free(info.session_id, info.run_id)
         key = approval_key(info.run_id, step_index, request.approval_id)
         record = await self.runtime.find_awakeable(info.session_id, key)
@@ -207,6 +210,7 @@ class RunDriver:
         (``not_waiting``), a call has a result already (``already_answered``) or is not a client
         call it waits for (``not_pending``), or another run or process holds the session (``session_busy``).
         """
+        await self._settle(info.session_id, info.run_id)
         self._check_free(info.session_id, info.run_id)
         agent = self.agent(info.session_id)
         assert agent.durable is not None
@@ -266,6 +270,14 @@ class RunDriver:
                 return False
         return True
 
+    async def _settle(self, session_id: str, run_id: str) -> None:
+        """Wait for another run of the session whose leg has logged its finish: its task is only ending (releasing
+        the lease). A client that read that finish and asks at once must not be refused as busy."""
+        busy = self._sessions.get(session_id)
+        task = self._tasks.get(busy) if busy is not None and busy != run_id and busy in self._ending else None
+        if task is not None:
+            await asyncio.wait({task})
+
     def _check_free(self, session_id: str, run_id: str) -> None:
         busy = self._sessions.get(session_id)
         if busy is not None and busy != run_id:
@@ -274,11 +286,13 @@ class RunDriver:
     def _spawn(self, run_id: str, session_id: str, work: Any) -> asyncio.Task[BaseException | None]:
         task = asyncio.ensure_future(self._guarded(run_id, work))
         self._tasks[run_id] = task
+        self._ending.discard(run_id)  # a new leg: not ending until it logs its own finish
         self._sessions[session_id] = run_id
 
         def done(_: object) -> None:
             if self._tasks.get(run_id) is task:
                 del self._tasks[run_id]
+                self._ending.discard(run_id)
                 if self._sessions.get(session_id) == run_id:
                     del self._sessions[session_id]
 
@@ -319,6 +333,8 @@ class RunDriver:
             events = progress.events(part, leg_step=leg_step)
             if events:
                 await self.log.append(rid, events)
+            if part["type"] == "finish" and rid == run_id:
+                self._ending.add(run_id)
             if started is not None and rid == run_id and not started.done():
                 started.set_result(None)
 
