@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 from durable_agent.runtime._group_commit import GroupCommitSqlite
 from durable_agent.sql.plan import SQLITE, Plan, Query
 
-pytestmark = pytest.mark.skipif(sys.platform == "emscripten", reason="Pyodide has no threads (InlineSqlite)")
+pytestmark = pytest.mark.host_only("a connection thread over sqlite3 (Pyodide has no threads: InlineSqlite)")
 
 DIALECT = SQLITE
 
