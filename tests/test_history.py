@@ -92,14 +92,13 @@ def test_a_stores_header_is_every_field_of_the_checkpoint_but_its_messages() -> 
     import dataclasses
 
     from durable_agent import ToolApprovalRequest
-    from durable_agent.stores._history import header_dict
 
     full = AgentCheckpoint(
         run_id="r", step_index=3, status="suspended", messages=[{"role": "user", "content": "a"}],
         usage=Usage(1, 2, 3, 4, 5, 6), created_at=7, agent_path=("outer",),
         pending_approvals=(ToolApprovalRequest("a1", "c1", "pay", {"x": 1}),),
     )
-    header = header_dict(full)
+    header = full.to_dict(messages=False)
     assert set(header) == {f.name for f in dataclasses.fields(AgentCheckpoint)} - {"messages"}
     assert list(header.items()) == [(k, v) for k, v in full.to_dict().items() if k != "messages"]
     assert AgentCheckpoint.from_dict({**header, "messages": list(full.messages)}) == full

@@ -66,14 +66,9 @@ def new_revision() -> int:
     return _revisions.getrandbits(63) or 1
 
 
-def header_dict(checkpoint: AgentCheckpoint) -> dict[str, Any]:
-    """The checkpoint's stored dict without its messages (O(1): the history is not copied)."""
-    return checkpoint.to_dict(messages=False)
-
-
 def encode_header(checkpoint: AgentCheckpoint) -> str:
     """The checkpoint without its messages, as codec text."""
-    return kernels.encode(header_dict(checkpoint))
+    return kernels.encode(checkpoint.to_dict(messages=False))
 
 
 def encode_messages(messages: Sequence[Message], start: int = 0) -> list[str]:

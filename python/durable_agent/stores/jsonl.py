@@ -53,7 +53,6 @@ from ._files import NOFOLLOW, PRIVATE, file_path
 from ._history import (
     PrefixCache,
     decode_batched,
-    header_dict,
     kept_by_encoding,
     new_revision,
     rebuild_decoded,
@@ -371,7 +370,7 @@ class JsonlCheckpointStore:
                 "prev": None if run is None else run.revision,
                 "keep": keep,
                 "messages": list(messages[keep:]),
-                "header": header_dict(checkpoint),
+                "header": checkpoint.to_dict(messages=False),
             }
             line = kernels.encode(record).encode("utf-8") + b"\n"
             offset = self._append(line)
