@@ -101,14 +101,14 @@ def count_commits(runtime: Any, counter: list[int]) -> Any:
 def count_store_commits(store: Any, counter: list[int]) -> Any:
     """Count the write transactions of a SQLite checkpoint store (private hooks: a bench's view inside)."""
     runner = store._runner
-    if hasattr(runner, "_in_transaction"):  # group commit: one transaction per batch of writes
-        inner = runner._in_transaction
+    if hasattr(runner, "_write"):  # group commit: one transaction per batch of writes
+        inner = runner._write
 
-        def batch(mode: str, jobs: Any, *, savepoints: bool) -> None:
-            counter[0] += mode == "IMMEDIATE"
-            inner(mode, jobs, savepoints=savepoints)
+        def batch(jobs: Any) -> None:
+            counter[0] += 1
+            inner(jobs)
 
-        runner._in_transaction = batch
+        runner._write = batch
     else:
         transaction = runner.transaction
 
