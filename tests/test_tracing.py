@@ -218,3 +218,39 @@ print("ok")
         done = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=60,
                               env={"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin", **env})
         assert done.stdout == "ok\n", done.stderr
+
+
+def test_no_span_is_made_until_a_tracer_provider_is_set() -> None:
+    """With the API installed but no provider, the proxy's spans would record nothing: a leg makes none, and a
+    provider set afterwards gets the next leg's spans (a fresh process: the global provider can be set once)."""
+    code = """
+import asyncio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from durable_agent import ScriptedModel, Tool, call, generate_text, reply
+
+made = []
+start_span = trace.ProxyTracer.start_span
+trace.ProxyTracer.start_span = lambda self, *a, **k: made.append(a[0]) or start_span(self, *a, **k)
+tools = {"t": Tool(description="t", parameters={"type": "object"}, execute=lambda a: 1)}
+
+def run():
+    return asyncio.run(generate_text(model=ScriptedModel([reply("x", call("t", {})), "done"]), tools=tools,
+                                     messages=[{"role": "user", "content": "go"}]))
+
+assert run().text == "done"
+assert made == [], made
+memory = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(memory))
+trace.set_tracer_provider(provider)
+assert run().text == "done"
+names = sorted(span.name for span in memory.get_finished_spans())
+assert "invoke_agent durable_agent" in names and "execute_tool t" in names, names
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"})
+    assert done.stdout == "ok\n", done.stderr

@@ -2,7 +2,8 @@
 
 **Spans** are made when ``opentelemetry-api`` is importable (configure a tracer provider with
 the SDK, as for any instrumented library). The API is imported at the first run, never when
-`durable_agent` is imported, and only once; without it every hook is one attribute check.
+`durable_agent` is imported, and only once; without it every hook is one attribute check. Until
+a tracer provider is set, a leg makes no spans at all (the API's would record nothing).
 ``DURABLE_AGENT_TRACING=0`` turns spans off even when it is installed. Under Pyodide (and so in
 Cloudflare Workers) spans are off unless ``DURABLE_AGENT_TRACING=1``: importing the API draws
 entropy (its context keys are ``uuid4``), which Workers forbid outside a request handler. One call of the loop
@@ -88,6 +89,25 @@ def _load_tracer() -> Any:
     return trace.get_tracer("durable_agent", __version__)
 
 
+def _recording(tracer: Any) -> Any:
+    """`tracer`, or None while no tracer provider is configured.
+
+    Until the application sets one, the API's proxy tracer makes spans that record nothing, and
+    a leg would still pay for each of them (a busy server makes a few per step). Decided per leg:
+    a provider set later is used from the next leg on. A tracer that is not the API's proxy (one
+    from a provider handed over directly) is always used.
+    """
+    if tracer is None:
+        return None
+    from opentelemetry import trace
+
+    if isinstance(tracer, trace.ProxyTracer) and isinstance(
+        trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+    ):
+        return None
+    return tracer
+
+
 def _usage_attributes(usage: Usage) -> dict[str, int]:
     return {"gen_ai.usage.input_tokens": usage.input_tokens, "gen_ai.usage.output_tokens": usage.output_tokens}
 
@@ -115,7 +135,7 @@ class RunTrace:
     __slots__ = ("_model", "_run", "_step", "_tracer")
 
     def __init__(self) -> None:
-        self._tracer = get_tracer()
+        self._tracer = _recording(get_tracer())
         self._run: Any = None
         self._step: Any = None
         self._model: Any = None
