@@ -87,6 +87,46 @@ def test_the_prefix_cache_holds_leased_runs_past_its_capacity_until_their_sessio
     cache.release("s-1")  # nothing held any more: a no-op
 
 
+def test_the_prefix_cache_keeps_running_runs_past_its_capacity_until_a_save_ends_their_leg() -> None:
+    from durable_agent.stores._history import LIVE_PER_CAPACITY, PrefixCache
+
+    cache = PrefixCache(2)
+    history: list[Message] = [{"role": "user", "content": "hi"}]
+    for i in range(5):
+        cache.remember(f"run-{i}", i + 1, history, live=True)
+    assert [cache.revision(f"run-{i}") for i in range(5)] == [1, 2, 3, 4, 5]  # none evicted while running
+    for i in range(5):
+        cache.remember(f"run-{i}", 10 + i, history)  # the leg ended: the LRU part (2) keeps the latest
+    assert [cache.revision(f"run-{i}") for i in range(5)] == [None, None, None, 13, 14]
+    cache.remember("run-3", 20, history, live=True)  # running again: out of the LRU part
+    cache.forget("run-3")
+    assert cache.revision("run-3") is None and cache.revision("run-4") == 14
+    for i in range(LIVE_PER_CAPACITY * 2 + 1):  # abandoned legs: the oldest go past the bound
+        cache.remember(f"abandoned-{i}", 1, history, live=True)
+    assert cache.revision("abandoned-0") is None and cache.revision("abandoned-1") == 1
+
+
+@pytest.mark.requires_sqlite
+def test_a_store_running_more_runs_than_its_cache_holds_never_reads_their_histories_back(tmp_path: Path) -> None:
+    """The rows of a running run are re-read only when the cache cannot vouch for them; with more runs in flight
+    than `cache_runs` an LRU evicted each before its next save, and every save read and re-encoded its history."""
+    from durable_agent.stores.sqlite import SqliteCheckpointStore
+
+    store = SqliteCheckpointStore(str(tmp_path / "h.db"), cache_runs=2)
+    reads: list[str] = []
+    store._runner._conn.set_trace_callback(lambda sql: reads.append(sql) if "SELECT seq, body" in sql else None)
+    histories = {f"r{i}": History([{"role": "user", "content": f"go {i}"}]) for i in range(6)}
+    for step in range(3):
+        for run_id, messages in list(histories.items()):  # interleaved, as concurrent runs save
+            messages = histories[run_id] = extended(messages, {"role": "assistant", "content": f"{run_id} {step}"})
+            store.save(AgentCheckpoint(run_id=run_id, step_index=step, status="running", messages=messages,
+                                       usage=Usage(), created_at=0))
+    assert reads == []
+    for run_id, messages in histories.items():
+        loaded = store.load(run_id)
+        assert loaded is not None and list(loaded.messages) == messages
+
+
 def test_a_stores_header_is_every_field_of_the_checkpoint_but_its_messages() -> None:
     """Built field by field: a field added to the checkpoint and left out of the header fails here."""
     import dataclasses

@@ -165,6 +165,9 @@ def rebuild_decoded(run_id: str, header: Any, messages: list[Any]) -> AgentCheck
         raise CheckpointCorruptError(f"{type(exc).__name__}: {exc}", run_id=run_id) from None
 
 
+LIVE_PER_CAPACITY = 64
+
+
 @dataclass(frozen=True, slots=True)
 class _Saved:
     revision: int
@@ -180,7 +183,12 @@ class PrefixCache:
       never misses (a miss re-reads and re-encodes its whole history). Their number is bounded
       by the sessions this process holds a lease on; the entries reference the histories
       those running runs hold anyway, they copy nothing.
-    * Others (loads, a store's saves): a bounded LRU of `capacity` runs.
+    * Running runs: a store's save of a checkpoint whose status is ``running`` (`live=True`) is
+      kept until a save of another status (the leg ended), however many runs are in flight: a
+      server running more runs at once than `capacity` would otherwise miss on every save. Like
+      held runs, they reference histories the running runs hold anyway. A run abandoned
+      mid-leg leaves its entry; the oldest go beyond `LIVE_PER_CAPACITY` times `capacity`.
+    * Others (loads, the saves that end a leg): a bounded LRU of `capacity` runs.
 
     It keeps a reference to the saved sequence, not a copy (a copy would cost O(history)
     per save), with its length at save time: a list appended to in place and saved again
@@ -193,23 +201,35 @@ class PrefixCache:
             raise ConfigurationError(f"cache_runs must be a non-negative int, got {capacity!r}")
         self._capacity = capacity
         self._runs: OrderedDict[str, _Saved] = OrderedDict()
+        self._live: dict[str, _Saved] = {}  # insertion order is save order: the first is the oldest
         self._held: dict[str, _Saved] = {}
         self._holders: dict[str, str] = {}  # held run -> the session holding it
         self._holding: dict[str, set[str]] = {}  # session -> its held runs
 
-    def remember(self, run_id: str, revision: int, messages: Sequence[Message], holder: str | None = None) -> None:
-        """Remember a save (or load) of `run_id`; `holder`: the session whose lease the save was made under.
+    def remember(
+        self, run_id: str, revision: int, messages: Sequence[Message], holder: str | None = None, *, live: bool = False
+    ) -> None:
+        """Remember a save (or load) of `run_id`; `holder`: the session whose lease the save was made under;
+        `live`: a store's save of a running checkpoint (see the class docs).
 
         A held run stays held (by its latest holder) until that session's `release`.
         """
         saved = _Saved(revision, messages, len(messages))
         if holder is None and run_id not in self._held:
+            if self._live.pop(run_id, None) is not None or live:
+                self._runs.pop(run_id, None)
+                if live:
+                    self._live[run_id] = saved
+                    if len(self._live) > LIVE_PER_CAPACITY * self._capacity:
+                        del self._live[next(iter(self._live))]
+                    return
             self._runs[run_id] = saved
             self._runs.move_to_end(run_id)
             while len(self._runs) > self._capacity:
                 self._runs.popitem(last=False)
             return
         self._runs.pop(run_id, None)
+        self._live.pop(run_id, None)
         self._held[run_id] = saved
         if holder is not None and self._holders.get(run_id) != holder:
             self._unhold(run_id)
@@ -231,17 +251,19 @@ class PrefixCache:
 
     def forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
+        self._live.pop(run_id, None)
         if self._held.pop(run_id, None) is not None:
             self._unhold(run_id)
 
     def clear(self) -> None:
         self._runs.clear()
+        self._live.clear()
         self._held.clear()
         self._holders.clear()
         self._holding.clear()
 
     def _saved(self, run_id: str) -> _Saved | None:
-        saved = self._held.get(run_id)
+        saved = self._held.get(run_id) or self._live.get(run_id)
         return saved if saved is not None else self._runs.get(run_id)
 
     def revision(self, run_id: str) -> int | None:
