@@ -24,7 +24,8 @@ cost of one commit on the same disk (WAL, ``synchronous=FULL`` as the runtime, o
     .venv/bin/python benches/bench_concurrency.py [--n 1,10,100,1000] [--variants none,sqlite-store,memory,sqlite]
         [--against OTHER_CHECKOUT]
 
-``--against`` runs every variant but ``none`` a second time on another checkout's package
+Each row's "wall vs none" divides by a ``none`` run made just before that row, so a load that
+drifts on a shared machine does not enter the ratio. ``--against`` runs every variant but ``none`` a second time on another checkout's package
 (its ``python/``), in the same run, one row after the other: a change's before and after.
 """
 
@@ -307,6 +308,8 @@ def main() -> None:
         if args.against:
             runs = [run for name in wanted for run in ((name, None), (name, args.against)) if run[0] != "none" or not run[1]]
         for name, tree in runs:
+            if name != "none":  # its own baseline, taken just before it: a shared machine's load drifts
+                base = run_child("none", n)
             row = base if name == "none" else run_child(name, n, tree)
             if row is None or base is None:
                 continue
