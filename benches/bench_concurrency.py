@@ -25,8 +25,9 @@ cost of one commit on the same disk (WAL, ``synchronous=FULL`` as the runtime, o
         [--against OTHER_CHECKOUT]
 
 Each row's "wall vs none" divides by a ``none`` run made just before that row, so a load that
-drifts on a shared machine does not enter the ratio. ``--against`` runs every variant but ``none`` a second time on another checkout's package
-(its ``python/``), in the same run, one row after the other: a change's before and after.
+drifts on a shared machine does not enter the ratio. ``--against`` runs every variant but ``none``
+a second time on another checkout's package (its ``python/``), in the same run, one row after the
+other: a change's before and after.
 """
 
 from __future__ import annotations
