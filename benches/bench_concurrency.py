@@ -10,7 +10,19 @@ subprocess (so peak RSS is its own):
   `AsyncSqliteCheckpointStore` (saves on its connection's thread, concurrent saves in one commit);
 * ``memory``, ``sqlite``, ``postgres``: `Agent` on the memory, SQLite and Postgres runtimes
   (Postgres when DURABLE_AGENT_BENCH_POSTGRES_URL is set);
-* ``dbos``: the anchor, the same agent as DBOS async workflows on SQLite (``pip install dbos``).
+* ``dbos``: an anchor, the same agent as DBOS async workflows on SQLite (``pip install dbos``);
+* ``langgraph-sqlite``, ``langgraph-postgres``: anchors, the same agent as a LangGraph graph (a model
+  node and a tool node, one ``thread_id`` per session) checkpointed by ``AsyncSqliteSaver``
+  (``pip install langgraph-checkpoint-sqlite``) and ``AsyncPostgresSaver`` (``pip install
+  langgraph-checkpoint-postgres``; when DURABLE_AGENT_BENCH_POSTGRES_URL is set), each opened with
+  ``from_conn_string``: one connection behind the saver's lock. Invoked with ``durability="sync"``
+  (each super-step on disk before the next starts, as our runtimes; LangGraph's default ``"async"``
+  overlaps the write with the next step). One of our steps is two super-steps (model, tool; the
+  last step has no tool), each a commit of the task's writes (``aput_writes``) and one of the
+  checkpoint (``aput``, the whole message list): with the input's checkpoint and the ``__start__``
+  task's writes and checkpoint, 41 commits per 10-step run (4.1 per step). Commits count those calls.
+
+A variant whose package is missing prints a one-line skip naming it.
 
 Loop lag: a ticker sleeping 5 ms measures how late it wakes (p50 / p99 / max). Commits: the
 transactions a runtime or store wrote, per step. Statements: the SQL statements the SQLite
@@ -21,7 +33,7 @@ With ``sqlite`` among the variants, a last line prices one run alone: the SQLite
 per-step overhead over no durability (N=1, median of 5 runs each) as a multiple of the measured
 cost of one commit on the same disk (WAL, ``synchronous=FULL`` as the runtime, one small row).
 
-    .venv/bin/python benches/bench_concurrency.py [--n 1,10,100,1000] [--variants none,sqlite-store,memory,sqlite]
+    .venv/bin/python benches/bench_concurrency.py [--n 1,10,100,1000] [--variants none,sqlite,langgraph-sqlite]
         [--against OTHER_CHECKOUT]
 
 Each row's "wall vs none" divides by a ``none`` run made just before that row, so a load that
@@ -34,7 +46,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
+import operator
 import os
 import resource
 import statistics
@@ -42,9 +56,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 TREE = os.environ.get("DURABLE_AGENT_BENCH_TREE") or str(Path(__file__).resolve().parent.parent)
 sys.path.insert(0, str(Path(TREE) / "python"))
@@ -62,6 +76,8 @@ from durable_agent import (  # noqa: E402
 STEPS = 10
 LATENCY_S = 0.020
 TOOLS = {"noop": Tool(parameters={"type": "object"}, execute=lambda args: "ok")}
+NEEDS = {"dbos": "dbos", "langgraph-sqlite": "langgraph-checkpoint-sqlite",
+         "langgraph-postgres": "langgraph-checkpoint-postgres"}  # variant -> the package it imports
 
 
 class SlowModel:
@@ -86,6 +102,28 @@ async def ticker(lags: list[float], stop: asyncio.Event) -> None:
         start = loop.time()
         await asyncio.sleep(0.005)
         lags.append(max(0.0, loop.time() - start - 0.005))
+
+
+async def measure(n: int, one: Callable[[int], Awaitable[None]]) -> dict[str, Any]:
+    """Run `one(0)` .. `one(n - 1)` at once beside the lag ticker: wall, throughput, loop lag, CPU, peak RSS."""
+    lags: list[float] = []
+    stop = asyncio.Event()
+    tick = asyncio.ensure_future(ticker(lags, stop))
+    start, cpu = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(one(i) for i in range(n)))
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    stop.set()
+    await tick
+    lags.sort()
+    return {
+        "wall": wall, "steps_per_s": n * STEPS / wall,
+        "lag_p50": statistics.median(lags) if lags else 0.0,
+        "lag_p99": lags[int(len(lags) * 0.99) - 1] if lags else 0.0,
+        "lag_max": lags[-1] if lags else 0.0,
+        "commits_per_step": float("nan"), "statements_per_step": float("nan"),
+        "cpu_us_per_step": cpu / (n * STEPS) * 1e6,
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def count_commits(runtime: Any, counter: list[int]) -> Any:
@@ -120,6 +158,20 @@ def count_store_commits(store: Any, counter: list[int]) -> Any:
 
         runner.transaction = one
     return store
+
+
+def count_saver_commits(saver: Any, counter: list[int]) -> Any:
+    """Count a LangGraph saver's writes: each `aput` (a checkpoint) and `aput_writes` (a task's writes) commits once."""
+
+    def counted(inner: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            counter[0] += 1
+            return inner(*args, **kwargs)
+
+        return call
+
+    saver.aput, saver.aput_writes = counted(saver.aput), counted(saver.aput_writes)
+    return saver
 
 
 def count_statements(runtime: Any, counter: list[int]) -> Any:
@@ -169,30 +221,16 @@ async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
                                          run_id=run_id, messages=[{"role": "user", "content": "go"}])
         assert len(result.steps) == STEPS, result.finish_reason
 
-    lags: list[float] = []
-    stop = asyncio.Event()
-    tick = asyncio.ensure_future(ticker(lags, stop))
-    start, cpu = time.perf_counter(), time.process_time()
-    await asyncio.gather(*(one(i) for i in range(n)))
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    stop.set()
-    await tick
+    row = await measure(n, one)
     for owner in (runtime, store):
         if owner is not None and hasattr(owner, "close"):
             closed = owner.close()
             if asyncio.iscoroutine(closed):
                 await closed
-    lags.sort()
-    return {
-        "wall": wall, "steps_per_s": n * STEPS / wall,
-        "lag_p50": statistics.median(lags) if lags else 0.0,
-        "lag_p99": lags[int(len(lags) * 0.99) - 1] if lags else 0.0,
-        "lag_max": lags[-1] if lags else 0.0,
-        "commits_per_step": commits[0] / (n * STEPS),
-        "statements_per_step": statements[0] / (n * STEPS) if name == "sqlite" else float("nan"),
-        "cpu_us_per_step": cpu / (n * STEPS) * 1e6,
-        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }
+    row["commits_per_step"] = commits[0] / (n * STEPS)
+    if name == "sqlite":
+        row["statements_per_step"] = statements[0] / (n * STEPS)
+    return row
 
 
 def dbos_variant(n: int, tmp: str) -> dict[str, Any]:
@@ -220,23 +258,72 @@ def dbos_variant(n: int, tmp: str) -> dict[str, Any]:
     DBOS.launch()
 
     async def go() -> dict[str, Any]:
-        lags: list[float] = []
-        stop = asyncio.Event()
-        tick = asyncio.ensure_future(ticker(lags, stop))
-        start, cpu = time.perf_counter(), time.process_time()
-        await asyncio.gather(*(agent_workflow() for _ in range(n)))
-        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-        stop.set()
-        await tick
-        lags.sort()
-        return {"wall": wall, "steps_per_s": n * STEPS / wall, "lag_p50": statistics.median(lags),
-                "lag_p99": lags[int(len(lags) * 0.99) - 1], "lag_max": lags[-1], "commits_per_step": float("nan"),
-                "statements_per_step": float("nan"), "cpu_us_per_step": cpu / (n * STEPS) * 1e6,
-                "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        async def one(i: int) -> None:
+            await agent_workflow()
+
+        return await measure(n, one)
 
     result = asyncio.run(go())
     DBOS.destroy()
     return result
+
+
+class GraphState(TypedDict):
+    messages: Annotated[list[dict[str, Any]], operator.add]
+
+
+async def graph_model(state: GraphState) -> dict[str, Any]:
+    """SlowModel as a LangGraph node: 20 ms, then a `noop` call for the first STEPS-1 turns, then an answer."""
+    await asyncio.sleep(LATENCY_S)
+    turn = sum(1 for m in state["messages"] if m["role"] == "tool")
+    if turn < STEPS - 1:
+        call = {"id": f"c{turn}", "name": "noop", "input": {"i": turn}}
+        return {"messages": [{"role": "assistant", "tool_calls": [call]}]}
+    return {"messages": [{"role": "assistant", "content": "done"}]}
+
+
+async def graph_tools(state: GraphState) -> dict[str, Any]:
+    calls = state["messages"][-1]["tool_calls"]
+    return {"messages": [{"role": "tool", "tool_call_id": call["id"], "content": TOOLS[call["name"]].execute(call["input"])}
+                         for call in calls]}
+
+
+def graph_route(state: GraphState) -> str:
+    return "tools" if "tool_calls" in state["messages"][-1] else "end"
+
+
+async def langgraph_variant(name: str, n: int, tmp: str) -> dict[str, Any]:
+    from langgraph.graph import END, START, StateGraph
+
+    if name == "langgraph-sqlite":
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        opened: Any = AsyncSqliteSaver.from_conn_string(str(Path(tmp) / "langgraph.db"))
+    else:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        opened = AsyncPostgresSaver.from_conn_string(os.environ["DURABLE_AGENT_BENCH_POSTGRES_URL"])
+    commits = [0]
+    nonce = time.time_ns()  # a shared database (Postgres) keeps earlier runs' threads
+    async with opened as saver:
+        await saver.setup()
+        count_saver_commits(saver, commits)
+        builder = StateGraph(GraphState)
+        builder.add_node("model", graph_model)
+        builder.add_node("tools", graph_tools)
+        builder.add_edge(START, "model")
+        builder.add_conditional_edges("model", graph_route, {"tools": "tools", "end": END})
+        builder.add_edge("tools", "model")
+        graph = builder.compile(checkpointer=saver)
+
+        async def one(i: int) -> None:
+            state = await graph.ainvoke({"messages": [{"role": "user", "content": "go"}]}, durability="sync",
+                                        config={"configurable": {"thread_id": f"t-{nonce}-{i}"}})
+            assert sum(1 for m in state["messages"] if m["role"] == "assistant") == STEPS
+
+        row = await measure(n, one)
+    row["commits_per_step"] = commits[0] / (n * STEPS)
+    return row
 
 
 def commit_cost(tmp: str, rounds: int = 200) -> float:
@@ -279,10 +366,25 @@ def run_child(name: str, n: int, tree: str | None = None) -> dict[str, Any] | No
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def runnable(name: str) -> bool:
+    """Whether `name` can run here; if not, say why in one line (a missing package, no Postgres URL)."""
+    if "postgres" in name and not os.environ.get("DURABLE_AGENT_BENCH_POSTGRES_URL"):
+        print(f"{name}: skipped (set DURABLE_AGENT_BENCH_POSTGRES_URL)")
+        return False
+    if name in NEEDS:
+        try:
+            importlib.metadata.distribution(NEEDS[name])
+        except importlib.metadata.PackageNotFoundError:
+            print(f"{name}: skipped (pip install {NEEDS[name]})")
+            return False
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", default="1,10,100,1000")
-    parser.add_argument("--variants", default="none,sqlite-store,sqlite-store-async,memory,sqlite,postgres,dbos")
+    parser.add_argument("--variants", default="none,sqlite-store,sqlite-store-async,memory,sqlite,postgres,dbos,"
+                                               "langgraph-sqlite,langgraph-postgres")
     parser.add_argument("--child")
     parser.add_argument("--against", help="another checkout: its rows follow ours, marked '@other'")
     args = parser.parse_args()
@@ -293,14 +395,13 @@ def main() -> None:
                 result = {"commit_s": commit_cost(tmp)}
             elif args.child == "dbos":
                 result = dbos_variant(n, tmp)
+            elif args.child.startswith("langgraph-"):
+                result = asyncio.run(langgraph_variant(args.child, n, tmp))
             else:
                 result = asyncio.run(variant(args.child, n, tmp))
         print(json.dumps(result))
         return
-    wanted = args.variants.split(",")
-    if "postgres" in wanted and not os.environ.get("DURABLE_AGENT_BENCH_POSTGRES_URL"):
-        print("postgres: skipped (set DURABLE_AGENT_BENCH_POSTGRES_URL)")
-        wanted.remove("postgres")
+    wanted = [name for name in args.variants.split(",") if runnable(name)]
     print(f"{'N':>5} {'variant':<18} {'steps/s':>9} {'wall vs none':>13} {'lag p50':>9} {'p99':>9} {'max':>9}"
           f" {'commits/step':>13} {'stmts/step':>11} {'CPU/step':>10} {'peak RSS':>9}")
     for n in (int(x) for x in args.n.split(",")):
