@@ -66,6 +66,27 @@ def test_a_store_skips_the_scan_for_an_extended_history_and_still_catches_a_rewr
     assert loaded is not None and list(loaded.messages) == rewritten
 
 
+def test_the_memory_store_appends_an_extended_history_without_comparing_it() -> None:
+    from durable_agent import InMemoryCheckpointStore
+
+    store = InMemoryCheckpointStore()
+    messages = History([{"role": "user", "content": str(i)} for i in range(200)])
+    store.save(checkpoint(messages, 0))
+    proven = WatchedHistory([*messages, {"role": "assistant", "content": "new"}])
+    proven.slices = []
+    proven._base = weakref.ref(messages)
+    store.save(checkpoint(proven, 1))
+    assert proven.slices == []  # O(1): the 200 messages were not sliced and compared
+    rewritten = WatchedHistory([{"role": "user", "content": "summary"}, *proven[1:]])
+    rewritten.slices = []
+    rewritten._base = weakref.ref(messages)  # a wrong proof: the boundary message is not the same
+    store.save(checkpoint(rewritten, 2))
+    assert rewritten.slices  # no proof that it extends the saved list: compared, and the rewrite is seen
+    latest = store.load("r")
+    assert latest is not None and list(latest.messages) == rewritten
+    assert store.load_step("r", 1) is None  # its messages are not a prefix of the rewritten history
+
+
 def test_the_prefix_cache_holds_leased_runs_past_its_capacity_until_their_session_is_released() -> None:
     from durable_agent.stores._history import PrefixCache
 
