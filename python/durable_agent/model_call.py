@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,14 +65,43 @@ class ModelTurn:
         self.text, self.tool_calls, self.usage, self.finish_reason, self.reasoning = "", [], Usage(), "stop", []
 
 
-async def drain(parts: asyncio.Queue[Part | None], step: Any, turn: ModelTurn) -> AsyncIterator[Part]:
+class PartChannel:
+    """Parts handed from a journaled model step's task to the generator that yields them.
+
+    A deque and at most one waiting reader: what the hand-off needs of `asyncio.Queue`, without
+    its lock-free bookkeeping of putters and its `Event`, built once per model step.
+    """
+
+    __slots__ = ("_parts", "_reader")
+
+    def __init__(self) -> None:
+        self._parts: deque[Part | None] = deque()
+        self._reader: asyncio.Future[None] | None = None
+
+    def put(self, part: Part | None) -> None:
+        self._parts.append(part)
+        reader = self._reader
+        if reader is not None and not reader.done():
+            reader.set_result(None)
+
+    async def get(self) -> Part | None:
+        while not self._parts:
+            self._reader = asyncio.get_running_loop().create_future()
+            try:
+                await self._reader
+            finally:
+                self._reader = None
+        return self._parts.popleft()
+
+
+async def drain(parts: PartChannel, step: Any, turn: ModelTurn) -> AsyncIterator[Part]:
     """Yield the parts a journaled model step streams while it runs; for a replayed step, its stored ones.
 
     The step runs as a task that puts its parts on `parts`; when it ends, a done callback puts
-    None after them. So each part costs one queue hand-off, with no waiter task per part.
+    None after them. So each part costs one hand-off, with no waiter task per part.
     """
     task = asyncio.ensure_future(step)
-    task.add_done_callback(lambda _: parts.put_nowait(None))
+    task.add_done_callback(lambda _: parts.put(None))
     try:
         while (part := await parts.get()) is not None:
             yield part
@@ -173,14 +203,14 @@ class ModelCaller:
                 yield part
             self.trace.end_model(turn.usage, turn.finish_reason)
             return
-        parts: asyncio.Queue[Part | None] = asyncio.Queue()
+        parts = PartChannel()
         called = []
 
         async def live(context: StepContext) -> dict[str, Any]:
             called.append(True)
             try:
                 async for part in self._stream(model, request, turn, context):
-                    parts.put_nowait(part)
+                    parts.put(part)
             except Exception as error:
                 # The decision is stored with the failed attempt, so a replay decides the same way (an
                 # attribute set on whatever exception it is: hence the ignore).
