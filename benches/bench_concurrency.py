@@ -410,8 +410,8 @@ def main() -> None:
         if args.against:
             runs = [run for name in wanted for run in ((name, None), (name, args.against)) if run[0] != "none" or not run[1]]
         for name, tree in runs:
-            if name != "none":  # its own baseline, taken just before it: a shared machine's load drifts
-                base = run_child("none", n)
+            if name != "none":  # its own baseline, just before it, on its own tree: a shared machine's load drifts
+                base = run_child("none", n, tree)
             row = base if name == "none" else run_child(name, n, tree)
             if row is None or base is None:
                 continue
