@@ -367,3 +367,29 @@ def test_importing_the_package_does_not_load_the_runtime_drivers() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+async def test_a_run_started_by_its_leg_reads_nothing_only_a_crashed_leg_leaves(opened: Callable[..., Any]) -> None:
+    """A fresh run has no step records, no streamed text and no checkpoint but the one its leg just committed:
+    it reads none of them back (each read is a round trip through the connection's thread). A resumed run does."""
+    from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
+
+    runtime = opened()
+    reads: list[str] = []
+    read = runtime.backend.read
+
+    async def counted(plan: Any) -> Any:
+        reads.append(plan.gi_code.co_name)
+        return await read(plan)
+
+    runtime.backend.read = counted
+    tools = {"noop": Tool(execute=lambda args: "ok")}
+    model = ScriptedModel([reply("", call("noop", {})), "first", "second"])
+    agent = Agent(model=model, tools=tools, durable=DurableOptions(runtime), session_id=SESSION)
+    assert (await agent.run("one")).text == "first"
+    fresh = {"steps_plan", "partials_plan", "load_plan"} & set(reads)
+    assert fresh == set(), reads  # a new session: no earlier run's history to load either
+    reads.clear()
+    assert (await agent.run("two")).text == "second"
+    assert reads.count("load_plan") == 1 and "steps_plan" not in reads, reads  # the first run's history only
+    assert [m["role"] for m in model.requests[-1].messages] == ["user", "assistant", "tool", "assistant", "user"]

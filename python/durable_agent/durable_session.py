@@ -152,16 +152,22 @@ class RunCheckpoints:
     gets `StaleEpochError` instead of landing the save.
     """
 
-    def __init__(self, runtime: DurableRuntime, scope: RunScope, run_id: str, epoch: int) -> None:
+    def __init__(
+        self, runtime: DurableRuntime, scope: RunScope, run_id: str, epoch: int, latest: AgentCheckpoint | None = None
+    ) -> None:
         self._runtime = runtime
         self._scope = scope
         self._run_id = run_id
         self._epoch = epoch
+        self._latest = latest  # the run's stored checkpoint, committed by this leg (None: read it)
 
     def load(self, run_id: str) -> Any:
+        if run_id == self._run_id and self._latest is not None:
+            return self._latest
         return self._runtime.stores.checkpoints.load(run_id)
 
     async def save(self, checkpoint: AgentCheckpoint) -> None:
+        self._latest = None  # until this commit's outcome is known, the store holds the truth
         await self._runtime.commit(checkpoint_transition(self._scope.session_id, self._epoch, self._run_id, checkpoint,
                                                          self._scope.take_deferred()))
 
@@ -193,8 +199,8 @@ class DurableSession:
                                            resumable=resumable, on_part=on_part)
             if recovered is not None and recovered.finish_reason == "suspended":
                 return recovered
-            run_id = await self.start_run(epoch, prompt, spec, run_id=run_id)
-            return await self.drive(run_id, epoch, (), spec, on_part=on_part)
+            start = await self.start_run(epoch, prompt, spec, run_id=run_id)
+            return await self.drive(start.run_id, epoch, (), spec, on_part=on_part, started=start)
         finally:
             await self._release(epoch)
 
@@ -306,7 +312,9 @@ class DurableSession:
         )
         await self.runtime.commit(RunTransition(self.session_id, epoch, checkpoint=closed, unmark=True))
 
-    async def start_run(self, epoch: int, prompt: str, spec: AgentSpec, *, run_id: str | None = None) -> str:
+    async def start_run(
+        self, epoch: int, prompt: str, spec: AgentSpec, *, run_id: str | None = None
+    ) -> AgentCheckpoint:
         """Commit the new run's first checkpoint, make it the session's last run, and mark it: one transaction.
 
         `run_id` names the run (a caller that must know it up front, e.g. an idempotent HTTP
@@ -320,20 +328,27 @@ class DurableSession:
                                 messages=[*history, {"role": "user", "content": prompt}], created_at=self._now(spec))
         await self.runtime.commit(RunTransition(self.session_id, epoch, checkpoint=start, last_run=run_id,
                                                 mark=run_id))
-        return run_id
+        return start
 
     async def drive(
         self, run_id: str, epoch: int, responses: Sequence[ToolApprovalResponse], spec: AgentSpec,
-        *, on_part: PartSink | None = None,
+        *, on_part: PartSink | None = None, started: AgentCheckpoint | None = None,
     ) -> GenerateTextResult:
-        """Run the loop on `run_id` from its checkpoint; its saves park or finish the run (see the module docs)."""
+        """Run the loop on `run_id` from its checkpoint; its saves park or finish the run (see the module docs).
+
+        `started`: the first checkpoint of a run `start_run` committed under this same `epoch`.
+        No leg ran it before, so nothing a crashed leg leaves (streamed text) can exist, and the
+        loop starts from it without reading it back.
+        """
         runtime = self.runtime
         self._suspend = asyncio.Event()
-        scope = await runtime.open_run(session_id=self.session_id, run_id=run_id, epoch=epoch)
-        checkpoints = RunCheckpoints(runtime, scope, run_id, epoch)
+        scope = await runtime.open_run(session_id=self.session_id, run_id=run_id, epoch=epoch,
+                                       fresh=started is not None)
+        checkpoints = RunCheckpoints(runtime, scope, run_id, epoch, started)
         renewer = asyncio.ensure_future(self._renew(epoch))
         try:
-            await self._join_partials(scope, checkpoints, run_id, spec)
+            if started is None:
+                await self._join_partials(scope, checkpoints, run_id, spec)
             options = {**spec.options, "approval_responses": list(responses)} if responses else spec.options
             tool_state = dict(await runtime.stores.tool_state(self.session_id).all())
             run_options = RunOptions.build(spec.model, {"tools": spec.tools, **options},

@@ -255,7 +255,10 @@ class RestateRuntime:
     def is_control_error(self, error: BaseException) -> bool:
         return is_control_error(error)
 
-    async def open_run(self, *, session_id: str, run_id: str, epoch: int | None = None) -> RestateScope:
+    async def open_run(
+        self, *, session_id: str, run_id: str, epoch: int | None = None, fresh: bool = False
+    ) -> RestateScope:
+        """`fresh` changes nothing here: the invocation's journal answers replays by itself."""
         self.check_session(session_id)
         if not self._started:
             await self.start()

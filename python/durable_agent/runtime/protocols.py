@@ -149,7 +149,12 @@ class DurableRuntime(Protocol):
 
     def is_control_error(self, error: BaseException) -> bool: ...
 
-    async def open_run(self, *, session_id: str, run_id: str, epoch: int | None = None) -> RunScope: ...
+    async def open_run(
+        self, *, session_id: str, run_id: str, epoch: int | None = None, fresh: bool = False
+    ) -> RunScope:
+        """The scope of one leg of `run_id`. `fresh`: the run was started by this leg, under `epoch`, so
+        it has no record a step could replay (a checkpoint-mode scope skips reading them)."""
+        ...
 
     async def commit(self, transition: RunTransition) -> None:
         """Apply `transition` in one transaction, fenced by its epoch (`StaleEpochError` when stale)."""

@@ -179,7 +179,9 @@ class JournalScope:
         epoch: int | None,
         is_control_error: Callable[[BaseException], bool],
         clock: Callable[[], int],
+        fresh: bool = False,
     ) -> None:
+        """`fresh`: a run started by this leg, whose records are known to be none (not read)."""
         self.session_id = session_id
         self.run_id = run_id
         self.epoch = epoch
@@ -188,7 +190,7 @@ class JournalScope:
         self._clock = clock
         self._closed = False
         self._partial_seq: dict[str, int] = {}
-        self._records: dict[str, StepRecord] | None = None  # this run's records, read once, then kept
+        self._records: dict[str, StepRecord] | None = {} if fresh else None  # this run's records, read once, kept
         self._earlier_partials: set[str] = set()  # keys of this run with partials stored before the scope
         self._prefix = run_key_prefix(run_id)
         self._deferred: list[StepRecord] = []

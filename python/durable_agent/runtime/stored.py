@@ -290,8 +290,13 @@ class StoredRuntime(OwnedRuntime, Generic[Checkpoints]):
         """This runtime let go of the session's lease at `epoch` (its writes are no longer fenced by it)."""
         self.fences.released(session_id, epoch)
 
-    async def open_run(self, *, session_id: str, run_id: str, epoch: int | None = None) -> JournalScope:
-        """A run's scope; its writes are guarded by `epoch`, by default this runtime's claim of the session."""
+    async def open_run(
+        self, *, session_id: str, run_id: str, epoch: int | None = None, fresh: bool = False
+    ) -> JournalScope:
+        """A run's scope; its writes are guarded by `epoch`, by default this runtime's claim of the session.
+
+        `fresh`: the run was started by this leg, so the scope does not read its (absent) records.
+        """
         return JournalScope(
             self.backend,
             session_id=session_id,
@@ -299,6 +304,7 @@ class StoredRuntime(OwnedRuntime, Generic[Checkpoints]):
             epoch=epoch if epoch is not None else self.fences.epoch(session_id),
             is_control_error=self.is_control_error,
             clock=self.clock,
+            fresh=fresh,
         )
 
     async def commit(self, transition: RunTransition) -> None:
