@@ -389,6 +389,7 @@ async def test_a_run_started_by_its_leg_reads_nothing_only_a_crashed_leg_leaves(
     assert (await agent.run("one")).text == "first"
     fresh = {"steps_plan", "partials_plan", "load_plan"} & set(reads)
     assert fresh == set(), reads  # a new session: no earlier run's history to load either
+    assert "marked_leases_plan" not in reads  # "heal" mode heals a marked run without listing resumable ones
     reads.clear()
     assert (await agent.run("two")).text == "second"
     assert reads.count("load_plan") == 1 and "steps_plan" not in reads, reads  # the first run's history only

@@ -257,18 +257,21 @@ class DurableSession:
         return claim.epoch
 
     async def _claim_listed(self, spec: AgentSpec) -> tuple[int, set[str]]:
-        """Claim the lease, with the session's runs that were resumable just before the claim.
+        """Claim the lease, with the session's runs that were resumable just before the claim (``"resume"``
+        mode only: ``"heal"`` heals a marked run without asking).
 
         The listing can only be taken before the claim (after it, the lease is ours). When the
         claim took over a marked run the listing did not name, that run's owner went away between
         the two: in ``"resume"`` mode, hand the lease back and list and claim once more, so the
         run is resumed instead of being healed on the word of a stale listing.
         """
+        if self.durable.on_interrupted != "resume":  # a marked run is healed whatever a listing says
+            return await self.claim(spec), set()
         for attempt in (1, 2):
             listed = await self.runtime.lease.resumable(session_id=self.session_id, stale_at=self._stale_at(spec))
             epoch = await self.claim(spec)
             resumable = {r.run_id for r in listed}
-            if attempt == 2 or self.durable.on_interrupted != "resume":
+            if attempt == 2:
                 break
             marked = await self.runtime.lease.marked_run(self.session_id)
             if marked is None or marked in resumable:
