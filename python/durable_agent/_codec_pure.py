@@ -754,6 +754,14 @@ def _decode_measured(text: str) -> Any:
 
 def _measure_and_decode(text: str, payloads: list[bytes] | None) -> Any:
     """`_decode_measured` of `text`, which `_cut_bytes` made if `payloads` are given."""
+    pairs, escapes = _measure(text, payloads)
+    return _with_headroom(lambda text: _decode(text, pairs, escapes, payloads), text)
+
+
+def _measure(text: str, payloads: list[bytes] | None) -> tuple[int, bool]:
+    """How many pairs the objects of `text` hold, and whether it may hold an escaped quote or
+    an escape that may decode to a surrogate; `CodecError` for a lone surrogate or nesting
+    deeper than MAX_DEPTH. `payloads` as for `_measure_and_decode`."""
     # A payload cut out is base64: it held no surrogate and no backslash, so what is left tells.
     try:
         data = text.encode("utf-8")  # which refuses lone surrogates
@@ -765,8 +773,7 @@ def _measure_and_decode(text: str, payloads: list[bytes] | None) -> Any:
         shape = shape.replace(b"N", b"[]")  # a NaN mark stands for a bytes object, one level deep
     if _shape_depth(shape) > MAX_DEPTH:
         raise CodecError(f"nesting deeper than {MAX_DEPTH}")
-    pairs = shape.count(b":")  # JSON has a colon outside strings for each pair, and no other
-    return _with_headroom(lambda text: _decode(text, pairs, escapes, payloads), text)
+    return shape.count(b":"), escapes  # JSON has a colon outside strings for each pair, no other
 
 
 def _parse(text: str, pairs: int | None, payloads: list[bytes] | None = None) -> Any:
