@@ -8,6 +8,8 @@ Pyodide 314, then 0.28, in Node (``pyodide/run-python.mjs``; ``npm ci`` in pyodi
 the pure codec is timed side by side with the anchors a Worker could use instead and printed as
 ratios: ``json.dumps`` with a bytes hook, plain ``json.loads`` (which neither decodes the base64
 nor checks anything), and ``json.loads`` with an object hook that gives the bytes back.
+Two more decode rows are lower bounds, not codecs: the pure decode's own pieces without the
+per-object hook that counts keys (duplicate keys), and without the measure of the text (depth).
 
 Everything is measured side by side in this one run and printed as MB/s and as ratios; there
 are no absolute thresholds (the machine is shared). Anchors that are not installed are reported
@@ -411,13 +413,38 @@ def _bytes_object_hook(obj: dict[str, Any]) -> Any:
     return obj
 
 
+def _decode_bounds(text: str) -> dict[str, Callable[[], Any]]:
+    """Two lower bounds on the pure decode under WebAssembly, made of its own pieces: its work
+    without the per-object hook that counts keys (which finds duplicate keys), and without the
+    measure of the text (which keeps a deep text from overflowing the stack). Neither is safe to
+    use; they show, in the same run, how close to `json.loads` each piece lets the decode get."""
+    from durable_agent import _codec_pure as codec
+
+    def cut() -> tuple[str, list[bytes]]:
+        pieces = codec._cut_bytes(text)
+        assert pieces is not None, "the fixture holds bytes"
+        return pieces
+
+    def without_hook() -> Any:
+        cut_text, payloads = cut()
+        codec._measure(cut_text, payloads)
+        return codec._loads(cut_text, constant=codec._constants_giving(payloads))
+
+    def without_measure() -> Any:
+        cut_text, payloads = cut()
+        return codec._loads_counting_keys(cut_text, payloads)
+
+    return {"bound: no key-count hook": without_hook, "bound: no depth measure": without_measure}
+
+
 def bench_edge(steps_list: list[int], rounds: int) -> None:
     """The pure codec against the stdlib json it is built on, in this interpreter (Pyodide)."""
-    print(f"{'checkpoint':>16} {'operation':<9} {'pure ms':>9} {'json ms':>9} {'ratio':>7}  anchor")
+    print(f"{'checkpoint':>16} {'operation':<24} {'pure ms':>9} {'json ms':>9} {'ratio':>7}  anchor")
     for steps in steps_list:
         value = checkpoint(steps)
         text = _pure.encode(value)
         assert _pure.decode(text) == value
+        bounds = _decode_bounds(text)
         timed = best_times(
             {
                 "encode": lambda: _pure.encode(value),
@@ -427,6 +454,7 @@ def bench_edge(steps_list: list[int], rounds: int) -> None:
                 "decode": lambda: _pure.decode(text),
                 "loads": lambda: json.loads(text),
                 "loads+bytes": lambda: json.loads(text, object_hook=_bytes_object_hook),
+                **bounds,
             },
             rounds,
         )
@@ -435,10 +463,11 @@ def bench_edge(steps_list: list[int], rounds: int) -> None:
             ("encode", "dumps", "json.dumps(default=bytes hook)"),
             ("decode", "loads", "json.loads"),
             ("decode", "loads+bytes", "json.loads(object_hook=bytes hook)"),
+            *((bound, "loads", "json.loads") for bound in bounds),
         ):
             ours, theirs = timed[op], timed[anchor]
             print(
-                f"{size:>16} {op:<9} {ours * 1e3:9.2f} {theirs * 1e3:9.2f} {ours / theirs:6.2f}x  {anchor_name}"
+                f"{size:>16} {op:<24} {ours * 1e3:9.2f} {theirs * 1e3:9.2f} {ours / theirs:6.2f}x  {anchor_name}"
             )
 
 

@@ -7,6 +7,7 @@ OrderedDict, namedtuples, the interpreter's int digit limit.
 
 from __future__ import annotations
 
+import base64
 import collections
 import enum
 import json
@@ -155,25 +156,68 @@ _PLAINISH = st.recursive(
 )
 
 
+def _plain_outcome(value: Any, *, isolated: bool) -> str | None:
+    """`_encode_plain`'s text (None: left to the exact path), or its refusal."""
+    from durable_agent._codec_pure import _encode_plain
+
+    try:
+        return _encode_plain(value, isolated=isolated)
+    except errors.CodecError as exc:
+        return f"refused: {exc}"
+
+
 @pytest.mark.parametrize("vector", VECTORS["encode"], ids=_ids(VECTORS["encode"]))
 def test_the_wasm_encode_path_agrees_with_the_vectors(vector: dict[str, Any]) -> None:
     """Under WebAssembly, where no other thread runs, the pure encoder checks a plain value and
     lets json's encoder read it directly instead of a copy; run that path here too. None means
     the value is left to the exact path (which the vectors check through `encode`)."""
-    from durable_agent._codec_pure import _encode_plain
-
     value = from_tagged(vector["value"])
-    assert _encode_plain(value, isolated=True) == _encode_plain(value, isolated=False)
-    if "error" not in vector and _encode_plain(value, isolated=True) is not None:
-        assert _encode_plain(value, isolated=True) == vector["text"]
+    outcome = _plain_outcome(value, isolated=True)
+    assert outcome == _plain_outcome(value, isolated=False)
+    if "error" not in vector and outcome is not None:
+        assert outcome == vector["text"]
 
 
 @settings(max_examples=300, deadline=None)
 @given(_PLAINISH)
 def test_the_wasm_encode_path_agrees_with_the_copying_one(value: Any) -> None:
-    from durable_agent._codec_pure import _encode_plain
+    assert _plain_outcome(value, isolated=True) == _plain_outcome(value, isolated=False)
 
-    assert _encode_plain(value, isolated=True) == _encode_plain(value, isolated=False)
+
+_BIG = bytes(range(256)) * 2  # written through a hole (its base64 is `_HOLE_MIN` or longer)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        # a user dict with a `$bytes` key beside others, which a hole without its brace matches
+        [_BIG, {"$bytes": "-", "a": _BIG[:-1]}, bytearray(_BIG), {"b": 1, "$bytes": "-"}, b"", _BIG],
+        # the hole's text inside strings and keys (json escapes its quotes), small bytes (which
+        # json writes itself) and empty ones
+        ['{"$bytes":"-"}', {'{"$bytes":"-"}': _BIG}, b"", "x", b"\x01\x02", '{"$bytes":""}', _BIG[3:]],
+        [bytes(range(n % 256)) * (n // 40 + 1) for n in range(0, 1200, 30)],
+        {"only": _BIG},
+    ],
+    ids=["beside-a-user-$bytes-key", "hole-text-in-strings", "small-and-large", "one"],
+)
+def test_the_wasm_encode_path_fills_each_bytes_hole_with_its_own_base64(value: Any) -> None:
+    """Under WebAssembly json writes each large bytes object as `{"$bytes":"-"}` and the base64
+    is spliced in afterwards: each payload must land in its own object, whatever the strings,
+    the other dicts and the smaller bytes objects hold."""
+    from durable_agent._codec_pure import _HOLE_MIN, _dumps, _encode_plain, _prepare
+
+    assert len(base64.b64encode(_BIG)) >= _HOLE_MIN
+    assert _encode_plain(value, isolated=True) == _dumps(_prepare(value, 1))
+
+
+def test_the_wasm_encode_path_refuses_a_lone_surrogate_beside_bytes() -> None:
+    """The lone-surrogate check runs before the base64 is spliced in (base64 is ASCII): a lone
+    surrogate anywhere else is still refused."""
+    for value in (["\ud800", _BIG], [_BIG, {"k\udfff": b"y"}]):
+        assert _plain_outcome(value, isolated=True) == _plain_outcome(value, isolated=False)
+        assert _plain_outcome(value, isolated=True) == (
+            "refused: a string contains a lone surrogate, which is not valid Unicode"
+        )
 
 
 def _outcome(decode: Any, text: str) -> str:
