@@ -371,7 +371,8 @@ def test_importing_the_package_does_not_load_the_runtime_drivers() -> None:
 
 async def test_a_run_started_by_its_leg_reads_nothing_only_a_crashed_leg_leaves(opened: Callable[..., Any]) -> None:
     """A fresh run has no step records, no streamed text and no checkpoint but the one its leg just committed:
-    it reads none of them back (each read is a round trip through the connection's thread). A resumed run does."""
+    it reads none of them back (each read is a round trip through the connection's thread). A resumed run does.
+    The run marked in progress comes with the claim."""
     from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
 
     runtime = opened()
@@ -387,9 +388,9 @@ async def test_a_run_started_by_its_leg_reads_nothing_only_a_crashed_leg_leaves(
     model = ScriptedModel([reply("", call("noop", {})), "first", "second"])
     agent = Agent(model=model, tools=tools, durable=DurableOptions(runtime), session_id=SESSION)
     assert (await agent.run("one")).text == "first"
-    fresh = {"steps_plan", "partials_plan", "load_plan"} & set(reads)
-    assert fresh == set(), reads  # a new session: no earlier run's history to load either
-    assert "marked_leases_plan" not in reads  # "heal" mode heals a marked run without listing resumable ones
+    # a new session: its last run (none), its tool state; not the run's own records or checkpoint, not the
+    # resumable listing ("heal" mode heals a marked run without one), not the marked run (the claim reports it)
+    assert sorted(reads) == ["last_run_plan", "tool_state_plan"], reads
     reads.clear()
     assert (await agent.run("two")).text == "second"
     assert reads.count("load_plan") == 1 and "steps_plan" not in reads, reads  # the first run's history only

@@ -193,9 +193,9 @@ class DurableSession:
     async def run(self, prompt: str, spec: AgentSpec, *, run_id: str | None = None,
                   on_part: PartSink | None = None) -> GenerateTextResult:
         """Recover an interrupted run, then start and drive the session's next run (`run_id`) on `prompt`."""
-        epoch, resumable = await self._claim_listed(spec)
+        epoch, marked, resumable = await self._claim_listed(spec)
         try:
-            recovered = await self.recover(epoch, spec, resume=self.durable.on_interrupted == "resume",
+            recovered = await self.recover(epoch, marked, spec, resume=self.durable.on_interrupted == "resume",
                                            resumable=resumable, on_part=on_part)
             if recovered is not None and recovered.finish_reason == "suspended":
                 return recovered
@@ -209,9 +209,8 @@ class DurableSession:
         *, on_part: PartSink | None = None,
     ) -> GenerateTextResult | None:
         """Continue the interrupted or parked run (or `run_id`); None when there is nothing to continue."""
-        epoch = await self.claim(spec)
+        epoch, marked = await self.claim(spec)
         try:
-            marked = await self.runtime.lease.marked_run(self.session_id)
             target = run_id or marked or await self._parked_last_run()
             if target is None:
                 return None
@@ -236,9 +235,8 @@ class DurableSession:
         The way out of a `SessionStateError`: the run's stored data is kept for inspection,
         and the session's next run starts from the session's last readable history.
         """
-        epoch = await self.claim(spec)
+        epoch, marked = await self.claim(spec)
         try:
-            marked = await self.runtime.lease.marked_run(self.session_id)
             if marked is not None:
                 await self.runtime.commit(RunTransition(self.session_id, epoch, unmark=True))
                 logger.warning("session %s: run %s abandoned (unmarked; its data is kept)", self.session_id, marked)
@@ -248,15 +246,16 @@ class DurableSession:
 
     # ----------------------------------------------------------------- phases
 
-    async def claim(self, spec: AgentSpec) -> int:
-        """Take the session's lease; its epoch fences every later write of this call."""
+    async def claim(self, spec: AgentSpec) -> tuple[int, str | None]:
+        """Take the session's lease: its epoch, which fences every later write of this call, and the run marked
+        in progress (which only this call's writes change from now on)."""
         claim = await self.runtime.lease.claim(self.session_id, stale_at=self._stale_at(spec))
         if not claim.claimed:
             raise RunLeaseHeldError(self.session_id, claim.owner)
         assert claim.epoch is not None
-        return claim.epoch
+        return claim.epoch, claim.marked
 
-    async def _claim_listed(self, spec: AgentSpec) -> tuple[int, set[str]]:
+    async def _claim_listed(self, spec: AgentSpec) -> tuple[int, str | None, set[str]]:
         """Claim the lease, with the session's runs that were resumable just before the claim (``"resume"``
         mode only: ``"heal"`` heals a marked run without asking).
 
@@ -266,24 +265,22 @@ class DurableSession:
         run is resumed instead of being healed on the word of a stale listing.
         """
         if self.durable.on_interrupted != "resume":  # a marked run is healed whatever a listing says
-            return await self.claim(spec), set()
+            return (*await self.claim(spec), set())
         for attempt in (1, 2):
             listed = await self.runtime.lease.resumable(session_id=self.session_id, stale_at=self._stale_at(spec))
-            epoch = await self.claim(spec)
+            epoch, marked = await self.claim(spec)
             resumable = {r.run_id for r in listed}
-            if attempt == 2:
-                break
-            marked = await self.runtime.lease.marked_run(self.session_id)
-            if marked is None or marked in resumable:
+            if attempt == 2 or marked is None or marked in resumable:
                 break
             await self._release(epoch)
-        return epoch, resumable
+        return epoch, marked, resumable
 
     async def recover(
-        self, epoch: int, spec: AgentSpec, *, resume: bool, resumable: set[str], on_part: PartSink | None = None
+        self, epoch: int, interrupted: str | None, spec: AgentSpec, *, resume: bool, resumable: set[str],
+        on_part: PartSink | None = None,
     ) -> GenerateTextResult | None:
-        """Deal with the run an earlier process left marked: drive it on (`resume`, when listed) or heal it."""
-        interrupted = await self.runtime.lease.marked_run(self.session_id)
+        """Deal with the run an earlier process left marked (`interrupted`, as the claim found it): drive it on
+        (`resume`, when listed) or heal it."""
         if interrupted is None:
             return None
         checkpoint = await self._load(interrupted)

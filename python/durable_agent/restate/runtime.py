@@ -63,7 +63,7 @@ class RestateLease:
     async def claim(self, session_id: str, *, stale_at: int, owner: RunOwner | None = None,
                     on_stale: Any = None) -> LeaseClaim:
         self._runtime.check_session(session_id)
-        return LeaseClaim(True, EPOCH)
+        return LeaseClaim(True, EPOCH, marked=await self.marked_run(session_id))
 
     async def renew(self, session_id: str, epoch: int) -> bool:
         return True

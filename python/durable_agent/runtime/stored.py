@@ -114,7 +114,7 @@ class StoredLease:
         if not claimed:
             return LeaseClaim(False, owner=row.owner)
         fences.claimed(session_id, row.epoch, on_stale)
-        return LeaseClaim(True, epoch=row.epoch)
+        return LeaseClaim(True, epoch=row.epoch, marked=row.resumable_run)
 
     async def renew(self, session_id: str, epoch: int) -> bool:
         now = self._runtime.clock()

@@ -28,7 +28,7 @@ from ..errors import (
     SubmissionConflictError,
 )
 from ..runtime import RunOwner, StepRequest, step_key
-from ..runtime.records import StepKind, StepReplayPolicy
+from ..runtime.records import RunTransition, StepKind, StepReplayPolicy
 from ..runtime.scope import StepContext, StepLive
 
 RuntimeFactory = Callable[[Callable[[], int]], Any]
@@ -505,6 +505,19 @@ class DurableRuntimeConformance:
         assert again.claimed and again.epoch == first.epoch + 1
         await runtime.lease.release(self.session, again.epoch)
         assert (await other.lease.claim(self.session, stale_at=0)).claimed
+
+    async def test_a_claim_reports_the_run_marked_in_progress(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
+        """What the claimer would read next (`marked_run`), handed over by the claim itself."""
+        runtime = make_runtime(clock)
+        first = await runtime.lease.claim(self.session, stale_at=0)
+        assert first.claimed and first.marked is None
+        await runtime.commit(RunTransition(self.session, first.epoch, mark="r-marked"))
+        await runtime.lease.release(self.session, first.epoch)
+        again = await runtime.lease.claim(self.session, stale_at=0)
+        assert again.claimed and again.marked == "r-marked" == await runtime.lease.marked_run(self.session)
+        await runtime.commit(RunTransition(self.session, again.epoch, unmark=True))
+        await runtime.lease.release(self.session, again.epoch)
+        assert (await runtime.lease.claim(self.session, stale_at=0)).marked is None
 
     @checkpoint_only(ENGINE_LOCK)
     async def test_racing_claims_of_one_runtime_take_the_lease_once(
