@@ -120,6 +120,9 @@ def save_plan(
     messages = checkpoint.messages
     if dialect.lock_run is not None:
         yield Query(dialect.lock_run, (run_id,))
+    appended = yield from _append_plan(cache, checkpoint, expected_step_index, guard)
+    if appended is not None:
+        return appended
     head = yield Query(
         f"SELECT step_index, message_count, revision FROM {RUNS} WHERE run_id = ?", (run_id,), "one"
     )
@@ -155,23 +158,67 @@ def save_plan(
     if keep < stored_count:
         yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ? AND (seq >= ? OR seq < 0)", (run_id, keep))
         yield Query(f"DELETE FROM {STEPS} WHERE run_id = ? AND message_count > ?", (run_id, keep))
-    for start in range(0, len(bodies), ROWS_PER_INSERT):  # one statement per chunk, not one per row
-        chunk = bodies[start : start + ROWS_PER_INSERT]
-        yield Query(
-            f"INSERT INTO {MESSAGES} (run_id, seq, body) VALUES " + ", ".join(["(?, ?, ?)"] * len(chunk)),
-            tuple(value for i, body in enumerate(chunk, keep + start) for value in (run_id, i, body)),
-        )
+    yield from _append_rows(run_id, bodies, keep)
     if head is not None and not (type(stored_step) is int and stored_step < checkpoint.step_index):
         # a step saved again (or an unknown head): the entries after it belong to a replaced timeline.
         # Else none exists: every save leaves none after the run's head step (`durable_agent.stores._steps`)
         yield Query(f"DELETE FROM {STEPS} WHERE run_id = ? AND step_index > ?", (run_id, checkpoint.step_index))
-    yield Query(
+    yield _step_log_row(checkpoint, header)
+    return revision
+
+
+def _append_plan(
+    cache: PrefixCache, checkpoint: AgentCheckpoint, expected_step_index: int | None, guard: Guard | None
+) -> Plan[int | None]:
+    """`save_plan` for the common case, in one statement fewer: its revision, or None (nothing written).
+
+    When this process saved the run last (the cache vouches for its revision and message count),
+    the new history only appends to that, and the step moves forward, the header's update itself
+    checks all of it (and the guard) and says whether it applied; only then are the new messages
+    and the step-log row written. Anything else, `save_plan` reads the head and decides.
+    """
+    run_id, messages = checkpoint.run_id, checkpoint.messages
+    stored_revision, stored_count = cache.revision(run_id), cache.count(run_id)
+    if stored_revision is None or stored_count is None or cache.kept(run_id, stored_revision, messages) != stored_count:
+        return None
+    revision = new_revision()
+    header = encode_header(checkpoint)
+    checks = " AND step_index = ?" if expected_step_index is not None else ""
+    params: tuple[Any, ...] = (checkpoint.step_index, checkpoint.status, checkpoint.created_at, len(messages), revision,
+                               header, run_id, stored_revision, stored_count, checkpoint.step_index)
+    if expected_step_index is not None:
+        params += (expected_step_index,)
+    if guard is not None:
+        checks += f" AND {guard.sql}"
+        params += guard.params
+    if (yield Query(
+        f"UPDATE {RUNS} SET step_index = ?, status = ?, created_at = ?, message_count = ?, revision = ?, header = ?"
+        f" WHERE run_id = ? AND revision = ? AND message_count = ? AND step_index < ?{checks} RETURNING 1",
+        params, "one",
+    )) is None:
+        return None
+    yield from _append_rows(run_id, encode_messages(messages, stored_count), stored_count)
+    yield _step_log_row(checkpoint, header)
+    return revision
+
+
+def _append_rows(run_id: str, bodies: Sequence[str], first: int) -> Plan[None]:
+    """Insert message `bodies` numbered from `first`, one statement per chunk, not one per row."""
+    for start in range(0, len(bodies), ROWS_PER_INSERT):
+        chunk = bodies[start : start + ROWS_PER_INSERT]
+        yield Query(
+            f"INSERT INTO {MESSAGES} (run_id, seq, body) VALUES " + ", ".join(["(?, ?, ?)"] * len(chunk)),
+            tuple(value for i, body in enumerate(chunk, first + start) for value in (run_id, i, body)),
+        )
+
+
+def _step_log_row(checkpoint: AgentCheckpoint, header: str) -> Query:
+    return Query(
         f"INSERT INTO {STEPS} (run_id, step_index, message_count, header) VALUES (?, ?, ?, ?)"
         " ON CONFLICT (run_id, step_index) DO UPDATE SET"
         " message_count = excluded.message_count, header = excluded.header",
-        (run_id, checkpoint.step_index, len(messages), header),
+        (checkpoint.run_id, checkpoint.step_index, len(checkpoint.messages), header),
     )
-    return revision
 
 
 def load_plan(run_id: str) -> Plan[tuple[AgentCheckpoint, Any] | None]:
