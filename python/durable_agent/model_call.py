@@ -68,8 +68,8 @@ class ModelTurn:
 class PartChannel:
     """Parts handed from a journaled model step's task to the generator that yields them.
 
-    A deque and at most one waiting reader: what the hand-off needs of `asyncio.Queue`, without
-    its lock-free bookkeeping of putters and its `Event`, built once per model step.
+    A deque and at most one waiting reader: all the hand-off needs. An `asyncio.Queue`, built for
+    every model step, also keeps its putters' bookkeeping and an `Event`.
     """
 
     __slots__ = ("_parts", "_reader")

@@ -178,9 +178,10 @@ def _append_plan(
     and the step-log row written. Anything else, `save_plan` reads the head and decides.
     """
     run_id, messages = checkpoint.run_id, checkpoint.messages
-    stored_revision, stored_count = cache.revision(run_id), cache.count(run_id)
-    if stored_revision is None or stored_count is None or cache.kept(run_id, stored_revision, messages) != stored_count:
+    vouched = cache.appended(run_id, messages)
+    if vouched is None:
         return None
+    stored_revision, stored_count = vouched
     revision = new_revision()
     header = encode_header(checkpoint)
     checks = " AND step_index = ?" if expected_step_index is not None else ""

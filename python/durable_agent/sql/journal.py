@@ -564,12 +564,11 @@ def _append_plan(d: Dialect, transition: RunTransition, cache: PrefixCache) -> P
     writes = _transition_writes(d, transition)
     revision = None
     if checkpoint is not None:
-        run_id, messages = checkpoint.run_id, checkpoint.messages
-        stored_revision, stored_count = cache.revision(run_id), cache.count(run_id)
-        if stored_revision is None or stored_count is None:
-            return False, None
-        if cache.kept(run_id, stored_revision, messages) != stored_count:
-            return False, None  # not an append: the save re-reads and rewrites
+        run_id = checkpoint.run_id
+        vouched = cache.appended(run_id, checkpoint.messages)
+        if vouched is None:
+            return False, None  # not known to be an append: the save reads the head and decides
+        stored_revision, stored_count = vouched
         if d.lock_run is not None:
             ctes.append(f"run_lock AS ({d.lock_run})")
             params.append(run_id)

@@ -216,13 +216,13 @@ class PrefixCache:
         """
         saved = _Saved(revision, messages, len(messages))
         if holder is None and run_id not in self._held:
-            if self._live.pop(run_id, None) is not None or live:
+            self._live.pop(run_id, None)  # re-inserted below: the latest save goes last
+            if live:
                 self._runs.pop(run_id, None)
-                if live:
-                    self._live[run_id] = saved
-                    if len(self._live) > LIVE_PER_CAPACITY * self._capacity:
-                        del self._live[next(iter(self._live))]
-                    return
+                self._live[run_id] = saved
+                if len(self._live) > LIVE_PER_CAPACITY * self._capacity:
+                    del self._live[next(iter(self._live))]
+                return
             self._runs[run_id] = saved
             self._runs.move_to_end(run_id)
             while len(self._runs) > self._capacity:
@@ -275,6 +275,14 @@ class PrefixCache:
         """How many messages the remembered save of `run_id` held, if it still remembers one."""
         saved = self._saved(run_id)
         return None if saved is None else saved.count
+
+    def appended(self, run_id: str, new: Sequence[Message]) -> tuple[int, int] | None:
+        """``(revision, count)`` of this process's last save of `run_id` when `new` only appends to that
+        save's messages; None when the cache cannot vouch for it (nothing remembered, or a rewrite)."""
+        saved = self._saved(run_id)
+        if saved is None or self.kept(run_id, saved.revision, new) != saved.count:
+            return None
+        return saved.revision, saved.count
 
     def kept(self, run_id: str, stored_revision: int | None, new: Sequence[Message]) -> int | None:
         """How many leading messages of `new` are stored already, or None when this cache cannot tell.
