@@ -67,7 +67,8 @@ def main() -> int:
         print(f"  duplicate unsafe effects: {len(found.duplicate_effects)}; transcripts with a duplicated final"
               f" answer: {len(found.duplicated_answers)}; transcripts unlike an uncrashed run:"
               f" {len(found.wrong_transcripts)}")
-        print(f"  unsafe calls reported interrupted: {found.interrupted}; claims refused: {found.refused}")
+        print(f"  unsafe calls reported interrupted: {found.interrupted}; claims refused: {found.refused}; "
+              f"torn ledger lines: {found.torn}")
         if found.failures:
             print(f"  FAILED: {found.failures}")
             failed = True

@@ -11,6 +11,7 @@ markers (an interrupted unsafe call's result, an aborted partial assistant turn)
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -49,10 +50,18 @@ async def test_sessions_survive_sigkills_in_every_window(runtime_spec: str, tmp_
     print(f"\ncrash torture ({runtime_spec.split(':')[0]}): {tally.total_kills} SIGKILLs {dict(tally.kills)}, "
           f"{tally.stalls} stalls, {tally.seconds:.0f} s; {found.model_requests} model requests for "
           f"{found.model_steps} model steps; {found.interrupted} unsafe calls reported interrupted; "
-          f"{found.refused} claims refused")
+          f"{found.refused} claims refused; {found.torn} torn ledger lines")
     assert found.failures == {}, "\n".join(f"{name}: {value}" for name, value in found.failures.items())
     assert tally.total_kills >= 50 and tally.stalls >= 1
     assert tally.kills["aimed"] >= 5 and tally.kills["random"] >= 5
+
+
+def test_the_ledger_reader_skips_records_torn_by_a_kill_or_read_half_written() -> None:
+    whole = [{"kind": "model", "session": "a", "pid": 1}, {"kind": "effect", "session": "b", "pid": 2}]
+    lines = [json.dumps(entry).encode() for entry in whole]
+    data = lines[0] + b"\n" + lines[0][:20] + lines[1] + b"\n" + lines[1][:15]  # torn mid-line, then half written
+    assert torture_supervisor.ledger_entries(data) == (whole, 2)
+    assert torture_supervisor.ledger_entries(lines[0][9:] + b"\n" + lines[1] + b"\n") == (whole[1:], 1)  # read from mid-line
 
 
 FENCING_WORKER = """

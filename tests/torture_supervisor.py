@@ -57,13 +57,43 @@ def _spawn(spec: str, ledger: Path, prompts: int, sessions: list[str], env: dict
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **env})
 
 
+RECORD_START = b'{"kind": '  # every ledger line begins so: torture_worker.log writes `kind` first
+
+
+def ledger_entries(data: bytes) -> tuple[list[dict[str, Any]], int]:
+    """The complete records in ledger bytes, and how many torn ones were skipped.
+
+    A reader can see a line half written: the kernel copies an append page by page, so a line
+    that crosses a page boundary shows up in two parts, and a SIGKILL between the parts leaves
+    the first part for good, with the next worker's record appended right after it. The last
+    part without a newline is not a record yet; a torn fragment is dropped and the complete
+    record after it kept. A fragment is a write its worker died in, before the work it logs.
+    """
+    entries: list[dict[str, Any]] = []
+    torn = 0
+    lines = data.split(b"\n")
+    if lines[-1]:
+        torn += 1
+    for line in lines[:-1]:
+        start = line.rfind(RECORD_START)
+        if start < 0:  # a fragment of a record that began before the bytes read
+            torn += 1
+            continue
+        torn += start > 0
+        try:
+            entries.append(json.loads(line[start:]))
+        except json.JSONDecodeError:
+            torn += 1
+    return entries, torn
+
+
 def _busy_pids(ledger: Path, after: int) -> set[int]:
     """Pids that wrote to the ledger past byte `after`: workers in the middle of some work."""
     if not ledger.exists():
         return set()
     with ledger.open("rb") as f:
         f.seek(after)
-        return {json.loads(line)["pid"] for line in f.read().splitlines() if line.strip()}
+        return {entry["pid"] for entry in ledger_entries(f.read())[0]}
 
 
 def supervise(spec: str, ledger: Path, *, sessions: list[str], prompts: int, workers: int, kills: int,
@@ -177,6 +207,7 @@ class Findings:
     model_steps: int = 0
     interrupted: int = 0
     refused: int = 0
+    torn: int = 0
 
     @property
     def failures(self) -> dict[str, Any]:
@@ -185,7 +216,7 @@ class Findings:
 
 async def check(spec: str, ledger: Path, sessions: list[str], prompts: int) -> Findings:
     found = Findings()
-    entries = [json.loads(line) for line in ledger.read_text().splitlines()]
+    entries, found.torn = ledger_entries(ledger.read_bytes())
     found.refused = sum(1 for e in entries if e["kind"] == "refused")
     charges = Counter((e["session"], e["prompt"], e["turn"]) for e in entries
                       if e["kind"] == "effect" and e["tool"] == "charge")
