@@ -458,3 +458,95 @@ def test_concurrent_async_saves_are_each_durable_when_awaited(db: Path) -> None:
             make_checkpoint(f"r{i}", i, conversation(i % 5 + 1)) for i in range(50)
         ]
         assert fresh.load("fenced") == make_checkpoint("fenced", 3, conversation(1))
+
+
+async def _saved_together(store: AsyncSqliteCheckpointStore, db: Path, saves: list[Any]) -> list[Any]:
+    """`saves` (coroutines of `store`) queued while another connection holds the write lock, so the
+    writer thread takes them in one or two batches; their results or errors, in order."""
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    pending = [asyncio.ensure_future(save) for save in saves]
+    await asyncio.sleep(0.05)
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    return await asyncio.gather(*pending, return_exceptions=True)
+
+
+@needs_sqlite3
+@pytest.mark.host_only("threads")
+def test_appending_saves_of_a_batch_share_their_statements(db: Path) -> None:
+    """Every statement the writer thread runs is a GIL hand-off (`runtime._group_commit`): twenty runs'
+    appending saves in one batch write their headers, messages and step rows in a few statements,
+    not three each."""
+    statements: list[str] = []
+
+    async def scenario() -> list[Any]:
+        async with AsyncSqliteCheckpointStore(db) as store:
+            for i in range(20):
+                await store.save(make_checkpoint(f"r{i}", 1, conversation(2)))
+            store._conn.set_trace_callback(statements.append)
+            return await _saved_together(
+                store, db, [store.save(make_checkpoint(f"r{i}", 2, conversation(4 + i % 3))) for i in range(20)])
+
+    assert asyncio.run(scenario()) == [None] * 20
+    updates = [sql for sql in statements if sql.startswith("UPDATE durable_agent_runs")]
+    inserts = [sql for sql in statements if sql.startswith("INSERT INTO durable_agent_messages")]
+    assert 1 <= len(updates) <= 3 and 1 <= len(inserts) <= 3, (len(updates), len(inserts))
+    with SqliteCheckpointStore(db) as fresh:
+        for i in range(20):
+            assert fresh.load(f"r{i}") == make_checkpoint(f"r{i}", 2, conversation(4 + i % 3))
+            assert fresh.load_step(f"r{i}", 1) == make_checkpoint(f"r{i}", 1, conversation(2))
+        assert [seq for seq, _ in _rows(db, "r19")] == list(range(5))
+
+
+@needs_sqlite3
+@pytest.mark.host_only("threads")
+def test_a_merged_batch_leaves_a_changed_run_a_conflict_and_a_stray_row_to_their_own_saves(db: Path) -> None:
+    """In one batch: a run another handle saved since (this handle's cache no longer vouches for it),
+    a save expecting a step the run is not at, and a run with a stray message row where the
+    next message goes. The merged write fails as a whole and each save runs alone: the changed
+    run is saved, the conflict and the stray row fail only their own saves, the rest land."""
+
+    async def scenario() -> list[Any]:
+        async with AsyncSqliteCheckpointStore(db) as store:
+            for i in range(8):
+                await store.save(make_checkpoint(f"r{i}", 1, conversation(2)))
+            with SqliteCheckpointStore(db) as other:
+                other.save(make_checkpoint("r3", 1, conversation(3)))
+            _damage(db, "INSERT INTO durable_agent_messages (run_id, seq, body) VALUES ('r6', 2, 'stray')")
+            return await _saved_together(store, db, [
+                store.save(make_checkpoint(f"r{i}", 2, conversation(4)), expected_step_index=7 if i == 5 else None)
+                for i in range(8)
+            ])
+
+    results = asyncio.run(scenario())
+    assert isinstance(results[5], CheckpointConflictError)
+    assert isinstance(results[6], sqlite3.IntegrityError)
+    assert [r for i, r in enumerate(results) if i not in (5, 6)] == [None] * 6
+    with SqliteCheckpointStore(db) as fresh:
+        for i in (0, 1, 2, 3, 4, 7):
+            assert fresh.load(f"r{i}") == make_checkpoint(f"r{i}", 2, conversation(4)), i
+        assert fresh.load("r5") == make_checkpoint("r5", 1, conversation(2))
+        with pytest.raises(CheckpointCorruptError, match="r6"):  # its damage is still there: its save failed
+            fresh.load("r6")
+
+
+@needs_sqlite3
+@pytest.mark.host_only("threads")
+def test_saves_of_one_run_in_a_batch_apply_in_order(db: Path) -> None:
+    async def scenario() -> list[Any]:
+        async with AsyncSqliteCheckpointStore(db) as store:
+            for i in range(3):
+                await store.save(make_checkpoint(f"r{i}", 1, conversation(2)))
+            return await _saved_together(store, db, [
+                store.save(make_checkpoint("r0", 2, conversation(3))),
+                store.save(make_checkpoint("r1", 2, conversation(3))),
+                store.save(make_checkpoint("r0", 3, conversation(4))),
+                store.save(make_checkpoint("r2", 2, conversation(3))),
+            ])
+
+    assert asyncio.run(scenario()) == [None] * 4
+    with SqliteCheckpointStore(db) as fresh:
+        assert fresh.load("r0") == make_checkpoint("r0", 3, conversation(4))
+        assert fresh.load_step("r0", 2) == make_checkpoint("r0", 2, conversation(3))
+        assert [fresh.load(f"r{i}") for i in (1, 2)] == [make_checkpoint(f"r{i}", 2, conversation(3)) for i in (1, 2)]

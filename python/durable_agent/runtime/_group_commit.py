@@ -20,6 +20,14 @@ the loop for the whole batch, not one per write.
 Writes that arrive while a commit is in flight wait for the next batch: under load the batches
 grow by themselves, with no timer. Pyodide has no threads: `InlineSqlite` runs each plan at
 once, in its own transaction, on the caller's thread.
+
+Every statement sqlite3 runs releases the GIL and must take it back, and while the event loop
+has work it holds the GIL for up to the interpreter's switch interval (5 ms). A batch of
+hundreds of writes at a few statements each then spends most of its time waiting for the
+GIL, and every run in the batch waits with it. A write that comes with a `Mergeable` (a
+checkpoint save that only appends) runs with the ones of its kind queued right after it as
+one plan of a few statements for the whole group (`Mergeable.merged`), under a savepoint;
+when that plan cannot write them all, nothing of it is kept and each runs its own plan.
 """
 
 from __future__ import annotations
@@ -30,9 +38,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ..sql.plan import Dialect, Plan, T, run_sync
+from ..sql.plan import ALONE, Dialect, Mergeable, Plan, T, run_sync
 
 MAX_BATCH = 512
+MERGE_SQLITE = (3, 33, 0)  # UPDATE ... FROM
+MERGE_VARIABLES = 4096  # placeholders a merged statement may use
 
 
 @dataclass(slots=True)
@@ -41,6 +51,7 @@ class _Job:
     write: bool
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
+    merge: Mergeable | None = None
     result: Any = None
     error: BaseException | None = None
 
@@ -61,15 +72,20 @@ class GroupCommitSqlite:
     """Runs plans on `conn` (opened with ``isolation_level=None``) on one thread; see the module docs."""
 
     def __init__(self, conn: Any, statements: Dialect) -> None:
+        import sqlite3
+
         self._conn = conn
         self._statements = statements
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start = threading.Lock()
+        self._merges = (sqlite3.sqlite_version_info >= MERGE_SQLITE
+                        and conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) >= MERGE_VARIABLES)
 
-    async def run(self, plan: Plan[T], *, write: bool) -> T:
+    async def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> T:
+        """`plan`'s result once its transaction committed; `merge`: the same write, to run merged with others."""
         loop = asyncio.get_running_loop()
-        job = _Job(plan, write, loop, loop.create_future())
+        job = _Job(plan, write, loop, loop.create_future(), merge if self._merges else None)
         self._ensure_thread()
         self._jobs.put(job)
         return cast(T, await job.future)  # the plan's own result, handed over by the connection's thread
@@ -153,22 +169,53 @@ class GroupCommitSqlite:
         cur = _Recorder(raw)
         try:
             raw.execute("BEGIN IMMEDIATE")
-            for job in jobs:
-                done = len(cur.writes)
-                try:
-                    job.result = run_sync(cur, self._statements, job.plan)
-                except BaseException as exc:  # noqa: BLE001 - this plan's own failure, for its waiter
-                    job.error = exc
-                    if len(cur.writes) > done:  # it wrote before it failed: undo it alone
-                        del cur.writes[done:]
-                        self._conn.rollback()
-                        raw.execute("BEGIN IMMEDIATE")
-                        cur.replay()
+            start = 0
+            while start < len(jobs):
+                group = _group(jobs, start)
+                start += len(group)
+                if len(group) == 1 or not self._merged(raw, cur, group):
+                    for job in group:
+                        self._alone(raw, cur, job)
             raw.execute("COMMIT")
         except BaseException as exc:  # noqa: BLE001 - nothing of the batch is durable
             self._fail_all(jobs, exc)
         finally:
             raw.close()
+
+    def _alone(self, raw: Any, cur: _Recorder, job: _Job) -> None:
+        """Run `job`'s own plan; when it fails after writing, undo its writes alone (module docs)."""
+        done = len(cur.writes)
+        try:
+            job.result = run_sync(cur, self._statements, job.plan)
+        except BaseException as exc:  # noqa: BLE001 - this plan's own failure, for its waiter
+            job.error = exc
+            if len(cur.writes) > done:
+                del cur.writes[done:]
+                self._conn.rollback()
+                raw.execute("BEGIN IMMEDIATE")
+                cur.replay()
+
+    def _merged(self, raw: Any, cur: _Recorder, group: list[_Job]) -> bool:
+        """Run `group` as one merged plan under a savepoint; False, with nothing of it kept, when it could not."""
+        merges = [cast(Mergeable, job.merge) for job in group]
+        done = len(cur.writes)
+        raw.execute("SAVEPOINT merged")
+        try:
+            results = run_sync(cur, self._statements, type(merges[0]).merged(merges))
+        except Exception:  # noqa: BLE001 - each write then runs its own plan and meets its own error
+            results = None
+        if results is None:
+            raw.execute("ROLLBACK TO merged")
+            del cur.writes[done:]
+        raw.execute("RELEASE merged")
+        if results is None:
+            return False
+        for job, result in zip(group, results, strict=True):
+            if result is ALONE:
+                self._alone(raw, cur, job)
+            else:
+                job.result = result
+        return True
 
     def _fail_all(self, jobs: list[_Job], exc: BaseException) -> None:
         if self._conn.in_transaction:
@@ -176,6 +223,22 @@ class GroupCommitSqlite:
         for job in jobs:
             if job.error is None:
                 job.error, job.result = exc, None
+
+
+def _group(jobs: list[_Job], start: int) -> list[_Job]:
+    """`jobs[start]` and the writes right after it that merge with it (same type, distinct keys)."""
+    first = jobs[start].merge
+    if first is None:
+        return [jobs[start]]
+    kind, keys = type(first), {first.key}
+    end = start + 1
+    for job in jobs[end:]:
+        merge = job.merge
+        if type(merge) is not kind or merge is None or merge.key in keys:
+            break
+        keys.add(merge.key)
+        end += 1
+    return jobs[start:end]
 
 
 class _Recorder:
@@ -233,7 +296,7 @@ class InlineSqlite:
             cur.close()
         return result
 
-    async def run(self, plan: Plan[T], *, write: bool) -> T:
+    async def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> T:
         return cast(T, self.transaction(plan, write=write))
 
     def close(self) -> None:

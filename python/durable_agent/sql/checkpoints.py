@@ -16,6 +16,7 @@ the rows in order and decodes their bodies in batches (`_history.decode_batched`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..checkpoint import AgentCheckpoint, RunStatus
@@ -29,10 +30,11 @@ from ..stores._history import (
     rebuild,
 )
 from ..stores._validate import page, prunable, readable_id, readable_ids
-from .plan import Dialect, Guard, Plan, Query, migrate_plan, run_async, run_sync
+from .plan import ALONE, Dialect, Guard, Plan, Query, migrate_plan, run_async, run_sync
 
 __all__ = [  # the plan machinery too: the checkpoint stores import this module as their `_sql`
     "Dialect",
+    "MergeableSave",
     "Plan",
     "Query",
     "delete_plan",
@@ -149,8 +151,8 @@ def save_plan(
     columns = f"INSERT INTO {RUNS} (run_id, step_index, status, created_at, message_count, revision, header)"
     if guard is None:
         yield Query(f"{columns} VALUES (?, ?, ?, ?, ?, ?, ?){upsert}", values)
-    elif (yield Query(f"{columns} SELECT ?, ?, ?, ?, ?, ?, ? WHERE {guard.sql}{upsert} RETURNING 1",
-                      (*values, *guard.params), "one")) is None:
+    elif not (yield Query(f"{columns} SELECT ?, ?, ?, ?, ?, ?, ? WHERE {guard.sql}{upsert}",
+                          (*values, *guard.params), "count")):
         raise guard.refused
     if head is None:  # rows left by a corrupt or foreign writer must not collide with ours
         yield Query(f"DELETE FROM {MESSAGES} WHERE run_id = ?", (run_id,))
@@ -177,30 +179,125 @@ def _append_plan(
     checks all of it (and the guard) and says whether it applied; only then are the new messages
     and the step-log row written. Anything else, `save_plan` reads the head and decides.
     """
-    run_id, messages = checkpoint.run_id, checkpoint.messages
-    vouched = cache.appended(run_id, messages)
-    if vouched is None:
+    append = _Append.of(cache, checkpoint)
+    if append is None:
         return None
-    stored_revision, stored_count = vouched
-    revision = new_revision()
-    header = encode_header(checkpoint)
     checks = " AND step_index = ?" if expected_step_index is not None else ""
-    params: tuple[Any, ...] = (checkpoint.step_index, checkpoint.status, checkpoint.created_at, len(messages), revision,
-                               header, run_id, stored_revision, stored_count, checkpoint.step_index)
+    params: tuple[Any, ...] = (*append.header_row[1:], checkpoint.run_id, append.stored_revision, append.stored_count,
+                               checkpoint.step_index)
     if expected_step_index is not None:
         params += (expected_step_index,)
     if guard is not None:
         checks += f" AND {guard.sql}"
         params += guard.params
-    if (yield Query(
+    if not (yield Query(
         f"UPDATE {RUNS} SET step_index = ?, status = ?, created_at = ?, message_count = ?, revision = ?, header = ?"
-        f" WHERE run_id = ? AND revision = ? AND message_count = ? AND step_index < ?{checks} RETURNING 1",
-        params, "one",
-    )) is None:
+        f" WHERE run_id = ? AND revision = ? AND message_count = ? AND step_index < ?{checks}",
+        params, "count",
+    )):
         return None
-    yield from _append_rows(run_id, encode_messages(messages, stored_count), stored_count)
-    yield _step_log_row(checkpoint, header)
-    return revision
+    yield from _append_rows(checkpoint.run_id, append.bodies, append.stored_count)
+    yield _step_log_row(checkpoint, append.header_row[6])
+    return append.revision
+
+
+@dataclass(frozen=True, slots=True)
+class _Append:
+    """What a save that only appends writes: its header row, the new message bodies, the stored head it follows."""
+
+    header_row: tuple[Any, ...]  # run_id, step_index, status, created_at, message_count, revision, header
+    bodies: list[str]
+    stored_revision: int
+    stored_count: int
+
+    @property
+    def revision(self) -> int:
+        return int(self.header_row[5])
+
+    @classmethod
+    def of(cls, cache: PrefixCache, checkpoint: AgentCheckpoint) -> _Append | None:
+        """The append `checkpoint` makes to this process's last save of its run; None when the cache cannot vouch."""
+        vouched = cache.appended(checkpoint.run_id, checkpoint.messages)
+        if vouched is None:
+            return None
+        stored_revision, stored_count = vouched
+        messages = checkpoint.messages
+        row = (checkpoint.run_id, checkpoint.step_index, checkpoint.status, checkpoint.created_at, len(messages),
+               new_revision(), encode_header(checkpoint))
+        return cls(row, encode_messages(messages, stored_count), stored_revision, stored_count)
+
+
+MERGED_SAVES = 256  # saves per merged header UPDATE: 10 parameters each
+MERGED_ROWS = 1024  # rows per merged INSERT: at most 4 parameters each
+
+
+@dataclass(frozen=True, slots=True)
+class MergeableSave:
+    """An unguarded checkpoint save that a group-commit writer may run together with others (`merged`).
+
+    Every SQL statement the writer runs hands the GIL to the event loop and waits to get it
+    back; a batch of hundreds of saves at three statements each waits most of its time on the
+    GIL, and every run in the batch waits with it (`runtime._group_commit`). Saves of distinct
+    runs that each only append to this process's last save of their run are written together
+    in three statements for the whole group.
+    """
+
+    cache: PrefixCache
+    checkpoint: AgentCheckpoint
+    expected_step_index: int | None
+
+    @property
+    def key(self) -> str:
+        return self.checkpoint.run_id
+
+    @staticmethod
+    def merged(saves: Sequence[MergeableSave]) -> Plan[list[int] | None]:
+        """`saves` (of distinct runs) as a few statements: their revisions, `ALONE` for a save this process
+        did not make the run's last one of (or that rewrites it), None when a run changed (another writer).
+
+        On None the caller must undo what this plan wrote (a savepoint) and run each save alone.
+        """
+        appends = []
+        results: list[Any] = []
+        for save in saves:
+            append = _Append.of(save.cache, save.checkpoint)
+            if append is not None:
+                appends.append((save, append))
+            results.append(ALONE if append is None else append.revision)
+        # VALUES names its columns column1 .. column10: run_id, step_index, status, created_at,
+        # message_count, revision, header, then the stored revision and count it follows and the
+        # expected step index. (No ``WITH v (names)``: sqlite3 counts rows only for a statement
+        # that begins with UPDATE.)
+        for start in range(0, len(appends), MERGED_SAVES):
+            chunk = appends[start : start + MERGED_SAVES]
+            changed = yield Query(
+                f"UPDATE {RUNS} SET step_index = v.column2, status = v.column3, created_at = v.column4,"
+                " message_count = v.column5, revision = v.column6, header = v.column7"
+                f" FROM (VALUES {', '.join(['(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)'] * len(chunk))}) AS v"
+                f" WHERE {RUNS}.run_id = v.column1 AND {RUNS}.revision = v.column8 AND {RUNS}.message_count = v.column9"
+                f" AND {RUNS}.step_index < v.column2 AND (v.column10 IS NULL OR {RUNS}.step_index = v.column10)",
+                tuple(value for save, append in chunk for value in (
+                    *append.header_row, append.stored_revision, append.stored_count, save.expected_step_index)),
+                "count",
+            )
+            if changed != len(chunk):
+                return None
+        messages = [(append.header_row[0], seq, body) for _, append in appends
+                    for seq, body in enumerate(append.bodies, append.stored_count)]
+        yield from _insert_rows(f"INSERT INTO {MESSAGES} (run_id, seq, body) VALUES ", "(?, ?, ?)", messages, "")
+        yield from _insert_rows(
+            f"INSERT INTO {STEPS} (run_id, step_index, message_count, header) VALUES ", "(?, ?, ?, ?)",
+            [(row[0], row[1], row[4], row[6]) for row in (append.header_row for _, append in appends)],
+            _STEP_LOG_UPSERT,
+        )
+        return results
+
+
+def _insert_rows(insert: str, row: str, rows: Sequence[tuple[Any, ...]], suffix: str) -> Plan[None]:
+    """`rows` inserted `MERGED_ROWS` per statement."""
+    for start in range(0, len(rows), MERGED_ROWS):
+        chunk = rows[start : start + MERGED_ROWS]
+        yield Query(insert + ", ".join([row] * len(chunk)) + suffix, tuple(value for r in chunk for value in r))
 
 
 def _append_rows(run_id: str, bodies: Sequence[str], first: int) -> Plan[None]:
@@ -213,11 +310,14 @@ def _append_rows(run_id: str, bodies: Sequence[str], first: int) -> Plan[None]:
         )
 
 
+_STEP_LOG_UPSERT = (
+    " ON CONFLICT (run_id, step_index) DO UPDATE SET message_count = excluded.message_count, header = excluded.header"
+)
+
+
 def _step_log_row(checkpoint: AgentCheckpoint, header: str) -> Query:
     return Query(
-        f"INSERT INTO {STEPS} (run_id, step_index, message_count, header) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT (run_id, step_index) DO UPDATE SET"
-        " message_count = excluded.message_count, header = excluded.header",
+        f"INSERT INTO {STEPS} (run_id, step_index, message_count, header) VALUES (?, ?, ?, ?){_STEP_LOG_UPSERT}",
         (checkpoint.run_id, checkpoint.step_index, len(checkpoint.messages), header),
     )
 

@@ -6,7 +6,7 @@ the writer's epoch, and otherwise raises `StaleEpochError` with nothing applied.
 * SQLite: writes run under ``BEGIN IMMEDIATE`` (one writer at a time for the whole file), so
   a fence read inside the transaction cannot race a claim. The fence rides on the first
   write that writes a row whenever its guard holds (`Write.certain`: an upsert), run first
-  with ``RETURNING``: no row back means a stale fence, and the plan stops before any other
+  and counted: no row changed means a stale fence, and the plan stops before any other
   write (`_serial_writes`), or on a checkpoint save's header write (`commit_plan`); a plan
   without such a write reads the fence first (`_fence`).
 * Postgres: a fenced write is ONE statement (`fenced_plan`, `_append_plan`) whose writes are
@@ -120,7 +120,7 @@ def fenced_plan(d: Dialect, session_id: str, epoch: int | None, writes: Sequence
 def _serial_writes(d: Dialect, session_id: str, epoch: int | None, writes: Sequence[Write]) -> Plan[None]:
     """`writes` one statement after another, fenced by `epoch` (None: unguarded), inside the caller's transaction.
 
-    The first `certain` write runs first, guarded by the fence and returning its row: none back
+    The first `certain` write runs first, guarded by the fence and counted: no row changed
     means the fence is stale, and `StaleEpochError` stops the plan before anything was written.
     The others follow in order (they touch other rows: the order between them is kept). Without
     a certain write (and on Postgres, whose fence read locks the lease row) the fence is read first.
@@ -132,8 +132,7 @@ def _serial_writes(d: Dialect, session_id: str, epoch: int | None, writes: Seque
         yield from _fence(d, session_id, epoch)
     else:
         write = writes[first]
-        row = yield Query(f"{write.guarded(f'EXISTS ({_FENCE})')} RETURNING 1", (*write.params, session_id, epoch), "one")
-        if row is None:
+        if not (yield Query(write.guarded(f"EXISTS ({_FENCE})"), (*write.params, session_id, epoch), "count")):
             raise StaleEpochError(session_id, epoch)
     for i, write in enumerate(writes):
         if i != first:

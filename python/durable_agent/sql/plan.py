@@ -1,7 +1,8 @@
 """Plans: database work written once without I/O, as generators of `Query` values, and their drivers.
 
 A plan yields each statement as a `Query` and receives its result (the first row or None
-for ``fetch="one"``, every row for ``"all"``, None otherwise); its return value is the
+for ``fetch="one"``, every row for ``"all"``, the number of rows it changed for ``"count"``,
+None otherwise); its return value is the
 operation's answer. A driver runs a plan inside one transaction: `run_sync` on a DB-API
 cursor (sqlite3, psycopg), `run_async` on psycopg's async cursor. Plans take no locks of
 their own and touch no connection, so a driver may batch them (SQLite's group commit) or
@@ -13,9 +14,9 @@ placeholders; `Dialect` holds what differs between SQLite and Postgres.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..errors import FeatureUnavailableError
 
@@ -33,6 +34,9 @@ else:
 class Query:
     """One statement of a plan; `many` runs it once per parameter row (``executemany``).
 
+    ``fetch="count"`` (rows changed) checks a conditional write in one step of the statement,
+    where ``RETURNING`` takes two more (each a GIL hand-off in sqlite3: `runtime._group_commit`).
+
     `alone`: when this is the first query of a write plan, a driver may run it as a transaction
     of its own (on Postgres one round trip: the statement commits as it ends); the queries the
     plan yields after it, if any, then run in a new transaction. The plan must make such a
@@ -41,12 +45,30 @@ class Query:
 
     sql: str
     params: Sequence[Any] | Sequence[Sequence[Any]] = ()
-    fetch: Literal["one", "all", None] = None
+    fetch: Literal["one", "all", "count", None] = None
     many: bool = False
     alone: bool = False
 
 
 Plan = Generator[Query, Any, T]
+
+
+class Mergeable(Protocol):
+    """A write that a batching driver may run together with writes of its type queued right after it
+    (SQLite's group commit: `runtime._group_commit`)."""
+
+    @property
+    def key(self) -> Hashable:
+        """Writes of one key never merge: they run one after the other, in order."""
+
+    @staticmethod
+    def merged(group: Sequence[Any]) -> Plan[list[Any] | None]:
+        """The writes of `group` (one type, distinct keys) as one plan: each write's result (`ALONE` for one
+        it left for its own plan), or None when it failed (the writer then undoes it and runs each
+        write's own plan)."""
+
+
+ALONE: Any = object()  # what `Mergeable.merged` answers for a write it did not make
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +165,9 @@ def execute_sync(cursor: Any, dialect: Dialect, query: Query) -> Any:
     if query.many:
         cursor.executemany(sql, query.params)
         return None
-    cursor.execute(sql, query.params)
+    ran = cursor.execute(sql, query.params)
+    if query.fetch == "count":
+        return ran.rowcount
     return _answer(cursor.fetchall(), query.fetch) if query.fetch else None
 
 
@@ -167,5 +191,7 @@ async def execute_async(cursor: Any, dialect: Dialect, query: Query) -> Any:
     if query.many:
         await cursor.executemany(sql, query.params)
         return None
-    await cursor.execute(sql, query.params)
+    ran = await cursor.execute(sql, query.params)
+    if query.fetch == "count":
+        return ran.rowcount
     return _answer(await cursor.fetchall(), query.fetch) if query.fetch else None

@@ -43,7 +43,7 @@ from ..checkpoint import AgentCheckpoint
 from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from ..runtime._group_commit import GroupCommitSqlite, InlineSqlite
 from ..sql import checkpoints as _sql
-from ..sql.plan import Plan, T
+from ..sql.plan import Mergeable, Plan, T
 from ._faces import AsyncFace, StoreLogic, SyncFace
 from ._files import create_private, file_path
 from ._history import PrefixCache
@@ -172,18 +172,21 @@ class _SqliteStore(StoreLogic):
     def _make_runner(self) -> InlineSqlite | GroupCommitSqlite:
         """What runs the plans on `_conn`."""
 
-    async def _run(self, write: bool, make_plan: Callable[[], Plan[T]], run_id: str | None = None) -> T:
+    async def _run(
+        self, write: bool, make_plan: Callable[[], Plan[T]], run_id: str | None = None, merge: Mergeable | None = None
+    ) -> T:
         """Run a fresh plan in one transaction, the damage of a run's data reported as that run's.
 
         Text that is not UTF-8 makes sqlite3 raise `OperationalError` for the whole query; the
         plan then runs once more with such text read as bytes (`_reading_bytes`), which `load`
         reports as corruption of the run and `save` replaces. Only that retry pays for the
         Python-level text decoding. A damaged page (SQLITE_CORRUPT, SQLITE_NOTADB) is
-        `CheckpointCorruptError` naming `run_id`.
+        `CheckpointCorruptError` naming `run_id`. `merge`: the same write, for a runner that
+        runs writes of its kind together (`runtime._group_commit`).
         """
         try:
             try:
-                return await self._runner.run(make_plan(), write=write)
+                return await self._runner.run(make_plan(), write=write, merge=merge)
             except self._sqlite3.OperationalError as exc:
                 if "Could not decode to UTF-8" not in str(exc):
                     raise
@@ -198,7 +201,8 @@ class _SqliteStore(StoreLogic):
         expected = check_expected(expected_step_index)
         try:
             revision = await self._run(
-                True, lambda: _sql.save_plan(self._cache, checkpoint, expected, _DIALECT), checkpoint.run_id
+                True, lambda: _sql.save_plan(self._cache, checkpoint, expected, _DIALECT), checkpoint.run_id,
+                _sql.MergeableSave(self._cache, checkpoint, expected),
             )
         except BaseException:
             self._cache.forget(checkpoint.run_id)  # the rows are unknown now: the next save re-reads them
