@@ -1,4 +1,5 @@
-"""An async checkpoint store with a sync face, so one test body checks a sync store and its async twin."""
+"""Test kit for SQL stores and runtimes: an async checkpoint store with a sync face, so one test body checks a
+sync store and its async twin; writes queued into one group-commit batch."""
 
 from __future__ import annotations
 
@@ -32,3 +33,17 @@ class BlockingStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def queued_together(db: Any, writes: list[Any]) -> list[Any]:
+    """`writes` (coroutines of one SQLite store or runtime) queued while another connection holds the file's
+    write lock, so the writer thread takes them in one or two batches; their results or errors, in order."""
+    import sqlite3
+
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    pending = [asyncio.ensure_future(write) for write in writes]
+    await asyncio.sleep(0.05)
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    return await asyncio.gather(*pending, return_exceptions=True)

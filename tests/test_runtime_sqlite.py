@@ -20,6 +20,7 @@ from durable_agent.runtime import RunOwner, StepRecord, StepRequest, step_key
 from durable_agent.runtime.records import RunTransition
 from durable_agent.runtime.scope import StepContext
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
+from store_kit import queued_together
 
 PYTHON_DIR = Path(__file__).resolve().parent.parent / "python"
 SESSION, RUN = "s-1", "r-1"
@@ -187,8 +188,8 @@ class SqlJournalChecks:
         write = runtime.backend.write
         rereads: list[Any] = []
 
-        async def watched(plan: Any) -> Any:
-            return await write(_watch(plan, rereads))
+        async def watched(plan: Any, merge: Any = None) -> Any:
+            return await write(_watch(plan, rereads), merge)
 
         runtime.backend.write = watched
         many = 300  # more than the 256 runs the cache's LRU part keeps
@@ -395,3 +396,85 @@ async def test_a_run_started_by_its_leg_reads_nothing_only_a_crashed_leg_leaves(
     assert (await agent.run("two")).text == "second"
     assert reads.count("load_plan") == 1 and "steps_plan" not in reads, reads  # the first run's history only
     assert [m["role"] for m in model.requests[-1].messages] == ["user", "assistant", "tool", "assistant", "user"]
+
+
+SESSIONS = [f"s{i}" for i in range(12)]
+
+
+async def _started(runtime: Any) -> dict[str, int]:
+    """Each of `SESSIONS` claimed, its run `r-<session>` started with one message; their epochs."""
+    epochs = {}
+    for session in SESSIONS:
+        epochs[session] = (await runtime.lease.claim(session, stale_at=0)).epoch
+        run = f"r-{session}"
+        await runtime.commit(RunTransition(session, epochs[session], last_run=run, mark=run,
+                                           checkpoint=_run_checkpoint(run, [{"role": "user", "content": "hi"}], 0)))
+    return epochs
+
+
+def _tool_done(session: str, ops: tuple[Any, ...] | None = None) -> StepRecord:
+    run = f"r-{session}"
+    return StepRecord(session, run, step_key(run, 1, "t1"), "tool", "unsafe", "done", result="ok", tool_state=ops)
+
+
+def _answered(session: str) -> AgentCheckpoint:
+    return _run_checkpoint(f"r-{session}", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}], 1)
+
+
+@pytest.mark.host_only("threads: the group-commit writer merges writes")
+async def test_the_step_records_and_checkpoints_of_many_sessions_share_their_statements(
+    db: Path, opened: Callable[..., Any]
+) -> None:
+    """A busy server's writer thread pays a GIL hand-off per statement (`runtime._group_commit`): the
+    step records of twelve sessions queued together are one fenced upsert (the one that commits
+    tool state is written alone), their dropped partials one delete, their checkpoints one header
+    update; every row lands as if written one by one."""
+    from durable_agent.runtime.records import StreamPartialRecord
+
+    runtime = opened()
+    epochs = await _started(runtime)
+    s7 = _tool_done("s7")
+    await runtime.backend.add_partial(StreamPartialRecord("s7", "r-s7", s7.key, 0, "strea"), epoch=epochs["s7"])
+    statements: list[str] = []
+    runtime._driver._conn.set_trace_callback(statements.append)
+    ops = ({"op": "set", "key": "k", "value": 5},)
+    results = await queued_together(db, [
+        runtime.backend.put_steps([_tool_done(s, ops if s == "s5" else None)], epoch=epochs[s],
+                                  streamed={s7.key} if s == "s7" else set())
+        for s in SESSIONS
+    ])
+    assert results == [None] * len(SESSIONS)
+    results = await queued_together(db, [runtime.commit(RunTransition(s, epochs[s], checkpoint=_answered(s)))
+                                          for s in SESSIONS])
+    assert results == [None] * len(SESSIONS)
+    step_inserts = [s for s in statements if s.startswith("INSERT INTO durable_agent_steps")]
+    header_updates = [s for s in statements if s.startswith("UPDATE durable_agent_runs")]
+    assert 2 <= len(step_inserts) <= 4 and 1 <= len(header_updates) <= 3, (len(step_inserts), len(header_updates))
+    fresh = opened()
+    for session in SESSIONS:
+        assert await fresh.inspect.steps(f"r-{session}") == [_tool_done(session, ops if session == "s5" else None)]
+        assert await fresh.stores.checkpoints.load(f"r-{session}") == _answered(session)
+    assert await fresh.backend.tool_state("s5", None) == {"k": 5}
+    assert await fresh.inspect.partials("r-s7") == []
+
+
+@pytest.mark.host_only("threads: the group-commit writer merges writes")
+async def test_a_stale_fence_among_merged_writes_refuses_only_its_own(db: Path, opened: Callable[..., Any]) -> None:
+    """Another process claimed one session: its step records and its checkpoint, queued with the other
+    sessions' writes, fail with `StaleEpochError` and land nothing; the others land."""
+    clock = Clock()
+    runtime, other = opened(clock), opened(clock)
+    epochs = await _started(runtime)
+    clock.now += 60_000
+    assert (await other.lease.claim("s3", stale_at=clock.now - 1)).claimed
+    results = await queued_together(db, [runtime.backend.put_steps([_tool_done(s)], epoch=epochs[s])
+                                          for s in SESSIONS])
+    assert isinstance(results[3], StaleEpochError) and results[:3] + results[4:] == [None] * (len(SESSIONS) - 1)
+    results = await queued_together(db, [runtime.commit(RunTransition(s, epochs[s], checkpoint=_answered(s)))
+                                          for s in SESSIONS])
+    assert isinstance(results[3], StaleEpochError) and results[:3] + results[4:] == [None] * (len(SESSIONS) - 1)
+    assert await other.inspect.steps("r-s3") == []
+    assert (await other.stores.checkpoints.load("r-s3")).step_index == 0
+    for session in SESSIONS[:3] + SESSIONS[4:]:
+        assert await other.inspect.steps(f"r-{session}") == [_tool_done(session)]
+        assert await other.stores.checkpoints.load(f"r-{session}") == _answered(session)

@@ -25,7 +25,7 @@ from durable_agent.testing import (
     make_checkpoint,
     message,
 )
-from store_kit import BlockingStore
+from store_kit import BlockingStore, queued_together
 
 try:
     import sqlite3
@@ -460,18 +460,6 @@ def test_concurrent_async_saves_are_each_durable_when_awaited(db: Path) -> None:
         assert fresh.load("fenced") == make_checkpoint("fenced", 3, conversation(1))
 
 
-async def _saved_together(store: AsyncSqliteCheckpointStore, db: Path, saves: list[Any]) -> list[Any]:
-    """`saves` (coroutines of `store`) queued while another connection holds the write lock, so the
-    writer thread takes them in one or two batches; their results or errors, in order."""
-    blocker = sqlite3.connect(db, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
-    pending = [asyncio.ensure_future(save) for save in saves]
-    await asyncio.sleep(0.05)
-    blocker.execute("ROLLBACK")
-    blocker.close()
-    return await asyncio.gather(*pending, return_exceptions=True)
-
-
 @needs_sqlite3
 @pytest.mark.host_only("threads")
 def test_appending_saves_of_a_batch_share_their_statements(db: Path) -> None:
@@ -485,8 +473,8 @@ def test_appending_saves_of_a_batch_share_their_statements(db: Path) -> None:
             for i in range(20):
                 await store.save(make_checkpoint(f"r{i}", 1, conversation(2)))
             store._conn.set_trace_callback(statements.append)
-            return await _saved_together(
-                store, db, [store.save(make_checkpoint(f"r{i}", 2, conversation(4 + i % 3))) for i in range(20)])
+            return await queued_together(
+                db, [store.save(make_checkpoint(f"r{i}", 2, conversation(4 + i % 3))) for i in range(20)])
 
     assert asyncio.run(scenario()) == [None] * 20
     updates = [sql for sql in statements if sql.startswith("UPDATE durable_agent_runs")]
@@ -514,7 +502,7 @@ def test_a_merged_batch_leaves_a_changed_run_a_conflict_and_a_stray_row_to_their
             with SqliteCheckpointStore(db) as other:
                 other.save(make_checkpoint("r3", 1, conversation(3)))
             _damage(db, "INSERT INTO durable_agent_messages (run_id, seq, body) VALUES ('r6', 2, 'stray')")
-            return await _saved_together(store, db, [
+            return await queued_together(db, [
                 store.save(make_checkpoint(f"r{i}", 2, conversation(4)), expected_step_index=7 if i == 5 else None)
                 for i in range(8)
             ])
@@ -538,7 +526,7 @@ def test_saves_of_one_run_in_a_batch_apply_in_order(db: Path) -> None:
         async with AsyncSqliteCheckpointStore(db) as store:
             for i in range(3):
                 await store.save(make_checkpoint(f"r{i}", 1, conversation(2)))
-            return await _saved_together(store, db, [
+            return await queued_together(db, [
                 store.save(make_checkpoint("r0", 2, conversation(3))),
                 store.save(make_checkpoint("r1", 2, conversation(3))),
                 store.save(make_checkpoint("r0", 3, conversation(4))),

@@ -125,8 +125,8 @@ def die_after_writes(runtime: Any, writes: int) -> None:
     """SIGKILL this process right after the runtime's `writes`-th committed write."""
     write, count = runtime.backend.write, [0]
 
-    async def counted(plan: Any) -> Any:
-        value = await write(plan)
+    async def counted(plan: Any, merge: Any = None) -> Any:
+        value = await write(plan, merge)
         count[0] += 1
         if count[0] >= writes:
             die()

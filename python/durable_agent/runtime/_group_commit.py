@@ -25,9 +25,10 @@ Every statement sqlite3 runs releases the GIL and must take it back, and while t
 has work it holds the GIL for up to the interpreter's switch interval (5 ms). A batch of
 hundreds of writes at a few statements each then spends most of its time waiting for the
 GIL, and every run in the batch waits with it. A write that comes with a `Mergeable` (a
-checkpoint save that only appends) runs with the ones of its kind queued right after it as
-one plan of a few statements for the whole group (`Mergeable.merged`), under a savepoint;
-when that plan cannot write them all, nothing of it is kept and each runs its own plan.
+checkpoint save that only appends, a fenced write of step records) runs with the ones of its
+kind in the batch as one plan of a few statements for the whole group (`Mergeable.merged`),
+under a savepoint; when that plan cannot write them all, nothing of it is kept and each runs
+its own plan. Writes of one key keep their order (`_groups`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -169,10 +171,7 @@ class GroupCommitSqlite:
         cur = _Recorder(raw)
         try:
             raw.execute("BEGIN IMMEDIATE")
-            start = 0
-            while start < len(jobs):
-                group = _group(jobs, start)
-                start += len(group)
+            for group in _groups(jobs):
                 if len(group) == 1 or not self._merged(raw, cur, group):
                     for job in group:
                         self._alone(raw, cur, job)
@@ -225,20 +224,36 @@ class GroupCommitSqlite:
                 job.error, job.result = exc, None
 
 
-def _group(jobs: list[_Job], start: int) -> list[_Job]:
-    """`jobs[start]` and the writes right after it that merge with it (same type, distinct keys)."""
-    first = jobs[start].merge
-    if first is None:
-        return [jobs[start]]
-    kind, keys = type(first), {first.key}
-    end = start + 1
-    for job in jobs[end:]:
-        merge = job.merge
-        if type(merge) is not kind or merge is None or merge.key in keys:
-            break
-        keys.add(merge.key)
-        end += 1
-    return jobs[start:end]
+def _groups(jobs: list[_Job]) -> Iterator[list[_Job]]:
+    """`jobs` in groups to run together, in an order that keeps the order of the writes of each key.
+
+    A write without `merge` (its key unknown) is a group of its own and stays in its place.
+    Between two such, the n-th writes of every key form round n, run after round n - 1, and the
+    writes of one type in a round form one group: writes of distinct keys touch distinct rows.
+    """
+    segment: list[_Job] = []
+    for job in jobs:
+        if job.merge is None:
+            yield from _rounds(segment)
+            segment = []
+            yield [job]
+        else:
+            segment.append(job)
+    yield from _rounds(segment)
+
+
+def _rounds(segment: list[_Job]) -> Iterator[list[_Job]]:
+    rounds: list[dict[type, list[_Job]]] = []
+    seen: dict[Hashable, int] = {}
+    for job in segment:
+        key = cast(Mergeable, job.merge).key
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        if n == len(rounds):
+            rounds.append({})
+        rounds[n].setdefault(type(job.merge), []).append(job)
+    for groups in rounds:
+        yield from groups.values()
 
 
 class _Recorder:

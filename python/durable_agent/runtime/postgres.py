@@ -34,7 +34,7 @@ from typing import Any
 from .._util import wall_clock_ms
 from ..errors import ConfigurationError, FeatureUnavailableError
 from ..sql.journal_schema import schema_plan
-from ..sql.plan import POSTGRES, Plan, Query, T, execute_async, run_async
+from ..sql.plan import POSTGRES, Mergeable, Plan, Query, T, execute_async, run_async
 from .sql_runtime import SqlRuntime
 
 logger = logging.getLogger("durable_agent")
@@ -154,7 +154,7 @@ class _PostgresDriver:
         async with conn.transaction(), conn.cursor() as cur:
             return await run_async(cur, DIALECT, plan, first)
 
-    async def run(self, plan: Plan[T], *, write: bool) -> T:
+    async def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> T:
         """A write in one transaction; a read statement by statement (autocommit: one round trip each).
 
         A write whose first statement may run alone (`Query.alone`: a fenced write checks the

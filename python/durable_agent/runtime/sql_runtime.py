@@ -15,7 +15,7 @@ from ..checkpoint import AgentCheckpoint
 from ..errors import CheckpointCorruptError, StaleEpochError
 from ..sql import journal as plans
 from ..sql.checkpoints import load_plan, remembered, save_plan
-from ..sql.plan import Dialect, Plan, T
+from ..sql.plan import Dialect, Mergeable, Plan, T
 from ..stores._history import PrefixCache
 from ..stores._validate import check_checkpoint, check_expected, check_run_id
 from .leases import Fences
@@ -28,7 +28,8 @@ class SqlDriver(Protocol):
 
     dialect: Dialect
 
-    async def run(self, plan: Plan[T], *, write: bool) -> T: ...
+    async def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> T:
+        """`merge`: the same write, for a driver that runs writes of its kind together (or ignores it)."""
 
     async def wait_for_change(self, timeout: float) -> None: ...
 
@@ -49,9 +50,9 @@ class SqlRows:
     async def read(self, plan: Plan[T]) -> T:
         return await self._driver.run(plan, write=False)
 
-    async def write(self, plan: Plan[T]) -> T:
+    async def write(self, plan: Plan[T], merge: Mergeable | None = None) -> T:
         try:
-            return await self._driver.run(plan, write=True)
+            return await self._driver.run(plan, write=True, merge=merge)
         except StaleEpochError as error:
             self._fences.refused(error)
             raise
@@ -62,7 +63,8 @@ class SqlRows:
     async def put_steps(
         self, records: Sequence[StepRecord], *, epoch: int | None, streamed: Collection[str] | None = None
     ) -> None:
-        await self.write(plans.put_steps_plan(self._d, records, epoch, streamed))
+        await self.write(plans.put_steps_plan(self._d, records, epoch, streamed),
+                         plans.mergeable_steps(self._d, records, epoch, streamed))
 
     async def run_steps(self, session_id: str, run_id: str) -> list[StepRecord]:
         return await self.read(plans.steps_plan(session_id, run_id))
@@ -137,7 +139,8 @@ class SqlRows:
         if checkpoint is not None:
             check_checkpoint(checkpoint)
         try:
-            revision = await self.write(plans.commit_plan(self._d, transition, self.cache))
+            revision = await self.write(plans.commit_plan(self._d, transition, self.cache),
+                                        plans.mergeable_commit(self._d, transition, self.cache))
         except BaseException:
             if checkpoint is not None:
                 self.cache.forget(checkpoint.run_id)  # unknown outcome: the next save re-reads

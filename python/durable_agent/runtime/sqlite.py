@@ -29,7 +29,7 @@ from typing import Literal
 from .._util import wall_clock_ms
 from ..errors import ConfigurationError, FeatureUnavailableError
 from ..sql.journal_schema import schema_plan
-from ..sql.plan import SQLITE, Plan, T
+from ..sql.plan import SQLITE, Mergeable, Plan, T
 from ..stores._files import create_private
 from ._group_commit import GroupCommitSqlite, InlineSqlite
 from .sql_runtime import SqlRuntime
@@ -79,8 +79,8 @@ class _SqliteDriver:
         threaded = sys.platform != "emscripten"
         self._runner = (GroupCommitSqlite if threaded else InlineSqlite)(self._conn, DIALECT)
 
-    async def run(self, plan: Plan[T], *, write: bool) -> T:
-        result: T = await self._runner.run(plan, write=write)
+    async def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> T:
+        result: T = await self._runner.run(plan, write=write, merge=merge)
         return result
 
     async def wait_for_change(self, timeout: float) -> None:

@@ -15,7 +15,7 @@ the rows in order and decodes their bodies in batches (`_history.decode_batched`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,51 +233,56 @@ MERGED_ROWS = 1024  # rows per merged INSERT: at most 4 parameters each
 
 @dataclass(frozen=True, slots=True)
 class MergeableSave:
-    """An unguarded checkpoint save that a group-commit writer may run together with others (`merged`).
+    """A checkpoint save that a group-commit writer may run together with others (`merged`).
 
     Every SQL statement the writer runs hands the GIL to the event loop and waits to get it
     back; a batch of hundreds of saves at three statements each waits most of its time on the
     GIL, and every run in the batch waits with it (`runtime._group_commit`). Saves of distinct
-    runs that each only append to this process's last save of their run are written together
-    in three statements for the whole group.
+    keys that each only append to this process's last save of their run are written together
+    in three statements for the whole group. `key`: what orders it among other writes (the
+    run id for a store; the session for a runtime, whose other writes are the session's).
     """
 
     cache: PrefixCache
     checkpoint: AgentCheckpoint
     expected_step_index: int | None
-
-    @property
-    def key(self) -> str:
-        return self.checkpoint.run_id
+    key: Hashable
+    guard: Guard | None = None
 
     @staticmethod
-    def merged(saves: Sequence[MergeableSave]) -> Plan[list[int] | None]:
-        """`saves` (of distinct runs) as a few statements: their revisions, `ALONE` for a save this process
-        did not make the run's last one of (or that rewrites it), None when a run changed (another writer).
+    def merged(saves: Sequence[MergeableSave]) -> Plan[list[Any] | None]:
+        """`saves` as a few statements: their revisions, `ALONE` for a save this process did not make the
+        run's last one of (or that rewrites it, or whose guard is not the first save's), None when a
+        run changed (another writer) or a guard failed.
 
         On None the caller must undo what this plan wrote (a savepoint) and run each save alone.
         """
+        guard = saves[0].guard
         appends = []
         results: list[Any] = []
         for save in saves:
-            append = _Append.of(save.cache, save.checkpoint)
+            same_guard = save.guard is None if guard is None else save.guard is not None and save.guard.sql == guard.sql
+            append = _Append.of(save.cache, save.checkpoint) if same_guard else None
             if append is not None:
                 appends.append((save, append))
             results.append(ALONE if append is None else append.revision)
-        # VALUES names its columns column1 .. column10: run_id, step_index, status, created_at,
-        # message_count, revision, header, then the stored revision and count it follows and the
-        # expected step index. (No ``WITH v (names)``: sqlite3 counts rows only for a statement
-        # that begins with UPDATE.)
+        # VALUES names its columns column1, column2, ...: run_id, step_index, status, created_at,
+        # message_count, revision, header, then the stored revision and count it follows, the
+        # expected step index, and the guard's parameters. (No ``WITH v (names)``: sqlite3 counts
+        # rows only for a statement that begins with UPDATE.)
+        checks = "" if guard is None else " AND " + _on_columns(guard.sql, 11)
+        width = 10 + (0 if guard is None else len(guard.params))
         for start in range(0, len(appends), MERGED_SAVES):
             chunk = appends[start : start + MERGED_SAVES]
             changed = yield Query(
                 f"UPDATE {RUNS} SET step_index = v.column2, status = v.column3, created_at = v.column4,"
                 " message_count = v.column5, revision = v.column6, header = v.column7"
-                f" FROM (VALUES {', '.join(['(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)'] * len(chunk))}) AS v"
+                f" FROM (VALUES {', '.join(['(' + ', '.join(['?'] * width) + ')'] * len(chunk))}) AS v"
                 f" WHERE {RUNS}.run_id = v.column1 AND {RUNS}.revision = v.column8 AND {RUNS}.message_count = v.column9"
-                f" AND {RUNS}.step_index < v.column2 AND (v.column10 IS NULL OR {RUNS}.step_index = v.column10)",
+                f" AND {RUNS}.step_index < v.column2 AND (v.column10 IS NULL OR {RUNS}.step_index = v.column10){checks}",
                 tuple(value for save, append in chunk for value in (
-                    *append.header_row, append.stored_revision, append.stored_count, save.expected_step_index)),
+                    *append.header_row, append.stored_revision, append.stored_count, save.expected_step_index,
+                    *(save.guard.params if save.guard is not None else ()))),
                 "count",
             )
             if changed != len(chunk):
@@ -291,6 +296,12 @@ class MergeableSave:
             _STEP_LOG_UPSERT,
         )
         return results
+
+
+def _on_columns(sql: str, first: int) -> str:
+    """`sql` with its ``?`` placeholders turned into the merged VALUES' columns, from column `first` on."""
+    parts = sql.split("?")
+    return "".join(part + (f"v.column{first + i}" if i < len(parts) - 1 else "") for i, part in enumerate(parts))
 
 
 def _insert_rows(insert: str, row: str, rows: Sequence[tuple[Any, ...]], suffix: str) -> Plan[None]:

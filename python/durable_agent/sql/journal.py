@@ -43,9 +43,9 @@ from ..runtime.records import (
     ToolStateOp,
 )
 from ..stores._history import PrefixCache, encode_header, encode_messages, new_revision
-from .checkpoints import MESSAGES, RUNS, STEPS as STEP_LOG, save_plan
+from .checkpoints import MESSAGES, RUNS, STEPS as STEP_LOG, MergeableSave, save_plan
 from .journal_schema import AWAKEABLES, LAST_RUNS, LEASES, PARTIALS, QUEUES, STEPS, SUBMISSIONS, TOOL_STATE
-from .plan import Dialect, Guard, Plan, Query
+from .plan import ALONE, Dialect, Guard, Plan, Query
 
 
 def _text(value: Any) -> str:
@@ -198,49 +198,122 @@ def _step_row(record: StepRecord) -> tuple[Any, ...]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _FoldedSteps:
+    """Records of one session folded to what writing them in order leaves: one row per key (in the
+    place of its latest record), the tool-state ops their ``done`` records commit, and the keys
+    whose partials go (finished, and in `streamed`; None: every finished one)."""
+
+    session_id: str
+    rows: list[tuple[Any, ...]]
+    ops: list[ToolStateOp]
+    dropped_partials: list[str]
+
+    @classmethod
+    def of(cls, records: Sequence[StepRecord], streamed: Collection[str] | None) -> _FoldedSteps:
+        last: dict[str, StepRecord] = {}
+        finished: set[str] = set()
+        ops: list[ToolStateOp] = []
+        for record in records:
+            last.pop(record.key, None)  # re-inserted: a later record of a key keeps the key's latest place
+            last[record.key] = record
+            if record.status != "pending":
+                finished.add(record.key)
+            if record.status == "done" and record.tool_state:
+                ops.extend(record.tool_state)
+        dropped = [key for key in last if key in finished and (streamed is None or key in streamed)]
+        return cls(records[0].session_id, [_step_row(record) for record in last.values()], ops, dropped)
+
+
+_STEP_UPSERT = (
+    " ON CONFLICT (session_id, key) DO UPDATE SET run_id = excluded.run_id, kind = excluded.kind,"
+    " replay = excluded.replay, status = excluded.status, fingerprint = excluded.fingerprint,"
+    " result = excluded.result, error = excluded.error, tool_state = excluded.tool_state"
+)
+
+
 def _step_writes(d: Dialect, records: Sequence[StepRecord], streamed: Collection[str] | None = None) -> list[Write]:
     """Upserts of `records` in order; a ``done`` record commits its tool-state ops, a finished one drops
-    its step's partials (when its key is in `streamed`; None: every finished one). Folded to one write
-    per row, with the state writing them in order would leave."""
+    its step's partials (`_FoldedSteps`). Folded to one write per row."""
     if not records:
         return []
-    last: dict[str, StepRecord] = {}
-    finished: set[str] = set()
-    ops: list[ToolStateOp] = []
-    for record in records:
-        last.pop(record.key, None)  # re-inserted: a later record of a key keeps the key's latest place
-        last[record.key] = record
-        if record.status != "pending":
-            finished.add(record.key)
-        if record.status == "done" and record.tool_state:
-            ops.extend(record.tool_state)
-    session_id = records[0].session_id
-    writes = _tool_state_writes(session_id, ops)
-    rows = [_step_row(record) for record in last.values()]
-    upsert = (
-        " ON CONFLICT (session_id, key) DO UPDATE SET run_id = excluded.run_id, kind = excluded.kind,"
-        " replay = excluded.replay, status = excluded.status, fingerprint = excluded.fingerprint,"
-        " result = excluded.result, error = excluded.error, tool_state = excluded.tool_state"
-    )
+    folded = _FoldedSteps.of(records, streamed)
+    session_id, rows = folded.session_id, folded.rows
+    writes = _tool_state_writes(session_id, folded.ops)
     if d.fence_in_statement:  # one statement: ONE insert, so the rows take their ids in order
         values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, CAST(? AS INTEGER))"] * len(rows))
         writes.append(Write(
             f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT {_STEP_COLUMNS} FROM (VALUES {values})"
-            f" AS v ({_STEP_COLUMNS}, n) WHERE {{guard}} ORDER BY n{upsert}",
+            f" AS v ({_STEP_COLUMNS}, n) WHERE {{guard}} ORDER BY n{_STEP_UPSERT}",
             tuple(value for n, row in enumerate(rows) for value in (*row, n)),
         ))
     else:
         writes.extend(
-            Write(f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {{guard}}{upsert}", row,
-                  certain=True)
+            Write(f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {{guard}}{_STEP_UPSERT}",
+                  row, certain=True)
             for row in rows
         )
     writes.extend(
         Write(f"DELETE FROM {PARTIALS} WHERE session_id = ? AND step_key = ? AND {{guard}}", (session_id, key))
-        for key in last
-        if key in finished and (streamed is None or key in streamed)
+        for key in folded.dropped_partials
     )
     return writes
+
+
+MERGED_STEP_ROWS = 256  # rows per merged statement: 12 parameters each
+
+
+def mergeable_steps(
+    d: Dialect, records: Sequence[StepRecord], epoch: int | None, streamed: Collection[str] | None
+) -> MergeableSteps | None:
+    """`put_steps_plan(d, records, epoch, streamed)` as a `MergeableSteps`, where that is the same write
+    (a fenced write of one session's records, on a dialect whose writes are serialized)."""
+    if d.fence_in_statement or epoch is None or not records or len({r.session_id for r in records}) != 1:
+        return None
+    return MergeableSteps(records, epoch, streamed)
+
+
+@dataclass(frozen=True, slots=True)
+class MergeableSteps:
+    """`put_steps_plan`'s fenced write on SQLite, which a group-commit writer may run with the step
+    writes of other sessions queued with it (`merged`; why: `runtime._group_commit`)."""
+
+    records: Sequence[StepRecord]
+    epoch: int
+    streamed: Collection[str] | None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return ("session", self.records[0].session_id)
+
+    @staticmethod
+    def merged(group: Sequence[MergeableSteps]) -> Plan[list[Any] | None]:
+        """Every session's rows in one upsert, each row guarded by its session's fence, and their dropped
+        partials in one delete. A write that commits tool state is left `ALONE`; None when a fence
+        is stale (the row count tells)."""
+        folded = [_FoldedSteps.of(steps.records, steps.streamed) for steps in group]
+        merged = [(steps, f) for steps, f in zip(group, folded, strict=True) if not f.ops]
+        rows: list[tuple[Any, ...]] = []
+        for steps, f in merged:
+            rows.extend((*row, steps.epoch, len(rows) + i) for i, row in enumerate(f.rows))
+        columns = ", ".join(f"column{i}" for i in range(1, 11))  # VALUES names its columns column1, column2, ...
+        for start in range(0, len(rows), MERGED_STEP_ROWS):
+            chunk = rows[start : start + MERGED_STEP_ROWS]
+            changed = yield Query(
+                f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT {columns} FROM (VALUES"
+                f" {', '.join(['(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)'] * len(chunk))})"
+                f" WHERE EXISTS (SELECT 1 FROM {LEASES} WHERE session_id = column1 AND epoch = column11)"
+                f" ORDER BY column12{_STEP_UPSERT}",
+                tuple(value for row in chunk for value in row), "count",
+            )
+            if changed != len(chunk):
+                return None
+        dropped = [(f.session_id, key) for _, f in merged for key in f.dropped_partials]
+        for start in range(0, len(dropped), MERGED_STEP_ROWS):
+            chunk = dropped[start : start + MERGED_STEP_ROWS]
+            yield Query(f"DELETE FROM {PARTIALS} WHERE (session_id, step_key) IN (VALUES {', '.join(['(?, ?)'] * len(chunk))})",
+                        tuple(value for pair in chunk for value in pair))
+        return [ALONE if f.ops else None for f in folded]
 
 
 def _tool_state_writes(session_id: str, ops: Sequence[ToolStateOp]) -> list[Write]:
@@ -530,6 +603,17 @@ def commit_plan(d: Dialect, transition: RunTransition, cache: PrefixCache) -> Pl
     if transition.checkpoint is not None:
         return (yield from save_plan(cache, transition.checkpoint, None, d))
     return None
+
+
+def mergeable_commit(d: Dialect, transition: RunTransition, cache: PrefixCache) -> MergeableSave | None:
+    """`commit_plan(d, transition, cache)` as a `MergeableSave`, where that is the same write: a transition
+    that only saves a checkpoint, on a dialect whose fenced save checks the fence in its header write."""
+    checkpoint = transition.checkpoint
+    if d.fence_in_statement or checkpoint is None or _transition_writes(d, transition):
+        return None
+    session_id, epoch = transition.session_id, transition.epoch
+    guard = Guard(f"EXISTS ({_FENCE})", (session_id, epoch), StaleEpochError(session_id, epoch))
+    return MergeableSave(cache, checkpoint, None, ("session", session_id), guard)
 
 
 def _transition_writes(d: Dialect, transition: RunTransition) -> list[Write]:
