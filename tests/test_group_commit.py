@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +55,35 @@ def blocking(started: threading.Event, go: threading.Event) -> Plan:
     yield Query("INSERT INTO t (v) VALUES ('first')")
 
 
-async def batched(writer: GroupCommitSqlite, plans: list[Plan]) -> list[Any]:
+@dataclass(frozen=True)
+class Appended:
+    """A write that merges: `plan` inserts its value; `merged`, one INSERT for the whole group."""
+
+    key: str
+    value: str
+
+    def plan(self) -> Plan:
+        yield Query("INSERT INTO t (v) VALUES (?)", (self.value,))
+        return self.value
+
+    @staticmethod
+    def merged(group: Sequence[Appended]) -> Plan:
+        yield Query("INSERT INTO t (v) VALUES " + ", ".join(["(?)"] * len(group)), tuple(w.value for w in group))
+        return [w.value for w in group]
+
+
+class Tagged(Appended):
+    """Another type of write: it never merges with `Appended`."""
+
+
+async def batched(writer: GroupCommitSqlite, plans: list[Plan | Appended]) -> list[Any]:
     """Run `plans` as ONE batch: queued while the writer thread is held by another write."""
     started, go = threading.Event(), threading.Event()
     first = asyncio.ensure_future(writer.run(blocking(started, go), write=True))
     while not started.is_set():
         await asyncio.sleep(0.001)
-    waiting = [asyncio.ensure_future(writer.run(plan, write=True)) for plan in plans]
+    waiting = [asyncio.ensure_future(writer.run(plan.plan(), write=True, merge=plan) if isinstance(plan, Appended)
+                                     else writer.run(plan, write=True)) for plan in plans]
     await asyncio.sleep(0)  # every job is queued before the thread is let go
     go.set()
     await first
@@ -134,3 +157,20 @@ async def test_a_cancelled_waiter_does_not_stop_the_others(writer: GroupCommitSq
     await first
     assert await kept is None
     assert await writer.run(stored(), write=False) == ["first", "gone", "kept"]  # queued writes still commit
+
+
+async def test_writes_that_merge_keep_each_keys_order_and_stay_behind_a_write_that_does_not(
+    writer: GroupCommitSqlite,
+) -> None:
+    """Between two writes without `merge`, the n-th writes of every key form round n, and a round's
+    writes of one type run as one merged plan: k1's writes keep their order across types, and
+    none moves across the plain write."""
+    statements: list[str] = []
+    writer._conn.set_trace_callback(statements.append)
+    outcomes = await batched(writer, [
+        Appended("k1", "a1"), Appended("k2", "b1"), insert("p"),
+        Appended("k1", "a2"), Tagged("k1", "c"), Appended("k2", "b2"), Appended("k1", "a3"),
+    ])
+    assert outcomes == ["a1", "b1", None, "a2", "c", "b2", "a3"]
+    assert await writer.run(stored(), write=False) == ["first", "a1", "b1", "p", "a2", "b2", "c", "a3"]
+    assert len([sql for sql in statements if sql.startswith("INSERT")]) == 6  # first, a1+b1, p, a2+b2, c, a3
