@@ -478,3 +478,61 @@ async def test_a_stale_fence_among_merged_writes_refuses_only_its_own(db: Path, 
     for session in SESSIONS[:3] + SESSIONS[4:]:
         assert await other.inspect.steps(f"r-{session}") == [_tool_done(session)]
         assert await other.stores.checkpoints.load(f"r-{session}") == _answered(session)
+
+
+@pytest.mark.host_only("threads: the group-commit writer merges writes")
+async def test_runs_started_and_finished_together_share_their_statements(db: Path, opened: Callable[..., Any]) -> None:
+    """Twelve sessions claim, start a run (latest run, mark, first checkpoint) and finish it (checkpoint,
+    unmark) in batches: one fence check, one upsert of latest runs, one update of the marks, one
+    insert of new run heads per batch. A finish that opens an awakeable is written alone. Each
+    session ends as if its writes ran one by one."""
+    runtime = opened()
+    epochs = {s: (await runtime.lease.claim(s, stale_at=0)).epoch for s in SESSIONS}
+    hi = [{"role": "user", "content": "hi"}]
+    statements: list[str] = []
+    runtime._driver._conn.set_trace_callback(statements.append)
+    started = await queued_together(db, [
+        runtime.commit(RunTransition(s, epochs[s], checkpoint=_run_checkpoint(f"r-{s}", hi, 0), last_run=f"r-{s}",
+                                     mark=f"r-{s}"))
+        for s in SESSIONS
+    ])
+    assert started == [None] * len(SESSIONS)
+    assert [await runtime.lease.marked_run(s) for s in SESSIONS] == [f"r-{s}" for s in SESSIONS]
+    finished = await queued_together(db, [
+        runtime.commit(RunTransition(s, epochs[s], checkpoint=_answered(s), unmark=True,
+                                     awakeables=(("approve", "aw-s4"),) if s == "s4" else ()))
+        for s in SESSIONS
+    ])
+    assert finished == [None] * len(SESSIONS)
+    assert 1 <= len([s for s in statements if s.startswith("INSERT INTO durable_agent_last_runs")]) <= 3
+    assert 1 <= len([s for s in statements if s.startswith("INSERT INTO durable_agent_runs")]) <= 3
+    assert 2 <= len([s for s in statements if s.startswith("UPDATE durable_agent_leases")]) <= 6
+    fresh = opened()
+    for session in SESSIONS:
+        assert await fresh.stores.runs.last(session) == f"r-{session}"
+        assert await fresh.lease.marked_run(session) is None
+        assert await fresh.stores.checkpoints.load(f"r-{session}") == _answered(session)
+    assert [(a.id, a.session_id, a.key) for a in await fresh.inspect.awakeables()] == [("aw-s4", "s4", "approve")]
+    from durable_agent.stores.sqlite import SqliteCheckpointStore
+
+    with SqliteCheckpointStore(db) as store:  # the same tables: each run's step log holds both saves
+        assert [store.load_step(f"r-{s}", 0) for s in SESSIONS] == [_run_checkpoint(f"r-{s}", hi, 0) for s in SESSIONS]
+
+
+@pytest.mark.host_only("threads: the group-commit writer merges writes")
+async def test_a_new_run_whose_id_is_taken_falls_back_to_its_own_save(db: Path, opened: Callable[..., Any]) -> None:
+    """A run this process never saw is saved as a new run; when its id is taken (another process saved
+    it), the merged insert of new heads writes nothing and each start runs its own plan, which
+    replaces the stored run as a save does."""
+    runtime, other = opened(), opened()
+    epochs = {s: (await runtime.lease.claim(s, stale_at=0)).epoch for s in SESSIONS}
+    await other.stores.checkpoints.save(_run_checkpoint("r-s2", [{"role": "user", "content": "elsewhere"}], 5))
+    hi = [{"role": "user", "content": "hi"}]
+    started = await queued_together(db, [
+        runtime.commit(RunTransition(s, epochs[s], checkpoint=_run_checkpoint(f"r-{s}", hi, 0), last_run=f"r-{s}"))
+        for s in SESSIONS
+    ])
+    assert started == [None] * len(SESSIONS)
+    for session in SESSIONS:
+        assert await other.stores.checkpoints.load(f"r-{session}") == _run_checkpoint(f"r-{session}", hi, 0)
+        assert await other.stores.runs.last(session) == f"r-{session}"

@@ -538,3 +538,29 @@ def test_saves_of_one_run_in_a_batch_apply_in_order(db: Path) -> None:
         assert fresh.load("r0") == make_checkpoint("r0", 3, conversation(4))
         assert fresh.load_step("r0", 2) == make_checkpoint("r0", 2, conversation(3))
         assert [fresh.load(f"r{i}") for i in (1, 2)] == [make_checkpoint(f"r{i}", 2, conversation(3)) for i in (1, 2)]
+
+
+@needs_sqlite3
+@pytest.mark.host_only("threads")
+def test_first_saves_of_a_batch_share_their_statements_and_a_taken_id_saves_alone(db: Path) -> None:
+    """New runs' first saves in one batch insert their heads in one statement; a run another handle
+    saved meanwhile (unknown to this handle's cache) makes that insert write nothing, and each
+    save then runs its own plan, which replaces the stored run as a save does."""
+    statements: list[str] = []
+
+    async def scenario() -> list[Any]:
+        async with AsyncSqliteCheckpointStore(db) as store:
+            store._conn.set_trace_callback(statements.append)
+            first = await queued_together(db, [store.save(make_checkpoint(f"a{i}", 0, conversation(2)))
+                                               for i in range(10)])
+            heads = [sql for sql in statements if sql.startswith("INSERT INTO durable_agent_runs")]
+            assert 1 <= len(heads) <= 2, len(heads)  # the writer may take the first save alone
+            with SqliteCheckpointStore(db) as other:
+                other.save(make_checkpoint("b3", 4, conversation(6)))
+            return first + await queued_together(db, [store.save(make_checkpoint(f"b{i}", 0, conversation(2)))
+                                                      for i in range(10)])
+
+    assert asyncio.run(scenario()) == [None] * 20
+    with SqliteCheckpointStore(db) as fresh:
+        for name in [f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)]:
+            assert fresh.load(name) == make_checkpoint(name, 0, conversation(2)), name

@@ -25,7 +25,7 @@ Every statement sqlite3 runs releases the GIL and must take it back, and while t
 has work it holds the GIL for up to the interpreter's switch interval (5 ms). A batch of
 hundreds of writes at a few statements each then spends most of its time waiting for the
 GIL, and every run in the batch waits with it. A write that comes with a `Mergeable` (a
-checkpoint save that only appends, a fenced write of step records) runs with the ones of its
+store's checkpoint save, a runtime's step records or lifecycle commit) runs with the ones of its
 kind in the batch as one plan of a few statements for the whole group (`Mergeable.merged`),
 under a savepoint; when that plan cannot write them all, nothing of it is kept and each runs
 its own plan. Writes of one key keep their order (`_groups`).

@@ -15,7 +15,7 @@ the rows in order and decodes their bodies in batches (`_history.decode_batched`
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,8 @@ from .plan import ALONE, Dialect, Guard, Plan, Query, migrate_plan, run_async, r
 __all__ = [  # the plan machinery too: the checkpoint stores import this module as their `_sql`
     "Dialect",
     "MergeableSave",
+    "merge_row",
+    "merged_saves",
     "Plan",
     "Query",
     "delete_plan",
@@ -203,11 +205,12 @@ def _append_plan(
 
 @dataclass(frozen=True, slots=True)
 class _Append:
-    """What a save that only appends writes: its header row, the new message bodies, the stored head it follows."""
+    """What a save writes for one run: its header row, the message bodies it adds, and the stored head it
+    follows (`stored_revision` None: a new run's first save, `merge_row`)."""
 
     header_row: tuple[Any, ...]  # run_id, step_index, status, created_at, message_count, revision, header
     bodies: list[str]
-    stored_revision: int
+    stored_revision: int | None  # None: a new run's first save (`merge_row`)
     stored_count: int
 
     @property
@@ -227,81 +230,101 @@ class _Append:
         return cls(row, encode_messages(messages, stored_count), stored_revision, stored_count)
 
 
-MERGED_SAVES = 256  # saves per merged header UPDATE: 10 parameters each
+def merge_row(cache: PrefixCache, checkpoint: AgentCheckpoint, expected_step_index: int | None) -> _Append | None:
+    """What a merged save writes for `checkpoint` (`merged_saves`): an append to this process's last save
+    of its run, or a new run's first save (the cache knows nothing of it); None when the save
+    must run its own plan (the cache knows the run but the history is rewritten, or a new run
+    is saved with an expected step)."""
+    append = _Append.of(cache, checkpoint)
+    if append is not None or cache.revision(checkpoint.run_id) is not None or expected_step_index is not None:
+        return append
+    messages = checkpoint.messages
+    row = (checkpoint.run_id, checkpoint.step_index, checkpoint.status, checkpoint.created_at, len(messages),
+           new_revision(), encode_header(checkpoint))
+    return _Append(row, encode_messages(messages), None, 0)
+
+
+MERGED_SAVES = 256  # saves per merged header statement: 10 parameters each
 MERGED_ROWS = 1024  # rows per merged INSERT: at most 4 parameters each
+
+
+def merged_saves(saves: Sequence[tuple[_Append, int | None]]) -> Plan[bool]:
+    """Write `saves` (`merge_row`s of distinct runs, each with its expected step index) in a few statements
+    for all; False when a run is not as its row expects (another writer, a conflict, a new run
+    that exists): the caller then undoes the plan's writes (a savepoint).
+
+    As `save_plan`, a new run first drops rows a corrupt or foreign writer left under its id.
+    VALUES names its columns column1, column2, ...: run_id, step_index, status, created_at,
+    message_count, revision, header, then the stored revision and count an append follows and
+    the expected step index. (No ``WITH v (names)``: sqlite3 counts rows only for a statement
+    that begins with UPDATE or INSERT.)
+    """
+    appended = [(row, expected) for row, expected in saves if row.stored_revision is not None]
+    created = [row for row, _ in saves if row.stored_revision is None]
+    for start in range(0, len(appended), MERGED_SAVES):
+        chunk = appended[start : start + MERGED_SAVES]
+        changed = yield Query(
+            f"UPDATE {RUNS} SET step_index = v.column2, status = v.column3, created_at = v.column4,"
+            " message_count = v.column5, revision = v.column6, header = v.column7"
+            f" FROM (VALUES {', '.join(['(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)'] * len(chunk))}) AS v"
+            f" WHERE {RUNS}.run_id = v.column1 AND {RUNS}.revision = v.column8 AND {RUNS}.message_count = v.column9"
+            f" AND {RUNS}.step_index < v.column2 AND (v.column10 IS NULL OR {RUNS}.step_index = v.column10)",
+            tuple(value for row, expected in chunk for value in (
+                *row.header_row, row.stored_revision, row.stored_count, expected)),
+            "count",
+        )
+        if changed != len(chunk):
+            return False
+    for start in range(0, len(created), MERGED_SAVES):
+        runs = created[start : start + MERGED_SAVES]
+        changed = yield Query(
+            f"INSERT INTO {RUNS} (run_id, step_index, status, created_at, message_count, revision, header) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(runs)) + " ON CONFLICT (run_id) DO NOTHING",
+            tuple(value for row in runs for value in row.header_row), "count",
+        )
+        if changed != len(runs):
+            return False
+        ids = ", ".join(["(?)"] * len(runs))
+        for table in (MESSAGES, STEPS):
+            yield Query(f"DELETE FROM {table} WHERE run_id IN (VALUES {ids})", tuple(row.header_row[0] for row in runs))
+    written = [row for row, _ in saves]
+    messages = [(row.header_row[0], seq, body) for row in written for seq, body in enumerate(row.bodies, row.stored_count)]
+    yield from _insert_rows(f"INSERT INTO {MESSAGES} (run_id, seq, body) VALUES ", "(?, ?, ?)", messages, "")
+    yield from _insert_rows(
+        f"INSERT INTO {STEPS} (run_id, step_index, message_count, header) VALUES ", "(?, ?, ?, ?)",
+        [(h[0], h[1], h[4], h[6]) for h in (row.header_row for row in written)], _STEP_LOG_UPSERT,
+    )
+    return True
 
 
 @dataclass(frozen=True, slots=True)
 class MergeableSave:
-    """A checkpoint save that a group-commit writer may run together with others (`merged`).
+    """A checkpoint store's save that a group-commit writer may run together with others (`merged`).
 
     Every SQL statement the writer runs hands the GIL to the event loop and waits to get it
     back; a batch of hundreds of saves at three statements each waits most of its time on the
     GIL, and every run in the batch waits with it (`runtime._group_commit`). Saves of distinct
-    keys that each only append to this process's last save of their run are written together
-    in three statements for the whole group. `key`: what orders it among other writes (the
-    run id for a store; the session for a runtime, whose other writes are the session's).
+    runs that append to this process's last save of their run, or start a run, are written
+    together in a few statements for the whole group.
     """
 
     cache: PrefixCache
     checkpoint: AgentCheckpoint
     expected_step_index: int | None
-    key: Hashable
-    guard: Guard | None = None
+
+    @property
+    def key(self) -> str:
+        return self.checkpoint.run_id
 
     @staticmethod
     def merged(saves: Sequence[MergeableSave]) -> Plan[list[Any] | None]:
-        """`saves` as a few statements: their revisions, `ALONE` for a save this process did not make the
-        run's last one of (or that rewrites it, or whose guard is not the first save's), None when a
-        run changed (another writer) or a guard failed.
-
-        On None the caller must undo what this plan wrote (a savepoint) and run each save alone.
-        """
-        guard = saves[0].guard
-        appends = []
-        results: list[Any] = []
-        for save in saves:
-            same_guard = save.guard is None if guard is None else save.guard is not None and save.guard.sql == guard.sql
-            append = _Append.of(save.cache, save.checkpoint) if same_guard else None
-            if append is not None:
-                appends.append((save, append))
-            results.append(ALONE if append is None else append.revision)
-        # VALUES names its columns column1, column2, ...: run_id, step_index, status, created_at,
-        # message_count, revision, header, then the stored revision and count it follows, the
-        # expected step index, and the guard's parameters. (No ``WITH v (names)``: sqlite3 counts
-        # rows only for a statement that begins with UPDATE.)
-        checks = "" if guard is None else " AND " + _on_columns(guard.sql, 11)
-        width = 10 + (0 if guard is None else len(guard.params))
-        for start in range(0, len(appends), MERGED_SAVES):
-            chunk = appends[start : start + MERGED_SAVES]
-            changed = yield Query(
-                f"UPDATE {RUNS} SET step_index = v.column2, status = v.column3, created_at = v.column4,"
-                " message_count = v.column5, revision = v.column6, header = v.column7"
-                f" FROM (VALUES {', '.join(['(' + ', '.join(['?'] * width) + ')'] * len(chunk))}) AS v"
-                f" WHERE {RUNS}.run_id = v.column1 AND {RUNS}.revision = v.column8 AND {RUNS}.message_count = v.column9"
-                f" AND {RUNS}.step_index < v.column2 AND (v.column10 IS NULL OR {RUNS}.step_index = v.column10){checks}",
-                tuple(value for save, append in chunk for value in (
-                    *append.header_row, append.stored_revision, append.stored_count, save.expected_step_index,
-                    *(save.guard.params if save.guard is not None else ()))),
-                "count",
-            )
-            if changed != len(chunk):
-                return None
-        messages = [(append.header_row[0], seq, body) for _, append in appends
-                    for seq, body in enumerate(append.bodies, append.stored_count)]
-        yield from _insert_rows(f"INSERT INTO {MESSAGES} (run_id, seq, body) VALUES ", "(?, ?, ?)", messages, "")
-        yield from _insert_rows(
-            f"INSERT INTO {STEPS} (run_id, step_index, message_count, header) VALUES ", "(?, ?, ?, ?)",
-            [(row[0], row[1], row[4], row[6]) for row in (append.header_row for _, append in appends)],
-            _STEP_LOG_UPSERT,
-        )
-        return results
-
-
-def _on_columns(sql: str, first: int) -> str:
-    """`sql` with its ``?`` placeholders turned into the merged VALUES' columns, from column `first` on."""
-    parts = sql.split("?")
-    return "".join(part + (f"v.column{first + i}" if i < len(parts) - 1 else "") for i, part in enumerate(parts))
+        """`saves` as a few statements: their revisions (`ALONE` for one `merge_row` leaves to its own plan),
+        or None when `merged_saves` found a run not as expected."""
+        rows = [merge_row(save.cache, save.checkpoint, save.expected_step_index) for save in saves]
+        merged = [(row, save.expected_step_index) for row, save in zip(rows, saves, strict=True) if row is not None]
+        if not (yield from merged_saves(merged)):
+            return None
+        return [ALONE if row is None else row.revision for row in rows]
 
 
 def _insert_rows(insert: str, row: str, rows: Sequence[tuple[Any, ...]], suffix: str) -> Plan[None]:

@@ -43,7 +43,7 @@ from ..runtime.records import (
     ToolStateOp,
 )
 from ..stores._history import PrefixCache, encode_header, encode_messages, new_revision
-from .checkpoints import MESSAGES, RUNS, STEPS as STEP_LOG, MergeableSave, save_plan
+from .checkpoints import MESSAGES, RUNS, STEPS as STEP_LOG, merge_row, merged_saves, save_plan
 from .journal_schema import AWAKEABLES, LAST_RUNS, LEASES, PARTIALS, QUEUES, STEPS, SUBMISSIONS, TOOL_STATE
 from .plan import ALONE, Dialect, Guard, Plan, Query
 
@@ -290,30 +290,40 @@ class MergeableSteps:
     def merged(group: Sequence[MergeableSteps]) -> Plan[list[Any] | None]:
         """Every session's rows in one upsert, each row guarded by its session's fence, and their dropped
         partials in one delete. A write that commits tool state is left `ALONE`; None when a fence
-        is stale (the row count tells)."""
+        is stale."""
         folded = [_FoldedSteps.of(steps.records, steps.streamed) for steps in group]
-        merged = [(steps, f) for steps, f in zip(group, folded, strict=True) if not f.ops]
-        rows: list[tuple[Any, ...]] = []
-        for steps, f in merged:
-            rows.extend((*row, steps.epoch, len(rows) + i) for i, row in enumerate(f.rows))
-        columns = ", ".join(f"column{i}" for i in range(1, 11))  # VALUES names its columns column1, column2, ...
-        for start in range(0, len(rows), MERGED_STEP_ROWS):
-            chunk = rows[start : start + MERGED_STEP_ROWS]
-            changed = yield Query(
-                f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT {columns} FROM (VALUES"
-                f" {', '.join(['(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)'] * len(chunk))})"
-                f" WHERE EXISTS (SELECT 1 FROM {LEASES} WHERE session_id = column1 AND epoch = column11)"
-                f" ORDER BY column12{_STEP_UPSERT}",
-                tuple(value for row in chunk for value in row), "count",
-            )
-            if changed != len(chunk):
-                return None
-        dropped = [(f.session_id, key) for _, f in merged for key in f.dropped_partials]
-        for start in range(0, len(dropped), MERGED_STEP_ROWS):
-            chunk = dropped[start : start + MERGED_STEP_ROWS]
-            yield Query(f"DELETE FROM {PARTIALS} WHERE (session_id, step_key) IN (VALUES {', '.join(['(?, ?)'] * len(chunk))})",
-                        tuple(value for pair in chunk for value in pair))
+        merged = [(f, steps.epoch) for steps, f in zip(group, folded, strict=True) if not f.ops]
+        if not (yield from _merged_steps(merged)):
+            return None
         return [ALONE if f.ops else None for f in folded]
+
+
+def _merged_steps(sessions: Sequence[tuple[_FoldedSteps, int]]) -> Plan[bool]:
+    """The rows of `sessions` (each folded with its lease epoch) in one upsert per chunk, each row guarded
+    by its session's fence, then their dropped partials in one delete; False when a fence is stale
+    (the row count tells). VALUES names its columns column1, column2, ...: the step columns, the
+    epoch, the row's place."""
+    rows: list[tuple[Any, ...]] = []
+    for folded, epoch in sessions:
+        rows.extend((*row, epoch, len(rows) + i) for i, row in enumerate(folded.rows))
+    columns = ", ".join(f"column{i}" for i in range(1, 11))
+    for start in range(0, len(rows), MERGED_STEP_ROWS):
+        chunk = rows[start : start + MERGED_STEP_ROWS]
+        changed = yield Query(
+            f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT {columns} FROM (VALUES"
+            f" {', '.join(['(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)'] * len(chunk))})"
+            f" WHERE EXISTS (SELECT 1 FROM {LEASES} WHERE session_id = column1 AND epoch = column11)"
+            f" ORDER BY column12{_STEP_UPSERT}",
+            tuple(value for row in chunk for value in row), "count",
+        )
+        if changed != len(chunk):
+            return False
+    dropped = [(folded.session_id, key) for folded, _ in sessions for key in folded.dropped_partials]
+    for start in range(0, len(dropped), MERGED_STEP_ROWS):
+        chunk = dropped[start : start + MERGED_STEP_ROWS]
+        yield Query(f"DELETE FROM {PARTIALS} WHERE (session_id, step_key) IN (VALUES {', '.join(['(?, ?)'] * len(chunk))})",
+                    tuple(value for pair in chunk for value in pair))
+    return True
 
 
 def _tool_state_writes(session_id: str, ops: Sequence[ToolStateOp]) -> list[Write]:
@@ -605,15 +615,84 @@ def commit_plan(d: Dialect, transition: RunTransition, cache: PrefixCache) -> Pl
     return None
 
 
-def mergeable_commit(d: Dialect, transition: RunTransition, cache: PrefixCache) -> MergeableSave | None:
-    """`commit_plan(d, transition, cache)` as a `MergeableSave`, where that is the same write: a transition
-    that only saves a checkpoint, on a dialect whose fenced save checks the fence in its header write."""
-    checkpoint = transition.checkpoint
-    if d.fence_in_statement or checkpoint is None or _transition_writes(d, transition):
-        return None
-    session_id, epoch = transition.session_id, transition.epoch
-    guard = Guard(f"EXISTS ({_FENCE})", (session_id, epoch), StaleEpochError(session_id, epoch))
-    return MergeableSave(cache, checkpoint, None, ("session", session_id), guard)
+def mergeable_commit(d: Dialect, transition: RunTransition, cache: PrefixCache) -> MergeableCommit | None:
+    """`commit_plan(d, transition, cache)` as a `MergeableCommit`, on a dialect whose writes are serialized."""
+    return None if d.fence_in_statement else MergeableCommit(transition, cache)
+
+
+@dataclass(frozen=True, slots=True)
+class MergeableCommit:
+    """`commit_plan`'s transition on SQLite, which a group-commit writer may run with the transitions of
+    other sessions queued with it (`merged`; why: `runtime._group_commit`)."""
+
+    transition: RunTransition
+    cache: PrefixCache
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return ("session", self.transition.session_id)
+
+    @staticmethod
+    def merged(group: Sequence[MergeableCommit]) -> Plan[list[Any] | None]:
+        """The transitions of `group` as a few statements: one fence check for all, then each kind of write
+        (steps, latest runs, marks, checkpoints) once for all. A transition that opens awakeables,
+        commits tool state, or whose checkpoint `merge_row` leaves alone is `ALONE`. Answers each
+        checkpoint's revision (None without one), or None when a fence is stale or a run changed."""
+        parts = [_CommitParts.of(commit) for commit in group]
+        merged = [(commit.transition, part) for commit, part in zip(group, parts, strict=True) if part is not None]
+        if merged:
+            fences = [(transition.session_id, transition.epoch) for transition, _ in merged]
+            held = yield Query(
+                f"SELECT count(*) FROM (VALUES {', '.join(['(?, ?)'] * len(fences))}) AS v"
+                f" JOIN {LEASES} AS l ON l.session_id = v.column1 AND l.epoch = v.column2",
+                tuple(value for fence in fences for value in fence), "one",
+            )
+            if held[0] != len(fences):
+                return None
+            steps = [(part.steps, transition.epoch) for transition, part in merged if part.steps is not None]
+            if not (yield from _merged_steps(steps)):
+                return None
+            last_runs = [(t.session_id, t.last_run) for t, _ in merged if t.last_run is not None]
+            if last_runs:
+                yield Query(
+                    f"INSERT INTO {LAST_RUNS} (session_id, run_id) VALUES {', '.join(['(?, ?)'] * len(last_runs))}"
+                    " ON CONFLICT (session_id) DO UPDATE SET run_id = excluded.run_id",
+                    tuple(value for pair in last_runs for value in pair),
+                )
+            marks = [(t.session_id, t.mark) for t, _ in merged if t.mark is not None or t.unmark]
+            if marks:
+                yield Query(
+                    f"UPDATE {LEASES} SET resumable_run = v.column2 FROM (VALUES {', '.join(['(?, ?)'] * len(marks))})"
+                    f" AS v WHERE {LEASES}.session_id = v.column1",
+                    tuple(value for pair in marks for value in pair),
+                )
+            if not (yield from merged_saves([(part.save, None) for _, part in merged if part.save is not None])):
+                return None
+        return [ALONE if part is None else None if part.save is None else part.save.revision for part in parts]
+
+
+@dataclass(frozen=True, slots=True)
+class _CommitParts:
+    """What a merged transition writes besides its fence and its lease columns: its folded steps, its checkpoint."""
+
+    steps: _FoldedSteps | None
+    save: Any  # the checkpoint's `merge_row`, or None without a checkpoint
+
+    @classmethod
+    def of(cls, commit: MergeableCommit) -> _CommitParts | None:
+        """None when the transition must run its own plan."""
+        transition = commit.transition
+        if transition.awakeables:
+            return None
+        steps = _FoldedSteps.of(transition.steps, None) if transition.steps else None
+        if steps is not None and steps.ops:
+            return None
+        save = None
+        if transition.checkpoint is not None:
+            save = merge_row(commit.cache, transition.checkpoint, None)
+            if save is None:
+                return None
+        return cls(steps, save)
 
 
 def _transition_writes(d: Dialect, transition: RunTransition) -> list[Write]:

@@ -202,7 +202,7 @@ class _SqliteStore(StoreLogic):
         try:
             revision = await self._run(
                 True, lambda: _sql.save_plan(self._cache, checkpoint, expected, _DIALECT), checkpoint.run_id,
-                _sql.MergeableSave(self._cache, checkpoint, expected, checkpoint.run_id),
+                _sql.MergeableSave(self._cache, checkpoint, expected),
             )
         except BaseException:
             self._cache.forget(checkpoint.run_id)  # the rows are unknown now: the next save re-reads them
