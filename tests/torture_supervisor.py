@@ -113,6 +113,7 @@ def supervise(spec: str, ledger: Path, *, sessions: list[str], prompts: int, wor
         env = {"TORTURE_DIE_AFTER_WRITES": str(rng.randint(1, 30))} if mode == "aimed" else {}
         if mode == "in-tool":
             env["TORTURE_DIE_IN_TOOL"] = "0.3"
+        env["TORTURE_CONCURRENCY"] = str(rng.choice([1, 4]))  # one session at a time, or several as a server
         return _spawn(spec, ledger, prompts, sessions, env), mode
 
     pool = [fresh() for _ in range(workers)]

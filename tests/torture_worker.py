@@ -2,8 +2,9 @@
 
 Each session runs `PROMPTS` prompts, one run each; each run does `TURNS` rounds of a safe read
 and an unsafe charge in parallel, then answers. Every model request and every tool effect is
-appended, one JSON line each, to a ledger that is not the journal (O_APPEND writes of one
-line: whole lines, in the order they happened). The supervisor (tests/test_crash_journal.py,
+appended, one JSON line each, to a ledger that is not the journal (one O_APPEND write per
+line, in the order they happened; a reader may see a line half written, and a kill may leave
+one torn: `torture_supervisor.ledger_entries`). The supervisor (tests/test_crash_journal.py,
 benches/soak_crash.py) SIGKILLs and SIGSTOPs workers and starts new ones.
 
     python tests/torture_worker.py RUNTIME LEDGER PROMPTS SESSION [SESSION ...]
@@ -14,6 +15,9 @@ RUNTIME is ``sqlite:<path>`` or ``postgres:<conninfo>``. Deaths the worker aims 
   step records, lifecycle commits...), so a death lands exactly between two commits;
 * ``TORTURE_DIE_IN_TOOL=p``: each tool call SIGKILLs itself with probability p, half of the
   time before its effect, half after it (the effect logged, its done record not yet written).
+
+``TORTURE_CONCURRENCY=n`` drives n sessions at once, as a server does (default 1): their writes
+then share the SQLite writer's batches and merged statements (`runtime._group_commit`).
 """
 
 from __future__ import annotations
@@ -153,25 +157,38 @@ async def drive(spec: str, ledger: str, prompts: int, sessions: list[str]) -> No
     die_in_tool = float(os.environ.get("TORTURE_DIE_IN_TOOL", "0"))
     rng = random.Random(os.getpid())
     done: set[str] = set()
-    while len(done) < len(sessions):
-        for session in rng.sample(sessions, len(sessions)):
-            if session in done:
-                continue
-            model, tools = build(ledger, session, delay=0.003, die_in_tool=die_in_tool, rng=rng)
-            agent = Agent(model=model, tools=tools, session_id=session,
-                          durable=DurableOptions(runtime, on_interrupted="resume", stale_after_ms=STALE_AFTER_MS))
-            try:
-                await agent.resume()
-                answered = await prompts_answered(runtime, session)
-                if answered >= prompts:
-                    done.add(session)
-                else:  # another worker may run this prompt meanwhile: its run id makes the start idempotent
-                    await agent.run(prompt_text(answered), run_id=f"{session}/{answered}")
-            except RunExistsError:
-                pass  # started elsewhere (and, if it was interrupted, finished by this call's recovery)
-            except (RunLeaseHeldError, StaleEpochError) as exc:
-                log(ledger, kind="refused", session=session, error=type(exc).__name__)
-                await asyncio.sleep(0.02)  # another worker has it: come back later
+
+    async def driver() -> None:
+        while len(done) < len(sessions):
+            for session in rng.sample(sessions, len(sessions)):
+                if session in done or session in busy:
+                    continue
+                busy.add(session)
+                try:
+                    await step(session)
+                finally:
+                    busy.discard(session)
+            await asyncio.sleep(0)
+
+    async def step(session: str) -> None:
+        model, tools = build(ledger, session, delay=0.003, die_in_tool=die_in_tool, rng=rng)
+        agent = Agent(model=model, tools=tools, session_id=session,
+                      durable=DurableOptions(runtime, on_interrupted="resume", stale_after_ms=STALE_AFTER_MS))
+        try:
+            await agent.resume()
+            answered = await prompts_answered(runtime, session)
+            if answered >= prompts:
+                done.add(session)
+            else:  # another worker may run this prompt meanwhile: its run id makes the start idempotent
+                await agent.run(prompt_text(answered), run_id=f"{session}/{answered}")
+        except RunExistsError:
+            pass  # started elsewhere (and, if it was interrupted, finished by this call's recovery)
+        except (RunLeaseHeldError, StaleEpochError) as exc:
+            log(ledger, kind="refused", session=session, error=type(exc).__name__)
+            await asyncio.sleep(0.02)  # another worker has it: come back later
+
+    busy: set[str] = set()  # sessions a driver of this process is on
+    await asyncio.gather(*(driver() for _ in range(int(os.environ.get("TORTURE_CONCURRENCY", "1")))))
 
 
 if __name__ == "__main__":
