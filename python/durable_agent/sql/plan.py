@@ -2,11 +2,12 @@
 
 A plan yields each statement as a `Query` and receives its result (the first row or None
 for ``fetch="one"``, every row for ``"all"``, the number of rows it changed for ``"count"``,
-None otherwise); its return value is the
-operation's answer. A driver runs a plan inside one transaction: `run_sync` on a DB-API
-cursor (sqlite3, psycopg), `run_async` on psycopg's async cursor. Plans take no locks of
-their own and touch no connection, so a driver may batch them (SQLite's group commit) or
-pipeline them (Postgres).
+None otherwise); its return value is the operation's answer. A driver runs a plan inside
+one transaction: `run_sync` on a DB-API cursor (sqlite3, psycopg), `run_async` on psycopg's
+async cursor. Plans take no locks of their own and touch no connection, so a driver may
+batch them (SQLite's group commit) or pipeline them (Postgres). A write may also come as a
+`Mergeable`: the same write in a form a batching driver runs together with others of its
+kind, in a few statements for all of them.
 
 `Plan[T]` is a plan returning T; a bare `Plan` returns Any. Statements are written with ``?``
 placeholders; `Dialect` holds what differs between SQLite and Postgres.
