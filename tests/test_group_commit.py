@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from durable_agent.runtime._group_commit import GroupCommitSqlite
-from durable_agent.sql.plan import SQLITE, Plan, Query
+from durable_agent.sql.plan import SQLITE, Plan, Query, chunks
 
 pytestmark = pytest.mark.host_only("a connection thread over sqlite3 (Pyodide has no threads: InlineSqlite)")
 
@@ -174,3 +174,11 @@ async def test_writes_that_merge_keep_each_keys_order_and_stay_behind_a_write_th
     assert outcomes == ["a1", "b1", None, "a2", "c", "b2", "a3"]
     assert await writer.run(stored(), write=False) == ["first", "a1", "b1", "p", "a2", "b2", "c", "a3"]
     assert len([sql for sql in statements if sql.startswith("INSERT")]) == 6  # first, a1+b1, p, a2+b2, c, a3
+
+
+def test_merged_statements_come_in_a_few_sizes() -> None:
+    """sqlite3 caches a prepared statement per text: merged rows go in chunks of a few fixed sizes."""
+    sizes = [len(chunk) for chunk in chunks(list(range(700)), 256)]
+    assert sizes == [256, 256, 128, 32, 16, 8, 4]
+    assert [list(chunk) for chunk in chunks(list(range(7)), 4)] == [[0, 1, 2, 3], [4, 5], [6]]
+    assert list(chunks([], 256)) == []

@@ -30,7 +30,7 @@ from ..stores._history import (
     rebuild,
 )
 from ..stores._validate import page, prunable, readable_id, readable_ids
-from .plan import ALONE, Dialect, Guard, Plan, Query, migrate_plan, run_async, run_sync
+from .plan import ALONE, Dialect, Guard, Plan, Query, chunks, migrate_plan, run_async, run_sync
 
 __all__ = [  # the plan machinery too: the checkpoint stores import this module as their `_sql`
     "Dialect",
@@ -244,8 +244,8 @@ def merge_row(cache: PrefixCache, checkpoint: AgentCheckpoint, expected_step_ind
     return _Append(row, encode_messages(messages), None, 0)
 
 
-MERGED_SAVES = 256  # saves per merged header statement: 10 parameters each
-MERGED_ROWS = 1024  # rows per merged INSERT: at most 4 parameters each
+MERGED_SAVES = 256  # saves per merged header statement (a power of 2: `chunks`): 10 parameters each
+MERGED_ROWS = 1024  # rows per merged INSERT (a power of 2): at most 4 parameters each
 
 
 def merged_saves(saves: Sequence[tuple[_Append, int | None]]) -> Plan[bool]:
@@ -261,8 +261,7 @@ def merged_saves(saves: Sequence[tuple[_Append, int | None]]) -> Plan[bool]:
     """
     appended = [(row, expected) for row, expected in saves if row.stored_revision is not None]
     created = [row for row, _ in saves if row.stored_revision is None]
-    for start in range(0, len(appended), MERGED_SAVES):
-        chunk = appended[start : start + MERGED_SAVES]
+    for chunk in chunks(appended, MERGED_SAVES):
         changed = yield Query(
             f"UPDATE {RUNS} SET step_index = v.column2, status = v.column3, created_at = v.column4,"
             " message_count = v.column5, revision = v.column6, header = v.column7"
@@ -275,8 +274,7 @@ def merged_saves(saves: Sequence[tuple[_Append, int | None]]) -> Plan[bool]:
         )
         if changed != len(chunk):
             return False
-    for start in range(0, len(created), MERGED_SAVES):
-        runs = created[start : start + MERGED_SAVES]
+    for runs in chunks(created, MERGED_SAVES):
         changed = yield Query(
             f"INSERT INTO {RUNS} (run_id, step_index, status, created_at, message_count, revision, header) VALUES "
             + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(runs)) + " ON CONFLICT (run_id) DO NOTHING",
@@ -329,8 +327,7 @@ class MergeableSave:
 
 def _insert_rows(insert: str, row: str, rows: Sequence[tuple[Any, ...]], suffix: str) -> Plan[None]:
     """`rows` inserted `MERGED_ROWS` per statement."""
-    for start in range(0, len(rows), MERGED_ROWS):
-        chunk = rows[start : start + MERGED_ROWS]
+    for chunk in chunks(rows, MERGED_ROWS):
         yield Query(insert + ", ".join([row] * len(chunk)) + suffix, tuple(value for r in chunk for value in r))
 
 

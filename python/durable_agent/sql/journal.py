@@ -45,7 +45,7 @@ from ..runtime.records import (
 from ..stores._history import PrefixCache, encode_header, encode_messages, new_revision
 from .checkpoints import MESSAGES, RUNS, STEPS as STEP_LOG, merge_row, merged_saves, save_plan
 from .journal_schema import AWAKEABLES, LAST_RUNS, LEASES, PARTIALS, QUEUES, STEPS, SUBMISSIONS, TOOL_STATE
-from .plan import ALONE, Dialect, Guard, Plan, Query
+from .plan import ALONE, Dialect, Guard, Plan, Query, chunks
 
 
 def _text(value: Any) -> str:
@@ -260,7 +260,7 @@ def _step_writes(d: Dialect, records: Sequence[StepRecord], streamed: Collection
     return writes
 
 
-MERGED_STEP_ROWS = 256  # rows per merged statement: 12 parameters each
+MERGED_STEP_ROWS = 256  # rows per merged statement (a power of 2: `chunks`): 12 parameters each
 
 
 def mergeable_steps(
@@ -307,8 +307,7 @@ def _merged_steps(sessions: Sequence[tuple[_FoldedSteps, int]]) -> Plan[bool]:
     for folded, epoch in sessions:
         rows.extend((*row, epoch, len(rows) + i) for i, row in enumerate(folded.rows))
     columns = ", ".join(f"column{i}" for i in range(1, 11))
-    for start in range(0, len(rows), MERGED_STEP_ROWS):
-        chunk = rows[start : start + MERGED_STEP_ROWS]
+    for chunk in chunks(rows, MERGED_STEP_ROWS):
         changed = yield Query(
             f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT {columns} FROM (VALUES"
             f" {', '.join(['(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)'] * len(chunk))})"
@@ -319,10 +318,9 @@ def _merged_steps(sessions: Sequence[tuple[_FoldedSteps, int]]) -> Plan[bool]:
         if changed != len(chunk):
             return False
     dropped = [(folded.session_id, key) for folded, _ in sessions for key in folded.dropped_partials]
-    for start in range(0, len(dropped), MERGED_STEP_ROWS):
-        chunk = dropped[start : start + MERGED_STEP_ROWS]
-        yield Query(f"DELETE FROM {PARTIALS} WHERE (session_id, step_key) IN (VALUES {', '.join(['(?, ?)'] * len(chunk))})",
-                    tuple(value for pair in chunk for value in pair))
+    for pairs in chunks(dropped, MERGED_STEP_ROWS):
+        yield Query(f"DELETE FROM {PARTIALS} WHERE (session_id, step_key) IN (VALUES {', '.join(['(?, ?)'] * len(pairs))})",
+                    tuple(value for pair in pairs for value in pair))
     return True
 
 
@@ -641,26 +639,26 @@ class MergeableCommit:
         parts = [_CommitParts.of(commit) for commit in group]
         merged = [(commit.transition, part) for commit, part in zip(group, parts, strict=True) if part is not None]
         if merged:
-            fences = [(transition.session_id, transition.epoch) for transition, _ in merged]
-            held = yield Query(
-                f"SELECT count(*) FROM (VALUES {', '.join(['(?, ?)'] * len(fences))}) AS v"
-                f" JOIN {LEASES} AS l ON l.session_id = v.column1 AND l.epoch = v.column2",
-                tuple(value for fence in fences for value in fence), "one",
-            )
-            if held[0] != len(fences):
-                return None
+            for fences in chunks([(t.session_id, t.epoch) for t, _ in merged], MERGED_STEP_ROWS):
+                held = yield Query(
+                    f"SELECT count(*) FROM (VALUES {', '.join(['(?, ?)'] * len(fences))}) AS v"
+                    f" JOIN {LEASES} AS l ON l.session_id = v.column1 AND l.epoch = v.column2",
+                    tuple(value for fence in fences for value in fence), "one",
+                )
+                if held[0] != len(fences):
+                    return None
             steps = [(part.steps, transition.epoch) for transition, part in merged if part.steps is not None]
             if not (yield from _merged_steps(steps)):
                 return None
-            last_runs = [(t.session_id, t.last_run) for t, _ in merged if t.last_run is not None]
-            if last_runs:
+            for last_runs in chunks([(t.session_id, t.last_run) for t, _ in merged if t.last_run is not None],
+                                    MERGED_STEP_ROWS):
                 yield Query(
                     f"INSERT INTO {LAST_RUNS} (session_id, run_id) VALUES {', '.join(['(?, ?)'] * len(last_runs))}"
                     " ON CONFLICT (session_id) DO UPDATE SET run_id = excluded.run_id",
                     tuple(value for pair in last_runs for value in pair),
                 )
-            marks = [(t.session_id, t.mark) for t, _ in merged if t.mark is not None or t.unmark]
-            if marks:
+            for marks in chunks([(t.session_id, t.mark) for t, _ in merged if t.mark is not None or t.unmark],
+                                MERGED_STEP_ROWS):
                 yield Query(
                     f"UPDATE {LEASES} SET resumable_run = v.column2 FROM (VALUES {', '.join(['(?, ?)'] * len(marks))})"
                     f" AS v WHERE {LEASES}.session_id = v.column1",

@@ -15,7 +15,7 @@ placeholders; `Dialect` holds what differs between SQLite and Postgres.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Hashable, Mapping, Sequence
+from collections.abc import Generator, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -70,6 +70,24 @@ class Mergeable(Protocol):
 
 
 ALONE: Any = object()  # what `Mergeable.merged` answers for a write it did not make
+
+R = TypeVar("R")
+
+
+def chunks(rows: Sequence[R], largest: int) -> Iterator[Sequence[R]]:
+    """`rows` in consecutive chunks of `largest` rows, then of the powers of 2 below it that the rest
+    holds, largest first (`largest` a power of 2): 700 rows by 256 are 256, 256, 128, 32, 16, 8, 4.
+
+    A merged statement's text depends on its number of rows, and sqlite3 keeps a prepared
+    statement per text (128 of them; ~100 KB each for the largest): a few fixed sizes keep
+    that cache small, where one text per row count grew a busy process by ~20 MB.
+    """
+    start, size = 0, largest
+    while start < len(rows):
+        while size > len(rows) - start:
+            size //= 2
+        yield rows[start : start + size]
+        start += size
 
 
 @dataclass(frozen=True, slots=True)
