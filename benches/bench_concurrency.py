@@ -34,7 +34,11 @@ per-step overhead over no durability (N=1, median of 5 runs each) as a multiple 
 cost of one commit on the same disk (WAL, ``synchronous=FULL`` as the runtime, one small row).
 
     .venv/bin/python benches/bench_concurrency.py [--n 1,10,100,1000] [--variants none,sqlite,langgraph-sqlite]
-        [--against OTHER_CHECKOUT]
+        [--against OTHER_CHECKOUT] [--gc 50000,20,100]
+
+``--gc`` sets the cyclic collector's thresholds (`gc.set_threshold`) in every variant: at N=1,000
+the collector is a third or more of every variant's time, and a server holding that many runs
+may raise them (README, "Operate it").
 
 Each row's "wall vs none" divides by a ``none`` run made just before that row, so a load that
 drifts on a shared machine does not enter the ratio. ``--against`` runs every variant but ``none``
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib.metadata
 import json
 import operator
@@ -356,10 +361,13 @@ def single_run_multiple() -> None:
           f" {overhead / commit['commit_s']:.1f}x one commit on this disk ({commit['commit_s'] * 1000:.2f} ms)")
 
 
+GC = ""  # --gc: the collector's thresholds in every child ("" leaves Python's defaults)
+
+
 def run_child(name: str, n: int, tree: str | None = None) -> dict[str, Any] | None:
     env = {**os.environ, "DURABLE_AGENT_BENCH_TREE": tree} if tree else None
-    out = subprocess.run([sys.executable, __file__, "--child", name, "--n", str(n)], capture_output=True, text=True,
-                         timeout=1800, env=env)
+    out = subprocess.run([sys.executable, __file__, "--child", name, "--n", str(n), "--gc", GC], capture_output=True,
+                         text=True, timeout=1800, env=env)
     if out.returncode != 0:
         print(f"  {name} N={n}: failed: {out.stderr.strip().splitlines()[-1:]}")
         return None
@@ -387,7 +395,12 @@ def main() -> None:
                                                "langgraph-sqlite,langgraph-postgres")
     parser.add_argument("--child")
     parser.add_argument("--against", help="another checkout: its rows follow ours, marked '@other'")
+    parser.add_argument("--gc", default="", help="gc.set_threshold for every variant, e.g. 50000,20,100")
     args = parser.parse_args()
+    if args.gc:
+        gc.set_threshold(*(int(t) for t in args.gc.split(",")))
+        global GC
+        GC = args.gc
     if args.child:
         with tempfile.TemporaryDirectory() as tmp:
             n = int(args.n)
