@@ -27,7 +27,7 @@ import torture_supervisor
 pytestmark = pytest.mark.host_only("spawns and SIGKILLs worker processes")
 
 SESSIONS = [f"account-{i}" for i in range(10)]
-PROMPTS = 8
+PROMPTS = 12  # enough work that the ~50 kills land before the sessions finish, four at a time per worker
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -101,7 +101,7 @@ def supervise(spec: str, ledger: Path, *, sessions: list[str], prompts: int, wor
     """Run workers until one exits 0 (every session done), killing them `kills` times on the way.
 
     Most new workers aim a death at themselves (between two commits, or inside a tool); the
-    supervisor adds random kills of busy workers, and every tenth of its events is a stall
+    supervisor adds random kills of busy workers, and its first event and every tenth after it is a stall
     instead (not counted as a kill).
     """
     rng = random.Random(seed)
@@ -142,7 +142,7 @@ def supervise(spec: str, ledger: Path, *, sessions: list[str], prompts: int, wor
                 continue
             events += 1
             mark = ledger.stat().st_size
-            if events % 10 == 0:  # a stall: the lease lapses, another worker claims, then it wakes up
+            if events % 10 == 1:  # a stall (the first event, then every tenth): the lease lapses, another worker claims
                 victim.send_signal(signal.SIGSTOP)
                 time.sleep(torture_worker.STALE_AFTER_MS / 1000 + 0.6)
                 victim.send_signal(signal.SIGCONT)
