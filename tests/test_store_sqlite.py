@@ -564,3 +564,30 @@ def test_first_saves_of_a_batch_share_their_statements_and_a_taken_id_saves_alon
     with SqliteCheckpointStore(db) as fresh:
         for name in [f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)]:
             assert fresh.load(name) == make_checkpoint(name, 0, conversation(2)), name
+
+
+@needs_sqlite3
+@pytest.mark.host_only("threads")
+def test_a_full_disk_fails_every_save_of_the_batch_with_its_cause_and_the_next_saves_heal(db: Path) -> None:
+    """The merged write and then each save alone meet the full file: every waiter learns why, nothing of
+    the batch is kept, and once there is room the runs save again (their cache was dropped)."""
+    big = [{"role": "user", "content": "x" * 200_000}]
+
+    async def scenario() -> list[Any]:
+        async with AsyncSqliteCheckpointStore(db) as store:
+            for i in range(6):
+                await store.save(make_checkpoint(f"r{i}", 1, conversation(2)))
+            pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+            store._conn.execute(f"PRAGMA max_page_count = {pages + 2}")
+            full = await queued_together(db, [store.save(make_checkpoint(f"r{i}", 2, [*conversation(2), *big]))
+                                              for i in range(6)])
+            store._conn.execute("PRAGMA max_page_count = 1073741823")
+            healed = await queued_together(db, [store.save(make_checkpoint(f"r{i}", 2, conversation(3)))
+                                                for i in range(6)])
+            return [*full, *healed]
+
+    results = asyncio.run(scenario())
+    assert all(isinstance(r, sqlite3.OperationalError) and "full" in str(r) for r in results[:6]), results[:6]
+    assert results[6:] == [None] * 6
+    with SqliteCheckpointStore(db) as fresh:
+        assert [fresh.load(f"r{i}") for i in range(6)] == [make_checkpoint(f"r{i}", 2, conversation(3)) for i in range(6)]
