@@ -35,6 +35,7 @@ from .plan import ALONE, Dialect, Guard, Plan, Query, chunks, migrate_plan, run_
 __all__ = [  # the plan machinery too: the checkpoint stores import this module as their `_sql`
     "Dialect",
     "MergeableSave",
+    "SaveRow",
     "merge_row",
     "merged_saves",
     "Plan",
@@ -181,7 +182,7 @@ def _append_plan(
     checks all of it (and the guard) and says whether it applied; only then are the new messages
     and the step-log row written. Anything else, `save_plan` reads the head and decides.
     """
-    append = _Append.of(cache, checkpoint)
+    append = SaveRow.of(cache, checkpoint)
     if append is None:
         return None
     checks = " AND step_index = ?" if expected_step_index is not None else ""
@@ -204,7 +205,7 @@ def _append_plan(
 
 
 @dataclass(frozen=True, slots=True)
-class _Append:
+class SaveRow:
     """What a save writes for one run: its header row, the message bodies it adds, and the stored head it
     follows (`stored_revision` None: a new run's first save, `merge_row`)."""
 
@@ -218,37 +219,36 @@ class _Append:
         return int(self.header_row[5])
 
     @classmethod
-    def of(cls, cache: PrefixCache, checkpoint: AgentCheckpoint) -> _Append | None:
-        """The append `checkpoint` makes to this process's last save of its run; None when the cache cannot vouch."""
-        vouched = cache.appended(checkpoint.run_id, checkpoint.messages)
-        if vouched is None:
-            return None
-        stored_revision, stored_count = vouched
+    def following(cls, checkpoint: AgentCheckpoint, stored_revision: int | None, stored_count: int) -> SaveRow:
+        """`checkpoint` written after the stored head (`stored_revision`, `stored_count`), at a fresh revision."""
         messages = checkpoint.messages
         row = (checkpoint.run_id, checkpoint.step_index, checkpoint.status, checkpoint.created_at, len(messages),
                new_revision(), encode_header(checkpoint))
         return cls(row, encode_messages(messages, stored_count), stored_revision, stored_count)
 
+    @classmethod
+    def of(cls, cache: PrefixCache, checkpoint: AgentCheckpoint) -> SaveRow | None:
+        """The append `checkpoint` makes to this process's last save of its run; None when the cache cannot vouch."""
+        vouched = cache.appended(checkpoint.run_id, checkpoint.messages)
+        return None if vouched is None else cls.following(checkpoint, *vouched)
 
-def merge_row(cache: PrefixCache, checkpoint: AgentCheckpoint, expected_step_index: int | None) -> _Append | None:
+
+def merge_row(cache: PrefixCache, checkpoint: AgentCheckpoint, expected_step_index: int | None) -> SaveRow | None:
     """What a merged save writes for `checkpoint` (`merged_saves`): an append to this process's last save
     of its run, or a new run's first save (the cache knows nothing of it); None when the save
     must run its own plan (the cache knows the run but the history is rewritten, or a new run
     is saved with an expected step)."""
-    append = _Append.of(cache, checkpoint)
+    append = SaveRow.of(cache, checkpoint)
     if append is not None or cache.revision(checkpoint.run_id) is not None or expected_step_index is not None:
         return append
-    messages = checkpoint.messages
-    row = (checkpoint.run_id, checkpoint.step_index, checkpoint.status, checkpoint.created_at, len(messages),
-           new_revision(), encode_header(checkpoint))
-    return _Append(row, encode_messages(messages), None, 0)
+    return SaveRow.following(checkpoint, None, 0)
 
 
 MERGED_SAVES = 256  # saves per merged header statement (a power of 2: `chunks`): 10 parameters each
 MERGED_ROWS = 1024  # rows per merged INSERT (a power of 2): at most 4 parameters each
 
 
-def merged_saves(saves: Sequence[tuple[_Append, int | None]]) -> Plan[bool]:
+def merged_saves(saves: Sequence[tuple[SaveRow, int | None]]) -> Plan[bool]:
     """Write `saves` (`merge_row`s of distinct runs, each with its expected step index) in a few statements
     for all; False when a run is not as its row expects (another writer, a conflict, a new run
     that exists): the caller then undoes the plan's writes (a savepoint).

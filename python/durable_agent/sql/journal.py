@@ -43,7 +43,7 @@ from ..runtime.records import (
     ToolStateOp,
 )
 from ..stores._history import PrefixCache, encode_header, encode_messages, new_revision
-from .checkpoints import MESSAGES, RUNS, STEPS as STEP_LOG, merge_row, merged_saves, save_plan
+from .checkpoints import MESSAGES, RUNS, STEPS as STEP_LOG, SaveRow, merge_row, merged_saves, save_plan
 from .journal_schema import AWAKEABLES, LAST_RUNS, LEASES, PARTIALS, QUEUES, STEPS, SUBMISSIONS, TOOL_STATE
 from .plan import ALONE, Dialect, Guard, Plan, Query, chunks
 
@@ -674,7 +674,7 @@ class _CommitParts:
     """What a merged transition writes besides its fence and its lease columns: its folded steps, its checkpoint."""
 
     steps: _FoldedSteps | None
-    save: Any  # the checkpoint's `merge_row`, or None without a checkpoint
+    save: SaveRow | None  # the checkpoint's `merge_row`, or None without a checkpoint
 
     @classmethod
     def of(cls, commit: MergeableCommit) -> _CommitParts | None:

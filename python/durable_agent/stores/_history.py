@@ -249,6 +249,10 @@ class PrefixCache:
             if not runs:
                 del self._holding[holder]
 
+    def remember_save(self, checkpoint: AgentCheckpoint, revision: int) -> None:
+        """Remember a store's save of `checkpoint` at `revision`; a running one stays until its leg ends."""
+        self.remember(checkpoint.run_id, revision, checkpoint.messages, live=checkpoint.status == "running")
+
     def forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
         self._live.pop(run_id, None)

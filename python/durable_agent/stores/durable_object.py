@@ -334,7 +334,7 @@ class DurableObjectCheckpointStore:
         except BaseException:
             self._cache.forget(run_id)
             raise
-        self._cache.remember(run_id, revision, messages, live=checkpoint.status == "running")
+        self._cache.remember_save(checkpoint, revision)
 
     def load(self, run_id: str) -> AgentCheckpoint | None:
         """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""

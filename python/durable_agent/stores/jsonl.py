@@ -375,7 +375,7 @@ class JsonlCheckpointStore:
             line = kernels.encode(record).encode("utf-8") + b"\n"
             offset = self._append(line)
             self._apply(offset, len(line) - 1, record)
-        self._cache.remember(run_id, revision, messages, live=checkpoint.status == "running")
+        self._cache.remember_save(checkpoint, revision)
 
     def _current(self, run_id: str) -> _Run | None:
         """The run's index entry once caught up with the file (under the mutex); a corrupt run raises."""

@@ -163,7 +163,7 @@ class PostgresCheckpointStore(_Common):
         except BaseException:
             self._cache.forget(checkpoint.run_id)  # the rows are unknown now: the next save re-reads them
             raise
-        self._cache.remember(checkpoint.run_id, revision, checkpoint.messages, live=checkpoint.status == "running")
+        self._cache.remember_save(checkpoint, revision)
 
     def load(self, run_id: str) -> AgentCheckpoint | None:
         """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
@@ -265,7 +265,7 @@ class AsyncPostgresCheckpointStore(_Common):
         except BaseException:
             self._cache.forget(checkpoint.run_id)
             raise
-        self._cache.remember(checkpoint.run_id, revision, checkpoint.messages, live=checkpoint.status == "running")
+        self._cache.remember_save(checkpoint, revision)
 
     async def load(self, run_id: str) -> AgentCheckpoint | None:
         """See `PostgresCheckpointStore.load`."""

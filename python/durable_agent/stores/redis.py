@@ -291,7 +291,7 @@ class _RedisStore(StoreLogic):
             if outcome == b"conflict":
                 raise CheckpointConflictError(run_id, expected, int(actual) if actual else None)
             if outcome == b"ok":
-                self._cache.remember(run_id, revision, messages, live=checkpoint.status == "running")
+                self._cache.remember_save(checkpoint, revision)
                 return
             keep = None  # stale: another writer saved this run since we last looked
             self._cache.forget(run_id)

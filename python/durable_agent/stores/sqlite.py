@@ -207,7 +207,7 @@ class _SqliteStore(StoreLogic):
         except BaseException:
             self._cache.forget(checkpoint.run_id)  # the rows are unknown now: the next save re-reads them
             raise
-        self._cache.remember(checkpoint.run_id, revision, checkpoint.messages, live=checkpoint.status == "running")
+        self._cache.remember_save(checkpoint, revision)
 
     async def _load(self, run_id: str) -> AgentCheckpoint | None:
         check_run_id(run_id)
