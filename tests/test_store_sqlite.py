@@ -593,3 +593,33 @@ def test_a_full_disk_fails_every_save_of_the_batch_with_its_cause_and_the_next_s
     assert results[6:] == [None] * 6
     with SqliteCheckpointStore(db) as fresh:
         assert [fresh.load(f"r{i}") for i in range(6)] == [make_checkpoint(f"r{i}", 2, conversation(3)) for i in range(6)]
+
+
+@needs_sqlite3
+@pytest.mark.host_only("threads")
+@pytest.mark.parametrize("opener", ["store", "runtime", "event log"])
+def test_opening_a_new_file_another_process_is_writing_waits_for_it(tmp_path: Path, opener: str) -> None:
+    """Workers started together open one new file at once. Turning it to WAL needs an exclusive lock,
+    and SQLite refuses that at once, without its busy handler, while another connection writes:
+    the open waits within its busy timeout instead of failing."""
+    import threading
+
+    from durable_agent.http.sql_logs import SqliteEventLog
+    from durable_agent.runtime.sqlite import SqliteRuntime
+
+    path = tmp_path / "new.db"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("CREATE TABLE elsewhere (x)")
+    writer.execute("BEGIN IMMEDIATE")  # still in rollback-journal mode: nothing opened it as WAL yet
+    writer.execute("INSERT INTO elsewhere VALUES (1)")
+    done = threading.Timer(0.3, lambda: writer.execute("COMMIT"))
+    done.start()
+    try:
+        opened = {"store": SqliteCheckpointStore, "runtime": SqliteRuntime, "event log": SqliteEventLog}[opener](
+            path, busy_timeout_ms=5_000)
+        opened.close()
+    finally:
+        done.join()
+        writer.close()
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA journal_mode").fetchone() == ("wal",)

@@ -88,7 +88,7 @@ class SqliteEventLog(_SqlEventLog):
             import sqlite3
         except ImportError as exc:  # Pyodide 0.28 without its sqlite3 package
             raise FeatureUnavailableError(f"SqliteEventLog needs the sqlite3 module: {exc}") from exc
-        from ..stores._files import create_private
+        from ..stores._files import create_private, enable_wal
 
         self.path = os.fspath(path)
         self._lock = threading.Lock()
@@ -97,7 +97,7 @@ class SqliteEventLog(_SqlEventLog):
                 create_private(self.path)
             self._conn = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None,
                                          check_same_thread=False)
-            self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            enable_wal(self._conn, busy_timeout_ms)
             self._transaction(_sql.schema_plan(self._dialect), write=True)
         except (sqlite3.Error, OSError) as exc:
             raise ConfigurationError(f"cannot open the event log {self.path!r}: {exc}") from exc

@@ -30,7 +30,7 @@ from .._util import wall_clock_ms
 from ..errors import ConfigurationError, FeatureUnavailableError
 from ..sql.journal_schema import schema_plan
 from ..sql.plan import SQLITE, Mergeable, Plan, T
-from ..stores._files import create_private
+from ..stores._files import create_private, enable_wal
 from ._group_commit import GroupCommitSqlite, InlineSqlite
 from .sql_runtime import SqlRuntime
 
@@ -66,7 +66,7 @@ class _SqliteDriver:
             raise ConfigurationError(f"cannot open SQLite database {path!r}: {exc}") from exc
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-            self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            enable_wal(self._conn, busy_timeout_ms)
             self._conn.execute(f"PRAGMA synchronous = {synchronous}")
             InlineSqlite(self._conn, DIALECT).transaction(schema_plan(DIALECT), write=True)
         except sqlite3.Error as exc:

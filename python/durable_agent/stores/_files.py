@@ -1,8 +1,9 @@
-"""Creating the files that hold conversations and approval tokens: owner-only (0600)."""
+"""Creating the files that hold conversations and approval tokens (owner-only, 0600), and opening SQLite ones."""
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -34,3 +35,21 @@ def create_private(path: str) -> None:
     """
     file_path(path, "database")
     os.close(os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE))
+
+
+def enable_wal(conn: Any, busy_timeout_ms: int) -> None:
+    """Put the SQLite database of `conn` in WAL mode, waiting up to `busy_timeout_ms` for other processes.
+
+    Turning a new file to WAL takes an exclusive lock, and when another connection holds a lock
+    SQLite answers SQLITE_BUSY at once instead of calling the busy handler: processes opening one
+    new file at the same moment (workers started together) would fail. Try again until the timeout.
+    """
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except Exception as exc:
+            if getattr(exc, "sqlite_errorname", None) != "SQLITE_BUSY" or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.005)

@@ -45,7 +45,7 @@ from ..runtime._group_commit import GroupCommitSqlite, InlineSqlite
 from ..sql import checkpoints as _sql
 from ..sql.plan import Mergeable, Plan, T
 from ._faces import AsyncFace, StoreLogic, SyncFace
-from ._files import create_private, file_path
+from ._files import create_private, enable_wal, file_path
 from ._history import PrefixCache
 from ._validate import (
     check_checkpoint,
@@ -157,7 +157,7 @@ class _SqliteStore(StoreLogic):
             # Only takes effect on a new, empty file. Message rows are ~1-3 KB: 8 KiB pages pack
             # them with ~7% overhead where the default 4 KiB pages waste ~35% (benches/bench_stores.py).
             self._conn.execute("PRAGMA page_size = 8192")
-            self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            enable_wal(self._conn, busy_timeout_ms)
             self._conn.execute(f"PRAGMA synchronous = {synchronous}")
             InlineSqlite(self._conn, _DIALECT).transaction(_sql.schema_plan(_DIALECT), write=True)
         except sqlite3.Error as exc:
