@@ -35,6 +35,7 @@ from durable_agent import (
 from durable_agent._util import maybe_await
 from durable_agent.errors import RUN_TAKEN_OVER_MESSAGE
 from durable_agent.runtime import MemoryDurableState, MemoryRuntime, RunOwner
+from durable_agent.runtime.keys import parse_step_key
 from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures of the postgres case
 
 
@@ -330,6 +331,39 @@ async def test_tools_keep_per_session_state_that_commits_only_with_a_finished_ca
         from durable_agent.tool_calls import ToolCallContext
 
         ToolCallContext(None, None, "c", "t").stage_tool_state([{"op": "append", "key": "x"}])  # type: ignore[arg-type]
+
+
+async def test_a_step_with_one_unsafe_call_is_two_commits_and_its_result_is_durable_before_it_is_streamed(
+    agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]
+) -> None:
+    """The spec's floor for a step with one unsafe tool call: its intent (with the model's answer) before it
+    runs, its result with the checkpoint after. A caller sees the result only once it is durable."""
+    runtime = runtime_on()
+    writes: list[str] = []
+
+    def counting(name: str, inner: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            writes.append(name)
+            return inner(*args, **kwargs)
+
+        return counted
+
+    runtime.backend.put_steps = counting("put_steps", runtime.backend.put_steps)
+    runtime.commit = counting("commit", runtime.commit)
+    ledger = Ledger()
+    seen: list[str] = []  # the stored status of each tool call whose result was streamed
+
+    async def on_part(run_id: str | None, part: Any) -> None:
+        if part["type"] == "tool-result":
+            records = await runtime_on().inspect.steps("r1")
+            seen.extend(r.status for r in records if parse_step_key(r.key).call == part["tool_call_id"])
+
+    model = ScriptedModel([reply("", call("charge", {"n": n})) for n in range(3)] + ["charged thrice"])
+    agent = agent_on(model, {"charge": ledger.tool("charge")}, runtime=runtime)
+    result = await agent.run("go", run_id="r1", on_part=on_part)
+    assert result.text == "charged thrice" and len(ledger.entries) == 3
+    assert len(writes) == 1 + 3 * 2 + 1, writes  # the run's start, 2 per tool step, the final checkpoint
+    assert seen == ["done"] * 3
 
 
 def blocking_tool(started: asyncio.Event, go_on: asyncio.Event) -> dict[str, Tool]:

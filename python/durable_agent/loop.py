@@ -177,8 +177,6 @@ class AgentLoop:
             self.usage, self.total_usage = self.usage + phase.usage, self.total_usage + phase.usage
             if not phase.suspends:
                 self.messages = extended(self.messages, tool_message(phase.results))
-                for result in phase.results:
-                    yield result
         if phase.suspends:
             async for part in self._suspend(phase, step_index):
                 yield part
@@ -190,6 +188,8 @@ class AgentLoop:
             finish = self._take_output(text)
         if not phase.suspends:
             await self._save(step_index, "completed" if finish else "running")
+            for result in phase.results:  # once saved: a tool's done record may ride on the save (ToolRunner)
+                yield result
         self.trace.end_step()
         yield {"type": "step-finish", "step_index": step_index, "usage": usage, "finish_reason": model_finish}
         self._next_index = step_index + 1
@@ -269,9 +269,9 @@ class AgentLoop:
             yield self._finish("suspended")
             return
         self.messages = extended(self.messages, tool_message(phase.results))
+        await self._save(step_index, "running")
         for result in phase.results:
             yield result
-        await self._save(step_index, "running")
         self.trace.end_step()
         self._next_index = step_index + 1
 

@@ -22,6 +22,7 @@ from .errors import ConfigurationError, is_control_error
 from .options import RunOptions
 from .runtime.keys import step_key
 from .runtime.records import StepRequest, apply_tool_state
+from .runtime.scope import StepLive
 from .signing import APPROVAL_TOKEN_DENIED_REASON
 from .tools import Tool
 from .tracing import RunLogger, RunTrace
@@ -80,6 +81,7 @@ class ToolCallContext:
 
 
 _current_call: contextvars.ContextVar[ToolCallContext] = contextvars.ContextVar("durable_agent_tool_call")
+_DEFER_DONE = StepLive(defer_done=True)  # see `ToolRunner._run_tool`
 
 
 def current_tool_call() -> ToolCallContext | None:
@@ -232,14 +234,15 @@ class ToolRunner:
         await self._begin_tools(calls, step_index)
         limit = self.options.max_tool_concurrency
         gate = asyncio.Semaphore(limit) if limit else None
+        lone = sum(1 for c in calls if c.result is None) == 1
 
         async def run(call: ToolCall) -> dict[str, Any]:
             if call.result is not None:
                 return call.result
             if gate is None:
-                return await self._run_tool(call, step_index)
+                return await self._run_tool(call, step_index, lone)
             async with gate:
-                return await self._run_tool(call, step_index)
+                return await self._run_tool(call, step_index, lone)
 
         outcomes = await asyncio.gather(*(run(c) for c in calls), return_exceptions=True)
         phase = ToolPhase()
@@ -271,13 +274,20 @@ class ToolRunner:
         return StepRequest(step_key(self.run_id or "run", step_index, call.tool_call_id), "tool",
                            call.tool.replay, {"tool_name": call.tool_name, "tool_call_id": call.tool_call_id})
 
-    async def _run_tool(self, call: ToolCall, step_index: int) -> dict[str, Any]:
-        """Run one tool call, through the run scope's journal when there is one."""
+    async def _run_tool(self, call: ToolCall, step_index: int, lone: bool) -> dict[str, Any]:
+        """Run one tool call, through the run scope's journal when there is one.
+
+        The done record of the batch's only call rides on the checkpoint commit that follows it
+        (`StepLive.defer_done`): nothing acts on its result before that commit, which the loop
+        makes before it hands the result on. In a batch of several, each done record is written
+        as its call ends: a call still running must not hold back a finished sibling's result.
+        """
         assert call.tool is not None
         scope = self.options.scope
         if scope is None:
             return await self._execute_tool(call)
-        outcome = await scope.step(self._tool_request(call, step_index), lambda context: self._execute_tool(call, context))
+        outcome = await scope.step(self._tool_request(call, step_index), lambda context: self._execute_tool(call, context),
+                                   _DEFER_DONE if lone else None)
         if outcome.status == "interrupted":
             return call.outcome(TOOL_INTERRUPTED_MESSAGE, True)
         apply_tool_state(self.options.tool_state, outcome.tool_state)
