@@ -1,7 +1,8 @@
 """A worker process for the crash torture: drives agent sessions on a journal runtime until all are done.
 
-Each session runs `PROMPTS` prompts, one run each; each run does `TURNS` rounds of a safe read
-and an unsafe charge in parallel, then answers. Every model request and every tool effect is
+Each session runs `PROMPTS` prompts, one run each; each run does `TURNS` rounds of tool calls,
+then answers: a safe read and an unsafe charge in parallel (each done record written as its call
+ends), then a charge alone (its done record rides on the checkpoint commit). Every model request and every tool effect is
 appended, one JSON line each, to a ledger that is not the journal (one O_APPEND write per
 line, in the order they happened; a reader may see a line half written, and a kill may leave
 one torn: `torture_supervisor.ledger_entries`). The supervisor (tests/test_crash_journal.py,
@@ -83,11 +84,14 @@ def build(ledger: str | None, session: str, delay: float, die_in_tool: float = 0
         turn = sum(1 for m in request.messages[last_user:] if m["role"] == "tool")
         if ledger:
             log(ledger, kind="model", session=session, prompt=prompt, turn=turn)
-        if turn < TURNS:
-            args = {"prompt": prompt, "turn": turn}
+        args = {"prompt": prompt, "turn": turn}
+        if turn == 0:
             return reply(f"Period {prompt}, round {turn}: reading the ledger and charging the fee now.",
                          call("read", args, f"read-{prompt}-{turn}"),
                          call("charge", {**args, "usd": 3}, f"charge-{prompt}-{turn}"))
+        if turn < TURNS:
+            return reply(f"Period {prompt}, round {turn}: charging the late fee.",
+                         call("charge", {**args, "usd": 1}, f"charge-{prompt}-{turn}"))
         return final_answer(prompt)
 
     async def effect(name: str, args: Any) -> str:
