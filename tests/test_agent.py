@@ -366,6 +366,40 @@ async def test_a_step_with_one_unsafe_call_is_two_commits_and_its_result_is_dura
     assert seen == ["done"] * 3
 
 
+async def test_a_leg_ends_even_when_a_lease_renewal_swallows_its_cancellation() -> None:
+    """A connection pool's wait on Python 3.11 (`asyncio.wait_for`) can drop a cancellation that arrives
+    as the wait ends; a renewer that relied on being cancelled renewed forever and its leg never ended."""
+    runtime = MemoryRuntime()
+    renew = runtime.lease.renew
+    swallowed: list[bool] = []
+    test_over: list[bool] = []
+
+    async def renew_dropping_cancellation(session_id: str, epoch: int) -> bool:
+        try:
+            await asyncio.sleep(0.02)
+        except asyncio.CancelledError:
+            swallowed.append(True)  # what the pool's wait did: the renewal goes on as if nothing happened
+        if test_over:
+            return False  # a lost lease ends any renewer still running, so a failing test ends too
+        return await renew(session_id, epoch)
+
+    runtime.lease.renew = renew_dropping_cancellation  # type: ignore[method-assign]
+
+    async def slow(args: Any) -> str:
+        await asyncio.sleep(0.05)
+        return "ok"
+
+    agent = Agent(model=ScriptedModel([reply("", call("slow", {})), "done"]), tools={"slow": Tool(execute=slow)},
+                  durable=DurableOptions(runtime, stale_after_ms=3), session_id="chat-1")  # a renewal every 1 ms
+    run = asyncio.ensure_future(agent.run("go"))
+    await asyncio.wait({run}, timeout=5)
+    ended = run.done()
+    test_over.append(True)
+    result = await run
+    assert ended, "the leg waited for a renewer that went on renewing"
+    assert result.text == "done" and swallowed
+
+
 def blocking_tool(started: asyncio.Event, go_on: asyncio.Event) -> dict[str, Tool]:
     """A tool that holds its run mid-step until `go_on` is set."""
 

@@ -345,7 +345,8 @@ class DurableSession:
         scope = await runtime.open_run(session_id=self.session_id, run_id=run_id, epoch=epoch,
                                        fresh=started is not None)
         checkpoints = RunCheckpoints(runtime, scope, run_id, epoch, started)
-        renewer = asyncio.ensure_future(self._renew(epoch))
+        leg_over = asyncio.Event()
+        renewer = asyncio.ensure_future(self._renew(epoch, leg_over))
         try:
             if started is None:
                 await self._join_partials(scope, checkpoints, run_id, spec)
@@ -359,6 +360,7 @@ class DurableSession:
             logger.info("run %s suspended; it stays resumable", run_id)
             raise
         finally:
+            leg_over.set()
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
@@ -424,11 +426,17 @@ class DurableSession:
         with contextlib.suppress(Exception):
             await self.runtime.lease.release(self.session_id, epoch)
 
-    async def _renew(self, epoch: int) -> None:
+    async def _renew(self, epoch: int, leg_over: asyncio.Event) -> None:
+        """Renew the lease every third of `stale_after_ms` until `leg_over` is set (or the lease is lost).
+
+        The leg also cancels this task, but a cancellation can be lost inside a renewal (Python
+        3.11's `asyncio.wait_for`, which a connection pool's wait uses, drops one that arrives as
+        its wait ends): the flag still ends the loop, where the leg awaits it.
+        """
         interval = self.durable.stale_after_ms / 3000
-        while True:
+        while not leg_over.is_set():
             await asyncio.sleep(interval)
-            if not await self.runtime.lease.renew(self.session_id, epoch):
+            if leg_over.is_set() or not await self.runtime.lease.renew(self.session_id, epoch):
                 return  # lost: the next fenced write raises StaleEpochError and stops the run
 
     def _stale_at(self, spec: AgentSpec) -> int:
