@@ -12,11 +12,14 @@ epoch-guarded writes); the rules of `step` live here, once:
   ``failed`` → the rebuilt error, ``pending``+``safe`` → runs again, ``pending``+``unsafe`` →
   interrupted, another fingerprint → interrupted.
 
-Fewer commits, same rules: a step asked to ``defer_done`` (the model call) keeps its ``done``
-record in the scope until the scope's next write, which carries it in the same transaction:
-`begin` (the ``pending`` records of a batch of unsafe tools, written together before any tool
-of the batch runs) or the checkpoint commit that follows (`take_deferred`). A deferred record
-lost to a process death only means that step runs again; no tool runs before it is durable.
+Fewer commits, same rules: a step asked to ``defer_done`` (the model call, and the only tool call
+of a batch) keeps its ``done`` record in the scope until the scope's next write, which carries it
+in the same transaction: `begin` (the ``pending`` records of a batch of unsafe tools, written
+together before any tool of the batch runs) or the checkpoint commit that follows
+(`take_deferred`). Its caller acts on the value only after that write: no tool runs before a
+deferred model answer is durable, and the loop streams a deferred tool result only once its
+checkpoint committed. A deferred record lost to a process death means a model step runs again
+and an unsafe tool call is reported interrupted, as when the death comes before its own write.
 The scope reads its run's records, and which of its steps have stream partials stored, once and
 then keeps them (its lease makes it their only writer): a finished step that streamed nothing
 deletes no partials.
