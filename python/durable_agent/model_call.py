@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import types
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -65,46 +66,39 @@ class ModelTurn:
         self.text, self.tool_calls, self.usage, self.finish_reason, self.reasoning = "", [], Usage(), "stop", []
 
 
-class _Forward:
-    """An awaitable that hands what a driven coroutine awaits on to the task awaiting it (`drain`)."""
-
-    __slots__ = ("awaited",)
-
-    def __init__(self, awaited: Any) -> None:
-        self.awaited = awaited
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        return (yield self.awaited)
+@types.coroutine
+def _forward(awaited: Any) -> Generator[Any, None, None]:
+    """Hand what a driven coroutine awaits on to the task awaiting this (`drain`)."""
+    yield awaited
 
 
 async def drain(parts: deque[Part], step: Awaitable[StepOutcome], turn: ModelTurn) -> AsyncGenerator[Part, None]:
     """Yield the parts a journaled model step streams while it runs; for a replayed step, its stored ones.
 
     The step runs in the caller's own task, driven here the way a task drives a coroutine: what
-    it awaits, the caller's task awaits (`_Forward`), and the parts it put on `parts` meanwhile are
-    yielded in between. A task per model step, with a hand-off per part, had cost a tenth of the
-    event loop's time at a thousand concurrent runs. A cancellation of the caller reaches the step
-    where it waits; a caller that stops iterating closes it.
+    it awaits, the caller's task awaits (`_forward`), and the parts it put on `parts` meanwhile
+    are yielded in between. A task per model step, with a hand-off per part, had cost a tenth of
+    the event loop's time at a thousand concurrent runs. A cancellation of the caller reaches the
+    step where it waits; a caller that stops iterating closes it.
     """
     driven = step.__await__()
-    sent: Any = None
     thrown: BaseException | None = None
     failure: BaseException | None = None
     try:
         while True:
             try:
-                awaited = driven.send(sent) if thrown is None else driven.throw(thrown)
+                awaited = driven.send(None) if thrown is None else driven.throw(thrown)
             except StopIteration as stop:
                 outcome: StepOutcome = stop.value
                 break
             except BaseException as exc:  # noqa: BLE001 - the step's own failure, raised once the parts before it are out
                 failure = exc
                 break
-            sent = thrown = None
+            thrown = None
             while parts:
                 yield parts.popleft()
             try:
-                sent = await _Forward(awaited)
+                await _forward(awaited)  # a task sends None when what it awaited is done: so do we
             except BaseException as exc:  # noqa: BLE001 - the caller's cancellation, for the step to meet
                 thrown = exc
     finally:
