@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from durable_agent import AgentCheckpoint, Usage
+from durable_agent import Agent, AgentCheckpoint, DurableOptions, ScriptedModel, Usage, call, reply
 from durable_agent.errors import FeatureUnavailableError, StaleEpochError
 from durable_agent.runtime import RunOwner, StepRecord, StepRequest, step_key
 from durable_agent.runtime.records import RunTransition
@@ -256,6 +256,26 @@ async def test_a_step_and_its_checkpoint_read_no_fence_row_and_delete_nothing_th
     assert not [s for s in statements if s.startswith("DELETE FROM durable_agent_partials")]
     assert await runtime.stores.checkpoints.load(RUN) == _checkpoint(["hi", "done"], 1)
     assert [r.status for r in await runtime.inspect.steps(RUN)] == ["done"]
+
+
+async def test_a_lone_tool_result_committed_with_its_checkpoint_deletes_no_partials(opened: Callable[..., Any]) -> None:
+    """A batch's only tool call commits its result with the step's checkpoint (a deferred record). A
+    tool streams nothing, so that commit deletes no stream partials: only the final answer, which
+    streamed its text, drops its own."""
+    from agent_kit import Ledger
+
+    runtime = opened()
+    statements: list[str] = []
+    runtime._driver._conn.set_trace_callback(statements.append)
+    ledger = Ledger()
+    model = ScriptedModel([reply("", call("charge", {"n": n})) for n in range(3)] + ["charged thrice"])
+    agent = Agent(model=model, tools={"charge": ledger.tool("charge")}, durable=DurableOptions(runtime),
+                  session_id=SESSION)
+    result = await agent.run("go", run_id=RUN)
+    assert result.text == "charged thrice" and len(ledger.entries) == 3
+    assert [r.status for r in await runtime.inspect.steps(RUN)] == ["done"] * 7  # 4 model calls, 3 tools
+    deletes = [s for s in statements if s.startswith("DELETE FROM durable_agent_partials")]
+    assert len(deletes) == 1, deletes
 
 
 async def _ok(ctx: StepContext) -> str:

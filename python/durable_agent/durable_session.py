@@ -47,7 +47,7 @@ from .options import RunOptions, logger, random_id
 from .results import GenerateTextResult
 from .runtime.keys import MODEL_CALL, parse_step_key, step_key
 from .runtime.protocols import DurableRuntime, RunScope
-from .runtime.records import RunTransition, StepRecord
+from .runtime.records import NO_DEFERRED, DeferredSteps, RunTransition, StepRecord
 from .tool_calls import TOOL_INTERRUPTED_MESSAGE
 from .tools import Tool
 from .transcript import assistant_message, tool_message, unresolved_calls
@@ -91,9 +91,9 @@ def approval_key(run_id: str, step_index: int, approval_id: str) -> str:
 
 
 def checkpoint_transition(
-    session_id: str, epoch: int, run_id: str, checkpoint: AgentCheckpoint, steps: tuple[StepRecord, ...] = ()
+    session_id: str, epoch: int, run_id: str, checkpoint: AgentCheckpoint, deferred: DeferredSteps = NO_DEFERRED
 ) -> RunTransition:
-    """What saving `checkpoint` commits with it (and the deferred step records `steps`), for the run `run_id`. In order:
+    """What saving `checkpoint` commits with it (and the `deferred` step records), for the run `run_id`. In order:
 
     * a checkpoint of another run (a sub-agent's) → the checkpoint alone;
     * ``completed`` → the checkpoint and the unmark (finish);
@@ -102,16 +102,16 @@ def checkpoint_transition(
     * ``running`` → the checkpoint alone.
     """
     if checkpoint.run_id != run_id:
-        return RunTransition(session_id, epoch, checkpoint=checkpoint, steps=steps)
+        return RunTransition(session_id, epoch, checkpoint=checkpoint, steps=deferred.records, streamed=deferred.streamed)
     if checkpoint.status == "completed":
-        return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=True, steps=steps)
+        return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=True, steps=deferred.records, streamed=deferred.streamed)
     if checkpoint.status == "suspended":
         parked = tuple(
             (approval_key(run_id, checkpoint.step_index, r.approval_id), r.approval_id)
             for r in checkpoint.pending_approvals or ()
         )
-        return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=True, awakeables=parked, steps=steps)
-    return RunTransition(session_id, epoch, checkpoint=checkpoint, steps=steps)
+        return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=True, awakeables=parked, steps=deferred.records, streamed=deferred.streamed)
+    return RunTransition(session_id, epoch, checkpoint=checkpoint, steps=deferred.records, streamed=deferred.streamed)
 
 
 def is_model_call(key: str, run_id: str, turn: int) -> bool:

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 from .._util import wall_clock_ms
 from ..errors import ScopeClosedError, is_control_error
 from ..runtime.records import (
+    NO_DEFERRED,
+    DeferredSteps,
     StepCompleted,
     StepErrorRecord,
     StepInterrupted,
@@ -120,9 +122,9 @@ class RestateScope:
     async def begin(self, requests: Sequence[StepRequest]) -> None:
         """Nothing to do: each unsafe step journals its own intent in `step`, and nothing is deferred."""
 
-    def take_deferred(self) -> tuple[StepRecord, ...]:
+    def take_deferred(self) -> DeferredSteps:
         """Always empty: the engine journals every action's result as it completes (`defer_done` is moot)."""
-        return ()
+        return NO_DEFERRED
 
     async def stored_steps(self) -> list[StepRecord]:
         return []

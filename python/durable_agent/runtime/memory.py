@@ -250,7 +250,7 @@ class _MemoryRows:
         session_id = transition.session_id
         self.guard(session_id, transition.epoch)
         for record in transition.steps:
-            self._write_step(record)
+            self._write_step(record, transition.streamed is None or record.key in transition.streamed)
         if transition.checkpoint is not None:
             self.state.checkpoint_store.save(transition.checkpoint)
         if transition.last_run is not None:

@@ -16,6 +16,7 @@ from ..checkpoint_store import CheckpointStore
 from ..errors import StaleEpochError
 from .records import (
     AwakeableRecord,
+    DeferredSteps,
     LeaseClaim,
     ResumableRun,
     RunOwner,
@@ -43,7 +44,7 @@ class RunScope(Protocol):
         """Make a batch's unsafe intents (and any deferred records) durable before any step of it runs."""
         ...
 
-    def take_deferred(self) -> tuple[StepRecord, ...]:
+    def take_deferred(self) -> DeferredSteps:
         """The records deferred to the next write, handed to a commit outside the scope."""
         ...
 

@@ -122,6 +122,19 @@ class LeaseRow:
 
 
 @dataclass(frozen=True, slots=True)
+class DeferredSteps:
+    """The step records a run's scope deferred to its next write, handed to a commit outside it
+    (`JournalScope.take_deferred`); `streamed`: the keys among them whose step may have stream
+    partials stored (the others have none, so a finished one deletes none); None: any may."""
+
+    records: tuple[StepRecord, ...] = ()
+    streamed: frozenset[str] | None = None
+
+
+NO_DEFERRED = DeferredSteps(streamed=frozenset())
+
+
+@dataclass(frozen=True, slots=True)
 class RunTransition:
     """One step of a session's run lifecycle, committed by `DurableRuntime.commit` as ONE fenced transaction.
 
@@ -132,7 +145,8 @@ class RunTransition:
     * `last_run`: becomes the session's latest run (its checkpoint holds the session's history);
     * `mark`: the run marked in progress (what `resume()` continues); `unmark` clears the mark;
     * `awakeables`: ``(key, awakeable_id)`` pairs opened for the run to park on (no deadline);
-    * `steps`: step records the run's scope deferred to this write (`JournalScope.take_deferred`).
+    * `steps`: step records the run's scope deferred to this write (`JournalScope.take_deferred`);
+      `streamed` says which of them may have stream partials to drop (`DeferredSteps`).
     """
 
     session_id: str
@@ -143,6 +157,7 @@ class RunTransition:
     unmark: bool = False
     awakeables: tuple[tuple[str, str], ...] = ()
     steps: tuple[StepRecord, ...] = ()
+    streamed: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if self.mark is not None and self.unmark:

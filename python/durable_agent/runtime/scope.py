@@ -38,7 +38,9 @@ from .._kernels import kernels
 from ..errors import CodecError, ScopeClosedError, StepFailedError, is_control_error
 from .keys import run_key_prefix
 from .records import (
+    NO_DEFERRED,
     AwakeableRecord,
+    DeferredSteps,
     StepCompleted,
     StepErrorRecord,
     StepInterrupted,
@@ -258,10 +260,13 @@ class JournalScope:
         await self._write([self._record_of(r, "pending") for r in fresh])
         self._begun.update(r.key for r in fresh)
 
-    def take_deferred(self) -> tuple[StepRecord, ...]:
+    def take_deferred(self) -> DeferredSteps:
         """Hand the deferred records to a write outside the scope (the checkpoint commit); they are its now."""
         taken, self._deferred = tuple(self._deferred), []
-        return taken
+        if not taken:
+            return NO_DEFERRED
+        streamed = self._streamed(taken)
+        return DeferredSteps(taken, None if streamed is None else frozenset(streamed))
 
     async def _record(self, key: str) -> StepRecord | None:
         if not key.startswith(self._prefix):  # another run's step: ask the backend

@@ -280,7 +280,7 @@ class DurableRuntimeConformance:
 
         later = step_key(self.run, 1, "model")
         await scope.step(_req(later, "safe", "model"), answer, StepLive(defer_done=True))
-        assert [r.key for r in scope.take_deferred()] == [later] and scope.take_deferred() == ()
+        assert [r.key for r in scope.take_deferred().records] == [later] and scope.take_deferred().records == ()
         await scope.step(_req(step_key(self.run, 2, "model"), "safe", "model"), answer, StepLive(defer_done=True))
         await scope.close()  # a closing scope writes what it still defers
         assert step_key(self.run, 2, "model") in [r.key for r in await runtime.inspect.steps(self.run)]
@@ -422,6 +422,32 @@ class DurableRuntimeConformance:
             event.set()
         await asyncio.gather(*steps)
         assert await runtime.inspect.partials() == []
+
+    @checkpoint_only("nothing is deferred: the engine journals every action as it completes")
+    async def test_deferred_records_committed_with_a_checkpoint_drop_the_partials_of_the_steps_that_streamed(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
+        runtime = make_runtime(clock)
+        epoch = (await runtime.lease.claim(self.session, stale_at=0)).epoch
+        scope = await self._scope(runtime, epoch=epoch)
+        spoke, quiet = step_key(self.run, 0, "model"), step_key(self.run, 1, "t1")
+
+        async def speaks(ctx: StepContext) -> str:
+            assert ctx.on_progress is not None
+            await ctx.on_progress({"type": "text", "delta": "Hi"})
+            return "Hi"
+
+        async def works(ctx: StepContext) -> str:
+            return "done"
+
+        await scope.step(_req(spoke, "safe", "model"), speaks, StepLive(defer_done=True))
+        await scope.step(_req(quiet, "safe"), works, StepLive(defer_done=True))  # no intent: nothing flushes
+        assert [p.text for p in await runtime.inspect.partials(self.run)] == ["Hi"]
+        deferred = scope.take_deferred()
+        assert [r.key for r in deferred.records] == [spoke, quiet] and deferred.streamed == {spoke}
+        await runtime.commit(RunTransition(self.session, epoch, steps=deferred.records, streamed=deferred.streamed))
+        assert await runtime.inspect.partials(self.run) == []
+        assert {r.key: r.status for r in await runtime.inspect.steps(self.run)} == {spoke: "done", quiet: "done"}
 
     # ------------------------------------------------------------- awakeables
 
