@@ -58,6 +58,8 @@ def test_usage_details_are_stored_only_when_set_and_old_usage_still_loads() -> N
     assert Usage(1, 2, 3).to_dict() == {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}
     assert Usage.from_dict({"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}) == Usage(1, 2, 3)
     detailed = Usage(1, 2, 3, reasoning_tokens=1, cache_write_tokens=7)
+    assert detailed.to_dict() == {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3, "reasoning_tokens": 1,
+                                  "cache_write_tokens": 7}  # the zero detail is left out
     assert Usage.from_dict(detailed.to_dict()) == detailed
     assert detailed + detailed == Usage(2, 4, 6, reasoning_tokens=2, cache_write_tokens=14)
 

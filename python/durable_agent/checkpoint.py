@@ -41,8 +41,10 @@ class Usage:
         return Usage(*map(operator.add, _usage_values(self), _usage_values(other)))  # C-speed: a few per step
 
     def to_dict(self) -> dict[str, int]:
-        out = {name: getattr(self, name) for name in _USAGE_FIELDS[:3]}
-        out.update((name, value) for name in _USAGE_FIELDS[3:] if (value := getattr(self, name)))
+        out = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+               "total_tokens": self.total_tokens}
+        if self.reasoning_tokens or self.cache_read_tokens or self.cache_write_tokens:  # rare: details named
+            out.update((name, value) for name in _USAGE_FIELDS[3:] if (value := getattr(self, name)))
         return out
 
     @classmethod

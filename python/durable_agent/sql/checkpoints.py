@@ -30,7 +30,7 @@ from ..stores._history import (
     rebuild,
 )
 from ..stores._validate import page, prunable, readable_id, readable_ids
-from .plan import ALONE, Dialect, Guard, Plan, Query, chunks, migrate_plan, run_async, run_sync
+from .plan import ALONE, Dialect, Guard, Plan, Query, chunks, flat, migrate_plan, run_async, run_sync
 
 __all__ = [  # the plan machinery too: the checkpoint stores import this module as their `_sql`
     "Dialect",
@@ -268,8 +268,7 @@ def merged_saves(saves: Sequence[tuple[SaveRow, int | None]]) -> Plan[bool]:
             f" FROM (VALUES {', '.join(['(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)'] * len(chunk))}) AS v"
             f" WHERE {RUNS}.run_id = v.column1 AND {RUNS}.revision = v.column8 AND {RUNS}.message_count = v.column9"
             f" AND {RUNS}.step_index < v.column2 AND (v.column10 IS NULL OR {RUNS}.step_index = v.column10)",
-            tuple(value for row, expected in chunk for value in (
-                *row.header_row, row.stored_revision, row.stored_count, expected)),
+            flat((*row.header_row, row.stored_revision, row.stored_count, expected) for row, expected in chunk),
             "count",
         )
         if changed != len(chunk):
@@ -278,7 +277,7 @@ def merged_saves(saves: Sequence[tuple[SaveRow, int | None]]) -> Plan[bool]:
         changed = yield Query(
             f"INSERT INTO {RUNS} (run_id, step_index, status, created_at, message_count, revision, header) VALUES "
             + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(runs)) + " ON CONFLICT (run_id) DO NOTHING",
-            tuple(value for row in runs for value in row.header_row), "count",
+            flat(row.header_row for row in runs), "count",
         )
         if changed != len(runs):
             return False
@@ -328,7 +327,7 @@ class MergeableSave:
 def _insert_rows(insert: str, row: str, rows: Sequence[tuple[Any, ...]], suffix: str) -> Plan[None]:
     """`rows` inserted `MERGED_ROWS` per statement."""
     for chunk in chunks(rows, MERGED_ROWS):
-        yield Query(insert + ", ".join([row] * len(chunk)) + suffix, tuple(value for r in chunk for value in r))
+        yield Query(insert + ", ".join([row] * len(chunk)) + suffix, flat(chunk))
 
 
 def _append_rows(run_id: str, bodies: Sequence[str], first: int) -> Plan[None]:
@@ -337,7 +336,7 @@ def _append_rows(run_id: str, bodies: Sequence[str], first: int) -> Plan[None]:
         chunk = bodies[start : start + ROWS_PER_INSERT]
         yield Query(
             f"INSERT INTO {MESSAGES} (run_id, seq, body) VALUES " + ", ".join(["(?, ?, ?)"] * len(chunk)),
-            tuple(value for i, body in enumerate(chunk, first + start) for value in (run_id, i, body)),
+            flat((run_id, i, body) for i, body in enumerate(chunk, first + start)),
         )
 
 

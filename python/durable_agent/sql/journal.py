@@ -45,7 +45,7 @@ from ..runtime.records import (
 from ..stores._history import PrefixCache, encode_header, encode_messages, new_revision
 from .checkpoints import MESSAGES, RUNS, STEPS as STEP_LOG, SaveRow, merge_row, merged_saves, save_plan
 from .journal_schema import AWAKEABLES, LAST_RUNS, LEASES, PARTIALS, QUEUES, STEPS, SUBMISSIONS, TOOL_STATE
-from .plan import ALONE, Dialect, Guard, Plan, Query, chunks
+from .plan import ALONE, Dialect, Guard, Plan, Query, chunks, flat
 
 
 def _text(value: Any) -> str:
@@ -245,7 +245,7 @@ def _step_writes(d: Dialect, records: Sequence[StepRecord], streamed: Collection
         writes.append(Write(
             f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT {_STEP_COLUMNS} FROM (VALUES {values})"
             f" AS v ({_STEP_COLUMNS}, n) WHERE {{guard}} ORDER BY n{_STEP_UPSERT}",
-            tuple(value for n, row in enumerate(rows) for value in (*row, n)),
+            flat((*row, n) for n, row in enumerate(rows)),
         ))
     else:
         writes.extend(
@@ -313,14 +313,14 @@ def _merged_steps(sessions: Sequence[tuple[_FoldedSteps, int]]) -> Plan[bool]:
             f" {', '.join(['(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)'] * len(chunk))})"
             f" WHERE EXISTS (SELECT 1 FROM {LEASES} WHERE session_id = column1 AND epoch = column11)"
             f" ORDER BY column12{_STEP_UPSERT}",
-            tuple(value for row in chunk for value in row), "count",
+            flat(chunk), "count",
         )
         if changed != len(chunk):
             return False
     dropped = [(folded.session_id, key) for folded, _ in sessions for key in folded.dropped_partials]
     for pairs in chunks(dropped, MERGED_STEP_ROWS):
         yield Query(f"DELETE FROM {PARTIALS} WHERE (session_id, step_key) IN (VALUES {', '.join(['(?, ?)'] * len(pairs))})",
-                    tuple(value for pair in pairs for value in pair))
+                    flat(pairs))
     return True
 
 
@@ -643,7 +643,7 @@ class MergeableCommit:
                 held = yield Query(
                     f"SELECT count(*) FROM (VALUES {', '.join(['(?, ?)'] * len(fences))}) AS v"
                     f" JOIN {LEASES} AS l ON l.session_id = v.column1 AND l.epoch = v.column2",
-                    tuple(value for fence in fences for value in fence), "one",
+                    flat(fences), "one",
                 )
                 if held[0] != len(fences):
                     return None
@@ -655,14 +655,14 @@ class MergeableCommit:
                 yield Query(
                     f"INSERT INTO {LAST_RUNS} (session_id, run_id) VALUES {', '.join(['(?, ?)'] * len(last_runs))}"
                     " ON CONFLICT (session_id) DO UPDATE SET run_id = excluded.run_id",
-                    tuple(value for pair in last_runs for value in pair),
+                    flat(last_runs),
                 )
             for marks in chunks([(t.session_id, t.mark) for t, _ in merged if t.mark is not None or t.unmark],
                                 MERGED_STEP_ROWS):
                 yield Query(
                     f"UPDATE {LEASES} SET resumable_run = v.column2 FROM (VALUES {', '.join(['(?, ?)'] * len(marks))})"
                     f" AS v WHERE {LEASES}.session_id = v.column1",
-                    tuple(value for pair in marks for value in pair),
+                    flat(marks),
                 )
             if not (yield from merged_saves([(part.save, None) for _, part in merged if part.save is not None])):
                 return None
@@ -763,7 +763,7 @@ def _append_writes(checkpoint: AgentCheckpoint, stored_count: int, revision: int
             f"INSERT INTO {MESSAGES} (run_id, seq, body) SELECT * FROM (VALUES "
             + ", ".join(["(?, CAST(? AS INTEGER), ?)"] * len(bodies))
             + ") AS v (run_id, seq, body) WHERE {guard}",
-            tuple(value for i, body in enumerate(bodies) for value in (run_id, stored_count + i, body)),
+            flat((run_id, stored_count + i, body) for i, body in enumerate(bodies)),
         ))
     writes += [
         Write(f"DELETE FROM {STEP_LOG} WHERE run_id = ? AND step_index > ? AND {{guard}}", (run_id, checkpoint.step_index)),

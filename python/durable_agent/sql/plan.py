@@ -15,8 +15,9 @@ placeholders; `Dialect` holds what differs between SQLite and Postgres.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..errors import FeatureUnavailableError
@@ -72,6 +73,11 @@ class Mergeable(Protocol):
 ALONE: Any = object()  # what `Mergeable.merged` answers for a write it did not make
 
 R = TypeVar("R")
+
+
+def flat(rows: Iterable[Iterable[Any]]) -> tuple[Any, ...]:
+    """The values of `rows`, one after the other: the parameters of a statement that writes many rows."""
+    return tuple(chain.from_iterable(rows))
 
 
 def chunks(rows: Sequence[R], largest: int) -> Iterator[Sequence[R]]:
