@@ -84,13 +84,15 @@ class GroupCommitSqlite:
         self._merges = (sqlite3.sqlite_version_info >= MERGE_SQLITE
                         and conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) >= MERGE_VARIABLES)
 
-    async def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> T:
-        """`plan`'s result once its transaction committed; `merge`: the same write, to run merged with others."""
+    def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> asyncio.Future[T]:
+        """A future of `plan`'s result, settled once its transaction committed (by the connection's
+        thread); `merge`: the same write, to run merged with others. Cancelling the future leaves
+        the plan queued: a write may still commit, as when any waiter is cancelled."""
         loop = asyncio.get_running_loop()
-        job = _Job(plan, write, loop, loop.create_future(), merge if self._merges else None)
+        future: asyncio.Future[T] = loop.create_future()
         self._ensure_thread()
-        self._jobs.put(job)
-        return cast(T, await job.future)  # the plan's own result, handed over by the connection's thread
+        self._jobs.put(_Job(plan, write, loop, future, merge if self._merges else None))
+        return future
 
     def _ensure_thread(self) -> None:
         if self._thread is None:

@@ -8,7 +8,7 @@ runs each plan in one transaction, rolled back when the plan raises. The rules o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, Protocol
 
 from ..checkpoint import AgentCheckpoint
@@ -28,8 +28,10 @@ class SqlDriver(Protocol):
 
     dialect: Dialect
 
-    async def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> T:
-        """`merge`: the same write, for a driver that runs writes of its kind together (or ignores it)."""
+    def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> Awaitable[T]:
+        """`plan`'s result; `merge`: the same write, for a driver that runs writes of its kind together
+        (or ignores it). An awaitable, not necessarily a coroutine: a driver may hand back the future
+        its writer settles (one frame less on every write of a busy loop)."""
 
     async def wait_for_change(self, timeout: float) -> None: ...
 

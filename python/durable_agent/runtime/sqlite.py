@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Literal
 
@@ -79,9 +79,8 @@ class _SqliteDriver:
         threaded = sys.platform != "emscripten"
         self._runner = (GroupCommitSqlite if threaded else InlineSqlite)(self._conn, DIALECT)
 
-    async def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> T:
-        result: T = await self._runner.run(plan, write=write, merge=merge)
-        return result
+    def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> Awaitable[T]:
+        return self._runner.run(plan, write=write, merge=merge)
 
     async def wait_for_change(self, timeout: float) -> None:
         """SQLite cannot tell another connection of a change: wait one polling interval."""
