@@ -22,7 +22,8 @@ checkpoint committed. A deferred record lost to a process death means a model st
 and an unsafe tool call is reported interrupted, as when the death comes before its own write.
 The scope reads its run's records, and which of its steps have stream partials stored, once and
 then keeps them (its lease makes it their only writer): a finished step that streamed nothing
-deletes no partials.
+deletes no partials. Of a record it wrote itself it keeps only the key: a step asked again reads
+its record back, so a long run (or a thousand runs at once) does not keep every result alive.
 """
 
 from __future__ import annotations
@@ -195,7 +196,11 @@ class JournalScope:
         self._clock = clock
         self._closed = False
         self._partial_seq: dict[str, int] = {}
-        self._records: dict[str, StepRecord] | None = {} if fresh else None  # this run's records, read once, kept
+        # This run's records, read once (None: not yet), then kept as they change; a record this scope
+        # wrote leaves only its key in `_stored` (`_remember`).
+        self._records: dict[str, StepRecord] | None = {} if fresh else None
+        self._stored: set[str] = set()
+        self._handed: list[str] = []  # keys of the records `take_deferred` handed to the last checkpoint commit
         self._earlier_partials: set[str] = set()  # keys of this run with partials stored before the scope
         self._prefix = run_key_prefix(run_id)
         self._deferred: list[StepRecord] = []
@@ -212,9 +217,9 @@ class JournalScope:
         if self._closed:
             raise ScopeClosedError(f"the scope of run {self.run_id!r} is closed")
         live = live or StepLive()
-        record = await self._record(request.key)
-        begun = request.key in self._begun
-        if record is not None and not begun:
+        begun = request.key in self._begun  # its pending record is this leg's: nothing to answer
+        record = None if begun else await self._record(request.key)
+        if record is not None:
             if request.fingerprint is not None and record.fingerprint != request.fingerprint:
                 return StepInterrupted()
             if record.status == "done":
@@ -242,7 +247,7 @@ class JournalScope:
         if live.defer_done:
             done = self._record_of(request, "done", result=result, tool_state=ops)
             self._deferred.append(done)
-            self._remember(done)
+            self._remember(done, durable=False)
         else:
             await self._put(request, "done", result=result, tool_state=ops)
         return StepCompleted(value, replayed=False, tool_state=ops)
@@ -262,9 +267,11 @@ class JournalScope:
 
     def take_deferred(self) -> DeferredSteps:
         """Hand the deferred records to a write outside the scope (the checkpoint commit); they are its now."""
+        self._settle_handed()
         taken, self._deferred = tuple(self._deferred), []
         if not taken:
             return NO_DEFERRED
+        self._handed = [record.key for record in taken]
         streamed = self._streamed(taken)
         return DeferredSteps(taken, None if streamed is None else frozenset(streamed))
 
@@ -274,7 +281,10 @@ class JournalScope:
         if self._records is None:
             self._records = {r.key: r for r in await self._backend.run_steps(self.session_id, self.run_id)}
             self._earlier_partials = {p.step_key for p in await self._backend.run_partials(self.session_id, self.run_id)}
-        return self._records.get(key)
+        record = self._records.get(key)
+        if record is None and key in self._stored:  # written by this scope, asked again: rare
+            return await self._backend.get_step(self.session_id, key)
+        return record
 
     def _streamed(self, records: Sequence[StepRecord]) -> set[str] | None:
         """The keys of `records` whose step may have partials stored; None when the scope cannot tell."""
@@ -285,10 +295,27 @@ class JournalScope:
             if r.key in self._partial_seq or r.key in self._earlier_partials or not r.key.startswith(self._prefix)
         }
 
-    def _remember(self, record: StepRecord) -> None:
-        """Keep `record` in the map of this run's records, once that map was read (never start one empty)."""
-        if self._records is not None and record.key.startswith(self._prefix):
+    def _remember(self, record: StepRecord, *, durable: bool) -> None:
+        """Keep what the map of this run's records must answer for `record`, once that map was read (never
+        start one empty): the record while only this scope has it; once `durable`, only its key (a step
+        asked again reads its record back). A server holds a thousand runs at once: their results kept
+        alive, every step, would be most of what the garbage collector scans."""
+        if self._records is None or not record.key.startswith(self._prefix):
+            return
+        if durable:
+            self._records.pop(record.key, None)
+            self._stored.add(record.key)
+        else:
             self._records[record.key] = record
+
+    def _settle_handed(self) -> None:
+        """The records handed to the last checkpoint commit are durable: the loop awaited that commit
+        before this scope was asked for anything else (a failed commit ends the run)."""
+        if self._records is not None:
+            for key in self._handed:
+                self._records.pop(key, None)
+                self._stored.add(key)
+        self._handed = []
 
     def _record_of(self, request: StepRequest, status: StepStatus, **fields: Any) -> StepRecord:
         return StepRecord(self.session_id, self.run_id, request.key, request.kind, request.replay,
@@ -299,12 +326,13 @@ class JournalScope:
 
     async def _write(self, records: list[StepRecord]) -> None:
         """Write `records` with the deferred ones, in one transaction."""
+        self._settle_handed()
         batch, self._deferred = [*self._deferred, *records], []
         if not batch:
             return
         await self._backend.put_steps(batch, epoch=self.epoch, streamed=self._streamed(batch))
         for record in batch:
-            self._remember(record)
+            self._remember(record, durable=True)
             if record.status != "pending":
                 self._earlier_partials.discard(record.key)
 

@@ -285,6 +285,32 @@ class DurableRuntimeConformance:
         await scope.close()  # a closing scope writes what it still defers
         assert step_key(self.run, 2, "model") in [r.key for r in await runtime.inspect.steps(self.run)]
 
+    @checkpoint_only("a key asked twice within one scope: the checkpoint runtimes' own map of a run's records")
+    async def test_a_step_asked_again_in_its_scope_is_answered_by_its_record_however_it_was_written(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
+        runtime = make_runtime(clock)
+        epoch = (await runtime.lease.claim(self.session, stale_at=0)).epoch
+        scope = await self._scope(runtime, epoch=epoch)
+        calls: list[str] = []
+
+        async def handler(ctx: StepContext) -> dict[str, int]:
+            calls.append(ctx.request.key)
+            return {"n": len(calls)}
+
+        written, flushed, committed, later = (step_key(self.run, i, "t1") for i in range(4))
+        await scope.step(_req(written), handler)  # its own write
+        await scope.step(_req(flushed, "safe"), handler, StepLive(defer_done=True))
+        await scope.begin([])  # the deferred record rides on the scope's next write
+        await scope.step(_req(committed, "safe"), handler, StepLive(defer_done=True))
+        deferred = scope.take_deferred()  # handed to a checkpoint commit
+        await runtime.commit(RunTransition(self.session, epoch, steps=deferred.records, streamed=deferred.streamed))
+        await scope.step(_req(later), handler)
+        for n, key in enumerate((written, flushed, committed, later), 1):
+            again = await scope.step(_req(key), handler)
+            assert (again.status, again.replayed, again.value) == ("completed", True, {"n": n})
+        assert calls == [written, flushed, committed, later]
+
     @checkpoint_only(NO_RESTART)
     async def test_another_fingerprint_is_interrupted(
         self, make_runtime: RuntimeFactory, clock: Clock
