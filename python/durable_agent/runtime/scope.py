@@ -298,8 +298,8 @@ class JournalScope:
     def _remember(self, record: StepRecord, *, durable: bool) -> None:
         """Keep what the map of this run's records must answer for `record`, once that map was read (never
         start one empty): the record while only this scope has it; once `durable`, only its key (a step
-        asked again reads its record back). A server holds a thousand runs at once: their results kept
-        alive, every step, would be most of what the garbage collector scans."""
+        asked again reads its record back). Every result kept alive would grow a long run, and a server
+        holding a thousand runs, by another record at every step."""
         if self._records is None or not record.key.startswith(self._prefix):
             return
         if durable:
