@@ -8,8 +8,9 @@ schema of its own. Without the URL the tests skip, or fail when CI=true.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -222,6 +223,45 @@ async def test_a_journal_write_and_an_appending_transition_are_one_statement_eac
     assert await runtime.stores.tool_state(SESSION).all() == {"k": 1}
     assert (await runtime.stores.checkpoints.load("r")).messages == checkpoint(["a", "b"], 1).messages
     assert await runtime.stores.runs.last(SESSION) == "r" and await runtime.lease.marked_run(SESSION) == "r"
+
+
+async def test_a_run_cancelled_as_the_pool_hands_it_a_connection_ends_cancelled(conninfo: str) -> None:
+    """psycopg_pool waits for a connection through `asyncio.wait_for`, which on Python 3.11 can return what
+    it waited for and drop a cancellation that arrives as the wait ends (fixed in 3.12). A run cancelled
+    then (its client gone, a timeout) must end cancelled, not go on to its end."""
+    from psycopg_pool import AsyncConnectionPool
+
+    from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
+    from durable_agent.runtime.postgres import PostgresRuntime
+
+    waiting = asyncio.Event()
+    drop_next = [False]
+
+    class DroppingPool(AsyncConnectionPool):
+        @contextlib.asynccontextmanager
+        async def connection(self, timeout: float | None = None) -> AsyncIterator[Any]:
+            if drop_next[0]:
+                drop_next[0] = False
+                waiting.set()
+                try:
+                    await asyncio.sleep(10)
+                except asyncio.CancelledError:
+                    pass  # the connection came as the cancellation did: wait_for returned it
+            async with super().connection(timeout) as conn:
+                yield conn
+
+    def charge(args: Any) -> str:
+        drop_next[0] = True  # the write of its result waits on the pool
+        return "charged"
+
+    async with DroppingPool(conninfo, min_size=1, max_size=2, open=False, kwargs={"autocommit": True}) as pool:
+        agent = Agent(model=ScriptedModel([reply("", call("charge", {})), "done"]), tools={"charge": Tool(execute=charge)},
+                      durable=DurableOptions(PostgresRuntime(pool=pool)), session_id=SESSION)
+        run = asyncio.ensure_future(agent.run("go"))
+        await asyncio.wait_for(waiting.wait(), 10)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(run, 10)
 
 
 async def test_the_default_pool_serves_concurrent_runs_without_queueing_on_one_connection(conninfo: str) -> None:

@@ -31,7 +31,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from .._util import wall_clock_ms
+from .._util import pool_connection, wall_clock_ms
 from ..errors import ConfigurationError, FeatureUnavailableError
 from ..sql.journal_schema import schema_plan
 from ..sql.plan import POSTGRES, Mergeable, Plan, Query, T, execute_async, run_async
@@ -140,7 +140,7 @@ class _PostgresDriver:
             if not self._opened:  # opened inside the running event loop, on first use
                 self._opened = True
                 await self._pool.open()
-            async with self._pool.connection() as conn:
+            async with pool_connection(self._pool) as conn:
                 yield conn
             return
         if self._turn is None:

@@ -20,6 +20,7 @@ import builtins
 from collections.abc import Callable
 from typing import Any
 
+from .._util import pool_connection
 from ..checkpoint import AgentCheckpoint, RunStatus
 from ..errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from ..sql import checkpoints as _sql
@@ -247,7 +248,7 @@ class AsyncPostgresCheckpointStore(_Common):
         if not self._opened:
             await self._pool.open()
             self._opened = True
-        async with self._pool.connection() as conn:
+        async with pool_connection(self._pool) as conn:
             if not self._migrated:
                 async with conn.transaction(), conn.cursor() as cur:
                     await _sql.run_async(cur, DIALECT, _sql.schema_plan(DIALECT))
