@@ -366,6 +366,32 @@ async def test_a_step_with_one_unsafe_call_is_two_commits_and_its_result_is_dura
     assert seen == ["done"] * 3
 
 
+async def test_a_tool_result_whose_checkpoint_commit_failed_rides_on_the_next_write(
+    agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]
+) -> None:
+    """A lone tool call's result record rides on its step's checkpoint commit. A save that fails is logged
+    and the run goes on (durability never kills a run); the record goes back to the run's scope, and its
+    next write carries it, rather than being lost while the run acts on the result."""
+    runtime = runtime_on()
+    commit = runtime.commit
+    failed: list[int] = []
+
+    async def failing_once(transition: Any) -> None:
+        if transition.steps and not failed:
+            failed.append(len(transition.steps))
+            raise OSError("disk I/O error")
+        await commit(transition)
+
+    runtime.commit = failing_once
+    ledger = Ledger()
+    model = ScriptedModel([reply("", call("charge", {"n": 1})), "charged"])
+    agent = agent_on(model, {"charge": ledger.tool("charge")}, runtime=runtime)
+    result = await agent.run("go", run_id="r1")
+    assert result.text == "charged" and len(ledger.entries) == 1 and failed == [1]
+    stored = {parse_step_key(r.key).call: r.status for r in await runtime_on().inspect.steps("r1")}
+    assert stored == {"model": "done", "call_0_0": "done"}, stored
+
+
 async def test_a_leg_ends_even_when_a_lease_renewal_swallows_its_cancellation() -> None:
     """A connection pool's wait on Python 3.11 (`asyncio.wait_for`) can drop a cancellation that arrives
     as the wait ends; a renewer that relied on being cancelled renewed forever and its leg never ended."""

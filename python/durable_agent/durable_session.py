@@ -38,6 +38,7 @@ from .errors import (
     RunLeaseHeldError,
     RunSuspendedError,
     SessionStateError,
+    is_control_error,
 )
 from .generate import PartSink, _consume
 from .loop import AgentLoop
@@ -167,9 +168,18 @@ class RunCheckpoints:
         return self._runtime.stores.checkpoints.load(run_id)
 
     async def save(self, checkpoint: AgentCheckpoint) -> None:
+        """Commit `checkpoint` with the deferred step records. If the commit fails (the loop logs it and
+        goes on), the records go back to the scope for its next write; a lost lease stops the run."""
         self._latest = None  # until this commit's outcome is known, the store holds the truth
-        await self._runtime.commit(checkpoint_transition(self._scope.session_id, self._epoch, self._run_id, checkpoint,
-                                                         self._scope.take_deferred()))
+        deferred = self._scope.take_deferred()
+        try:
+            await self._runtime.commit(
+                checkpoint_transition(self._scope.session_id, self._epoch, self._run_id, checkpoint, deferred)
+            )
+        except Exception as exc:
+            if deferred.records and not is_control_error(exc):
+                self._scope.give_back(deferred)  # written again, if the commit did land: the same upserts
+            raise
 
 
 class DurableSession:

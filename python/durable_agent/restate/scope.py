@@ -126,6 +126,9 @@ class RestateScope:
         """Always empty: the engine journals every action's result as it completes (`defer_done` is moot)."""
         return NO_DEFERRED
 
+    def give_back(self, deferred: DeferredSteps) -> None:
+        """Nothing is ever handed out (`take_deferred`), so nothing comes back."""
+
     async def stored_steps(self) -> list[StepRecord]:
         return []
 

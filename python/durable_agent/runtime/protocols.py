@@ -48,6 +48,10 @@ class RunScope(Protocol):
         """The records deferred to the next write, handed to a commit outside the scope."""
         ...
 
+    def give_back(self, deferred: DeferredSteps) -> None:
+        """Take back what `take_deferred` handed to a commit that failed: the scope's next write carries it."""
+        ...
+
     async def awakeable(
         self, key: str, *, timeout_ms: int | None = None, awakeable_id: str | None = None
     ) -> DurableAwakeable: ...

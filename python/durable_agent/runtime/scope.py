@@ -275,6 +275,12 @@ class JournalScope:
         streamed = self._streamed(taken)
         return DeferredSteps(taken, None if streamed is None else frozenset(streamed))
 
+    def give_back(self, deferred: DeferredSteps) -> None:
+        """Take back what `take_deferred` handed to a commit that failed (a save that fails is logged and
+        the run goes on): the scope's next write carries those records, ahead of any deferred since."""
+        self._deferred[:0] = deferred.records
+        self._handed = []
+
     async def _record(self, key: str) -> StepRecord | None:
         if not key.startswith(self._prefix):  # another run's step: ask the backend
             return await self._backend.get_step(self.session_id, key)
@@ -310,7 +316,7 @@ class JournalScope:
 
     def _settle_handed(self) -> None:
         """The records handed to the last checkpoint commit are durable: the loop awaited that commit
-        before this scope was asked for anything else (a failed commit ends the run)."""
+        before this scope was asked for anything else, and a commit that failed gave them back."""
         if self._records is not None:
             for key in self._handed:
                 self._records.pop(key, None)
