@@ -107,6 +107,11 @@ class DurableRuntimeConformance:
     async def _scope(self, runtime: Any, run: str | None = None, epoch: int | None = None) -> Any:
         return await runtime.open_run(session_id=self.session, run_id=run or self.run, epoch=epoch)
 
+    async def _leased_scope(self, runtime: Any) -> tuple[Any, int]:
+        """A scope of the case's run under a lease of its session just claimed, and the lease's epoch."""
+        epoch = (await runtime.lease.claim(self.session, stale_at=0)).epoch
+        return await self._scope(runtime, epoch=epoch), epoch
+
     async def test_implements_the_runtime_protocols(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
         from ..runtime.protocols import (
             DurableInspector,
@@ -290,8 +295,7 @@ class DurableRuntimeConformance:
         self, make_runtime: RuntimeFactory, clock: Clock
     ) -> None:
         runtime = make_runtime(clock)
-        epoch = (await runtime.lease.claim(self.session, stale_at=0)).epoch
-        scope = await self._scope(runtime, epoch=epoch)
+        scope, epoch = await self._leased_scope(runtime)
         calls: list[str] = []
 
         async def handler(ctx: StepContext) -> dict[str, int]:
@@ -454,8 +458,7 @@ class DurableRuntimeConformance:
         self, make_runtime: RuntimeFactory, clock: Clock
     ) -> None:
         runtime = make_runtime(clock)
-        epoch = (await runtime.lease.claim(self.session, stale_at=0)).epoch
-        scope = await self._scope(runtime, epoch=epoch)
+        scope, epoch = await self._leased_scope(runtime)
         spoke, quiet = step_key(self.run, 0, "model"), step_key(self.run, 1, "t1")
 
         async def speaks(ctx: StepContext) -> str:
