@@ -267,7 +267,8 @@ class JournalScope:
 
     def take_deferred(self) -> DeferredSteps:
         """Hand the deferred records to a write outside the scope (the checkpoint commit); they are its now."""
-        self._settle_handed()
+        if self._handed:
+            self._settle_handed()
         taken, self._deferred = tuple(self._deferred), []
         if not taken:
             return NO_DEFERRED
@@ -332,7 +333,8 @@ class JournalScope:
 
     async def _write(self, records: list[StepRecord]) -> None:
         """Write `records` with the deferred ones, in one transaction."""
-        self._settle_handed()
+        if self._handed:
+            self._settle_handed()
         batch, self._deferred = [*self._deferred, *records], []
         if not batch:
             return
