@@ -102,17 +102,16 @@ def checkpoint_transition(
       id, for `resolve_approval`), and the unmark (park);
     * ``running`` → the checkpoint alone.
     """
-    if checkpoint.run_id != run_id:
-        return RunTransition(session_id, epoch, checkpoint=checkpoint, steps=deferred.records, streamed=deferred.streamed)
-    if checkpoint.status == "completed":
-        return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=True, steps=deferred.records, streamed=deferred.streamed)
-    if checkpoint.status == "suspended":
+    own = checkpoint.run_id == run_id
+    parked: tuple[tuple[str, str], ...] = ()
+    if own and checkpoint.status == "suspended":
         parked = tuple(
             (approval_key(run_id, checkpoint.step_index, r.approval_id), r.approval_id)
             for r in checkpoint.pending_approvals or ()
         )
-        return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=True, awakeables=parked, steps=deferred.records, streamed=deferred.streamed)
-    return RunTransition(session_id, epoch, checkpoint=checkpoint, steps=deferred.records, streamed=deferred.streamed)
+    finishes = own and checkpoint.status in ("completed", "suspended")
+    return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=finishes, awakeables=parked,
+                         steps=deferred.records, streamed=deferred.streamed)
 
 
 def is_model_call(key: str, run_id: str, turn: int) -> bool:

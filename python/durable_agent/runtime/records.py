@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from ..checkpoint import AgentCheckpoint
 
 StepStatus = Literal["pending", "done", "failed"]
@@ -128,7 +130,7 @@ class DeferredSteps:
     partials stored (the others have none, so a finished one deletes none); None: any may."""
 
     records: tuple[StepRecord, ...] = ()
-    streamed: frozenset[str] | None = None
+    streamed: Collection[str] | None = None
 
 
 NO_DEFERRED = DeferredSteps(streamed=frozenset())
@@ -157,7 +159,7 @@ class RunTransition:
     unmark: bool = False
     awakeables: tuple[tuple[str, str], ...] = ()
     steps: tuple[StepRecord, ...] = ()
-    streamed: frozenset[str] | None = None
+    streamed: Collection[str] | None = None
 
     def __post_init__(self) -> None:
         if self.mark is not None and self.unmark:

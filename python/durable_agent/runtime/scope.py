@@ -200,7 +200,7 @@ class JournalScope:
         # wrote leaves only its key in `_stored` (`_remember`).
         self._records: dict[str, StepRecord] | None = {} if fresh else None
         self._stored: set[str] = set()
-        self._handed: list[str] = []  # keys of the records `take_deferred` handed to the last checkpoint commit
+        self._handed: tuple[StepRecord, ...] = ()  # what `take_deferred` handed to the last checkpoint commit
         self._earlier_partials: set[str] = set()  # keys of this run with partials stored before the scope
         self._prefix = run_key_prefix(run_id)
         self._deferred: list[StepRecord] = []
@@ -272,15 +272,14 @@ class JournalScope:
         taken, self._deferred = tuple(self._deferred), []
         if not taken:
             return NO_DEFERRED
-        self._handed = [record.key for record in taken]
-        streamed = self._streamed(taken)
-        return DeferredSteps(taken, None if streamed is None else frozenset(streamed))
+        self._handed = taken
+        return DeferredSteps(taken, self._streamed(taken))
 
     def give_back(self, deferred: DeferredSteps) -> None:
         """Take back what `take_deferred` handed to a commit that failed (a save that fails is logged and
         the run goes on): the scope's next write carries those records, ahead of any deferred since."""
         self._deferred[:0] = deferred.records
-        self._handed = []
+        self._handed = ()
 
     async def _record(self, key: str) -> StepRecord | None:
         if not key.startswith(self._prefix):  # another run's step: ask the backend
@@ -318,11 +317,9 @@ class JournalScope:
     def _settle_handed(self) -> None:
         """The records handed to the last checkpoint commit are durable: the loop awaited that commit
         before this scope was asked for anything else, and a commit that failed gave them back."""
-        if self._records is not None:
-            for key in self._handed:
-                self._records.pop(key, None)
-                self._stored.add(key)
-        self._handed = []
+        for record in self._handed:
+            self._remember(record, durable=True)
+        self._handed = ()
 
     def _record_of(self, request: StepRequest, status: StepStatus, **fields: Any) -> StepRecord:
         return StepRecord(self.session_id, self.run_id, request.key, request.kind, request.replay,
