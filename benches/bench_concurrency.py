@@ -81,6 +81,8 @@ from durable_agent import (  # noqa: E402
 STEPS = 10
 LATENCY_S = 0.020
 TOOLS = {"noop": Tool(parameters={"type": "object"}, execute=lambda args: "ok")}
+VARIANTS = ("none", "sqlite-store", "sqlite-store-async", "memory", "sqlite", "postgres", "dbos",
+            "langgraph-sqlite", "langgraph-postgres")
 NEEDS = {"dbos": "dbos", "langgraph-sqlite": "langgraph-checkpoint-sqlite",
          "langgraph-postgres": "langgraph-checkpoint-postgres"}  # variant -> the package it imports
 
@@ -212,6 +214,8 @@ async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
         from durable_agent.stores.sqlite import AsyncSqliteCheckpointStore
 
         store = count_store_commits(AsyncSqliteCheckpointStore(Path(tmp) / "store.db"), commits)
+    elif name != "none":
+        raise ValueError(f"unknown variant {name!r}")
 
     nonce = time.time_ns()  # a shared database (Postgres) keeps earlier runs' sessions
 
@@ -391,12 +395,14 @@ def runnable(name: str) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", default="1,10,100,1000")
-    parser.add_argument("--variants", default="none,sqlite-store,sqlite-store-async,memory,sqlite,postgres,dbos,"
-                                               "langgraph-sqlite,langgraph-postgres")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--child")
     parser.add_argument("--against", help="another checkout: its rows follow ours, marked '@other'")
     parser.add_argument("--gc", default="", help="gc.set_threshold for every variant, e.g. 50000,20,100")
     args = parser.parse_args()
+    unknown = sorted(set(args.variants.split(",")) - set(VARIANTS))
+    if unknown:  # an unknown name used to run as `none` and print a row under its name
+        parser.error(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
     if args.gc:
         gc.set_threshold(*(int(t) for t in args.gc.split(",")))
         global GC
