@@ -377,8 +377,8 @@ async def test_a_tool_result_whose_checkpoint_commit_failed_rides_on_the_next_wr
     failed: list[int] = []
 
     async def failing_once(transition: Any) -> None:
-        if transition.steps and not failed:
-            failed.append(len(transition.steps))
+        if transition.deferred.records and not failed:
+            failed.append(len(transition.deferred.records))
             raise OSError("disk I/O error")
         await commit(transition)
 

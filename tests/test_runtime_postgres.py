@@ -184,7 +184,7 @@ async def test_a_journal_write_and_an_appending_transition_are_one_statement_eac
     from durable_agent import AgentCheckpoint, Usage
     from durable_agent.errors import StaleEpochError
     from durable_agent.runtime import StepRecord
-    from durable_agent.runtime.records import RunTransition
+    from durable_agent.runtime.records import DeferredSteps, RunTransition
 
     runtime = opened()
     claim = await runtime.lease.claim(SESSION, stale_at=0)
@@ -212,8 +212,8 @@ async def test_a_journal_write_and_an_appending_transition_are_one_statement_eac
     assert len(sent) == 1
     done = StepRecord(SESSION, "r", pending.key, "tool", "unsafe", "done", result="ok",
                       tool_state=({"op": "set", "key": "k", "value": 1},))
-    await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=checkpoint(["a", "b"], 1), steps=(done,),
-                                       last_run="r", mark="r"))
+    await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=checkpoint(["a", "b"], 1),
+                                       deferred=DeferredSteps((done,)), last_run="r", mark="r"))
     assert len(sent) == 2
     with pytest.raises(StaleEpochError):
         await runtime.backend.put_steps([pending], epoch=claim.epoch + 1)

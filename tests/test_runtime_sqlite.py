@@ -17,7 +17,7 @@ import pytest
 from durable_agent import Agent, AgentCheckpoint, DurableOptions, ScriptedModel, Usage, call, reply
 from durable_agent.errors import FeatureUnavailableError, StaleEpochError
 from durable_agent.runtime import RunOwner, StepRecord, StepRequest, step_key
-from durable_agent.runtime.records import RunTransition
+from durable_agent.runtime.records import DeferredSteps, RunTransition
 from durable_agent.runtime.scope import StepContext
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
 from store_kit import queued_together
@@ -149,7 +149,7 @@ class SqlJournalChecks:
         with pytest.raises(StaleEpochError):
             await old.commit(RunTransition(SESSION, first.epoch, checkpoint=_checkpoint(["hi", "more"], 1),
                                            last_run="r-2", unmark=True, awakeables=(("k", "aw-1"),),
-                                           steps=(record,)))
+                                           deferred=DeferredSteps((record,))))
         assert await new.stores.checkpoints.load(RUN) == saved
         assert await new.stores.runs.last(SESSION) == RUN and await new.lease.marked_run(SESSION) == RUN
         assert await new.inspect.steps() == [] and await new.inspect.awakeables() == []

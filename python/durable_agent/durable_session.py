@@ -111,7 +111,7 @@ def checkpoint_transition(
         )
     finishes = own and checkpoint.status in ("completed", "suspended")
     return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=finishes, awakeables=parked,
-                         steps=deferred.records, streamed=deferred.streamed)
+                         deferred=deferred)
 
 
 def is_model_call(key: str, run_id: str, turn: int) -> bool:

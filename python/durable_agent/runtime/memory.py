@@ -249,8 +249,9 @@ class _MemoryRows:
     async def commit(self, transition: RunTransition) -> None:
         session_id = transition.session_id
         self.guard(session_id, transition.epoch)
-        for record in transition.steps:
-            self._write_step(record, transition.streamed is None or record.key in transition.streamed)
+        deferred = transition.deferred
+        for record in deferred.records:
+            self._write_step(record, deferred.streamed is None or record.key in deferred.streamed)
         if transition.checkpoint is not None:
             self.state.checkpoint_store.save(transition.checkpoint)
         if transition.last_run is not None:

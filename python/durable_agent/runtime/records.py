@@ -147,8 +147,7 @@ class RunTransition:
     * `last_run`: becomes the session's latest run (its checkpoint holds the session's history);
     * `mark`: the run marked in progress (what `resume()` continues); `unmark` clears the mark;
     * `awakeables`: ``(key, awakeable_id)`` pairs opened for the run to park on (no deadline);
-    * `steps`: step records the run's scope deferred to this write (`JournalScope.take_deferred`);
-      `streamed` says which of them may have stream partials to drop (`DeferredSteps`).
+    * `deferred`: step records the run's scope deferred to this write (`JournalScope.take_deferred`).
     """
 
     session_id: str
@@ -158,8 +157,7 @@ class RunTransition:
     mark: str | None = None
     unmark: bool = False
     awakeables: tuple[tuple[str, str], ...] = ()
-    steps: tuple[StepRecord, ...] = ()
-    streamed: Collection[str] | None = None
+    deferred: DeferredSteps = NO_DEFERRED
 
     def __post_init__(self) -> None:
         if self.mark is not None and self.unmark:

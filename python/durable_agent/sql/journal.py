@@ -682,7 +682,8 @@ class _CommitParts:
         transition = commit.transition
         if transition.awakeables:
             return None
-        steps = _FoldedSteps.of(transition.steps, transition.streamed) if transition.steps else None
+        deferred = transition.deferred
+        steps = _FoldedSteps.of(deferred.records, deferred.streamed) if deferred.records else None
         if steps is not None and steps.ops:
             return None
         save = None
@@ -696,7 +697,7 @@ class _CommitParts:
 def _transition_writes(d: Dialect, transition: RunTransition) -> list[Write]:
     """The writes of `transition` but its checkpoint, to run once the fence holds."""
     session_id = transition.session_id
-    writes = _step_writes(d, transition.steps, transition.streamed)
+    writes = _step_writes(d, transition.deferred.records, transition.deferred.streamed)
     if transition.last_run is not None:
         writes.append(_last_run_write(session_id, transition.last_run))
     if transition.mark is not None or transition.unmark:  # the fence holds: the lease row exists

@@ -308,7 +308,7 @@ class DurableRuntimeConformance:
         await scope.begin([])  # the deferred record rides on the scope's next write
         await scope.step(_req(committed, "safe"), handler, StepLive(defer_done=True))
         deferred = scope.take_deferred()  # handed to a checkpoint commit
-        await runtime.commit(RunTransition(self.session, epoch, steps=deferred.records, streamed=deferred.streamed))
+        await runtime.commit(RunTransition(self.session, epoch, deferred=deferred))
         await scope.step(_req(later), handler)
         for n, key in enumerate((written, flushed, committed, later), 1):
             again = await scope.step(_req(key), handler)
@@ -474,7 +474,7 @@ class DurableRuntimeConformance:
         assert [p.text for p in await runtime.inspect.partials(self.run)] == ["Hi"]
         deferred = scope.take_deferred()
         assert [r.key for r in deferred.records] == [spoke, quiet] and deferred.streamed == {spoke}
-        await runtime.commit(RunTransition(self.session, epoch, steps=deferred.records, streamed=deferred.streamed))
+        await runtime.commit(RunTransition(self.session, epoch, deferred=deferred))
         assert await runtime.inspect.partials(self.run) == []
         assert {r.key: r.status for r in await runtime.inspect.steps(self.run)} == {spoke: "done", quiet: "done"}
 
