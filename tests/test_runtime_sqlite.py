@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from durable_agent import Agent, AgentCheckpoint, DurableOptions, ScriptedModel, Usage, call, reply
-from durable_agent.errors import FeatureUnavailableError, StaleEpochError
+from durable_agent.errors import CheckpointCorruptError, FeatureUnavailableError, StaleEpochError
 from durable_agent.runtime import RunOwner, StepRecord, StepRequest, step_key
 from durable_agent.runtime.records import DeferredSteps, RunTransition
 from durable_agent.runtime.scope import StepContext
+from durable_agent.sql.plan import Query
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
 from store_kit import queued_together
 
@@ -83,6 +84,11 @@ def _watch(plan: Any, rereads: list[str]) -> Any:
             query = plan.send((yield query))
     except StopIteration as stop:
         return stop.value
+
+
+def _stray_row(run_id: str, seq: int) -> Any:
+    """A plan that writes a message row no save wrote (damage, or a foreign writer)."""
+    yield Query("INSERT INTO durable_agent_messages (run_id, seq, body) VALUES (?, ?, ?)", (run_id, seq, '"stray"'))
 
 
 def _req(key: str, replay: str = "unsafe") -> StepRequest:
@@ -180,6 +186,26 @@ class SqlJournalChecks:
         latest = _checkpoint(["a", "b", "c"], 1)
         await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=latest))
         assert await other.stores.checkpoints.load(RUN) == latest
+
+    async def test_a_stray_message_row_fails_the_next_commit_as_corruption_and_the_commit_after_heals(
+        self, make_runtime: Any
+    ) -> None:
+        """A row at seq = message_count, behind the back of a process whose cache trusts the stored rows: the
+        next commit (on Postgres the one-statement append) raised the driver's unique-key error."""
+        clock = Clock()
+        runtime = make_runtime(clock)
+        claim = await runtime.lease.claim(SESSION, stale_at=0)
+        await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=_checkpoint(["a", "b"], 0)))
+        await runtime.backend.write(_stray_row(RUN, 2))
+        record = StepRecord(SESSION, RUN, step_key(RUN, 1, "t1"), "tool", "unsafe", "pending")
+        with pytest.raises(CheckpointCorruptError, match="stored already where this save appends message 2") as caught:
+            await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=_checkpoint(["a", "b", "c"], 1),
+                                               deferred=DeferredSteps((record,))))
+        assert caught.value.run_id == RUN
+        assert await runtime.inspect.steps() == []  # the transition is one transaction: none of it landed
+        latest = _checkpoint(["a", "b", "c", "d"], 2)
+        await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=latest))
+        assert await make_runtime(clock).stores.checkpoints.load(RUN) == latest
 
     async def test_live_runs_past_the_caches_capacity_never_re_read_their_history(self, make_runtime: Any) -> None:
         """Each run in flight is remembered until its lease is released, however many there are: a

@@ -135,10 +135,9 @@ def test_concurrent_writers_of_one_run_queue_on_its_lock(conninfo: str) -> None:
 
 @pytest.mark.parametrize("asynchronous", [False, True])
 def test_a_failed_save_drops_the_cache_so_the_next_save_heals(conninfo: str, asynchronous: bool) -> None:
-    """A stray row at seq = message_count made every later save of this process fail (UniqueViolation)."""
+    """A stray row at seq = message_count fails the next save as corruption of its run (it was a raw
+    UniqueViolation, and before that every later save of this process failed)."""
     import asyncio
-
-    import psycopg
 
     from durable_agent.stores.postgres import AsyncPostgresCheckpointStore, PostgresCheckpointStore
 
@@ -151,8 +150,9 @@ def test_a_failed_save_drops_the_cache_so_the_next_save_heals(conninfo: str, asy
         try:
             await call(store.save(make_checkpoint("r", 1, conversation(3))))
             _sql(conninfo, "INSERT INTO durable_agent_messages VALUES ('r', 3, 'stray')")
-            with pytest.raises(psycopg.errors.UniqueViolation):
+            with pytest.raises(CheckpointCorruptError, match="stored already where this save appends message 3") as caught:
                 await call(store.save(make_checkpoint("r", 2, conversation(4))))
+            assert caught.value.run_id == "r"
             latest = make_checkpoint("r", 3, conversation(5))
             await call(store.save(latest))
             assert await call(store.load("r")) == latest

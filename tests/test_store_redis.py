@@ -198,6 +198,28 @@ def test_a_key_of_the_wrong_type_is_corruption_of_its_run_and_a_save_replaces_it
     assert store.load("bad") == healed
 
 
+@pytest.mark.parametrize("replace", [
+    lambda raw, key: (raw.delete(key), raw.set(key, b"not a list")),  # another type: the save used to drop it...
+    lambda raw, key: raw.ltrim(key, 0, 0),  # ...or a list cut short: and append after what was left
+], ids=["another-type", "cut-short"])
+def test_a_message_list_damaged_behind_a_trusting_cache_fails_the_save_as_corruption_and_the_next_heals(
+    store: Any, raw: Any, prefix: str, replace: Callable[[Any, str], Any]
+) -> None:
+    """The save used to succeed, and the run then loaded as the new messages alone (a silently
+    different history)."""
+    store.save(make_checkpoint("r", 1, conversation(3)))
+    replace(raw, f"{prefix}msgs:r")
+    with pytest.raises(CheckpointCorruptError, match="message list") as caught:
+        store.save(make_checkpoint("r", 2, conversation(4)))
+    assert caught.value.run_id == "r"
+    with pytest.raises(CheckpointCorruptError):
+        store.load("r")  # still the damage, not a history nobody saved
+    latest = make_checkpoint("r", 3, conversation(5))
+    store.save(latest)
+    assert store.load("r") == latest
+    assert raw.llen(f"{prefix}msgs:r") == 5
+
+
 @pytest.mark.parametrize("revision", [b"abc", b"\xff", b"-1"])
 def test_a_damaged_revision_field_is_healed_not_retried_forever(
     Store: Callable[..., Any], url: str, prefix: str, raw: Any, revision: bytes

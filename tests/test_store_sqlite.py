@@ -264,21 +264,28 @@ def _damage(db: Path, sql: str, params: tuple[object, ...] = ()) -> None:
 
 
 @needs_sqlite3
-@pytest.mark.parametrize(
-    "sql",
-    [
-        "INSERT INTO durable_agent_messages (run_id, seq, body) VALUES ('r', 3, 'stray')",
-        "UPDATE durable_agent_runs SET message_count = 'three' WHERE run_id = 'r'",
-    ],
-)
-def test_a_failed_or_unknown_save_drops_the_cache_so_the_next_save_heals(Store: Callable[..., Any], db: Path, sql: str) -> None:
+def test_a_stray_row_where_the_next_message_goes_fails_that_save_as_corruption_and_the_next_save_heals(
+    Store: Callable[..., Any], db: Path
+) -> None:
+    """It was a raw sqlite3.IntegrityError; the loop logs a failed save and goes on either way."""
     with Store(db) as store:
         store.save(make_checkpoint("r", 1, conversation(3)))
-        _damage(db, sql)  # behind the back of a handle whose cache trusts the stored rows
-        try:
-            store.save(make_checkpoint("r", 2, conversation(4)))
-        except sqlite3.IntegrityError:
-            pass  # the loop logs a failed save and goes on
+        _damage(db, "INSERT INTO durable_agent_messages (run_id, seq, body) VALUES ('r', 3, 'stray')")
+        with pytest.raises(CheckpointCorruptError, match="stored already where this save appends message 3") as caught:
+            store.save(make_checkpoint("r", 2, conversation(4)))  # behind a cache that trusts the stored rows
+        assert caught.value.run_id == "r"
+        latest = make_checkpoint("r", 3, conversation(5))
+        store.save(latest)
+        assert store.load("r") == latest
+    assert [seq for seq, _ in _rows(db, "r")] == list(range(5))
+
+
+@needs_sqlite3
+def test_an_unreadable_message_count_drops_the_cache_so_the_next_save_heals(Store: Callable[..., Any], db: Path) -> None:
+    with Store(db) as store:
+        store.save(make_checkpoint("r", 1, conversation(3)))
+        _damage(db, "UPDATE durable_agent_runs SET message_count = 'three' WHERE run_id = 'r'")
+        store.save(make_checkpoint("r", 2, conversation(4)))  # the append's header check misses: the save re-reads
         latest = make_checkpoint("r", 3, conversation(5))
         store.save(latest)
         assert store.load("r") == latest
@@ -511,7 +518,7 @@ def test_a_merged_batch_leaves_a_changed_run_a_conflict_and_a_stray_row_to_their
 
     results = asyncio.run(scenario())
     assert isinstance(results[5], CheckpointConflictError)
-    assert isinstance(results[6], sqlite3.IntegrityError)
+    assert isinstance(results[6], CheckpointCorruptError) and results[6].run_id == "r6"
     assert [r for i, r in enumerate(results) if i not in (5, 6)] == [None] * 6
     with SqliteCheckpointStore(db) as fresh:
         for i in (0, 1, 2, 3, 4, 7):

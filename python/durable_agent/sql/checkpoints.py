@@ -331,13 +331,26 @@ def _insert_rows(insert: str, row: str, rows: Sequence[tuple[Any, ...]], suffix:
 
 
 def _append_rows(run_id: str, bodies: Sequence[str], first: int) -> Plan[None]:
-    """Insert message `bodies` numbered from `first`, one statement per chunk, not one per row."""
+    """Insert message `bodies` numbered from `first`, one statement per chunk, not one per row.
+
+    A row already stored where a new message goes (damage, or a foreign writer, behind the back
+    of a cache that vouched for the stored rows) raises `CheckpointCorruptError`: the caller's
+    transaction is undone and its store forgets the run, so the next save re-reads the rows and
+    replaces it. Counting the rows inserted costs nothing; the unique-key error it replaces was
+    the driver's own (`sqlite3.IntegrityError`, psycopg's `UniqueViolation`).
+    """
     for start in range(0, len(bodies), ROWS_PER_INSERT):
         chunk = bodies[start : start + ROWS_PER_INSERT]
-        yield Query(
-            f"INSERT INTO {MESSAGES} (run_id, seq, body) VALUES " + ", ".join(["(?, ?, ?)"] * len(chunk)),
-            flat((run_id, i, body) for i, body in enumerate(chunk, first + start)),
+        inserted = yield Query(
+            f"INSERT INTO {MESSAGES} (run_id, seq, body) VALUES " + ", ".join(["(?, ?, ?)"] * len(chunk))
+            + " ON CONFLICT (run_id, seq) DO NOTHING",
+            flat((run_id, i, body) for i, body in enumerate(chunk, first + start)), "count",
         )
+        if inserted != len(chunk):
+            raise CheckpointCorruptError(
+                f"a row is stored already where this save appends message {first + start} or a later one"
+                " (no save of this run wrote it); the next save rewrites the run", run_id=run_id,
+            )
 
 
 _STEP_LOG_UPSERT = (

@@ -733,11 +733,12 @@ def _append_plan(d: Dialect, transition: RunTransition, cache: PrefixCache) -> P
         if d.lock_run is not None:
             ctes.append(f"run_lock AS ({d.lock_run})")
             params.append(run_id)
-        ctes.append(
+        ctes.append(  # no row where the new messages go: else the parts' save names the damage (`_append_rows`)
             f"head AS (SELECT 1 FROM {RUNS} WHERE run_id = ? AND revision = ? AND message_count = ?"
+            f" AND NOT EXISTS (SELECT 1 FROM {MESSAGES} WHERE run_id = ? AND seq >= ?)"
             f" AND EXISTS (SELECT 1 FROM {'run_lock' if d.lock_run is not None else 'fence'}){d.lock_update})"
         )
-        params.extend((run_id, stored_revision, stored_count))
+        params.extend((run_id, stored_revision, stored_count, run_id, stored_count))
         guard = f"{_EXISTS_FENCE} AND EXISTS (SELECT 1 FROM head)"
         revision = new_revision()
         writes.extend(_append_writes(checkpoint, stored_count, revision))

@@ -12,7 +12,10 @@ under the rules of `durable_agent.stores._steps` (it pops from the end: O(1) amo
 
 A save is one Lua script, so it is atomic: it checks the optional `expected_step_index` and
 that the run's revision is still the one this process wrote last, trims the list to the
-messages kept, pushes the new ones and rewrites the header. A process whose view is stale
+messages kept, pushes the new ones and rewrites the header. A message list holding fewer
+messages than the caller knows stored (replaced by another key type, or cut short) fails
+the save with `CheckpointCorruptError`: appending to what is left would store a history
+nobody saved. A process whose view is stale
 (another writer, a restart) gets "stale" back, reads the run in one MULTI, and saves again
 with exact knowledge: no gap, no duplicate. A connection lost mid-save leaves the script
 either fully applied or not at all; the next save finds out which.
@@ -72,9 +75,10 @@ from ._validate import (
 _SAVE = """
 -- a key of the wrong type (damage, or another program's key) is replaced, like any corrupt run
 local want = {'hash', 'list', [7] = 'list'}
+local replaced = {}
 for _, k in ipairs({1, 2, 7}) do
   local t = redis.call('TYPE', KEYS[k])['ok']
-  if t ~= 'none' and t ~= want[k] then redis.call('DEL', KEYS[k]) end
+  if t ~= 'none' and t ~= want[k] then redis.call('DEL', KEYS[k]); replaced[k] = t end
 end
 local head = redis.call('HMGET', KEYS[1], 'revision', 'step_index')
 if ARGV[2] ~= '' and head[2] ~= ARGV[2] then
@@ -84,6 +88,9 @@ if (head[1] or '') ~= ARGV[3] then
   return {'stale', ''}
 end
 local keep = tonumber(ARGV[4])
+if keep > redis.call('LLEN', KEYS[2]) then  -- the list lost messages the caller saw stored: damage
+  return {'corrupt', replaced[2] or ''}
+end
 if ARGV[3] == '' then redis.call('DEL', KEYS[7]) end  -- a new run: no stray step log
 local step = tonumber(ARGV[6])
 local rewrote = keep < redis.call('LLEN', KEYS[2])
@@ -290,6 +297,13 @@ class _RedisStore(StoreLogic):
             )
             if outcome == b"conflict":
                 raise CheckpointConflictError(run_id, expected, int(actual) if actual else None)
+            if outcome == b"corrupt":
+                self._cache.forget(run_id)  # the next save reads what is stored and rewrites the run
+                damage = f"was a {actual.decode()} (deleted)" if actual else "holds fewer messages than were saved"
+                raise CheckpointCorruptError(
+                    f"the run's message list {damage}; this save would have stored a history nobody saved",
+                    run_id=run_id,
+                )
             if outcome == b"ok":
                 self._cache.remember_save(checkpoint, revision)
                 return
