@@ -245,3 +245,73 @@ def test_a_zero_filled_newest_line_rolls_its_run_back_with_a_warning(
     with JsonlCheckpointStore(path) as store:
         assert store.load("r") == make_checkpoint("r", 3, conversation(4))
     assert b"\x00" not in path.read_bytes()
+
+
+_TEARING_SAVE = """
+import os, signal, sys
+sys.path.insert(0, {python!r})
+from durable_agent.stores import jsonl
+from durable_agent.testing import conversation, make_checkpoint
+
+def torn(fd, data):  # the process dies a third of the way into writing its line
+    os.write(fd, data[: len(data) // 3])
+    os.kill(os.getpid(), signal.SIGKILL)
+
+jsonl._write_all = torn
+jsonl.JsonlCheckpointStore({path!r}).save(make_checkpoint({run_id!r}, 0, conversation(6)))
+"""
+
+_SAVE = """
+import sys
+sys.path.insert(0, {python!r})
+from durable_agent.stores.jsonl import JsonlCheckpointStore
+from durable_agent.testing import conversation, make_checkpoint
+
+with JsonlCheckpointStore({path!r}) as store:
+    store.save(make_checkpoint("Y", 1, conversation(12)))
+"""
+
+
+class _ReaderDelayedBetweenReads(JsonlCheckpointStore):
+    """A reader that, once a read of its catch-up ends without a newline, waits for `between` (another
+    process's save) before reading on: what a reader descheduled between two reads meets."""
+
+    between: Callable[[], object] | None = None
+
+    def _read_at(self, offset: int, size: int) -> bytes:
+        chunk = super()._read_at(offset, size)
+        if chunk and not chunk.endswith(b"\n") and self.between is not None:
+            between, self.between = self.between, None
+            between()
+        return chunk
+
+
+@pytest.mark.host_only("spawns processes")
+@pytest.mark.parametrize("torn_run", ["Z", "X"], ids=["a-new-run-tore", "a-healthy-run-tore"])
+def test_a_reader_never_splices_a_torn_line_with_the_save_that_cut_it(path: Path, torn_run: str) -> None:
+    """A writer killed mid-line leaves a torn tail; between a reader's two reads another process cuts it off
+    and writes a longer line at its offset. The reader used to join the torn bytes with the new line's
+    tail: a line no save wrote. Naming a new run it was skipped as damage, and the reader never saw Y's
+    save (it loaded step 0, and its compact() rolled Y back for every process); naming a stored run it
+    made that healthy run corrupt."""
+    python_dir = str(Path(__file__).resolve().parent.parent / "python")
+    x0, y0, y1 = (make_checkpoint("X", 0, conversation(2)), make_checkpoint("Y", 0, conversation(2)),
+                  make_checkpoint("Y", 1, conversation(12)))
+    with JsonlCheckpointStore(path) as writer:
+        writer.save(x0)
+        writer.save(y0)
+    reader = _ReaderDelayedBetweenReads(path)
+    with reader:
+        tearing = _TEARING_SAVE.format(python=python_dir, path=str(path), run_id=torn_run)
+        assert subprocess.run([sys.executable, "-c", tearing], timeout=120).returncode == -9
+        assert not path.read_bytes().endswith(b"\n")
+        save = _SAVE.format(python=python_dir, path=str(path))
+        reader.between = lambda: subprocess.run([sys.executable, "-c", save], timeout=120, check=True)
+        assert reader.load("Y") in (y0, y1)  # a load overlapping the save sees it or the save before
+        assert reader.between is None  # the other process's save ran between two reads
+        assert reader.load("Y") == y1  # that save was acknowledged before this load began
+        assert reader.load("X") == x0
+        assert reader.damaged_lines == []
+        reader.compact()
+    with JsonlCheckpointStore(path) as fresh:
+        assert (fresh.list(), fresh.load("X"), fresh.load("Y")) == (["X", "Y"], x0, y1)

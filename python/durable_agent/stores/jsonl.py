@@ -19,10 +19,13 @@ up a run in `list()`. A save whose `prev` does not match (a lost line in between
 its run corrupt rather than loading wrong data.
 
 Several processes: writers take an exclusive `fcntl.flock` on the file and catch up with lines
-other processes appended before writing; readers catch up without locking. Where `fcntl` is
-missing (Windows, Pyodide), the store is for one process only.
+other processes appended before writing; readers catch up without locking, reading only up to
+the file's last newline, found first (`_scan`): bytes before it are final, what follows may be a
+torn line a writer is about to cut off, and is never joined with what is read after it. Where
+`fcntl` is missing (Windows, Pyodide), the store is for one process only.
 
-`compact()` rewrites the file with one line per run (atomic rename), dropping superseded lines;
+`compact()` rewrites the file with one line per run (atomic rename), dropping superseded lines,
+from the file as it reads it under the lock (never from the index this handle built up);
 it writes a fresh file under an unguessable name opened with ``O_EXCL|O_NOFOLLOW`` (a symlink
 planted next to the store is never written through), with the mode of the store's file. The
 file is created 0600 when missing: it holds conversations and approval tokens.
@@ -189,10 +192,18 @@ class JsonlCheckpointStore:
             self._scan()
 
     def _scan(self) -> None:
-        """Index every complete line from `self._end` on; an unfinished last line is left alone."""
+        """Index every complete line from `self._end` on; an unfinished last line is left alone.
+
+        Bytes up to a newline in the file are final: a writer cuts only what follows the last
+        newline (a torn line of a writer that crashed), under the lock, and writes whole lines.
+        What follows it may change between two reads, so the scan first finds the last newline
+        (`_complete_end`) and then reads only up to it: no read of the file's end is ever joined
+        with a later one, which could splice a torn line with the line written over it.
+        """
         offset = read_at = self._end
+        end = self._complete_end(offset)
         pending = b""
-        while chunk := os.pread(self._fd, _CHUNK, read_at):
+        while read_at < end and (chunk := self._read_at(read_at, min(_CHUNK, end - read_at))):
             read_at += len(chunk)
             lines = (pending + chunk).split(b"\n")
             pending = lines.pop()
@@ -200,15 +211,37 @@ class JsonlCheckpointStore:
                 self._index_line(offset, line)
                 offset += len(line) + 1
         self._end = offset
-        if b"\x00" in pending and self._zero_tail_warned != offset:
-            self._zero_tail_warned = offset
+
+    def _complete_end(self, start: int) -> int:
+        """The offset just past the file's last newline at or after `start` (`start` when none), read backwards
+        from its end; a tail after it holding zeros is logged once (see the module docs)."""
+        size = pos = os.fstat(self._fd).st_size
+        zeros = False
+        end = start
+        while pos > start:
+            n = min(_CHUNK, pos - start)
+            chunk = self._read_at(pos - n, n)
+            newline = chunk.rfind(b"\n")
+            zeros = zeros or b"\x00" in chunk[newline + 1 :]
+            if newline >= 0:
+                end = pos - n + newline + 1
+                break
+            pos -= n
+        if zeros and self._zero_tail_warned != end:
+            self._zero_tail_warned = end
             logger.warning(
                 "JSONL store %s: the file ends in %d bytes holding zeros and no newline (writes lost by a crash of "
                 "the machine, or damage): the saves they held are gone and their runs load their previous save; "
                 "the next save cuts them off",
                 self.path,
-                len(pending),
+                size - end,
             )
+        return end
+
+    def _read_at(self, offset: int, size: int) -> bytes:
+        """Up to `size` bytes of the file from `offset`: each read of a scan (a test interleaves other processes'
+        writes between them)."""
+        return os.pread(self._fd, size, offset)
 
     def _index_line(self, offset: int, line: bytes) -> None:
         try:
@@ -469,6 +502,9 @@ class JsonlCheckpointStore:
         lost) unless `drop_corrupt=True`. Lines no run could be blamed for are dropped.
         """
         with self._write_lock():
+            # The view written back is the file's, read under the lock: never an index built up over time.
+            self._runs, self._end, self.damaged_lines = {}, 0, []
+            self._scan()
             broken = sorted(r for r, run in self._runs.items() if run.corrupt is not None)
             if broken and not drop_corrupt:
                 raise CheckpointCorruptError(
