@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,12 +20,14 @@ from durable_agent import (
     CheckpointVersionError,
     ConfigurationError,
     InMemoryCheckpointStore,
+    RunExistsError,
     ScriptedModel,
     ScriptedResponse,
     Tool,
     ToolApprovalResponse,
     Usage,
     call,
+    checkpoint_at_step,
     deserialize_checkpoint,
     generate_text,
     reply,
@@ -297,3 +301,62 @@ async def test_a_store_without_save_and_load_or_an_empty_run_id_is_refused_befor
                             run_id="r")
     with pytest.raises(ConfigurationError, match="non-empty str"):
         await generate_text(model=model, messages=[user("x")], store=InMemoryCheckpointStore(), run_id="")
+
+
+@pytest.fixture(params=["memory", pytest.param("sqlite", marks=pytest.mark.requires_sqlite), "jsonl"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """The reference store and two persistent ones: the rule for a stored run id is the loop's, not a store's."""
+    if request.param == "memory":
+        yield InMemoryCheckpointStore()
+    elif request.param == "sqlite":
+        from durable_agent.stores.sqlite import SqliteCheckpointStore
+
+        with SqliteCheckpointStore(tmp_path / "runs.db") as store:
+            yield store
+    else:
+        from durable_agent.stores.jsonl import JsonlCheckpointStore
+
+        with JsonlCheckpointStore(tmp_path / "runs.jsonl", fsync=False) as store:
+            yield store
+
+
+def _two_steps() -> ScriptedModel:
+    """Two steps per leg (a tool call, then an answer), 8 tokens each: turns 0-1 answer the first leg, 2-3 the next."""
+    leg = [reply("", call("add", {"a": 1, "b": 1}), usage=Usage(6, 2, 8)), reply("two", usage=Usage(6, 2, 8))]
+    return ScriptedModel(leg * 2)
+
+
+async def test_a_call_on_a_stored_run_id_whose_messages_do_not_extend_its_history_is_refused(any_store: Any) -> None:
+    """It used to run and store a half-merged run: the second call's messages, but its usage (32) and
+    step index (3) carried on from the first call's (16, 1), and step 1 could no longer be read."""
+    tools = {"add": add_tool()}
+    await generate_text(model=_two_steps(), messages=[user("first job")], tools=tools, store=any_store, run_id="r")
+    stored = any_store.load("r")
+    assert (stored.step_index, stored.usage.total_tokens) == (1, 16)
+    second = _two_steps()
+    with pytest.raises(RunExistsError, match="resume_from_checkpoint") as caught:
+        await generate_text(model=second, messages=[user("another job")], tools=tools, store=any_store, run_id="r")
+    assert caught.value.run_id == "r"
+    retry = stream_chat(model=second, messages=[user("first job")], tools=tools, store=any_store, run_id="r")
+    parts = [part async for part in retry.full_stream]  # a retry of the started run: its history is longer
+    assert [p["type"] for p in parts] == ["error"] and isinstance(parts[0]["error"], RunExistsError)
+    assert second.requests == []  # refused before any model call
+    assert any_store.load("r") == stored
+    assert (await checkpoint_at_step(any_store, "r", 0)).step_index == 0
+
+
+async def test_a_call_whose_messages_extend_the_stored_history_continues_the_run_and_its_step_log(
+    any_store: Any,
+) -> None:
+    """The checkpoint spec's escape hatch: the stored history plus what the caller adds is the run's next leg."""
+    tools = {"add": add_tool()}
+    model = _two_steps()
+    await generate_text(model=model, messages=[user("x")], tools=tools, store=any_store, run_id="r")
+    first = any_store.load("r")
+    more: list[Message] = [*first.messages, user("and again")]
+    done = await generate_text(model=model, messages=more, tools=tools, store=any_store, run_id="r")
+    assert (done.usage.total_tokens, done.total_usage.total_tokens) == (16, 32)
+    latest = any_store.load("r")
+    assert (latest.step_index, latest.usage.total_tokens) == (3, 32)
+    assert [(await checkpoint_at_step(any_store, "r", i)).step_index for i in range(4)] == [0, 1, 2, 3]
+    assert (await checkpoint_at_step(any_store, "r", 1)).messages == first.messages

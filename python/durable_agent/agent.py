@@ -104,7 +104,9 @@ class Agent:
 
         `run_id` names the new run (durable agents only; default: a fresh id); a run id that is
         already stored raises `RunExistsError`, so one id per piece of work makes starting it
-        idempotent across crashes and retries. `on_part(run_id, part)`
+        idempotent across crashes and retries. (`generate_text(store=, run_id=)` refuses a stored
+        id the same way unless its messages begin with the run's stored history: then the call
+        is the run's next leg, `durable_agent.loop`.) `on_part(run_id, part)`
         is awaited with every stream part as the run produces it (the run waits for it), e.g.
         to write an event log; a run recovered first (``on_interrupted="resume"``) reports its
         parts under its own id.

@@ -94,13 +94,15 @@ class RunExistsError(ConfigurationError):
 
     Passing one run id per piece of work makes starting it idempotent: a retry after a crash
     gets this error (the run was started; with ``on_interrupted="resume"`` it was also
-    finished first) instead of a second run on the same prompt.
+    finished first) instead of a second run on the same prompt. `generate_text` and
+    `stream_chat` raise it too for a stored `run_id` whose history their `messages` do not
+    begin with (a call that begins with it continues the run: its next leg).
     """
 
     code = "run_exists"
 
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"run id {run_id!r} already names a stored run; a run id names one run")
+    def __init__(self, run_id: str, detail: str = "a run id names one run") -> None:
+        super().__init__(f"run id {run_id!r} already names a stored run; {detail}")
         self.run_id = run_id
 
 

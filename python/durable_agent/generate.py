@@ -125,8 +125,10 @@ async def generate_text(
 
     With `store` and tools, the run checkpoints into `store` at every step boundary under
     `run_id` (minted with `generate_id` when None; a `run_id` without `store` is a
-    `ConfigurationError`). Trailing unanswered tool calls in `messages` (a suspended run's history) are
-    settled first, from `approval_responses`.
+    `ConfigurationError`). A stored `run_id` continues that run (step indices and usage go on)
+    when `messages` begin with its stored history, and raises `RunExistsError` otherwise, before
+    the model is called: one run id per piece of work, as `Agent.run`. Trailing unanswered tool
+    calls in `messages` (a suspended run's history) are settled first, from `approval_responses`.
     """
     return await _consume(AgentLoop(RunOptions.build(model, options, store=store, run_id=run_id), messages))
 

@@ -11,6 +11,11 @@ fallbacks), then the tool calls it asked for (`tool_calls.ToolDecider` decides e
 or is a client tool, the run *suspends*: the assistant message is kept with its tool calls
 unanswered, plus a ``tool-approval-request`` part for each gated call, and the checkpoint
 says ``suspended``. The next call on that history *settles* the unanswered calls first.
+
+A call naming a stored run (`run_id=`) is that run's next leg: its step indices and usage go on
+from the checkpoint. So its messages must begin with the stored history (the checkpoint spec's
+escape hatch appends to it); any other history is other work under a taken id, refused with
+`RunExistsError` before the model is called, as `Agent.run` refuses a stored run id.
 """
 
 from __future__ import annotations
@@ -19,14 +24,17 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from ._kernels import kernels
 from ._util import maybe_await
 from .checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, Usage
 from .errors import (
     CheckpointNotFoundError,
     CheckpointVersionError,
+    CodecError,
     ConfigurationError,
     OutputValidationError,
     RunAbortedError,
+    RunExistsError,
     RunSuspendedError,
     is_control_error,
 )
@@ -40,6 +48,29 @@ from .structured_output import REPAIR_PROMPT, OutputSpec
 from .tool_calls import ToolCall, ToolDecider, ToolPhase, ToolRunner
 from .tracing import RunLogger, RunTrace
 from .transcript import approval_part, assistant_message, tool_message, unresolved_calls
+
+_NOT_ITS_HISTORY = (
+    "these messages do not begin with its stored history, so they are another piece of work (or a retry of the "
+    "started run): continue the run with resume_from_checkpoint, or by passing its stored history plus what you "
+    "add; start new work under another run id"
+)
+
+
+def _begins_with(messages: Sequence[Message], stored: Sequence[Message]) -> bool:
+    """True when `messages` begin with the `stored` history, message for message: equal, or equal as stored."""
+    if len(messages) < len(stored):
+        return False
+    for i, old in enumerate(stored):
+        new = messages[i]
+        if new is old or new == old:
+            continue
+        try:
+            if kernels.encode(new) == kernels.encode(old):
+                continue
+        except CodecError:
+            pass
+        return False
+    return True
 
 
 class AgentLoop:
@@ -127,6 +158,8 @@ class AgentLoop:
                 checkpoint = None
         if checkpoint is not None:
             checkpoint.refuse_newer()
+            if not self._resume and not _begins_with(self.messages, checkpoint.messages):
+                raise RunExistsError(self.run_id, _NOT_ITS_HISTORY)
             self._next_index = checkpoint.step_index + 1
             self.total_usage = checkpoint.usage
         self.trace.run_loaded(self.run_id, getattr(self.options.scope, "session_id", None), checkpoint)
