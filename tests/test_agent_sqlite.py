@@ -8,6 +8,7 @@ runtime, this one included, in test_agent.py.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agent_kit import tool_results
-from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
+from durable_agent import Agent, CheckpointCorruptError, DurableOptions, ScriptedModel, Tool, call, reply
 
 PYTHON_DIR = Path(__file__).resolve().parent.parent / "python"
 SESSION = "chat-1"
@@ -83,3 +84,36 @@ async def test_a_run_sigkilled_mid_tool_resumes_in_another_process(tmp_path: Pat
         "lookup",
         "charge",
     ]  # once each
+
+
+# ------------------------------------------------------------ damage behind the runtime's back
+
+
+@pytest.mark.requires_sqlite
+async def test_a_stray_message_row_fails_one_checkpoint_commit_and_the_run_completes_healed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row nobody saved where the step's messages go: that step's commit fails as corruption of the run
+    (it was a raw sqlite3.IntegrityError), the loop logs it and goes on, and the next commit heals the run."""
+    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.sql.plan import Plan, Query
+
+    def stray_row() -> Plan[None]:
+        yield Query("INSERT INTO durable_agent_messages (run_id, seq, body) VALUES (?, ?, ?)", ("r", 1, '"stray"'))
+
+    with SqliteRuntime(tmp_path / "agent.db") as runtime:
+
+        async def lookup(args: object) -> str:
+            await runtime.backend.write(stray_row())  # seq 1: where this step's assistant message goes
+            return "found"
+
+        model = ScriptedModel([reply("", call("lookup", {"id": 1})), "Done."])
+        agent = Agent(model=model, tools={"lookup": Tool(execute=lookup)}, durable=DurableOptions(runtime),
+                      session_id=SESSION)
+        with caplog.at_level(logging.ERROR, logger="durable_agent"):
+            result = await agent.run("find it", run_id="r")
+        assert result.text == "Done." and len(model.requests) == 2
+        failed = [r for r in caplog.records if "saving checkpoint r#1 failed" in r.getMessage()]
+        assert len(failed) == 1 and isinstance(failed[0].exc_info[1], CheckpointCorruptError)  # type: ignore[index]
+        stored = await runtime.stores.checkpoints.load("r")
+        assert stored is not None and stored.status == "completed" and stored.messages == list(result.messages)
