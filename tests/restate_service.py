@@ -31,6 +31,7 @@ from durable_agent import (
     ScriptedModel,
     Tool,
     call,
+    current_tool_call,
     reply,
 )
 from durable_agent.restate import RestateRuntime, agent_services, serve
@@ -169,6 +170,49 @@ parallel = Agent(model=LedgerModel(fan_out), max_steps=5,
                         "halt": Tool(parameters=SCHEMA, execute=halt, replay="safe")})
 
 
+async def mixed_round(request: ModelRequest) -> Any:
+    """Turn 0: the safe `lookup` and `tag` and the unsafe `charge` in one round, in the order the prompt
+    names them (``<session> <first> <second> <third>``); then an answer."""
+    turn = sum(1 for m in request.messages if m["role"] == "assistant")
+    if turn == 0:
+        who, *order = str(next(m for m in request.messages if m["role"] == "user")["content"]).split()
+        return reply("", *(call(name, {"id": who}) for name in order))
+    return reply("round done")
+
+
+async def lookup(args: dict[str, Any]) -> dict[str, Any]:
+    """Slow and safe: still running when `charge` kills the process (kill point ``charge-mid-round:<id>``),
+    or killing it after `charge` finished (``lookup-mid-round:<id>``)."""
+    note("effect", "lookup", args["id"])
+    await asyncio.sleep(0.5)
+    kill_point(f"lookup-mid-round:{args['id']}")
+    return {"id": args["id"], "amount": 42}
+
+
+def charge_once(args: dict[str, Any]) -> str:
+    """Unsafe, and it stages tool state: the state write must not depend on which call of the round ends first."""
+    note("effect", "charge", args["id"])
+    context = current_tool_call()
+    assert context is not None
+    context.stage_tool_state([{"op": "set", "key": "charged", "value": args["id"]}])
+    kill_point(f"charge-mid-round:{args['id']}")
+    return "charged"
+
+
+async def tag(args: dict[str, Any]) -> str:
+    """Safe, ending between `charge` and `lookup`: its completion is input that makes the process send what
+    it wrote after `charge` ended before `lookup` kills it."""
+    await asyncio.sleep(0.1)
+    return "tagged"
+
+
+ROUND_TOOLS = {"lookup": Tool(parameters=SCHEMA, execute=lookup, replay="safe"),
+               "charge": Tool(parameters=SCHEMA, execute=charge_once),
+               "tag": Tool(parameters=SCHEMA, execute=tag, replay="safe")}
+rounds = Agent(model=LedgerModel(mixed_round), max_steps=5, tools=ROUND_TOOLS)
+gated = Agent(model=LedgerModel(mixed_round), max_steps=5, tools=ROUND_TOOLS, max_tool_concurrency=2)
+
+
 async def model_down(request: ModelRequest) -> Any:
     """Down for a prompt that says "fail"; otherwise it tells how many prompts it sees."""
     last = [m for m in request.messages if m["role"] == "user"][-1]
@@ -238,7 +282,9 @@ def app() -> Any:
                 *agent_services(serial, name="serial", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(failing, name="failing", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(busy, name="busy", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
-                *agent_services(parallel, name="parallel", retry_policy=RETRY, inactivity_timeout=INACTIVITY)]
+                *agent_services(parallel, name="parallel", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
+                *agent_services(rounds, name="rounds", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
+                *agent_services(gated, name="gated", retry_policy=RETRY, inactivity_timeout=INACTIVITY)]
     return restate.app(services)
 
 

@@ -243,3 +243,47 @@ async def test_an_awakeable_times_out_on_a_durable_timer_or_takes_its_value(serv
     outcome = await asyncio.to_thread(ingress_call, restate_urls()[0], "conformance",
                                       f"awk-{uuid.uuid4().hex[:8]}", "awakeable_outcomes", 100)
     assert outcome == [True, {"approved": True}]
+
+
+@pytest.mark.parametrize("order", ["lookup charge tag", "charge tag lookup"])
+@pytest.mark.parametrize("point", ["charge-mid-round", "lookup-mid-round"])
+@pytest.mark.parametrize("agent", ["rounds", "gated"])  # gated: max_tool_concurrency=2, the third call waits
+async def test_a_sigkill_mid_round_of_safe_and_unsafe_tools_completes_with_the_unsafe_effect_at_most_once(
+    service: ServiceProcess, agent: str, order: str, point: str,
+) -> None:
+    """Killed inside `charge` while the slow safe `lookup` still runs, or inside `lookup` after `charge` (which
+    stages tool state) and `tag` finished, with the safe call first or the unsafe one: the replay matches the
+    journal and the run finishes."""
+    client, session = ingress(agent), session_id()
+    (service.workdir / "kill-points").write_text(f"{point}:{session}\n")
+    try:
+        invocation = await client.send(session, f"{session} {order}")
+        await asyncio.to_thread(service.wait_killed)
+        assert f"killed {point}:{session}" in ledger(service)
+        log_from = len(service_log(service))
+        service.start()  # Restate retries the invocation on the new process
+        result = await until(lambda: finished(service, client, invocation, log_from), "the replayed round to finish")
+    finally:
+        (service.workdir / "kill-points").unlink()
+    assert (result["finish_reason"], result["text"]) == ("stop", "round done")
+    assert ledger(service).count(f"effect charge {session}") == 1
+    outputs = {p["tool_name"]: p["output"] for m in result["messages"] if m["role"] == "tool" for p in m["content"]}
+    assert outputs["lookup"] == {"id": session, "amount": 42}  # the safe tool ran again where it had not finished
+    assert outputs["charge"] == (TOOL_INTERRUPTED_MESSAGE if point == "charge-mid-round" else "charged")
+    assert outputs["tag"] == "tagged"
+
+
+def service_log(service: ServiceProcess) -> str:
+    return (service.workdir / "service.log").read_text()
+
+
+async def finished(service: ServiceProcess, client: RestateIngress, invocation: str,
+                   log_from: int) -> dict[str, Any] | None:
+    """The invocation's outcome once it completed; None while it runs; fails at once when its replay does not
+    match the journal (Restate would retry it until it pauses it)."""
+    mismatch = "(570)" in service_log(service)[log_from:]
+    assert not mismatch, "journal mismatch 570: the replay took another path than the killed attempt"
+    (row,) = admin_query(service.admin, f"SELECT status FROM sys_invocation WHERE id = '{invocation}'")
+    if row["status"] != "completed":
+        return None
+    return await client.output(invocation)

@@ -14,6 +14,14 @@ Every step is an entry of the engine's journal (``ctx.run_typed``), named by its
 * tool-state ops staged by a handler come back with its value and are written to the Virtual
   Object's state after the entry, so a replay writes the same.
 
+A round of parallel steps (`begin`) journals everything in call order before any of its steps
+waits on an action: first the intents of its unsafe steps (acknowledged together), then one
+action entry per step; the steps then run concurrently, and the round's tool-state ops are
+written once its last step ends, in call order. A replay reads a journal positionally and must
+not wait on an action whose result the journal lacks while later entries are still to replay (the
+engine fails such an attempt with "journal mismatch 570"), so no entry of a round may depend on
+which of its steps happened to finish first.
+
 What replay mode cannot do here: stream partials are not journaled (nothing can be written to
 the journal from inside an action), so they reach only the live `on_progress` of the process
 running the step; `stored_steps` and `stored_partials` answer empty (the journal
@@ -24,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +48,7 @@ from ..runtime.records import (
     StepRecord,
     StepRequest,
     StreamPartialRecord,
+    ToolStateOp,
 )
 from ..runtime.scope import (
     AwakeableOutcome,
@@ -67,6 +76,8 @@ class RestateScope:
         self._runtime = runtime
         self._ctx = runtime.ctx
         self._closed = False
+        self._begun: dict[str, _Entry] = {}  # journaled by `begin`, not stepped yet
+        self._round: dict[str, tuple[ToolStateOp, ...] | None] = {}  # the round's ops by key, in call order
 
     def _check_open(self) -> None:
         if self._closed:
@@ -79,26 +90,65 @@ class RestateScope:
         self._check_open()
         if run is None:
             raise ScopeClosedError(f"step {request.key!r}: replay mode runs every step through its callable")
-        live = live or StepLive()
-        may_start = True
-        if request.replay == "unsafe":
-            intent_ran: list[bool] = []
+        entry = self._begun.pop(request.key, None)
+        if entry is None:
+            (may_start,) = await self._intents([request])
+            entry = self._entry(request, may_start)
+        entry.run, entry.live = run, live or StepLive()
+        envelope = decoded(await entry.future)
+        self._runtime.advance_clock(envelope.get("at"))
+        current = "value" in envelope and envelope.get("fingerprint") == request.fingerprint
+        ops = tuple(envelope.get("tool_state") or ()) if current else ()
+        await self._write_tool_state(request.key, ops)
+        if envelope.get("interrupted"):
+            return StepInterrupted()
+        if "error" in envelope:
+            raise rebuilt_error(StepErrorRecord(**envelope["error"]))
+        if not current:
+            return StepInterrupted()
+        return StepCompleted(envelope["value"], replayed=not entry.ran, tool_state=ops)
 
-            async def intent() -> bytes:
-                intent_ran.append(True)
-                return encoded({"intent": request.key})
+    async def begin(self, requests: Sequence[StepRequest]) -> None:
+        """Journal a round of parallel steps in call order before any of them runs (module docs): the
+        unsafe steps' intents, acknowledged together, then each step's action entry, which `step` runs."""
+        self._check_open()
+        for request, may_start in zip(requests, await self._intents(requests), strict=True):
+            self._begun[request.key] = self._entry(request, may_start)
+            self._round[request.key] = None
 
-            await self._ctx.run_typed(f"intent {request.key}", intent, codec_run())
-            may_start = bool(intent_ran)  # replayed intent, no journaled result: it started and never finished
-        ran: list[bool] = []
+    async def _intents(self, requests: Sequence[StepRequest]) -> list[bool]:
+        """Journal the intent of each unsafe step of `requests` and wait until the engine acknowledged them all.
+
+        For each request, whether its handler may start: False for an unsafe step whose intent came
+        back from the journal (it started before and its handler's entry may be unfinished).
+        """
+        started: dict[str, bool] = {}
+        intents = []
+        for request in requests:
+            if request.replay == "unsafe":
+                started[request.key] = False
+
+                async def intent(key: str = request.key) -> bytes:
+                    started[key] = True
+                    return encoded({"intent": key})
+
+                intents.append(self._ctx.run_typed(f"intent {request.key}", intent, codec_run()))
+        for future in await sdk().gather(*intents):
+            await future
+        return [started.get(request.key, True) for request in requests]
+
+    def _entry(self, request: StepRequest, may_start: bool) -> _Entry:
+        """Journal the action entry of `request`; it runs (once awaited) the callable `step` hands it."""
+        entry = _Entry()
 
         async def action() -> bytes:
-            ran.append(True)
+            entry.ran = True
             if not may_start:
                 return encoded({"interrupted": True, "at": wall_clock_ms()})
-            context = StepContext(request, live.signal, _forwarder(live.on_progress))
+            assert entry.run is not None and entry.live is not None, "an action runs once its step awaits it"
+            context = StepContext(request, entry.live.signal, _forwarder(entry.live.on_progress))
             try:
-                value = await run(context)
+                value = await entry.run(context)
             except Exception as exc:
                 if is_control_error(exc) or self._runtime.is_control_error(exc):
                     raise  # not journaled: the engine retries the attempt
@@ -106,21 +156,23 @@ class RestateScope:
             return encoded({"value": json_form(value, request.key), "tool_state": list(context.staged),
                             "fingerprint": request.fingerprint, "at": wall_clock_ms()})
 
-        envelope = decoded(await self._ctx.run_typed(request.key, action, codec_run()))
-        self._runtime.advance_clock(envelope.get("at"))
-        if envelope.get("interrupted"):
-            return StepInterrupted()
-        if "error" in envelope:
-            raise rebuilt_error(StepErrorRecord(**envelope["error"]))
-        if envelope.get("fingerprint") != request.fingerprint:
-            return StepInterrupted()
-        ops = tuple(envelope.get("tool_state") or ())
-        if ops:
-            await self._runtime.apply_tool_state(ops)
-        return StepCompleted(envelope["value"], replayed=not ran, tool_state=ops)
+        entry.future = self._ctx.run_typed(request.key, action, codec_run())
+        return entry
 
-    async def begin(self, requests: Sequence[StepRequest]) -> None:
-        """Nothing to do: each unsafe step journals its own intent in `step`, and nothing is deferred."""
+    async def _write_tool_state(self, key: str, ops: tuple[ToolStateOp, ...]) -> None:
+        """Write a step's tool-state ops to the object's state: at once, or, for a step of a round, with
+        the round's ops in call order once its last step ended (which step ends last is timing, not journal)."""
+        if key not in self._round:
+            if ops:
+                await self._runtime.apply_tool_state(ops)
+            return
+        self._round[key] = ops
+        if any(settled is None for settled in self._round.values()):
+            return
+        round_ops = [op for settled in self._round.values() for op in settled or ()]
+        self._round.clear()
+        if round_ops:
+            await self._runtime.apply_tool_state(round_ops)
 
     def take_deferred(self) -> DeferredSteps:
         """Always empty: the engine journals every action's result as it completes (`defer_done` is moot)."""
@@ -207,6 +259,16 @@ class RestateScope:
     async def close(self) -> None:
         """End the scope: later steps raise. Idempotent."""
         self._closed = True
+
+
+@dataclass(slots=True)
+class _Entry:
+    """A step's action entry in the journal, and the callable its action runs (handed over by `step`)."""
+
+    future: Any = None
+    run: StepRun | None = None
+    live: StepLive | None = None
+    ran: bool = False  # the action ran in this attempt (not a replayed result)
 
 
 def _durable(aws: tuple[Awaitable[Any], ...]) -> bool:
