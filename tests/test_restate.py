@@ -67,10 +67,10 @@ async def until(check: Any, what: str, timeout: float = 60) -> Any:
         await asyncio.sleep(0.1)
 
 
-async def test_the_readme_agent_parks_on_an_approval_and_an_ingress_call_from_another_process_finishes_it(
-    service: ServiceProcess,
-) -> None:
-    client, session = ingress("readme"), session_id()
+async def park_the_readme_run(service: ServiceProcess, client: RestateIngress, session: str) -> tuple[str, Any]:
+    """Start the README agent's run, wait until Restate suspended it on its approval, and SIGKILL the service
+    process that ran it: (the invocation id, the pending approval)."""
+    paid = ledger(service).count("effect pay inv-7")  # by the tests before
     invocation = await client.send(session, f"{session} Pay invoice inv-7.")
 
     async def parked() -> Any:
@@ -89,17 +89,44 @@ async def test_the_readme_agent_parks_on_an_approval_and_an_ingress_call_from_an
 
     await until(suspended, "Restate to suspend the parked invocation")  # no process holds the run
     service.kill()  # and the process that ran it is gone
-    assert not any(line.startswith("effect pay") for line in ledger(service))
+    assert ledger(service).count("effect pay inv-7") == paid
+    return invocation, request
 
+
+async def test_the_readme_agent_parks_on_an_approval_and_an_ingress_call_from_another_process_finishes_it(
+    service: ServiceProcess,
+) -> None:
+    client, session = ingress("readme"), session_id()
+    paid = ledger(service).count("effect pay inv-7")
+    invocation, request = await park_the_readme_run(service, client, session)
     service.start()  # another process serves the agent; the test process is the resolver
     assert await resolve_approval(client, "no-such-approval", approved=True) is False
     assert await resolve_approval(client, request["approval_id"], approved=True, token=request["token"]) is True
     result = await client.output(invocation)
     assert (result["finish_reason"], result["text"]) == ("stop", "Invoice inv-7 is paid.")
-    assert ledger(service).count("effect pay inv-7") == 1
+    assert ledger(service).count("effect pay inv-7") == paid + 1
     model_calls = [line for line in ledger(service) if line.startswith(f"model {session} ")]
     assert model_calls == [f"model {session} {t} {e}" for t in range(3) for e in ("begin", "end")]
     assert (await client.status(session))["status"] == "completed"
+
+
+async def test_a_verdict_sent_while_no_service_process_runs_is_accepted_and_applied_after_the_restart(
+    service: ServiceProcess,
+) -> None:
+    """`resolve_approval` returns once Restate accepted the verdict: it does not wait for a service process
+    (it used to wait out the client's timeout, then raise, although Restate had queued the verdict)."""
+    client, session = ingress("readme"), session_id()
+    paid = ledger(service).count("effect pay inv-7")
+    invocation, request = await park_the_readme_run(service, client, session)
+    impatient = RestateIngress(restate_urls()[0], name="readme", timeout=20)  # what a timed-out call would take
+    try:
+        assert await resolve_approval(impatient, request["approval_id"], approved=True, token=request["token"])
+        assert ledger(service).count("effect pay inv-7") == paid  # nothing ran it yet
+    finally:
+        service.start()  # the verdict waited in Restate
+    result = await client.output(invocation)
+    assert (result["finish_reason"], result["text"]) == ("stop", "Invoice inv-7 is paid.")
+    assert ledger(service).count("effect pay inv-7") == paid + 1
 
 
 async def test_a_forged_token_is_refused_as_on_the_other_runtimes(service: ServiceProcess) -> None:

@@ -2,7 +2,8 @@
 
 `resolve_awakeable(approval_id, verdict)` is what `durable_agent.resolve_approval` calls, so
 ``await resolve_approval(RestateIngress(url), approval_id, approved=True, token=...)`` sends a
-verdict to a run parked on Restate — also while no process runs it.
+verdict to a run parked on Restate — also while no process runs it: Restate keeps the verdict and
+delivers it once a service process runs again.
 """
 
 from __future__ import annotations
@@ -28,13 +29,23 @@ class RestateIngressError(DurableAgentError, ConnectionError):
         self.status = status
 
 
-class RestateIngress:
-    """The ingress URL of a Restate server and the `name` an agent is served under (`agent_app`)."""
+class _Unanswered(RestateIngressError):
+    """The ingress accepted the request and no answer came within the time given."""
 
-    def __init__(self, url: str, *, name: str = "agent", timeout: float = 300.0) -> None:
+
+class RestateIngress:
+    """The ingress URL of a Restate server and the `name` an agent is served under (`agent_app`).
+
+    `timeout` bounds each call's wait for its answer; `answer_timeout` bounds how long
+    `resolve_awakeable` waits, after Restate accepted a verdict, for the service to tell an
+    unknown approval id (see there).
+    """
+
+    def __init__(self, url: str, *, name: str = "agent", timeout: float = 300.0, answer_timeout: float = 2.0) -> None:
         self.url = url.rstrip("/")
         self.name = name
         self.timeout = timeout
+        self.answer_timeout = answer_timeout
 
     async def run(self, session_id: str, prompt: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """Run `prompt` as the session's next run and wait for its outcome (queued behind the session's run)."""
@@ -50,8 +61,7 @@ class RestateIngress:
 
     async def output(self, invocation_id: str) -> dict[str, Any]:
         """Wait for a sent run's outcome."""
-        result: dict[str, Any] = await self._request(
-            f"{self.url}/restate/invocation/{urllib.parse.quote(invocation_id, safe='')}/attach", None)
+        result: dict[str, Any] = await self._request(self._attach(invocation_id), None)
         return result
 
     async def status(self, session_id: str) -> dict[str, Any]:
@@ -60,29 +70,48 @@ class RestateIngress:
         return result
 
     async def resolve_awakeable(self, approval_id: str, value: Any) -> bool:
-        """Send a verdict for `approval_id`; False when no run parked on it (unknown id)."""
-        return bool(await self._post(self._path(approvals_name(self.name), approval_id, "resolve"), value))
+        """Send a verdict for `approval_id`: it returns once Restate accepted it (Restate keeps it, also while
+        no service process runs, and delivers it when one does).
+
+        False when the service answers, within `answer_timeout`, that no run parked on `approval_id`
+        (unknown id); True when it answers that the verdict went to the run, or does not answer in
+        time (no service process runs: the verdict waits in Restate, and an unknown id is dropped then).
+        """
+        sent = await self._post(self._path(approvals_name(self.name), approval_id, "resolve") + "/send", value)
+        try:
+            return bool(await self._request(self._attach(str(sent["invocationId"])), None,
+                                            timeout=self.answer_timeout))
+        except _Unanswered:
+            return True
 
     def _path(self, service: str, key: str, handler: str) -> str:
         return f"{self.url}/{service}/{urllib.parse.quote(key, safe='')}/{handler}"
+
+    def _attach(self, invocation_id: str) -> str:
+        return f"{self.url}/restate/invocation/{urllib.parse.quote(invocation_id, safe='')}/attach"
 
     async def _post(self, url: str, body: Any, *, idempotency_key: str | None = None) -> Any:
         return await self._request(url, json.dumps(body).encode(), post=True, idempotency_key=idempotency_key)
 
     async def _request(self, url: str, data: bytes | None, *, post: bool = False,
-                       idempotency_key: str | None = None) -> Any:
+                       idempotency_key: str | None = None, timeout: float | None = None) -> Any:
         headers = {"content-type": "application/json"} if data is not None else {}
         if idempotency_key is not None:
             headers["idempotency-key"] = idempotency_key
         request = urllib.request.Request(url, data=data, headers=headers, method="POST" if post else "GET")
 
         def call() -> Any:
+            wait = self.timeout if timeout is None else timeout
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                with urllib.request.urlopen(request, timeout=wait) as answer:
                     body = answer.read()
             except urllib.error.HTTPError as exc:
                 detail = exc.read().decode("utf-8", "replace")[:500]
                 raise RestateIngressError(f"{url}: HTTP {exc.code}: {detail}", exc.code) from exc
+            except (TimeoutError, urllib.error.URLError) as exc:
+                if isinstance(exc, TimeoutError) or isinstance(exc.reason, TimeoutError):
+                    raise _Unanswered(f"{url}: no answer within {wait} s") from exc
+                raise RestateIngressError(f"{url}: {exc}") from exc
             except OSError as exc:
                 raise RestateIngressError(f"{url}: {exc}") from exc
             return json.loads(body) if body else None
