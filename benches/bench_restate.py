@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import sys
 import tempfile
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _report import per_step, print_header, print_rows
-from bench_journal import agent_run, dbos_runner
+from bench_journal import DbosAnchor, agent_run
 
 from durable_agent.restate import RestateIngress
 from durable_agent.testing.restate import ADMIN_VAR, INGRESS_VAR, ServiceProcess
@@ -84,8 +85,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         service = ServiceProcess(admin, Path(tmp), SERVICE)
         service.start()
+        anchor = DbosAnchor() if importlib.util.find_spec("dbos") is not None else None
         try:
-            dbos = dbos_runner(tmp)
+            dbos = None if anchor is None else anchor.on(f"sqlite:///{tmp}/dbos.sqlite")
             if dbos is None:
                 print("DBOS is not installed: pip install dbos (bench only); its row is left out")
             client = RestateIngress(ingress, name="bench")
@@ -106,6 +108,8 @@ def main() -> None:
                   f"replay of the journal); all: {', '.join(f'{t * 1000:.0f}' for t, _ in timings)} ms")
         finally:
             service.stop()
+            if anchor is not None:
+                anchor.close()
 
 
 if __name__ == "__main__":
