@@ -278,6 +278,8 @@ async def awakeable_outcomes(ctx: restate.ObjectContext, timeout_ms: int) -> lis
 
 def app() -> Any:
     services = [conformance, *agent_services(readme, name="readme", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
+                # The README agent again, its parked run kept on its stream (not suspended) for a minute.
+                *agent_services(readme, name="patient", retry_policy=RETRY, inactivity_timeout=timedelta(minutes=1)),
                 *agent_services(crashy, name="crashy", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(serial, name="serial", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(failing, name="failing", retry_policy=RETRY, inactivity_timeout=INACTIVITY),

@@ -129,6 +129,43 @@ async def test_a_verdict_sent_while_no_service_process_runs_is_accepted_and_appl
     assert ledger(service).count("effect pay inv-7") == paid + 1
 
 
+async def test_a_replay_of_a_run_parked_on_an_approval_parks_it_again_and_never_denies_the_approval(
+    service: ServiceProcess,
+) -> None:
+    """What resuming means on Restate: the engine retries the invocation, whose replay waits on the same awakeable
+    (the runtime lists nothing resumable, and `run_agent` resumes the run only once every verdict is in). The
+    user's pending decision is never taken for them: killed while parked, the run parks again, undenied."""
+    client, session = ingress("patient"), session_id()
+    paid = ledger(service).count("effect pay inv-7")
+    invocation = await client.send(session, f"{session} Pay invoice inv-7.")
+
+    async def parked() -> Any:
+        status = await client.status(session)
+        return status if status["pending_approvals"] else None
+
+    before = await until(parked, "the run to park on its approval")
+    (row,) = admin_query(service.admin, f"SELECT status FROM sys_invocation WHERE id = '{invocation}'")
+    assert row["status"] == "running"  # parked on its stream: the SIGKILL fails the attempt, Restate retries it
+    service.kill()
+    service.start()
+
+    async def replaying() -> bool:
+        (row,) = admin_query(service.admin, "SELECT status, retry_count FROM sys_invocation "
+                                            f"WHERE id = '{invocation}'")
+        return row["status"] == "running" and (row.get("retry_count") or 0) > 0
+
+    await until(replaying, "Restate to retry the invocation on the new process")
+    after = await client.status(session)
+    assert (after["status"], after["pending_approvals"]) == ("suspended", before["pending_approvals"])
+    (request,) = after["pending_approvals"]
+    assert await resolve_approval(client, request["approval_id"], approved=True, token=request["token"]) is True
+    result = await client.output(invocation)
+    assert (result["finish_reason"], result["text"]) == ("stop", "Invoice inv-7 is paid.")  # not denied for us
+    tool_results = [p for m in result["messages"] if m["role"] == "tool" for p in m["content"]]
+    assert [(p["tool_name"], p["output"], p["is_error"]) for p in tool_results][-1] == ("pay", "paid", False)
+    assert ledger(service).count("effect pay inv-7") == paid + 1
+
+
 async def test_a_forged_token_is_refused_as_on_the_other_runtimes(service: ServiceProcess) -> None:
     client, session = ingress("readme"), session_id()
     invocation = await client.send(session, f"{session} Pay invoice inv-7.")
