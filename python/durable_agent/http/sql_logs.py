@@ -16,6 +16,7 @@ from typing import Any
 
 from .._util import wall_clock_ms
 from ..errors import ConfigurationError, FeatureUnavailableError
+from ..runtime._group_commit import InlineSqlite
 from ..sql.plan import POSTGRES, SQLITE, Dialect, Plan, T, run_async, run_sync
 from ..stores.sqlite import sqlite_transaction
 from . import _sql
@@ -88,19 +89,13 @@ class SqliteEventLog(_SqlEventLog):
             import sqlite3
         except ImportError as exc:  # Pyodide 0.28 without its sqlite3 package
             raise FeatureUnavailableError(f"SqliteEventLog needs the sqlite3 module: {exc}") from exc
-        from ..stores._files import create_private, enable_wal
+        from ..stores._files import connect_sqlite
 
         self.path = os.fspath(path)
         self._lock = threading.Lock()
-        try:
-            if self.path != ":memory:":
-                create_private(self.path)
-            self._conn = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None,
-                                         check_same_thread=False)
-            enable_wal(self._conn, busy_timeout_ms)
-            self._transaction(_sql.schema_plan(self._dialect), write=True)
-        except (sqlite3.Error, OSError) as exc:
-            raise ConfigurationError(f"cannot open the event log {self.path!r}: {exc}") from exc
+        self._conn = connect_sqlite(sqlite3, self.path, busy_timeout_ms=busy_timeout_ms,
+                                    prepare=lambda conn: InlineSqlite(conn, SQLITE).transaction(
+                                        _sql.schema_plan(SQLITE), write=True))
 
     def _transaction(self, plan: Plan[T], *, write: bool) -> T:
         with sqlite_transaction(self._conn, self._lock, "IMMEDIATE" if write else "DEFERRED") as cursor:

@@ -30,7 +30,7 @@ from .._util import wall_clock_ms
 from ..errors import ConfigurationError, FeatureUnavailableError
 from ..sql.journal_schema import schema_plan
 from ..sql.plan import SQLITE, Mergeable, Plan, T
-from ..stores._files import create_private, enable_wal
+from ..stores._files import connect_sqlite
 from ._group_commit import GroupCommitSqlite, InlineSqlite
 from .sql_runtime import SqlRuntime
 
@@ -56,26 +56,10 @@ class _SqliteDriver:
     def __init__(self, path: str, *, busy_timeout_ms: int, synchronous: str, poll_interval_ms: int) -> None:
         sqlite3 = _sqlite3()
         self._poll = poll_interval_ms / 1000
-        try:
-            if path != ":memory:":
-                create_private(path)  # conversations and tokens: owner-only, -wal/-shm too
-            self._conn = sqlite3.connect(
-                path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
-            )
-        except (sqlite3.Error, OSError) as exc:
-            raise ConfigurationError(f"cannot open SQLite database {path!r}: {exc}") from exc
-        try:
-            self._conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-            enable_wal(self._conn, busy_timeout_ms)
-            self._conn.execute(f"PRAGMA synchronous = {synchronous}")
-            InlineSqlite(self._conn, DIALECT).transaction(schema_plan(DIALECT), write=True)
-        except sqlite3.Error as exc:
-            self._conn.close()
-            raise ConfigurationError(f"cannot use SQLite database {path!r}: {exc}") from exc
-        except BaseException:
-            self._conn.close()
-            raise
-
+        self._conn = connect_sqlite(
+            sqlite3, path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous,
+            prepare=lambda conn: InlineSqlite(conn, DIALECT).transaction(schema_plan(DIALECT), write=True),
+        )
         threaded = sys.platform != "emscripten"
         self._runner = (GroupCommitSqlite if threaded else InlineSqlite)(self._conn, DIALECT)
 

@@ -45,7 +45,7 @@ from ..runtime._group_commit import GroupCommitSqlite, InlineSqlite
 from ..sql import checkpoints as _sql
 from ..sql.plan import Mergeable, Plan, T
 from ._faces import AsyncFace, StoreLogic, SyncFace
-from ._files import create_private, enable_wal, file_path
+from ._files import connect_sqlite, file_path
 from ._history import PrefixCache
 from ._validate import (
     check_checkpoint,
@@ -143,29 +143,13 @@ class _SqliteStore(StoreLogic):
         sqlite3 = _sqlite3()
         self.path = file_path(path, "SQLite database")
         self._cache = PrefixCache(cache_runs)
-        try:
-            if self.path != ":memory:":
-                create_private(self.path)
-            self._conn = sqlite3.connect(
-                self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
-            )
-        except (sqlite3.Error, OSError) as exc:
-            raise ConfigurationError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        # page_size only takes effect on a new, empty file. Message rows are ~1-3 KB: 8 KiB pages pack
+        # them with ~7% overhead where the default 4 KiB pages waste ~35% (benches/bench_stores.py).
+        self._conn = connect_sqlite(
+            sqlite3, self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous, page_size=8192,
+            prepare=lambda conn: InlineSqlite(conn, _DIALECT).transaction(_sql.schema_plan(_DIALECT), write=True),
+        )
         self._sqlite3 = sqlite3
-        try:
-            self._conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-            # Only takes effect on a new, empty file. Message rows are ~1-3 KB: 8 KiB pages pack
-            # them with ~7% overhead where the default 4 KiB pages waste ~35% (benches/bench_stores.py).
-            self._conn.execute("PRAGMA page_size = 8192")
-            enable_wal(self._conn, busy_timeout_ms)
-            self._conn.execute(f"PRAGMA synchronous = {synchronous}")
-            InlineSqlite(self._conn, _DIALECT).transaction(_sql.schema_plan(_DIALECT), write=True)
-        except sqlite3.Error as exc:
-            self._conn.close()
-            raise ConfigurationError(f"cannot use SQLite database {self.path!r}: {exc}") from exc
-        except BaseException:
-            self._conn.close()
-            raise
         self._runner = self._make_runner()
 
     @abstractmethod
