@@ -2,8 +2,9 @@
 
 Configured from the environment: ``HTTP_TEST_DB`` (the SQLite file of the runtime and the
 event log), ``HTTP_TEST_LEDGER`` (a file each tool call appends a line to, so a test can count
-side effects), ``HTTP_TEST_DELAY`` (seconds per streamed word and per tool call), and
-``HTTP_TEST_POSTGRES`` (a conninfo: the Postgres runtime and event log instead of SQLite).
+side effects; a ``#word`` in the prompt goes into the call's arguments as its ``ticket``),
+``HTTP_TEST_DELAY`` (seconds per streamed word and per tool call), and ``HTTP_TEST_POSTGRES``
+(a conninfo: the Postgres runtime and event log instead of SQLite).
 """
 
 from __future__ import annotations
@@ -44,13 +45,15 @@ def script(request: ModelRequest) -> ScriptedResponse:
             return reply("You are in " + " and ".join(str(o) for o in located) + ".")
         return reply("Deployed." if any(p["tool_name"] == "deploy" for p in results) else LONG_ANSWER)
     prompt = str(last["content"])
+    last_word = prompt.rsplit(" ", 1)[-1]
+    ticket = {"ticket": last_word} if last_word.startswith("#") else {}  # "deploy #7": names the run's effects
     if "deploy" in prompt:
-        return reply("", call("deploy", {"env": "prod"}))
+        return reply("", call("deploy", {"env": "prod", **ticket}))
     if "where" in prompt:  # the client tool, once per place asked about
         return reply("Let me ask your browser.", *(call("locate", {"place": w}, f"loc-{w}")
                                                    for w in prompt.split()[1:]))
     if "lookup" in prompt:
-        return reply("Let me look that up for you.", call("lookup", {"q": "answer"}))
+        return reply("Let me look that up for you.", call("lookup", {"q": "answer", **ticket}))
     return reply(f"You said: {prompt}")
 
 

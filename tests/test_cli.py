@@ -18,19 +18,11 @@ from typing import Any
 import pytest
 
 import cli_agent
+from cli_kit import ROOT, cli
 from durable_agent import generate_text, open_store
 from durable_agent._util import maybe_await
 
 pytestmark = pytest.mark.host_only("runs the CLI in subprocesses")
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), str(ROOT / "tests")]), **(env or {})}
-    environ.pop("DURABLE_AGENT_STORE", None)
-    return subprocess.run([sys.executable, "-m", "durable_agent.cli", *args], capture_output=True, text=True,
-                          env=environ, input=stdin, timeout=120)
 
 
 def one_line_error(done: subprocess.CompletedProcess[str], code: int) -> str:
