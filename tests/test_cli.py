@@ -181,6 +181,19 @@ def test_export_import_keeps_bytes_and_refuses_overwrites(store_url: str, tmp_pa
     assert file.read_text().splitlines() == exported.stdout.splitlines()[:1]
 
 
+@pytest.mark.parametrize("opened", ["--store", "--runtime"])
+def test_export_and_import_refuse_the_database_the_cli_has_open(tmp_path: Path, opened: str) -> None:
+    """Writing an export over the database would destroy it; reading it as an import's input, in the process that
+    holds SQLite connections to it, would drop their locks (`durable_agent.stores._files`)."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    suspended_run(url, "a")
+    before = stored(url, "a")
+    for args in (("export", "-o", str(tmp_path / "runs.db")), ("import", str(tmp_path / "." / "runs.db"))):
+        error = one_line_error(cli(opened, url, "runs", *args), 2)
+        assert "runs.db" in error and "the database" in error
+    assert stored(url, "a") == before
+
+
 def test_prune_keeps_suspended_runs_unless_asked(store_url: str) -> None:
     suspended_run(store_url)
     kept = json.loads(cli("--store", store_url, "--json", "runs", "prune", "--before", "2999-01-01").stdout)

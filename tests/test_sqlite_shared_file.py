@@ -9,6 +9,7 @@ and delete the WAL under them: every later write of this process, invisible to e
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -105,3 +106,16 @@ async def test_writes_after_another_process_opens_and_closes_the_file_stay_visib
     finally:
         for _, _, component in opened:
             await maybe_await(component.close())
+
+
+def test_only_the_files_module_connects_to_a_sqlite_file() -> None:
+    """The rule has one home (`durable_agent.stores._files.connect_sqlite`): a new component that opened its
+    file another way could create it with an open() and close() again."""
+    package = PYTHON_DIR / "durable_agent"
+
+    def connects(path: Path) -> bool:
+        return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "connect"
+                   and isinstance(node.func.value, ast.Name) and "sqlite" in node.func.value.id
+                   for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+
+    assert sorted(str(p.relative_to(package)) for p in package.rglob("*.py") if connects(p)) == ["stores/_files.py"]

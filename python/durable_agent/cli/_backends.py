@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -73,6 +74,21 @@ class Backends:
                 await maybe_await(runtime.close())
             raise
         return cls(store, runtime)
+
+    def refuse_own_file(self, path: str, option: str) -> None:
+        """Refuse `path` (an export's output, an import's input) when it is the store's or the runtime's own file.
+
+        Writing it would destroy the database; even reading it here, in the process that holds SQLite
+        connections to it, would drop their locks (see `durable_agent.stores._files`).
+        """
+        for backend in (self.store, self.runtime):
+            own = getattr(backend, "path", None)
+            try:
+                same = isinstance(own, (str, os.PathLike)) and os.path.samefile(path, own)  # stat only: nothing opened
+            except OSError:  # either file missing: not the same
+                same = False
+            if same:
+                raise CliError(2, f"{option} {path!r} is the database the CLI works on: name another file")
 
     async def close(self) -> None:
         if self.runtime is not None:

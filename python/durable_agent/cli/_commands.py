@@ -235,6 +235,7 @@ async def runs_export(args: argparse.Namespace, b: Backends) -> int:
     if args.output in (None, "-"):
         sys.stdout.write("".join(lines))
         return OK
+    b.refuse_own_file(args.output, "--output")
     with open(args.output, "w", encoding="utf-8") as f:
         f.write("".join(lines))
     _said(args, {"exported": len(lines), "file": args.output}, f"exported {len(lines)} run(s) to {args.output}")
@@ -246,6 +247,7 @@ async def runs_import(args: argparse.Namespace, b: Backends) -> int:
     if args.input in (None, "-"):
         text = sys.stdin.read()
     else:
+        b.refuse_own_file(args.input, "FILE")
         with open(args.input, encoding="utf-8") as f:
             text = f.read()
     checkpoints = []
