@@ -390,6 +390,10 @@ def test_database_files_are_created_owner_only(tmp_path: Path) -> None:
     existing.chmod(0o640)
     SqliteCheckpointStore(existing).close()
     assert existing.stat().st_mode & 0o777 == 0o640  # a mode the operator chose is kept
+    target, link = tmp_path / "volume.db", tmp_path / "linked.db"
+    link.symlink_to(target)  # a deployment's link to where the file is to be: created there, owner-only
+    SqliteRuntime(link).close()
+    assert target.stat().st_mode & 0o777 == 0o600
 
 
 @needs_sqlite3

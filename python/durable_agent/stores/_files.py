@@ -13,9 +13,9 @@ connections to one file: a server its runtime and its event log, the CLI a runti
 
 So every SQLite component (stores, runtimes, event logs) opens its file with `connect_sqlite`:
 
-* A missing file is created with ``O_CREAT | O_EXCL`` (mode 0600, never through a symlink): the
-  descriptor we close is that of a file no connection held, since it did not exist. When the
-  file exists, SQLite alone opens it; it keeps its mode (one the operator chose, too).
+* A missing file is created with ``O_CREAT | O_EXCL`` (mode 0600): the descriptor we close is that
+  of a file no connection held, since it did not exist. When the file exists, SQLite alone opens
+  it, and it keeps its mode (one the operator chose, too).
 * In one process, creating holds `_CREATING`: another thread cannot connect to the new file
   between its creation and the close of our descriptor (it would have to try creating it first).
 * SQLite gives the -wal and -shm files the mode of the database file: all three stay private.
@@ -94,10 +94,15 @@ def connect_sqlite(
 
 
 def _create_missing(path: str) -> None:
-    """Create `path` empty, mode 0600, unless it exists: an existing file is never opened here."""
+    """Create `path` empty, mode 0600, unless it exists: an existing file is never opened here.
+
+    A symlink is followed as SQLite follows it (a deployment may link the path to a volume): the
+    file is created where the link points. O_EXCL never opens what is there, not even a link.
+    """
+    target = os.path.realpath(path)  # readlink and lstat only: nothing is opened
     with _CREATING:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, PRIVATE)
+            fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_EXCL, PRIVATE)
         except FileExistsError:
             return
         os.close(fd)
