@@ -54,22 +54,20 @@ class RoundFailed(Exception):
 
 
 @dataclass
-class Findings:
+class Findings(torture_supervisor.Checked):
+    """What the soak found (see the module docs); every list must be empty."""
+
     lost: list[str] = field(default_factory=list)
     not_pruned: list[str] = field(default_factory=list)
     twice: list[Any] = field(default_factory=list)
     wrong_effects: list[str] = field(default_factory=list)
     io_errors: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
-    worker: dict[str, Any] = field(default_factory=dict)
+    worker: list[str] = field(default_factory=list)
     runs: int = 0
     kills: int = 0
     cli_calls: int = 0
     seconds: float = 0.0
-
-    @property
-    def failures(self) -> dict[str, Any]:
-        return {name: value for name, value in vars(self).items() if isinstance(value, (list, dict)) and value}
 
 
 @dataclass
@@ -132,7 +130,7 @@ class Soak:
         self.check_on_disk()
         worker_found = asyncio.run(torture_supervisor.check(f"sqlite:{self.db}", self.workdir / "worker-ledger.jsonl",
                                                             WORKER_SESSIONS, self.worker_prompts))
-        self.found.worker = worker_found.failures
+        self.found.worker = [f"{name}: {value}" for name, value in worker_found.failures.items()]
         self.outputs += [worker_log.read_text(errors="replace")]
         self.outputs += [p.read_text(errors="replace") for p in self.workdir.glob("server-*.log")]
         self.found.io_errors = [line for text in self.outputs for line in text.splitlines()

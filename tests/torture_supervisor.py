@@ -195,8 +195,17 @@ def transcript_difference(actual: list[Any], expected: list[Any]) -> str | None:
     return None
 
 
+class Checked:
+    """What checks found, as lists that must all be empty."""
+
+    @property
+    def failures(self) -> dict[str, Any]:
+        """The lists that are not empty, by name."""
+        return {name: value for name, value in vars(self).items() if isinstance(value, list) and value}
+
+
 @dataclass
-class Findings:
+class Findings(Checked):
     """What the independent checks found; every list must be empty."""
 
     unfinished: list[str] = field(default_factory=list)
@@ -209,10 +218,6 @@ class Findings:
     interrupted: int = 0
     refused: int = 0
     torn: int = 0
-
-    @property
-    def failures(self) -> dict[str, Any]:
-        return {name: value for name, value in vars(self).items() if isinstance(value, list) and value}
 
 
 async def check(spec: str, ledger: Path, sessions: list[str], prompts: int) -> Findings:
