@@ -325,6 +325,62 @@ async def test_a_pruned_run_is_a_clear_404_and_its_reader_is_let_go() -> None:
         "code": "unknown_run", "message": f"no run {run_id!r} (never started here, or pruned)"}
 
 
+async def test_a_reader_at_or_past_the_end_of_a_run_gets_an_answer_not_an_endless_stream() -> None:
+    """At the end of a leg nothing follows: 204 (an EventSource stops reconnecting on it, as on /chat/{id}/stream).
+    An id the run never sent (past its last event, a chunk its event never had) is a 422, never a stream that
+    keeps the reader waiting on keep-alives, nor one that skips the events up to the made-up id."""
+    from durable_agent import Tool, call
+
+    runtime, log, gate = MemoryRuntime(), MemoryEventLog(), asyncio.Event()
+
+    async def slow(args: Any) -> str:
+        await gate.wait()
+        return "ok"
+
+    model = ScriptedModel([reply("", call("slow", {})), "a b c", reply("", call("pay", {})), "paid"])
+    tools = {"slow": Tool(execute=slow, replay="safe"), "pay": Tool(execute=lambda a: "ok", needs_approval=True)}
+    app = ChatEndpoint(agent=lambda s: Agent(model=model, tools=tools, session_id=s, durable=DurableOptions(runtime)),
+                       runtime=runtime, events=log, keepalive_seconds=0.05)
+
+    async def answer(run_id: str, cursor: str, ui: bool = False) -> tuple[int, bytes]:
+        query = "?format=ui-message-stream" if ui else ""
+        return await asgi(app, "GET", f"/runs/{run_id}/events{query}", headers={"last-event-id": cursor}, timeout=5)
+
+    def refused(answered: tuple[int, bytes]) -> bool:
+        return answered[0] == 422 and json.loads(answered[1])["error"]["code"] == "bad_event_id"
+
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    while not any(e.data["type"] == "tool-call" for e in await log.read(run_id)):
+        await asyncio.sleep(0.01)
+    live = len(await log.read(run_id))  # the run waits in its tool: live, more will come
+    assert refused(await answer(run_id, str(live + 1))) and refused(await answer(run_id, str(live + 50)))
+    gate.set()
+    status, body = await answer(run_id, str(live))  # at the end of a live leg: the stream waits for the rest
+    assert status == 200 and data_lines(body)[-1]["type"] == "finish"
+
+    last = len(await log.read(run_id))  # finished
+    assert await answer(run_id, str(last)) == (204, b"")
+    assert (await asgi(app, "GET", f"/runs/{run_id}/events?after={last}", timeout=5)) == (204, b"")
+    for cursor in (str(last + 1), str(last + 1000), "+1", "1.0", "-1"):
+        assert refused(await answer(run_id, cursor)), cursor
+
+    frames = [line[4:] for line in (await answer(run_id, "0", ui=True))[1].decode().splitlines()
+              if line.startswith("id: ")]
+    end, n = frames[-1].split(".")
+    assert await answer(run_id, frames[-1], ui=True) == (204, b"")  # the finish chunk: the reader has it all
+    assert await answer(run_id, end, ui=True) == (204, b"")
+    for cursor in (f"{end}.{int(n) + 1}", f"{int(end) + 1}.0", "0.1", "1.-1", f"{end}.x"):
+        assert refused(await answer(run_id, cursor, ui=True)), cursor
+    status, body = await answer(run_id, "1.0", ui=True)  # inside event 1 (start, start-step): the rest of it on
+    assert status == 200 and data_lines(body)[0] == {"type": "start-step"}
+
+    second = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "pay"}))[1])["run_id"]
+    parked = data_lines((await asgi(app, "GET", f"/runs/{second}/events"))[1])
+    assert parked[-1]["finish_reason"] == "suspended"
+    assert await answer(second, str(parked[-1]["seq"])) == (204, b"")  # waits for a verdict: nothing comes now
+    assert refused(await answer(second, str(parked[-1]["seq"] + 1)))
+
+
 # --------------------------------------------------------- Agent and ASGI app
 
 
@@ -347,7 +403,8 @@ async def test_agent_run_names_the_run_and_hands_out_its_parts() -> None:
 
 
 async def asgi(app: Any, method: str, path: str, body: Any = None, root: str = "",
-               disconnect_after: int | None = None) -> tuple[int, bytes]:
+               disconnect_after: int | None = None, headers: dict[str, str] | None = None,
+               timeout: float = 20) -> tuple[int, bytes]:
     sent: list[dict[str, Any]] = []
     gone = asyncio.Event()
     messages = [{"type": "http.request", "body": json.dumps(body).encode() if body is not None else b""}]
@@ -365,8 +422,9 @@ async def asgi(app: Any, method: str, path: str, body: Any = None, root: str = "
 
     path, _, query = path.partition("?")
     scope = {"type": "http", "method": method, "path": root + path, "root_path": root,
-             "query_string": query.encode(), "headers": []}
-    await asyncio.wait_for(app(scope, receive, send), 20)
+             "query_string": query.encode(),
+             "headers": [(k.encode(), v.encode()) for k, v in (headers or {}).items()]}
+    await asyncio.wait_for(app(scope, receive, send), timeout)
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 
 

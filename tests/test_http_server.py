@@ -116,6 +116,9 @@ def test_a_dropped_connection_resumes_with_last_event_id(paths: tuple[Path, Path
         # a page reload: a new reader from the start gets the same stream
         reload = list(srv.events(f"/runs/{run_id}/events").frames())
         assert [f.data for f in reload] == [f.data for f in frames]
+        # a reconnect at the end of the finished run: 204, so an EventSource stops reconnecting
+        status, _, body = srv.request("GET", f"/runs/{run_id}/events", headers={"last-event-id": frames[-1].id or ""})
+        assert (status, body) == (204, None)
     finally:
         srv.stop()
 
@@ -287,6 +290,7 @@ def test_every_error_is_a_clear_status(server: Server) -> None:
         ("POST", "/runs", {"session_id": "", "prompt": "x"}, {}, None, 422, "bad_body"),
         ("POST", f"/runs/{run_id}/approvals", {"approval_id": "a", "approved": "yes"}, {}, None, 422, "bad_body"),
         ("GET", f"/runs/{run_id}/events", None, {"last-event-id": "seven"}, None, 422, "bad_event_id"),
+        ("GET", f"/runs/{run_id}/events", None, {"last-event-id": "9999"}, None, 422, "bad_event_id"),
         ("GET", f"/runs/{run_id}/events?format=xml", None, {}, None, 422, "bad_format"),
         ("POST", f"/runs/{run_id}/approvals", {"approval_id": "a", "approved": True}, {}, None, 409, "not_waiting"),
         ("GET", f"/runs/{run_id}", None, {"authorization": "Bearer intruder"}, None, 403, "refused"),

@@ -25,7 +25,10 @@ Routes (JSON bodies; errors are ``{"error": {"code", "message"}}``, never a trac
   last event id.
 * ``GET /runs/{id}/events``: server-sent events, ``id:`` on every event. With
   ``Last-Event-ID`` (header, or ``?after=``) the reader gets exactly the events after it,
-  then the live tail; the stream ends after a leg's ``finish`` (or ``error``).
+  then the live tail; the stream ends after a leg's ``finish`` (or ``error``). A reader
+  already at the end of a leg that nothing follows for now (the run finished, failed, or
+  waits for a verdict or a client result) gets 204, so a browser ``EventSource`` stops
+  reconnecting; an id the run never sent (past its last event) is a 422.
   ``?format=ui-message-stream`` speaks the AI SDK UI message stream instead
   (`durable_agent.http.ui_stream` documents the mapping).
 * ``POST /runs/{id}/approvals`` ``{"approval_id", "approved", "reason"?, "token"?}``: a verdict

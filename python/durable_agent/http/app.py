@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import logging
 import re
@@ -412,18 +413,19 @@ class ChatEndpoint:
 
     async def _stream(self, info: RunInfo, cursor: str, ui: bool, receive: Receive, send: Send,
                       cors: list[tuple[bytes, bytes]]) -> None:
-        """Send the run's events after `cursor`, then its live tail, until a leg ends or the client leaves."""
-        after, skip = _parse_cursor(cursor, ui)
+        """Send the run's events after `cursor`, then its live tail, until a leg ends or the client leaves.
+
+        A reader already at the end of a leg that nothing follows for now (finished, failed,
+        or parked) gets 204: a browser's EventSource stops reconnecting on it.
+        """
+        after, skip, folder = await self._place(info, cursor, ui)
+        if skip < 0 and await self._leg_over(info, after):
+            await send_empty(send, 204, cors)
+            return
         headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                    (b"x-accel-buffering", b"no"), *cors]
         if ui:
             headers.append((UI_MESSAGE_STREAM_HEADER[0].encode(), UI_MESSAGE_STREAM_HEADER[1].encode()))
-        folder = UiMessageStream(info.run_id) if ui else None
-        if folder is not None:
-            for event in await self.events.read(info.run_id, 0):
-                if event.seq > after:
-                    break
-                folder.chunks(event.data)  # bring the fold to the reader's place
         gone = asyncio.Event()
         watcher = asyncio.ensure_future(_watch_disconnect(receive, gone))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -435,6 +437,31 @@ class ChatEndpoint:
             watcher.cancel()
         if not gone.is_set():
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _place(self, info: RunInfo, cursor: str, ui: bool) -> tuple[int, int, UiMessageStream | None]:
+        """Where the reader of `cursor` stands: (last event it has whole, chunks of the next one it has or -1,
+        the UI fold brought to that place). 422 when the cursor names no event (or chunk) the run has sent."""
+        seq, chunk = _parse_cursor(cursor, ui)
+        events = await self.events.read(info.run_id, 0 if ui else max(seq - 1, 0)) if seq > 0 or ui else []
+        named = next((e for e in events if e.seq == seq), None)
+        if seq > 0 and named is None:  # events are stored before they are sent: the reader cannot have seen it
+            raise HttpError(422, "bad_event_id", f"Last-Event-ID {cursor!r} is past the last event of this run")
+        if not ui:
+            return seq, -1, None
+        folder = UiMessageStream(info.run_id)
+        for event in events:
+            if event.seq >= seq:
+                break
+            folder.chunks(event.data)  # bring the fold to the reader's place
+        if named is None:
+            return seq, -1, folder
+        count = len(copy.copy(folder).chunks(named.data))
+        if chunk >= count:
+            raise HttpError(422, "bad_event_id", f"Last-Event-ID {cursor!r}: event {seq} has {count} chunks")
+        if chunk < 0 or chunk == count - 1:  # the reader has all of event `seq`
+            folder.chunks(named.data)
+            return seq, -1, folder
+        return seq - 1, chunk, folder  # resend event `seq` from chunk `chunk` + 1
 
     async def _pump(self, info: RunInfo, after: int, skip: int, folder: UiMessageStream | None, send: Send,
                     gone: asyncio.Event) -> None:
@@ -481,19 +508,15 @@ def _answer(messages: Sequence[Message]) -> str:
     return final_text(messages[start + 1:])
 
 
+_EVENT_ID = re.compile(r"(?P<seq>[0-9]+)(?:\.(?P<chunk>[0-9]+))?")
+
+
 def _parse_cursor(cursor: str, ui: bool) -> tuple[int, int]:
-    """(last event seq fully sent, chunks of the next event already sent or -1) from a Last-Event-ID."""
-    head, _, tail = cursor.strip().partition(".")
-    try:
-        seq = int(head)
-        chunk = int(tail) if tail else -1
-    except ValueError as exc:
-        raise HttpError(422, "bad_event_id", f"Last-Event-ID {cursor!r} is not an event id of this run") from exc
-    if seq < 0 or (tail and not ui):
+    """(event seq, chunk of it or -1) of a Last-Event-ID: ``<seq>``, or ``<seq>.<chunk>`` (UI stream, seq ≥ 1)."""
+    match = _EVENT_ID.fullmatch(cursor.strip())
+    if match is None or (match["chunk"] is not None and (not ui or int(match["seq"]) == 0)):
         raise HttpError(422, "bad_event_id", f"Last-Event-ID {cursor!r} is not an event id of this run")
-    if chunk >= 0:
-        return seq - 1, chunk  # inside event `seq`: resend it from chunk `chunk` + 1
-    return seq, -1
+    return int(match["seq"]), -1 if match["chunk"] is None else int(match["chunk"])
 
 
 def _frames(event: RunEvent, folder: UiMessageStream | None, skip: int) -> bytes:
