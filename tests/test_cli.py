@@ -136,6 +136,11 @@ def test_approve_resumes_with_the_agent_and_the_tool_runs_once(store_url: str, l
     assert stored(store_url, "run-42").status == "completed"
     one_line_error(cli("--store", store_url, "runs", "approve", "run-42", approval, "--agent", "cli_agent:resume_options"), 3)
     assert ledger.read_text() == "paid inv-7\n"
+    finished = stored(store_url, "run-42")
+    again = cli("--store", store_url, "--json", "runs", "resume", "run-42", "--agent", "cli_agent:resume_options")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == {"run_id": "run-42", "resumed": False}  # as for an Agent's finished run
+    assert stored(store_url, "run-42") == finished  # no model call, no new turn
 
 
 def test_deny_gives_the_model_the_reason(store_url: str, ledger: Path) -> None:

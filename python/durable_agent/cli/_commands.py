@@ -22,6 +22,7 @@ from ..errors import (
     ConfigurationError,
 )
 from ..fork import checkpoint_at_step, fork_run
+from ..results import GenerateTextResult
 from . import _render as r
 from ._backends import Backends, CliError, load_factory, open_event_log
 
@@ -132,19 +133,10 @@ async def runs_resume(args: argparse.Namespace, b: Backends) -> int:
 
 
 async def _resume(args: argparse.Namespace, b: Backends, responses: Any) -> int:
-    made = await load_factory(args.agent)
-    if isinstance(made, Mapping):
-        from ..generate import resume_from_checkpoint
-
-        options = dict(made)
-        if responses:
-            options["approval_responses"] = [*options.get("approval_responses", ()), *responses]
-        result = await resume_from_checkpoint(b.store, args.run, **options)
-    else:
-        result = await made.resume(run_id=args.run, approval_responses=responses)
-        if result is None:
-            _said(args, {"run_id": args.run, "resumed": False}, f"run {args.run} has nothing to continue")
-            return OK
+    result = await _next_leg(await load_factory(args.agent), b, args.run, responses)
+    if result is None:
+        _said(args, {"run_id": args.run, "resumed": False}, f"run {args.run} has nothing to continue")
+        return OK
     out = {
         "run_id": args.run, "resumed": True, "finish_reason": result.finish_reason, "text": result.text,
         "usage": result.usage.to_dict(), "total_usage": result.total_usage.to_dict(),
@@ -159,6 +151,22 @@ async def _resume(args: argparse.Namespace, b: Backends, responses: Any) -> int:
     if result.pending_approvals:
         r.table(r.APPROVAL_HEADERS, r.approval_rows(result.pending_approvals))
     return OK
+
+
+async def _next_leg(made: Any, b: Backends, run_id: str, responses: Any) -> GenerateTextResult | None:
+    """Drive `run_id` on with what the ``--agent`` factory `made`: an `Agent` (its `resume`) or the options of
+    `resume_from_checkpoint`. None when nothing is left to continue: a completed run is never driven again."""
+    if not isinstance(made, Mapping):
+        result: GenerateTextResult | None = await made.resume(run_id=run_id, approval_responses=responses)
+        return result
+    if (await _load(b, run_id)).status == "completed":
+        return None
+    from ..generate import resume_from_checkpoint
+
+    options = dict(made)
+    if responses:
+        options["approval_responses"] = [*options.get("approval_responses", ()), *responses]
+    return await resume_from_checkpoint(b.store, run_id, **options)
 
 
 def _said(args: argparse.Namespace, data: Any, text: str) -> None:
