@@ -286,6 +286,11 @@ def test_an_agents_run_on_the_sqlite_runtime(tmp_path: Path, ledger: Path) -> No
     journal_steps = json.loads(cli("--runtime", runtime, "--json", "runs", "show", run_id, env=env).stdout)["journal"]
     assert {s["kind"] for s in journal_steps} == {"model", "tool"}
 
+    parked = cli("--runtime", runtime, "--json", "runs", "resume", run_id, "--agent", "cli_agent:journal_agent", env=env)
+    assert parked.returncode == 0, parked.stderr
+    out = json.loads(parked.stdout)  # no verdict yet: the resume leaves the run parked, it denies nothing
+    assert out["finish_reason"] == "suspended" and [p["approval_id"] for p in out["pending_approvals"]] == [approval]
+    assert ledger.read_text() == "" and stored(runtime, run_id).status == "suspended"
     approved = cli("--runtime", runtime, "runs", "approve", run_id, approval, env=env)
     assert approved.returncode == 0, approved.stderr
     assert ledger.read_text() == ""  # resolved, not resumed yet

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, Unpack
 
-from .checkpoint import ToolApprovalResponse, check_verdict
-from .durable_session import AgentSpec, DurableOptions, DurableSession
+from .checkpoint import ToolApprovalResponse
+from .durable_session import AgentSpec, DurableOptions, DurableSession, verdict_value
 from .errors import ConfigurationError
 from .generate import PartSink, _consume
 from .loop import AgentLoop
@@ -47,8 +47,7 @@ async def resolve_approval(runtime: AwakeableResolver, approval_id: str, *, appr
     still needs the request's `token` (it is verified when the run resumes). `approved` must
     be a real bool (`ConfigurationError` otherwise).
     """
-    check_verdict(approved)
-    return bool(await runtime.resolve_awakeable(approval_id, {"approved": approved, "reason": reason, "token": token}))
+    return bool(await runtime.resolve_awakeable(approval_id, verdict_value(approved, reason=reason, token=token)))
 
 
 class Agent:
@@ -128,7 +127,11 @@ class Agent:
         """Continue the session's unfinished run (or `run_id`); None when there is nothing to continue.
 
         A run suspended on approvals is settled from `approval_responses` and the verdicts sent
-        with `resolve_approval`. A completed run is never driven again (None). `on_part` as in `run`.
+        with `resolve_approval`, once every pending approval has one. Until then the run stays
+        parked and is returned as it parked: ``finish_reason`` ``"suspended"``, the same
+        `pending_approvals` (tokens included), no model call, nothing settled or denied; the
+        verdicts given are kept for the resume that has them all. So a start-up loop may resume
+        every session. A completed run is never driven again (None). `on_part` as in `run`.
         """
         if self.session is None:
             return None

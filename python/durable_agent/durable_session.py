@@ -18,7 +18,8 @@ leaves a state the next call continues from, and a process that lost the lease l
 
 So: before (3) commits, nothing of the run exists and the next `run()` starts it again;
 between (3) and (5)/(6), and during every later leg, the run is marked and `resume()`
-continues it; after (5)/(6) it is unmarked, and `resume()` settles a parked run or returns
+continues it; after (5)/(6) it is unmarked, and `resume()` settles a parked run once each of
+its approvals has a verdict (until then it leaves the run parked: `leave_parked`) or returns
 None for a finished one.
 """
 
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ._util import maybe_await, wall_clock_ms
-from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage
+from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage, check_verdict
 from .errors import (
     ConfigurationError,
     RunExistsError,
@@ -45,6 +46,7 @@ from .loop import AgentLoop
 from .messages import Message
 from .models import LanguageModel
 from .options import RunOptions, logger, random_id
+from .parked import parked_result, unanswered_approvals
 from .results import GenerateTextResult
 from .runtime.keys import MODEL_CALL, parse_step_key, step_key
 from .runtime.protocols import DurableRuntime, RunScope
@@ -84,6 +86,11 @@ class AgentSpec:
     tools: Mapping[str, Tool]
     options: Mapping[str, Any]
     history: Sequence[Message] = ()
+
+
+def verdict_value(approved: bool, *, reason: str | None, token: str | None) -> dict[str, Any]:
+    """What an approval's awakeable is resolved with (`resolve_approval`); read back on resume."""
+    return {"approved": check_verdict(approved), "reason": reason, "token": token}
 
 
 def approval_key(run_id: str, step_index: int, approval_id: str) -> str:
@@ -217,7 +224,11 @@ class DurableSession:
         self, spec: AgentSpec, run_id: str | None = None, approval_responses: Sequence[ToolApprovalResponse] = (),
         *, on_part: PartSink | None = None,
     ) -> GenerateTextResult | None:
-        """Continue the interrupted or parked run (or `run_id`); None when there is nothing to continue."""
+        """Continue the interrupted or parked run (or `run_id`); None when there is nothing to continue.
+
+        A parked run goes on only with a verdict for each pending approval (given here or on its
+        awakeable); otherwise it stays parked and is returned as it parked (`leave_parked`).
+        """
         epoch, marked = await self.claim(spec)
         try:
             target = run_id or marked or await self._parked_last_run()
@@ -231,7 +242,9 @@ class DurableSession:
                     await self.runtime.commit(RunTransition(self.session_id, epoch, unmark=True))
                 return None
             given = {r.approval_id for r in approval_responses}
-            sent = [v for v in await self._verdicts_from_awakeables(checkpoint) if v.approval_id not in given]
+            sent = [v for v in await self.verdicts_from_awakeables(checkpoint) if v.approval_id not in given]
+            if unanswered_approvals(checkpoint, {*given, *(v.approval_id for v in sent)}):
+                return await self.leave_parked(epoch, checkpoint, approval_responses, spec, marked=target == marked)
             if target != marked:  # a parked run goes on: marked again, so a crash in this leg is resumable
                 await self.runtime.commit(RunTransition(self.session_id, epoch, mark=target))
             return await self.drive(target, epoch, [*approval_responses, *sent], spec, on_part=on_part)
@@ -398,7 +411,27 @@ class DurableSession:
             messages=[*checkpoint.messages, aborted], created_at=self._now(spec),
         ))
 
-    async def _verdicts_from_awakeables(self, checkpoint: AgentCheckpoint) -> list[ToolApprovalResponse]:
+    async def leave_parked(self, epoch: int, checkpoint: AgentCheckpoint, given: Sequence[ToolApprovalResponse],
+                           spec: AgentSpec, *, marked: bool) -> GenerateTextResult:
+        """Leave a parked run parked while an approval of it has no verdict: a resume would deny it by default, and
+        a user's pending decision is never taken for them (the journal spec's "parked on an unanswered awakeable").
+
+        The verdicts `given` are kept on their approvals' awakeables (as `resolve_approval` sends them), for the
+        resume that has them all. A run still `marked` (a leg died before it settled anything) is unmarked:
+        parked again, exactly as it was before that leg.
+        """
+        pending = {r.approval_id for r in checkpoint.pending_approvals or ()}
+        for response in given:
+            if response.approval_id in pending:
+                await self.runtime.resolve_awakeable(response.approval_id, verdict_value(
+                    response.approved, reason=response.reason, token=response.token))
+        if marked:
+            await self.runtime.commit(RunTransition(self.session_id, epoch, unmark=True))
+        logger.info("run %s waits for a verdict on %s; left parked", checkpoint.run_id,
+                    ", ".join(r.approval_id for r in unanswered_approvals(checkpoint, ())))
+        return parked_result(checkpoint, spec.tools)
+
+    async def verdicts_from_awakeables(self, checkpoint: AgentCheckpoint) -> list[ToolApprovalResponse]:
         """The verdicts other processes sent (`resolve_approval`) for the pending approvals of a parked run."""
         if checkpoint.status != "suspended":
             return []

@@ -13,17 +13,20 @@ assistant message; a suspended step writes no tool message of its own. It waits 
 
 The loop settles whatever is still unanswered when the run is resumed (a missing client
 result becomes an error result), so deciding that a parked run may go on is this module's
-job: the HTTP endpoint resumes a run once nothing waits, and `fork.update_run` turns an
-edited run ``running`` only then.
+job: the HTTP endpoint resumes a run once nothing waits, `fork.update_run` turns an
+edited run ``running`` only then, and `Agent.resume` leaves a run parked while an approval
+has no verdict (`unanswered_approvals`, `parked_result`): a pending decision is never
+taken for the user.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from .checkpoint import AgentCheckpoint
-from .messages import Message, content_parts
+from .checkpoint import AgentCheckpoint, ToolApprovalRequest, Usage
+from .messages import Message, content_parts, final_text
+from .results import GenerateTextResult
 from .tools import Tool
 from .transcript import unresolved_calls
 
@@ -59,3 +62,21 @@ def waits_for_calls(checkpoint: AgentCheckpoint, tools: Mapping[str, Tool] | Non
     if waiting_client_calls(checkpoint, tools):
         return True
     return not checkpoint.pending_approvals and not client_results_of(checkpoint.messages)
+
+
+def unanswered_approvals(checkpoint: AgentCheckpoint, answered: Collection[str]) -> tuple[ToolApprovalRequest, ...]:
+    """The pending approvals of the parked run without a verdict among `answered` (approval ids)."""
+    if checkpoint.status != "suspended":
+        return ()
+    return tuple(r for r in checkpoint.pending_approvals or () if r.approval_id not in answered)
+
+
+def parked_result(checkpoint: AgentCheckpoint, tools: Mapping[str, Tool] | None) -> GenerateTextResult:
+    """The outcome of a resume that left the parked run as it was: ``suspended``, its pending approvals (tokens
+    included) and client calls, its history and total usage; no step ran and nothing was spent."""
+    return GenerateTextResult(
+        text=final_text(checkpoint.messages), messages=tuple(checkpoint.messages), steps=(), usage=Usage(),
+        total_usage=checkpoint.usage, finish_reason="suspended",
+        pending_approvals=tuple(checkpoint.pending_approvals or ()),
+        client_tool_calls=tuple(waiting_client_calls(checkpoint, tools).values()), run_id=checkpoint.run_id,
+    )

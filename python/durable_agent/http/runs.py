@@ -26,7 +26,7 @@ from ..checkpoint import AgentCheckpoint, ToolApprovalRequest
 from ..durable_session import approval_key
 from ..errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, StaleEpochError
 from ..generate import PartSink
-from ..parked import waits_for_calls
+from ..parked import unanswered_approvals, waits_for_calls
 from ..runtime.protocols import DurableRuntime
 from ..runtime.records import RunTransition
 from .asgi import HttpError
@@ -260,15 +260,13 @@ class RunDriver:
 
     async def _all_answered(self, info: RunInfo, checkpoint: AgentCheckpoint) -> bool:
         """Whether nothing the parked run waits for is missing (`durable_agent.parked`): no client call or sub-agent
-        waits, and each pending approval's awakeable holds a verdict."""
-        if waits_for_calls(checkpoint, self.agent(info.session_id).tools):
+        waits, and each pending approval's awakeable holds a verdict (the rule `Agent.resume` goes on by)."""
+        agent = self.agent(info.session_id)
+        if waits_for_calls(checkpoint, agent.tools):
             return False
-        for request in checkpoint.pending_approvals or ():
-            key = approval_key(info.run_id, checkpoint.step_index, request.approval_id)
-            record = await self.runtime.find_awakeable(info.session_id, key)
-            if record is None or not record.resolved:
-                return False
-        return True
+        assert agent.session is not None
+        verdicts = await agent.session.verdicts_from_awakeables(checkpoint)
+        return not unanswered_approvals(checkpoint, {v.approval_id for v in verdicts})
 
     async def _settle(self, session_id: str, run_id: str) -> None:
         """Wait for another run of the session whose leg has logged its finish: its task is only ending (releasing
