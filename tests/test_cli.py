@@ -127,6 +127,12 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
 
 def test_approve_resumes_with_the_agent_and_the_tool_runs_once(store_url: str, ledger: Path) -> None:
     approval = suspended_run(store_url)
+    parked = stored(store_url, "run-42")
+    waiting = cli("--store", store_url, "--json", "runs", "resume", "run-42", "--agent", "cli_agent:resume_options")
+    assert waiting.returncode == 0, waiting.stderr
+    out = json.loads(waiting.stdout)  # no verdict: a resume leaves the run parked instead of denying the payment
+    assert out["finish_reason"] == "suspended" and [p["approval_id"] for p in out["pending_approvals"]] == [approval]
+    assert stored(store_url, "run-42") == parked and ledger.read_text() == ""
     one_line_error(cli("--store", store_url, "runs", "approve", "run-42", approval), 2)  # no --agent
     done = cli("--store", store_url, "--json", "runs", "approve", "run-42", approval, "--agent", "cli_agent:resume_options")
     assert done.returncode == 0, done.stderr

@@ -22,6 +22,7 @@ from ..errors import (
     ConfigurationError,
 )
 from ..fork import checkpoint_at_step, fork_run
+from ..parked import parked_result, unanswered_approvals
 from ..results import GenerateTextResult
 from . import _render as r
 from ._backends import Backends, CliError, load_factory, open_event_log
@@ -155,17 +156,22 @@ async def _resume(args: argparse.Namespace, b: Backends, responses: Any) -> int:
 
 async def _next_leg(made: Any, b: Backends, run_id: str, responses: Any) -> GenerateTextResult | None:
     """Drive `run_id` on with what the ``--agent`` factory `made`: an `Agent` (its `resume`) or the options of
-    `resume_from_checkpoint`. None when nothing is left to continue: a completed run is never driven again."""
+    `resume_from_checkpoint`. None when nothing is left to continue: a completed run is never driven again. A
+    parked run some approval of which has no verdict is returned as it parked, as `Agent.resume` does: a resume
+    would deny it, and a pending decision is never taken for the user (``runs deny`` says no)."""
     if not isinstance(made, Mapping):
         result: GenerateTextResult | None = await made.resume(run_id=run_id, approval_responses=responses)
         return result
-    if (await _load(b, run_id)).status == "completed":
+    checkpoint = await _load(b, run_id)
+    if checkpoint.status == "completed":
         return None
-    from ..generate import resume_from_checkpoint
-
     options = dict(made)
     if responses:
         options["approval_responses"] = [*options.get("approval_responses", ()), *responses]
+    if unanswered_approvals(checkpoint, {r.approval_id for r in options.get("approval_responses", ())}):
+        return parked_result(checkpoint, options.get("tools"))
+    from ..generate import resume_from_checkpoint
+
     return await resume_from_checkpoint(b.store, run_id, **options)
 
 
