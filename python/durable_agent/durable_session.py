@@ -427,8 +427,7 @@ class DurableSession:
                     response.approved, reason=response.reason, token=response.token))
         if marked:
             await self.runtime.commit(RunTransition(self.session_id, epoch, unmark=True))
-        logger.info("run %s waits for a verdict on %s; left parked", checkpoint.run_id,
-                    ", ".join(r.approval_id for r in unanswered_approvals(checkpoint, ())))
+        logger.info("run %s waits for a verdict; left parked", checkpoint.run_id)
         return parked_result(checkpoint, spec.tools)
 
     async def verdicts_from_awakeables(self, checkpoint: AgentCheckpoint) -> list[ToolApprovalResponse]:

@@ -512,7 +512,7 @@ _EVENT_ID = re.compile(r"(?P<seq>[0-9]+)(?:\.(?P<chunk>[0-9]+))?")
 
 
 def _parse_cursor(cursor: str, ui: bool) -> tuple[int, int]:
-    """(event seq, chunk of it or -1) of a Last-Event-ID: ``<seq>``, or ``<seq>.<chunk>`` (UI stream, seq ≥ 1)."""
+    """(event seq, chunk of it or -1) of a Last-Event-ID: ``<seq>``, or ``<seq>.<chunk>`` (UI stream, seq 1 on)."""
     match = _EVENT_ID.fullmatch(cursor.strip())
     if match is None or (match["chunk"] is not None and (not ui or int(match["seq"]) == 0)):
         raise HttpError(422, "bad_event_id", f"Last-Event-ID {cursor!r} is not an event id of this run")
