@@ -64,7 +64,10 @@ class DurableOptions:
     calls as interrupted and starts the new run (call `resume()` first to continue it
     instead). ``"resume"``: `run()` first continues the interrupted run when its process is
     gone, then runs the prompt unless the resumed run suspended.
-    `stale_after_ms`: a lease not renewed for this long counts as lapsed.
+    `stale_after_ms`: a lease not renewed for this long counts as lapsed. The run renews it every
+    third of that; a step about to run after the run's process stalled for half of it (a blocked
+    event loop, a GC pause, SIGSTOP) renews it first, and stops with `StaleEpochError` when another
+    process took the run over meanwhile.
     """
 
     runtime: DurableRuntime
@@ -478,7 +481,7 @@ class DurableSession:
         while not leg_over.is_set():
             await asyncio.sleep(interval)
             if leg_over.is_set() or not await self.runtime.lease.renew(self.session_id, epoch):
-                return  # lost: the next fenced write raises StaleEpochError and stops the run
+                return  # lost: the next fenced write (or step: `leases`) raises StaleEpochError and stops the run
 
     def _stale_at(self, spec: AgentSpec) -> int:
         return self._now(spec) - self.durable.stale_after_ms

@@ -19,10 +19,18 @@ row and the clock, so the three runtimes cannot drift apart:
   holds no run of any more: after a release that did not land, or for a process that reuses
   its owner token;
 * a run is **resumable** when the session was leased at least once, the run is still marked
-  in progress, the lease lapsed, and the run is not parked on an unresolved awakeable.
+  in progress, the lease lapsed, and the run is not parked on an unresolved awakeable;
+* a holder **trusts** its lease for half the staleness its claim judged by (``now - stale_at``,
+  the rule it took the lease under, which it expects of its successor), counted from when it
+  sent its last claim or renewal that succeeded (monotonic time: a blocked event loop, a GC
+  pause or a stopped process count). Past that, before a step runs (a model call, a tool) the
+  run's scope renews the lease, fenced: refused means another process took the run over, and
+  the step does not run (`StaleEpochError`). A fenced write that lands confirms nothing for
+  later: it leaves ``renewed_at`` as it was, so the lease may lapse right after it.
 
 `Fences` is the per-runtime ("per-process") half: which sessions this runtime holds live,
-which epoch its writes of each are guarded by, and whom to tell when one is refused.
+which epoch its writes of each are guarded by, when it last confirmed each, and whom to tell
+when one is refused.
 """
 
 from __future__ import annotations
@@ -110,6 +118,11 @@ def claimed_row(row: LeaseRow, claimer: RunOwner, now: int) -> LeaseRow:
     )
 
 
+def lease_trusted(confirmed_at: float, *, stale_after_ms: int, now: float) -> bool:
+    """True when a lease last confirmed at `confirmed_at` (monotonic seconds) is still trusted at `now`."""
+    return (now - confirmed_at) * 1000 < stale_after_ms / 2
+
+
 def run_key_prefix(run_id: str) -> str:
     """Every step key of `run_id` starts with this (keys escape the run id, see `keys`)."""
     return _escape(run_id) + ":"
@@ -129,7 +142,8 @@ def is_listed_resumable(
 
 
 class Fences:
-    """One runtime's claims: the sessions it holds live, the epoch each one's writes are guarded by, who hears of a refusal.
+    """One runtime's claims: the sessions it holds live, the epoch each one's writes are guarded by, when
+    each was last confirmed, who hears of a refusal.
 
     A claim holds the session from before its write (`hold`) until it fails (`unheld`) or
     until `release` of the epoch it took; a scope opened without an explicit epoch is
@@ -141,6 +155,7 @@ class Fences:
         self._holders: dict[str, RunOwner] = {}
         self._epochs: dict[str, int] = {}
         self._listeners: dict[str, Callable[[StaleEpochError], None]] = {}
+        self._confirmed: dict[str, tuple[float, int]] = {}  # monotonic time of the last confirmation, staleness
 
     def hold(self, session_id: str, claimer: RunOwner) -> RunOwner | None:
         """Hold `session_id` for a claim by `claimer`; None when held now, else the owner holding it live already."""
@@ -155,17 +170,33 @@ class Fences:
             self._holders.pop(session_id, None)
 
     def claimed(
-        self, session_id: str, epoch: int, on_stale: Callable[[StaleEpochError], None] | None
+        self, session_id: str, epoch: int, on_stale: Callable[[StaleEpochError], None] | None,
+        *, sent_at: float, stale_after_ms: int,
     ) -> None:
+        """The claim sent at `sent_at` (monotonic) took the lease at `epoch`, judging by `stale_after_ms`."""
         self._epochs[session_id] = epoch
+        self._confirmed[session_id] = (sent_at, stale_after_ms)
         if on_stale is not None:
             self._listeners[session_id] = on_stale
+
+    def renewed(self, session_id: str, epoch: int, sent_at: float) -> None:
+        """A renewal of `epoch` sent at `sent_at` (monotonic) landed: the lease is confirmed from then on."""
+        confirmed = self._confirmed.get(session_id)
+        if confirmed is not None and self._epochs.get(session_id) == epoch and sent_at > confirmed[0]:
+            self._confirmed[session_id] = (sent_at, confirmed[1])
+
+    def trusted(self, session_id: str, epoch: int, now: float) -> bool:
+        """True when this runtime confirmed its lease of the session at `epoch` recently enough (module docs)."""
+        confirmed = self._confirmed.get(session_id)
+        return (confirmed is not None and self._epochs.get(session_id) == epoch
+                and lease_trusted(confirmed[0], stale_after_ms=confirmed[1], now=now))
 
     def released(self, session_id: str, epoch: int) -> None:
         if self._epochs.get(session_id) == epoch:
             del self._epochs[session_id]
             self._holders.pop(session_id, None)
             self._listeners.pop(session_id, None)
+            self._confirmed.pop(session_id, None)
 
     def epoch(self, session_id: str) -> int | None:
         return self._epochs.get(session_id)

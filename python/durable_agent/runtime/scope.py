@@ -24,6 +24,13 @@ The scope reads its run's records, and which of its steps have stream partials s
 then keeps them (its lease makes it their only writer): a finished step that streamed nothing
 deletes no partials. Of a record it wrote itself it keeps only the key: a step asked again reads
 its record back, so a long run (or a thousand runs at once) does not keep every result alive.
+
+What the scope keeps is true only while its lease is. So a step about to run (no record answers
+it) first asks the lease whether it is still trusted (`LeaseGuard`; the rule is `leases`': a
+clock read, no round trip) and, when it is not (the process stalled past half of it), confirms
+it against storage first: if another process took the run over meanwhile, the step raises
+`StaleEpochError` instead of calling the model, or running the tool, for a step the new owner
+may have run already.
 """
 
 from __future__ import annotations
@@ -134,6 +141,18 @@ class JournalBackend(Protocol):
     async def wait_for_change(self, timeout: float) -> None: ...
 
 
+class LeaseGuard(Protocol):
+    """A run's lease as its steps see it (the rule is `durable_agent.runtime.leases`')."""
+
+    def trusted(self, session_id: str, epoch: int) -> bool:
+        """True when the lease at `epoch` was confirmed recently enough that a step may run without asking."""
+        ...
+
+    async def confirm(self, session_id: str, epoch: int) -> None:
+        """Confirm (renew) the lease at `epoch` against storage; `StaleEpochError` when another process took it."""
+        ...
+
+
 def json_form(value: Any, key: str) -> Any:
     """The value as it is stored (the codec's data model); what the form loses is logged."""
     try:
@@ -186,12 +205,15 @@ class JournalScope:
         is_control_error: Callable[[BaseException], bool],
         clock: Callable[[], int],
         fresh: bool = False,
+        lease: LeaseGuard | None = None,
     ) -> None:
-        """`fresh`: a run started by this leg, whose records are known to be none (not read)."""
+        """`fresh`: a run started by this leg, whose records are known to be none (not read). `lease`: the
+        lease `epoch` is of, confirmed before a step runs once it is no longer trusted (module docs)."""
         self.session_id = session_id
         self.run_id = run_id
         self.epoch = epoch
         self._backend = backend
+        self._lease = lease
         self._is_control_error = is_control_error
         self._clock = clock
         self._closed = False
@@ -231,6 +253,9 @@ class JournalScope:
                 return StepInterrupted()
         if run is None:
             raise ScopeClosedError(f"step {request.key!r} of run {self.run_id!r} has no record and nothing to run")
+        lease, epoch = self._lease, self.epoch
+        if lease is not None and epoch is not None and not lease.trusted(self.session_id, epoch):
+            await lease.confirm(self.session_id, epoch)
         if (request.replay == "unsafe" or live.mark_started) and not begun:
             await self._put(request, "pending")
         self._begun.discard(request.key)

@@ -9,6 +9,7 @@ are dicts, the SQL runtimes' are tables (`durable_agent.sql.journal`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
@@ -98,6 +99,7 @@ class StoredLease:
         on_stale: Callable[[StaleEpochError], None] | None = None,
     ) -> LeaseClaim:
         me, now, fences = owner or self._runtime.owner, self._runtime.clock(), self._runtime.fences
+        sent_at = time.monotonic()
         holder = fences.hold(session_id, me)
         if holder is not None:  # this runtime runs the session now: a claim would fence that run out
             return LeaseClaim(False, owner=holder)
@@ -113,16 +115,31 @@ class StoredLease:
                 fences.unheld(session_id)
         if not claimed:
             return LeaseClaim(False, owner=row.owner)
-        fences.claimed(session_id, row.epoch, on_stale)
+        fences.claimed(session_id, row.epoch, on_stale, sent_at=sent_at, stale_after_ms=max(0, now - stale_at))
         return LeaseClaim(True, epoch=row.epoch, marked=row.resumable_run)
 
     async def renew(self, session_id: str, epoch: int) -> bool:
-        now = self._runtime.clock()
+        now, sent_at = self._runtime.clock(), time.monotonic()
 
         def renewed(row: LeaseRow) -> LeaseRow | None:
             return replace(row, renewed_at=now) if row.epoch == epoch and not row.released else None
 
-        return (await self._rows.change_lease(session_id, renewed))[1]
+        if not (await self._rows.change_lease(session_id, renewed))[1]:
+            return False
+        self._runtime.fences.renewed(session_id, epoch, sent_at)
+        return True
+
+    def trusted(self, session_id: str, epoch: int) -> bool:
+        """True when this runtime confirmed the lease at `epoch` recently enough for a step to run on it
+        without asking the storage (the rule: `leases`)."""
+        return self._runtime.fences.trusted(session_id, epoch, time.monotonic())
+
+    async def confirm(self, session_id: str, epoch: int) -> None:
+        """Renew the lease at `epoch` before a step runs on it: `StaleEpochError` when another process took it."""
+        if not await self.renew(session_id, epoch):
+            error = StaleEpochError(session_id, epoch)
+            self._runtime.fences.refused(error)
+            raise error
 
     async def release(self, session_id: str, epoch: int) -> None:
         def released(row: LeaseRow) -> LeaseRow | None:
@@ -296,6 +313,8 @@ class StoredRuntime(OwnedRuntime, Generic[Checkpoints]):
         """A run's scope; its writes are guarded by `epoch`, by default this runtime's claim of the session.
 
         `fresh`: the run was started by this leg, so the scope does not read its (absent) records.
+        A step confirms the lease against storage before it runs once this runtime's last claim or
+        renewal of it is no longer trusted (`leases`).
         """
         return JournalScope(
             self.backend,
@@ -305,6 +324,7 @@ class StoredRuntime(OwnedRuntime, Generic[Checkpoints]):
             is_control_error=self.is_control_error,
             clock=self.clock,
             fresh=fresh,
+            lease=self.lease,
         )
 
     async def commit(self, transition: RunTransition) -> None:

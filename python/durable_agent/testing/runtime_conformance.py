@@ -546,6 +546,36 @@ class DurableRuntimeConformance:
         ]  # nothing interleaved
 
     @checkpoint_only(ENGINE_LOCK)
+    async def test_a_step_confirms_a_lease_its_process_stalled_past_before_it_runs(
+        self, make_runtime: RuntimeFactory, clock: Clock
+    ) -> None:
+        """A holder whose process stalled (no renewal) for half its lease or more confirms the lease before
+        a step runs: renewed when it is still its own, else the step does not run (the new owner may have
+        run it already; the records this scope read say nothing of that)."""
+        old, new = make_runtime(clock), make_runtime(clock)
+        quiet_owner = RunOwner("elsewhere", 1, old.owner.token)  # only staleness decides
+        first = await old.lease.claim(self.session, stale_at=clock.now - 20, owner=quiet_owner)  # a 20 ms lease
+        ran: list[str] = []
+
+        async def handler(ctx: StepContext) -> str:
+            ran.append(ctx.request.key)
+            return "ok"
+
+        old_scope = await self._scope(old)
+        await asyncio.sleep(0.03)  # stalled, and nobody took the lease: the step renews it, then runs
+        clock.now += 1_000
+        await old_scope.step(_req(step_key(self.run, 0, "t1"), "safe"), handler)
+        assert not (await new.lease.claim(self.session, stale_at=clock.now - 20)).claimed  # renewed just now
+
+        await asyncio.sleep(0.03)  # stalled again, and this time the lease is taken over meanwhile
+        clock.now += 1_000
+        assert (await new.lease.claim(self.session, stale_at=clock.now - 20)).claimed
+        with pytest.raises(StaleEpochError) as info:
+            await old_scope.step(_req(step_key(self.run, 1, "t2"), "safe"), handler)
+        assert info.value.epoch == first.epoch
+        assert ran == [step_key(self.run, 0, "t1")]
+
+    @checkpoint_only(ENGINE_LOCK)
     async def test_a_live_claim_refuses_its_own_runtime_and_release_frees_the_session(
         self, make_runtime: RuntimeFactory, clock: Clock
     ) -> None:
