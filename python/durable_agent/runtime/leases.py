@@ -118,9 +118,9 @@ def claimed_row(row: LeaseRow, claimer: RunOwner, now: int) -> LeaseRow:
     )
 
 
-def lease_trusted(confirmed_at: float, *, stale_after_ms: int, now: float) -> bool:
-    """True when a lease last confirmed at `confirmed_at` (monotonic seconds) is still trusted at `now`."""
-    return (now - confirmed_at) * 1000 < stale_after_ms / 2
+def trusted_until(sent_at: float, stale_after_ms: int) -> float:
+    """Until when (monotonic seconds) a lease is trusted after a claim or renewal of it sent at `sent_at` landed."""
+    return sent_at + stale_after_ms / 2000
 
 
 def run_key_prefix(run_id: str) -> str:
@@ -155,7 +155,7 @@ class Fences:
         self._holders: dict[str, RunOwner] = {}
         self._epochs: dict[str, int] = {}
         self._listeners: dict[str, Callable[[StaleEpochError], None]] = {}
-        self._confirmed: dict[str, tuple[float, int]] = {}  # monotonic time of the last confirmation, staleness
+        self._trusted: dict[str, tuple[int, float, int]] = {}  # epoch, trusted until (monotonic), staleness
 
     def hold(self, session_id: str, claimer: RunOwner) -> RunOwner | None:
         """Hold `session_id` for a claim by `claimer`; None when held now, else the owner holding it live already."""
@@ -175,28 +175,29 @@ class Fences:
     ) -> None:
         """The claim sent at `sent_at` (monotonic) took the lease at `epoch`, judging by `stale_after_ms`."""
         self._epochs[session_id] = epoch
-        self._confirmed[session_id] = (sent_at, stale_after_ms)
+        self._trusted[session_id] = (epoch, trusted_until(sent_at, stale_after_ms), stale_after_ms)
         if on_stale is not None:
             self._listeners[session_id] = on_stale
 
     def renewed(self, session_id: str, epoch: int, sent_at: float) -> None:
-        """A renewal of `epoch` sent at `sent_at` (monotonic) landed: the lease is confirmed from then on."""
-        confirmed = self._confirmed.get(session_id)
-        if confirmed is not None and self._epochs.get(session_id) == epoch and sent_at > confirmed[0]:
-            self._confirmed[session_id] = (sent_at, confirmed[1])
+        """A renewal of `epoch` sent at `sent_at` (monotonic) landed: the lease is trusted anew from then on."""
+        trusted = self._trusted.get(session_id)
+        if trusted is not None and trusted[0] == epoch:
+            until = trusted_until(sent_at, trusted[2])
+            if until > trusted[1]:  # renewals may land out of the order they were sent in
+                self._trusted[session_id] = (epoch, until, trusted[2])
 
     def trusted(self, session_id: str, epoch: int, now: float) -> bool:
-        """True when this runtime confirmed its lease of the session at `epoch` recently enough (module docs)."""
-        confirmed = self._confirmed.get(session_id)
-        return (confirmed is not None and self._epochs.get(session_id) == epoch
-                and lease_trusted(confirmed[0], stale_after_ms=confirmed[1], now=now))
+        """True when this runtime's lease of the session at `epoch` is trusted at `now` (module docs)."""
+        trusted = self._trusted.get(session_id)
+        return trusted is not None and trusted[0] == epoch and now < trusted[1]
 
     def released(self, session_id: str, epoch: int) -> None:
         if self._epochs.get(session_id) == epoch:
             del self._epochs[session_id]
             self._holders.pop(session_id, None)
             self._listeners.pop(session_id, None)
-            self._confirmed.pop(session_id, None)
+            self._trusted.pop(session_id, None)
 
     def epoch(self, session_id: str) -> int | None:
         return self._epochs.get(session_id)

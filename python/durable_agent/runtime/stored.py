@@ -89,6 +89,7 @@ class StoredLease:
     def __init__(self, runtime: StoredRuntime[Any]) -> None:
         self._runtime = runtime
         self._rows = runtime.backend
+        self._fences = runtime.fences
 
     async def claim(
         self,
@@ -126,19 +127,19 @@ class StoredLease:
 
         if not (await self._rows.change_lease(session_id, renewed))[1]:
             return False
-        self._runtime.fences.renewed(session_id, epoch, sent_at)
+        self._fences.renewed(session_id, epoch, sent_at)
         return True
 
     def trusted(self, session_id: str, epoch: int) -> bool:
         """True when this runtime confirmed the lease at `epoch` recently enough for a step to run on it
         without asking the storage (the rule: `leases`)."""
-        return self._runtime.fences.trusted(session_id, epoch, time.monotonic())
+        return self._fences.trusted(session_id, epoch, time.monotonic())
 
     async def confirm(self, session_id: str, epoch: int) -> None:
         """Renew the lease at `epoch` before a step runs on it: `StaleEpochError` when another process took it."""
         if not await self.renew(session_id, epoch):
             error = StaleEpochError(session_id, epoch)
-            self._runtime.fences.refused(error)
+            self._fences.refused(error)
             raise error
 
     async def release(self, session_id: str, epoch: int) -> None:
