@@ -29,7 +29,7 @@ def test_the_step_log_header_keeps_every_field_but_the_messages() -> None:
     checkpoint = AgentCheckpoint(
         run_id="r", step_index=4, status="suspended", messages=[{"role": "user", "content": "hi"}],
         usage=Usage(1, 2, 3), created_at=7, pending_approvals=(ToolApprovalRequest("a", "c", "t", {}),),
-        agent_path=("child",), step_id="custom",
+        agent_path=("child",), step_id="custom", trace_context={"traceparent": "00-1-2-01"},
     )
     assert _header(checkpoint) == dataclasses.replace(checkpoint, messages=())
     unset = {f.name for f in dataclasses.fields(AgentCheckpoint)} - {"messages", "version"}

@@ -143,7 +143,14 @@ def check_verdict(approved: object) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class AgentCheckpoint:
-    """The state of a run at a step boundary. See the checkpoint spec; every field is plain data."""
+    """The state of a run at a step boundary. See the checkpoint spec; every field is plain data.
+
+    `trace_context` is the W3C trace context (``{"traceparent": ..., "tracestate": ...}``) of the
+    leg that started the run, carried by every later checkpoint, so a leg resumed in another
+    process links its span to the trace that started the run (`durable_agent.tracing`). None when
+    that leg was not traced; stored only when set, so checkpoints written without it (and by
+    earlier releases) load as they are.
+    """
 
     run_id: str
     step_index: int
@@ -155,6 +162,7 @@ class AgentCheckpoint:
     agent_path: tuple[str, ...] | None = None
     version: int = CHECKPOINT_VERSION
     step_id: str = field(default="")
+    trace_context: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not self.step_id:
@@ -177,6 +185,8 @@ class AgentCheckpoint:
         if self.agent_path is not None:
             data["agent_path"] = list(self.agent_path)
         data["created_at"] = self.created_at
+        if self.trace_context is not None:
+            data["trace_context"] = dict(self.trace_context)
         return data
 
     def refuse_newer(self) -> AgentCheckpoint:
@@ -236,6 +246,11 @@ class AgentCheckpoint:
         path = data.get("agent_path")
         if path is not None and not (isinstance(path, list) and all(isinstance(p, str) for p in path)):
             raise ValueError("field 'agent_path' must be a list of str")
+        trace_context = data.get("trace_context")
+        if trace_context is not None and not (
+            isinstance(trace_context, dict) and all(isinstance(v, str) for v in trace_context.values())
+        ):
+            raise ValueError("field 'trace_context' must be an object of str values")
         return cls(
             run_id=data["run_id"],
             step_index=step_index,
@@ -249,6 +264,7 @@ class AgentCheckpoint:
             agent_path=tuple(path) if path is not None else None,
             version=CHECKPOINT_VERSION,
             step_id=data["step_id"],
+            trace_context=trace_context,
         )
 
 

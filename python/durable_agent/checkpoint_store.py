@@ -133,4 +133,4 @@ def _header(checkpoint: AgentCheckpoint) -> AgentCheckpoint:
     """`checkpoint` without its messages, built directly (`dataclasses.replace` costs about 7x more, at every save)."""
     c = checkpoint
     return AgentCheckpoint(c.run_id, c.step_index, c.status, (), c.usage, c.created_at, c.pending_approvals,
-                           c.agent_path, c.version, c.step_id)
+                           c.agent_path, c.version, c.step_id, c.trace_context)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -352,6 +353,8 @@ class CheckpointStoreConformance(ForkConformance):
             pending=True,
             agent_path=("outer", "sub"),
         )
+        cp = dataclasses.replace(cp, trace_context={
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "k=v"})
         driver(store.save(cp))
         loaded = driver(store.load("run-é/1"))
         assert loaded == cp
