@@ -53,6 +53,7 @@ from .runtime.protocols import DurableRuntime, RunScope
 from .runtime.records import NO_DEFERRED, DeferredSteps, RunTransition, StepRecord
 from .tool_calls import TOOL_INTERRUPTED_MESSAGE
 from .tools import Tool
+from .tracing import RunTrace
 from .transcript import assistant_message, tool_message, unresolved_calls
 
 
@@ -218,8 +219,13 @@ class DurableSession:
                                            resumable=resumable, on_part=on_part)
             if recovered is not None and recovered.finish_reason == "suspended":
                 return recovered
-            start = await self.start_run(epoch, prompt, spec, run_id=run_id)
-            return await self.drive(start.run_id, epoch, (), spec, on_part=on_part, started=start)
+            trace = RunTrace()
+            try:
+                start = await self.start_run(epoch, prompt, spec, run_id=run_id, trace=trace)
+                return await self.drive(start.run_id, epoch, (), spec, on_part=on_part, started=start, trace=trace)
+            except BaseException as exc:
+                trace.end_run(run_id, None, Usage(), Usage(), exc)  # a leg that failed before its loop ended it
+                raise
         finally:
             await self._release(epoch)
 
@@ -333,37 +339,42 @@ class DurableSession:
             await scope.close()
         closed = None if healed is None else AgentCheckpoint(
             run_id=checkpoint.run_id, step_index=checkpoint.step_index + 1, status="completed",
-            usage=checkpoint.usage, messages=healed, created_at=self._now(spec),
+            usage=checkpoint.usage, messages=healed, created_at=self._now(spec), trace_context=checkpoint.trace_context,
         )
         await self.runtime.commit(RunTransition(self.session_id, epoch, checkpoint=closed, unmark=True))
 
     async def start_run(
-        self, epoch: int, prompt: str, spec: AgentSpec, *, run_id: str | None = None
+        self, epoch: int, prompt: str, spec: AgentSpec, *, run_id: str | None = None, trace: RunTrace | None = None
     ) -> AgentCheckpoint:
         """Commit the new run's first checkpoint, make it the session's last run, and mark it: one transaction.
 
         `run_id` names the run (a caller that must know it up front, e.g. an idempotent HTTP
-        request); a run id that already has a checkpoint is refused (`RunExistsError`).
+        request); a run id that already has a checkpoint is refused (`RunExistsError`). `trace`:
+        the leg's spans, started here, so the first checkpoint already carries the leg's trace
+        context (a leg resumed after a crash in its first step links to it).
         """
         history = await self._session_history(spec)
         if run_id is not None and await self._load(run_id) is not None:
             raise RunExistsError(run_id)
         run_id = run_id or str((spec.options.get("generate_id") or random_id)())
+        if trace is not None:
+            trace.start_run(run_id, spec.model, spec.options.get("agent_name"), ())
         start = AgentCheckpoint(run_id=run_id, step_index=0, status="running", usage=Usage(),
-                                messages=[*history, {"role": "user", "content": prompt}], created_at=self._now(spec))
+                                messages=[*history, {"role": "user", "content": prompt}], created_at=self._now(spec),
+                                trace_context=trace.context if trace is not None else None)
         await self.runtime.commit(RunTransition(self.session_id, epoch, checkpoint=start, last_run=run_id,
                                                 mark=run_id))
         return start
 
     async def drive(
         self, run_id: str, epoch: int, responses: Sequence[ToolApprovalResponse], spec: AgentSpec,
-        *, on_part: PartSink | None = None, started: AgentCheckpoint | None = None,
+        *, on_part: PartSink | None = None, started: AgentCheckpoint | None = None, trace: RunTrace | None = None,
     ) -> GenerateTextResult:
         """Run the loop on `run_id` from its checkpoint; its saves park or finish the run (see the module docs).
 
         `started`: the first checkpoint of a run `start_run` committed under this same `epoch`.
         No leg ran it before, so nothing a crashed leg leaves (streamed text) can exist, and the
-        loop starts from it without reading it back.
+        loop starts from it without reading it back. `trace`: the leg's spans, when `start_run` started them.
         """
         runtime = self.runtime
         self._suspend = asyncio.Event()
@@ -380,7 +391,7 @@ class DurableSession:
             run_options = RunOptions.build(spec.model, {"tools": spec.tools, **options},
                                            store=checkpoints, run_id=run_id, scope=scope,
                                            suspend_signal=self._suspend, tool_state=tool_state)
-            return await _consume(AgentLoop(run_options, None, resume_run_id=run_id), on_part)
+            return await _consume(AgentLoop(run_options, None, resume_run_id=run_id, trace=trace), on_part)
         except RunSuspendedError:
             logger.info("run %s suspended; it stays resumable", run_id)
             raise
@@ -411,7 +422,7 @@ class DurableSession:
         aborted: Message = {"role": "assistant", "content": [{"type": "text", "text": text}]}
         await checkpoints.save(AgentCheckpoint(
             run_id=run_id, step_index=checkpoint.step_index + 1, status="running", usage=checkpoint.usage,
-            messages=[*checkpoint.messages, aborted], created_at=self._now(spec),
+            messages=[*checkpoint.messages, aborted], created_at=self._now(spec), trace_context=checkpoint.trace_context,
         ))
 
     async def leave_parked(self, epoch: int, checkpoint: AgentCheckpoint, given: Sequence[ToolApprovalResponse],

@@ -82,6 +82,7 @@ class AgentLoop:
         messages: Sequence[Message] | None,
         *,
         resume_run_id: str | None = None,
+        trace: RunTrace | None = None,
     ) -> None:
         if messages is None and resume_run_id is None:
             raise ConfigurationError("messages are required")
@@ -101,7 +102,7 @@ class AgentLoop:
         self.finished: asyncio.Event | None = None
         self._next_index = 0
         self._recent_batches: list[str] = []
-        self.trace = RunTrace()
+        self.trace = trace if trace is not None else RunTrace()  # `trace`: a leg whose span started before its loop (`DurableSession.run`)
         self.log = RunLogger(logger, lambda: (self.run_id, self._next_index, getattr(options.scope, "session_id", None)))
         self._models = ModelCaller(options, self.run_id, self.trace, self._check_abort)
         self._decider = ToolDecider(options, self.run_id)
@@ -115,7 +116,8 @@ class AgentLoop:
     async def parts(self) -> AsyncIterator[Part]:
         """Run the loop, yielding stream parts. Failures become one final ``error`` part."""
         self.finished = asyncio.Event()
-        self.trace.start_run(self.run_id, self.options.model.model_id, self.options.agent_path)
+        if not self.trace.started:
+            self.trace.start_run(self.run_id, self.options.model, self.options.agent_name, self.options.agent_path)
         try:
             async for part in self._drive():
                 yield part
@@ -352,6 +354,7 @@ class AgentLoop:
             created_at=self.options.clock(),
             pending_approvals=pending,
             agent_path=self.options.agent_path or None,
+            trace_context=self.trace.origin,
         )
         try:
             await maybe_await(store.save(checkpoint))

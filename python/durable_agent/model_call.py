@@ -48,6 +48,7 @@ class ModelTurn:
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = "stop"
     reasoning: list[dict[str, Any]] = field(default_factory=list)  # reasoning parts, kept in the history
+    response: dict[str, str] = field(default_factory=dict)  # the provider's id and model of it (traced, not stored)
 
     def to_json(self) -> dict[str, Any]:
         return {"text": self.text, "tool_calls": self.tool_calls, "usage": self.usage.to_dict(),
@@ -64,6 +65,7 @@ class ModelTurn:
     def reset(self) -> None:
         """Forget a failed attempt's output."""
         self.text, self.tool_calls, self.usage, self.finish_reason, self.reasoning = "", [], Usage(), "stop", []
+        self.response = {}
 
 
 @types.coroutine
@@ -185,7 +187,7 @@ class ModelCaller:
     async def _attempt(self, model: LanguageModel, request: ModelRequest, step_index: int, attempt: int,
                        turn: ModelTurn, tries: int) -> AsyncIterator[Part]:
         """One attempt, through the run scope's journal when there is one."""
-        self.trace.start_model(model.model_id)
+        self.trace.start_model(model)
         try:
             async for part in self._journaled(model, request, step_index, attempt, turn, tries):
                 yield part
@@ -199,7 +201,7 @@ class ModelCaller:
         if scope is None:
             async for part in self._stream(model, request, turn, None):
                 yield part
-            self.trace.end_model(turn.usage, turn.finish_reason)
+            self.trace.end_model(turn.usage, turn.finish_reason, response=turn.response)
             return
         parts: deque[Part] = deque()
         called = []
@@ -221,7 +223,7 @@ class ModelCaller:
         deferred = StepLive(defer_done=True)  # its done record rides on the next write (scope docs)
         async for part in drain(parts, scope.step(step_request, live, deferred), turn):
             yield part
-        self.trace.end_model(turn.usage, turn.finish_reason, replayed=not called)
+        self.trace.end_model(turn.usage, turn.finish_reason, replayed=not called, response=turn.response)
 
     async def _stream(self, model: Any, request: ModelRequest, turn: ModelTurn, context: Any) -> AsyncIterator[Part]:
         """The model's events as stream parts, collected into `turn` (`context`: the journal's, when journaled)."""
@@ -238,5 +240,7 @@ class ModelCaller:
                 yield {"type": "tool-call", **call}
             elif event["type"] == "finish":
                 turn.usage, turn.finish_reason = event["usage"], event["finish_reason"]
+            elif event["type"] == "response-metadata":
+                turn.response = {k: event[k] for k in ("id", "model") if isinstance(event.get(k), str)}
             elif event["type"] == "reasoning":
                 turn.reasoning.append({"type": "reasoning", **{k: event[k] for k in ("text", "provider", "metadata")}})

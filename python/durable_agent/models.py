@@ -12,6 +12,15 @@ Events are plain dicts:
   reasoning block of a real provider. The loop keeps it in the assistant message as a
   ``reasoning`` part, and the provider's adapter sends `metadata` back unchanged on the next
   call (a signature, an encrypted reasoning item). Models that do not reason never send it.
+* ``{"type": "response-metadata", "id": str, "model": str}`` (optional, either key may be
+  missing) — what the provider named the response and the model that answered; tracing puts
+  them on the model call's span (``gen_ai.response.id`` / ``gen_ai.response.model``).
+
+A model may also have a ``telemetry_attributes()`` method returning its requests' attributes in
+the OpenTelemetry GenAI conventions (``gen_ai.provider.name``, ``gen_ai.request.model``,
+``server.address``, ``gen_ai.request.temperature``...): the provider adapters do. Tracing calls
+it at each model call; without it a model is ``gen_ai.provider.name = "_OTHER"`` and its
+`model_id` is the requested model.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+from typing import Any, Literal, Protocol, Required, TypedDict, runtime_checkable
 
 from ._util import maybe_await
 from .checkpoint import Usage
@@ -74,7 +83,23 @@ class ReasoningEvent(TypedDict):
     metadata: dict[str, Any]
 
 
-ModelEvent = TextDeltaEvent | ToolCallEvent | FinishEvent | ReasoningEvent
+class ResponseMetadataEvent(TypedDict, total=False):
+    type: Required[Literal["response-metadata"]]
+    id: str
+    model: str
+
+
+ModelEvent = TextDeltaEvent | ToolCallEvent | FinishEvent | ReasoningEvent | ResponseMetadataEvent
+
+
+def response_metadata(response: Mapping[str, Any]) -> ResponseMetadataEvent:
+    """The ``response-metadata`` event of a provider's response object: its ``id`` and ``model``, when named."""
+    event: ResponseMetadataEvent = {"type": "response-metadata"}
+    if isinstance(response.get("id"), str):
+        event["id"] = response["id"]
+    if isinstance(response.get("model"), str):
+        event["model"] = response["model"]
+    return event
 
 
 @runtime_checkable

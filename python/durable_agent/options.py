@@ -76,6 +76,7 @@ class AgentOptions(TypedDict, total=False):
     fallback: Sequence[LanguageModel]
     output: Any
     output_retries: int
+    agent_name: str
 
 
 class CallOptions(AgentOptions, total=False):
@@ -128,6 +129,7 @@ class RunOptions:
     fallback: Sequence[LanguageModel] = ()
     output: Any = None  # a JSON Schema or a pydantic model the final answer must match
     output_retries: int = 2
+    agent_name: str | None = None  # the agent's name on its spans (gen_ai.agent.name); a sub-agent's: its own
     agent_path: tuple[str, ...] = ()  # internal: set for sub-agents
     scope: RunScope | None = None  # internal: the run scope of a durable runtime (Agent)
     suspend_signal: AbortSignal | None = None  # internal: Agent.suspend()
@@ -163,6 +165,8 @@ class RunOptions:
             type(self.approval_max_age_ms) is not int or self.approval_max_age_ms <= 0
         ):
             raise ConfigurationError("approval_max_age_ms must be None or a positive int (milliseconds)")
+        if self.agent_name is not None and (not isinstance(self.agent_name, str) or not self.agent_name):
+            raise ConfigurationError(f"agent_name must be a non-empty str, got {self.agent_name!r}")
         if type(self.output_retries) is not int or self.output_retries < 0:
             raise ConfigurationError("output_retries must be a non-negative int")
         if self.output is not None:

@@ -48,7 +48,7 @@ import logging
 import os
 import sys
 from collections import OrderedDict
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -109,7 +109,41 @@ def _recording(tracer: Any) -> Any:
 
 
 def _usage_attributes(usage: Usage) -> dict[str, int]:
-    return {"gen_ai.usage.input_tokens": usage.input_tokens, "gen_ai.usage.output_tokens": usage.output_tokens}
+    attributes = {"gen_ai.usage.input_tokens": usage.input_tokens, "gen_ai.usage.output_tokens": usage.output_tokens}
+    if usage.cache_read_tokens:
+        attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_tokens
+    if usage.cache_write_tokens:
+        attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write_tokens
+    return attributes
+
+
+def model_attributes(model: Any) -> dict[str, Any]:
+    """The GenAI attributes of `model`'s requests: its own (``telemetry_attributes()``, see
+    `durable_agent.models`) over ``gen_ai.provider.name = "_OTHER"`` and its `model_id`."""
+    attributes: dict[str, Any] = {"gen_ai.provider.name": "_OTHER", "gen_ai.request.model": model.model_id}
+    own = getattr(model, "telemetry_attributes", None)
+    if callable(own):
+        attributes.update(own())
+    return attributes
+
+
+def trace_context(span: Any) -> dict[str, str]:
+    """The W3C trace context of `span` (``traceparent``, and ``tracestate`` when it has one)."""
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(span))
+    return carrier
+
+
+def span_context_of(carrier: Mapping[str, str]) -> Any:
+    """The span context a stored W3C trace context names, or None when it names none (malformed)."""
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    context = trace.get_current_span(TraceContextTextMapPropagator().extract(dict(carrier))).get_span_context()
+    return context if context.is_valid else None
 
 
 def _fail(span: Any, error: BaseException) -> None:
@@ -132,13 +166,20 @@ def _stopped(span: Any, error: BaseException) -> None:
 class RunTrace:
     """The spans of one leg of a run. Every method is a no-op when there is no tracer."""
 
-    __slots__ = ("_model", "_run", "_step", "_tracer")
+    __slots__ = ("_model", "_run", "_step", "_tracer", "context", "origin")
 
     def __init__(self) -> None:
         self._tracer = _recording(get_tracer())
         self._run: Any = None
         self._step: Any = None
         self._model: Any = None
+        self.context: dict[str, str] | None = None  # this leg's own trace context, once its span started
+        self.origin: Mapping[str, str] | None = None  # the trace context every checkpoint of the leg carries
+
+    @property
+    def started(self) -> bool:
+        """True once `start_run` made the leg's span (a leg started before its loop: `DurableSession.run`)."""
+        return self._run is not None
 
     def _child(self, parent: Any, name: str, attributes: dict[str, Any], **options: Any) -> Any:
         from opentelemetry import trace
@@ -146,28 +187,38 @@ class RunTrace:
         return self._tracer.start_span(name, context=trace.set_span_in_context(parent), attributes=attributes,
                                        **options)
 
-    def start_run(self, run_id: str | None, model_id: str, agent_path: tuple[str, ...]) -> None:
+    def start_run(self, run_id: str | None, model: Any, agent_name: str | None, agent_path: tuple[str, ...]) -> None:
+        """Start the leg's span: named by `agent_name`, else by the sub-agent's name, else unnamed."""
         if self._tracer is None:
             return
-        name = agent_path[-1] if agent_path else "durable_agent"
-        attributes: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name,
-                                      "gen_ai.request.model": model_id}
+        name = agent_name or (agent_path[-1] if agent_path else None)
+        attributes: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent", **model_attributes(model)}
+        if name:
+            attributes["gen_ai.agent.name"] = name
         if run_id is not None:
             attributes["durable_agent.run_id"] = run_id
-        self._run = self._tracer.start_span(f"invoke_agent {name}", attributes=attributes)
+        self._run = self._tracer.start_span(f"invoke_agent {name}" if name else "invoke_agent", attributes=attributes)
+        self.context = trace_context(self._run)
 
     def run_loaded(self, run_id: str, session_id: str | None, stored: AgentCheckpoint | None) -> None:
         """The leg knows its run and what was `stored` of it before this leg (None: nothing).
 
-        The leg continues an earlier one when the stored checkpoint was written by a loop: every
-        boundary ends the history with an assistant or tool message, while an `Agent`'s start
-        checkpoint (no leg before it) ends with the user's prompt.
+        The checkpoints this leg saves carry the stored trace context on, else this leg's own
+        (`origin`), with or without tracing in this process. The leg continues an earlier one
+        when another leg wrote the stored checkpoint: one with a trace context not this leg's;
+        without one, one written by a loop (every boundary ends the history with an assistant or
+        tool message, while an `Agent`'s start checkpoint ends with the user's prompt).
         """
+        started_by = stored.trace_context if stored is not None else None
+        self.origin = started_by or self.context
         span = self._run
         if span is None:
             return
         resumed_from = None
-        if stored is not None and stored.messages and stored.messages[-1]["role"] != "user":
+        if started_by is not None:
+            if self.context is None or started_by.get("traceparent") != self.context.get("traceparent"):
+                resumed_from = stored.step_index if stored is not None else None
+        elif stored is not None and stored.messages and stored.messages[-1]["role"] != "user":
             resumed_from = stored.step_index
         span.set_attribute("durable_agent.run_id", run_id)
         span.set_attribute("gen_ai.conversation.id", session_id or run_id)
@@ -176,8 +227,11 @@ class RunTrace:
         span.set_attribute("durable_agent.resumed", resumed_from is not None)
         if resumed_from is not None:
             span.set_attribute("durable_agent.resumed_from_step", resumed_from)
+            first = span_context_of(started_by) if started_by is not None else None
+            if first is not None:
+                span.add_link(first, {"durable_agent.link": "started_by"})
             previous = _last_leg.get(run_id)
-            if previous is not None:
+            if previous is not None and (first is None or previous.span_id != first.span_id):
                 span.add_link(previous, {"durable_agent.link": "continues"})
 
     def end_run(self, run_id: str | None, finish_reason: str | None, usage: Usage, total_usage: Usage,
@@ -193,6 +247,7 @@ class RunTrace:
         if error is not None:
             _stopped(span, error)
         span.end()
+        self._run = None  # ended once: a second end (a leg that failed before its loop) is a no-op
         if run_id is not None:
             _last_leg[run_id] = span.get_span_context()
             _last_leg.move_to_end(run_id)
@@ -213,19 +268,22 @@ class RunTrace:
             self._step.end()
             self._step = None
 
-    def start_model(self, model_id: str) -> None:
+    def start_model(self, model: Any) -> None:
         if self._step is not None:
             from opentelemetry.trace import SpanKind
 
-            self._model = self._child(self._step, f"chat {model_id}",
-                                      {"gen_ai.operation.name": "chat", "gen_ai.request.model": model_id},
+            attributes = {"gen_ai.operation.name": "chat", **model_attributes(model)}
+            self._model = self._child(self._step, f"chat {attributes['gen_ai.request.model']}", attributes,
                                       kind=SpanKind.CLIENT)
 
     def end_model(self, usage: Usage | None, finish_reason: str | None, *, replayed: bool = False,
-                  error: BaseException | None = None) -> None:
+                  error: BaseException | None = None, response: Mapping[str, str] | None = None) -> None:
+        """End the model call's span; `response`: the provider's ``id`` and ``model`` of its answer."""
         span = self._model
         if span is None:
             return
+        for key, value in (response or {}).items():
+            span.set_attribute(f"gen_ai.response.{key}", value)
         if usage is not None:
             span.set_attributes(_usage_attributes(usage))
         if finish_reason is not None:

@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import re
+import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, replace
@@ -24,6 +25,7 @@ from ..models import ModelEvent, ModelRequest
 from ._sse import SSEEvent
 from ._wire import sse_events
 
+AZURE_OPENAI_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
 ToolChoice = Literal["auto", "none", "required"] | str
 
 
@@ -67,6 +69,7 @@ class HttpModel(abc.ABC):
     """
 
     provider = "http"
+    provider_name = "_OTHER"  # the GenAI conventions' gen_ai.provider.name of the API (`telemetry_attributes`)
     request_id_header = "x-request-id"
     default_base_url = ""
     base_url_env = ""
@@ -108,6 +111,24 @@ class HttpModel(abc.ABC):
         clone.__dict__.update(self.__dict__)
         clone.settings = replace(self.settings, **changes)
         return clone
+
+    def telemetry_attributes(self) -> dict[str, Any]:
+        """What this model's requests are, in the OpenTelemetry GenAI conventions (read by `durable_agent.tracing`):
+        the provider, the model as the provider names it, the server, and the sampling settings that are set.
+        An OpenAI-compatible endpoint is ``openai``, as the conventions ask, but Azure's own hosts are
+        ``azure.ai.openai``."""
+        url = urllib.parse.urlsplit(self.base_url)
+        host = url.hostname or ""
+        provider = self.provider_name
+        if provider == "openai" and host.endswith(AZURE_OPENAI_HOSTS):
+            provider = "azure.ai.openai"
+        attributes: dict[str, Any] = {"gen_ai.provider.name": provider, "gen_ai.request.model": self.model,
+                                      "server.address": host,
+                                      "server.port": url.port or (443 if url.scheme == "https" else 80)}
+        for name in ("temperature", "max_tokens", "top_p", "seed"):
+            if (value := getattr(self.settings, name)) is not None:
+                attributes[f"gen_ai.request.{name}"] = value
+        return attributes
 
     # -- what each adapter supplies -------------------------------------------------------------
 

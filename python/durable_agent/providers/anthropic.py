@@ -25,7 +25,7 @@ from typing import Any, Unpack
 from ..checkpoint import Usage
 from ..errors import ModelCallError
 from ..messages import ContentPart, FilePart, ImagePart, content_parts
-from ..models import ModelEvent, ModelFinishReason, ModelRequest
+from ..models import ModelEvent, ModelFinishReason, ModelRequest, response_metadata
 from ._base import HttpModel, HttpOptions, b64, output_text, parse_arguments
 from ._errors import classify, error_body, transport_error
 from ._sse import SSEEvent
@@ -149,6 +149,7 @@ class AnthropicModel(HttpModel):
     base_url_env = "ANTHROPIC_BASE_URL"
     api_key_env = "ANTHROPIC_API_KEY"
     provider = "anthropic"
+    provider_name = "anthropic"
     request_id_header = "request-id"
 
     def __init__(
@@ -207,6 +208,7 @@ class AnthropicModel(HttpModel):
         usage: dict[str, int] = {}
         stop_reason = "end_turn"
         tool_calls: list[ModelEvent] = []
+        response: Mapping[str, Any] = {}  # the message, as message_start names it
         finished = False
         async for event in events:
             try:
@@ -245,6 +247,7 @@ class AnthropicModel(HttpModel):
                            "metadata": {"redacted_data": block.get("data", "")}}
             elif kind == "message_start":
                 usage.update(data["message"].get("usage") or {})
+                response = data["message"]
             elif kind == "message_delta":
                 usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
                 stop_reason = (data.get("delta") or {}).get("stop_reason") or stop_reason
@@ -260,6 +263,7 @@ class AnthropicModel(HttpModel):
             raise transport_error(self.provider, "stream_cut", "the stream ended before message_stop")
         for call in tool_calls:
             yield call
+        yield response_metadata(response)
         yield {"type": "finish", "usage": anthropic_usage(usage),
                "finish_reason": "tool-calls" if tool_calls else STOP_REASONS.get(stop_reason, "stop")}
 

@@ -26,7 +26,7 @@ from typing import Any, Unpack
 from ..checkpoint import Usage
 from ..errors import ConfigurationError, ModelCallError
 from ..messages import ContentPart, Message, content_parts
-from ..models import ModelEvent, ModelFinishReason, ModelRequest
+from ..models import ModelEvent, ModelFinishReason, ModelRequest, response_metadata
 from ._base import HttpModel, HttpOptions, data_url, output_text, parse_arguments, schema_name
 from ._errors import classify, error_body, parse_duration_ms, transport_error
 from ._sse import SSEEvent
@@ -165,6 +165,7 @@ class OpenAIChatModel(HttpModel):
     base_url_env = "OPENAI_BASE_URL"
     api_key_env = "OPENAI_API_KEY"
     provider = "openai-chat"
+    provider_name = "openai"
 
     def __init__(
         self,
@@ -248,6 +249,7 @@ class OpenAIChatModel(HttpModel):
         reasoning: list[str] = []
         usage = Usage()
         finish: str | None = None
+        response: Mapping[str, Any] = {}  # a chunk naming the completion's id and model
         done = False
         async for event in events:
             if event.data == "[DONE]":
@@ -261,6 +263,7 @@ class OpenAIChatModel(HttpModel):
                 raise transport_error(self.provider, "malformed_chunk", f"not an object: {event.data[:200]!r}")
             if "error" in chunk:
                 raise classify_openai(self.provider, None, {}, chunk["error"])
+            response = chunk if chunk.get("id") else response
             if chunk.get("usage"):
                 usage = chat_usage(chunk["usage"])
             for choice in chunk.get("choices") or ():
@@ -286,4 +289,5 @@ class OpenAIChatModel(HttpModel):
             yield {"type": "tool-call", "tool_call_id": call_id or f"call_{index}", "tool_name": name,
                    "input": parse_arguments(arguments)}
         reason: ModelFinishReason = "tool-calls" if calls else FINISH_REASONS.get(finish or "stop", "stop")
+        yield response_metadata(response)
         yield {"type": "finish", "finish_reason": reason, "usage": usage}

@@ -24,7 +24,7 @@ from typing import Any, Unpack
 from ..checkpoint import Usage
 from ..errors import ModelCallError
 from ..messages import ContentPart, content_parts
-from ..models import ModelEvent, ModelFinishReason, ModelRequest
+from ..models import ModelEvent, ModelFinishReason, ModelRequest, response_metadata
 from ._base import HttpModel, HttpOptions, data_url, output_text, parse_arguments, schema_name
 from ._errors import transport_error
 from ._sse import SSEEvent
@@ -100,6 +100,7 @@ class OpenAIResponsesModel(HttpModel):
     base_url_env = "OPENAI_BASE_URL"
     api_key_env = "OPENAI_API_KEY"
     provider = "openai-responses"
+    provider_name = "openai"
 
     def __init__(
         self,
@@ -185,4 +186,5 @@ class OpenAIResponsesModel(HttpModel):
             reason = "tool-calls"
         elif final.get("status") == "incomplete":
             reason = INCOMPLETE_REASONS.get((final.get("incomplete_details") or {}).get("reason", ""), "stop")
+        yield response_metadata(final)
         yield {"type": "finish", "finish_reason": reason, "usage": responses_usage(final.get("usage") or {})}
