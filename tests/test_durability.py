@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -228,6 +229,19 @@ def test_a_checkpoint_from_a_newer_schema_is_refused_clearly() -> None:
 
     with pytest.raises(CheckpointVersionError, match="newer"):
         deserialize_checkpoint(kernels.encode(data))
+
+
+def test_the_trace_context_is_stored_only_when_set_and_checked_when_read() -> None:
+    """Checkpoints written before it existed (no ``trace_context`` key) load with None; a bad one is corruption."""
+    from durable_agent._kernels import kernels
+
+    plain = AgentCheckpoint(run_id="r", step_index=0, status="running", messages=[], usage=Usage(), created_at=0)
+    assert "trace_context" not in plain.to_dict() and deserialize_checkpoint(serialize_checkpoint(plain)) == plain
+    traced = dataclasses.replace(plain, trace_context={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+    assert deserialize_checkpoint(serialize_checkpoint(traced)) == traced
+    for bad in ("00-…", {"traceparent": 7}, ["00-…"]):
+        with pytest.raises(CheckpointCorruptError, match="trace_context"):
+            deserialize_checkpoint(kernels.encode({**plain.to_dict(), "trace_context": bad}), run_id="r")
 
 
 @pytest.mark.parametrize(

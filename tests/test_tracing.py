@@ -415,3 +415,15 @@ def test_a_run_resumed_after_a_crash_in_another_process_links_to_the_trace_that_
             "server.address": "127.0.0.1", "server.port": port, "gen_ai.request.temperature": 0.2,
             "gen_ai.request.max_tokens": 300}
         assert attributes["gen_ai.usage.input_tokens"] > 0 and attributes["gen_ai.usage.output_tokens"] > 0
+
+
+def test_the_readme_tracing_snippet_prints_what_it_says() -> None:
+    """Run in a process of its own: it sets the global tracer provider, which can be set once."""
+    import re
+
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S)
+                if 'agent_name="greeter"' in b]
+    promised = block.strip().splitlines()[-1].removeprefix("# ")
+    done = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"})
+    assert done.stdout == promised + "\n", done.stderr

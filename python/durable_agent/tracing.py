@@ -7,29 +7,47 @@ a tracer provider is set, a leg makes no spans at all (the API's would record no
 ``DURABLE_AGENT_TRACING=0`` turns spans off even when it is installed. Under Pyodide (and so in
 Cloudflare Workers) spans are off unless ``DURABLE_AGENT_TRACING=1``: importing the API draws
 entropy (its context keys are ``uuid4``), which Workers forbid outside a request handler. One call of the loop
-(`generate_text`, a resume, `Agent.run`) is one leg of a run:
+(`generate_text`, a resume, `Agent.run`) is one leg of a run. Its spans, with the attributes
+of the OpenTelemetry GenAI semantic conventions:
 
-* ``invoke_agent {name}`` — the leg, child of the caller's current span. ``gen_ai.operation.name``
-  ``invoke_agent``, ``gen_ai.agent.name`` (the sub-agent's name, else ``durable_agent``),
-  ``gen_ai.request.model``, ``gen_ai.conversation.id`` (the `Agent`'s session id, else the run
-  id), ``gen_ai.usage.input_tokens`` / ``output_tokens`` (this leg),
+* ``invoke_agent {name}`` — the leg, child of the caller's current span. Named by the
+  ``agent_name`` option (else a sub-agent's name; unnamed: ``invoke_agent``, without
+  ``gen_ai.agent.name``). ``gen_ai.operation.name`` ``invoke_agent``, ``gen_ai.agent.name``,
+  the model's attributes (below), ``gen_ai.conversation.id`` (the `Agent`'s session id, else the
+  run id), ``gen_ai.usage.input_tokens`` / ``output_tokens`` (this leg),
   ``durable_agent.run_id``, ``durable_agent.session_id``, ``durable_agent.finish_reason``,
   ``durable_agent.total_tokens`` (the whole run). A leg that continues a stored run (a resume,
   a recovered run, the next call on a session's run) has ``durable_agent.resumed = true`` and
-  ``durable_agent.resumed_from_step`` (the last step stored before it), and, when the leg it
-  continues ran in this process, a span link to that leg (an `Agent`'s fresh run starts from
-  its start checkpoint, which no leg wrote: it is not ``resumed``). Across processes the legs of one run
-  share ``durable_agent.run_id``: query by it.
+  ``durable_agent.resumed_from_step`` (the last step stored before it), a span link
+  (``durable_agent.link = "started_by"``) to the leg that started the run, whatever process ran
+  it, and a link (``"continues"``) to the leg it continues when that one ran in this process.
 * ``durable_agent.step`` — each step boundary, child of the leg: ``durable_agent.step_index``
   and ``durable_agent.step_kind`` (``model``, or ``settle`` for settling verdicts on resume).
 * ``chat {model}`` — each model call (kind CLIENT), child of its step: ``gen_ai.operation.name``
-  ``chat``, ``gen_ai.request.model``, ``gen_ai.response.finish_reasons``,
-  ``gen_ai.usage.input_tokens`` / ``output_tokens``; ``durable_agent.replayed`` when the
-  journal replayed it instead of calling the model.
+  ``chat``, the model's attributes, ``gen_ai.response.id`` / ``gen_ai.response.model`` (from the
+  model's ``response-metadata`` event), ``gen_ai.response.finish_reasons``,
+  ``gen_ai.usage.input_tokens`` / ``output_tokens`` / ``cache_read.input_tokens`` /
+  ``cache_creation.input_tokens``; ``durable_agent.replayed`` when the journal replayed it
+  instead of calling the model.
 * ``execute_tool {name}`` — each tool call that runs, child of its step and current while the
   tool runs (so a sub-agent's leg, or an instrumented HTTP client, nests under it):
   ``gen_ai.operation.name`` ``execute_tool``, ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
   ``gen_ai.tool.type`` ``function``; a tool that raised has status ERROR and ``error.type``.
+
+A model's attributes are what its ``telemetry_attributes()`` returns (`durable_agent.models`;
+the provider adapters give ``gen_ai.provider.name``, ``gen_ai.request.model``, ``server.address``,
+``server.port`` and the ``gen_ai.request.*`` settings that are set), over
+``gen_ai.provider.name = "_OTHER"`` and ``gen_ai.request.model = model_id``.
+
+**Across processes**: every checkpoint carries the W3C trace context of the leg that started
+the run (`AgentCheckpoint.trace_context`), with or without tracing in the legs after it. An
+`Agent` run's first checkpoint already carries it (the leg's span starts before that commit),
+so a leg resumed after a crash in the run's first step links to it too. A stored context that
+is this leg's own (the `Agent`'s fresh run) is not a resume. Checkpoints stored without one
+(untraced, or by an earlier release) fall back to the history: a leg resumes when a loop wrote
+the stored checkpoint (every boundary ends the history with an assistant or tool message, an
+`Agent`'s start checkpoint with the user's prompt); the first traced leg's context is stored
+from then on.
 
 A failing leg ends with status ERROR and the exception recorded, and so do the step and model call
 it interrupted. A leg, step or tool call stopped by a control signal (a suspension inside a
