@@ -290,5 +290,15 @@ def app() -> Any:
     return restate.app(services)
 
 
+def traced() -> None:
+    """Trace every run (an SDK provider, no exporter): a replay's spans are new ones, and what a run writes
+    must still come out as the journal has it."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    trace.set_tracer_provider(TracerProvider())
+
+
 if __name__ == "__main__":
+    traced()
     asyncio.run(serve(app(), port=int(sys.argv[1])))

@@ -10,11 +10,13 @@ A replay re-runs the handler's code and Restate compares what it writes with the
 everything written must come out the same: the clock is journaled (`clock`), ids come from
 Restate's deterministic random (`uuid`), and a transition that carries signed approval tokens
 (minted by the signer's clock: a custom signer's may be its own) is journaled as an action before
-its state is written.
+its state is written. A checkpoint is written without its trace context (`stored_text`): a replay's
+spans are new ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 from collections.abc import Sequence
@@ -86,6 +88,14 @@ class RestateLease:
         return []  # Restate retries an interrupted invocation itself
 
 
+def stored_text(checkpoint: AgentCheckpoint) -> str:
+    """The checkpoint's text as the object's state holds it: without its trace context, which names the spans
+    of the attempt that wrote it, so a replay (new spans) would write other text than the journal's."""
+    if checkpoint.trace_context is not None:
+        checkpoint = dataclasses.replace(checkpoint, trace_context=None)
+    return serialize_checkpoint(checkpoint)
+
+
 class RestateCheckpoints:
     """The checkpoint store over the object's state: the latest checkpoint of each run."""
 
@@ -97,7 +107,7 @@ class RestateCheckpoints:
         return None if text is None else deserialize_checkpoint(text, run_id=run_id)
 
     async def save(self, checkpoint: AgentCheckpoint) -> None:
-        self._runtime.set_text(CHECKPOINT_PREFIX + checkpoint.run_id, serialize_checkpoint(checkpoint))
+        self._runtime.set_text(CHECKPOINT_PREFIX + checkpoint.run_id, stored_text(checkpoint))
 
 
 class RestateQueue:
@@ -274,7 +284,7 @@ class RestateRuntime:
         self.check_session(transition.session_id)
         checkpoint = transition.checkpoint
         if checkpoint is not None:
-            text = serialize_checkpoint(checkpoint)
+            text = stored_text(checkpoint)
             if checkpoint.pending_approvals:
                 async def signed() -> bytes:
                     return text.encode()
