@@ -159,6 +159,7 @@ def test_a_stores_header_is_every_field_of_the_checkpoint_but_its_messages() -> 
         run_id="r", step_index=3, status="suspended", messages=[{"role": "user", "content": "a"}],
         usage=Usage(1, 2, 3, 4, 5, 6), created_at=7, agent_path=("outer",),
         pending_approvals=(ToolApprovalRequest("a1", "c1", "pay", {"x": 1}),),
+        trace_context={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
     )
     header = full.to_dict(messages=False)
     assert set(header) == {f.name for f in dataclasses.fields(AgentCheckpoint)} - {"messages"}
