@@ -1,6 +1,6 @@
 """A traced worker process: an `Agent` on a SQLite runtime, calling an OpenAI-compatible server, with the
-OpenTelemetry SDK exporting every span as it ends to a JSON-lines file (so a SIGKILL loses only the spans
-still open). tests/test_tracing.py starts it, lets it kill itself inside a tool, then resumes the run in a
+OpenTelemetry SDK's in-memory exporter also writing every span as it ends to a JSON-lines file (so a
+SIGKILL loses only the spans still open). tests/test_tracing.py starts it, lets it kill itself inside a tool, then resumes the run in a
 second one.
 
     python tests/tracing_worker.py start|resume DB SPANS BASE_URL
@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from durable_agent import Agent, DurableOptions, Tool
 from durable_agent.providers import ModelSettings, OpenAIChatModel
@@ -32,17 +33,19 @@ from durable_agent.runtime.sqlite import SqliteRuntime
 RUN_ID, SESSION_ID, AGENT_NAME = "run-1", "chat-1", "billing"
 
 
-class JsonLinesExporter(SpanExporter):
-    """Appends each ended span to a file, one JSON object a line, written through at once."""
+class DumpingExporter(InMemorySpanExporter):
+    """The SDK's in-memory exporter, also appending each span it gets to a file (one JSON object a line,
+    written through at once)."""
 
     def __init__(self, path: str) -> None:
+        super().__init__()
         self.path = path
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         with open(self.path, "a", encoding="utf-8") as out:
             for span in spans:
                 out.write(json.dumps(as_dict(span)) + "\n")
-        return SpanExportResult.SUCCESS
+        return super().export(spans)
 
 
 def as_dict(span: ReadableSpan) -> dict[str, Any]:
@@ -74,7 +77,7 @@ def tools() -> dict[str, Tool]:
 
 async def main(mode: str, db: str, spans: str, base_url: str) -> None:
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(spans)))
+    provider.add_span_processor(SimpleSpanProcessor(DumpingExporter(spans)))
     trace.set_tracer_provider(provider)
     model = OpenAIChatModel("gpt-4o-mini", base_url=base_url, api_key="sk-test",
                             settings=ModelSettings(temperature=0.2, max_tokens=300))
