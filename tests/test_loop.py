@@ -18,6 +18,7 @@ from durable_agent import (
     ScriptedResponse,
     StepOverrides,
     Tool,
+    ToolResult,
     Usage,
     call,
     cost_exceeds,
@@ -27,6 +28,18 @@ from durable_agent import (
     stream_chat,
     total_tokens_exceed,
 )
+
+
+async def test_a_tool_may_return_an_error_result_with_attachments_and_they_survive_a_checkpoint() -> None:
+    png = {"type": "image", "data": b"\x89PNG\x00\xff", "media_type": "image/png"}
+    shot = Tool(execute=lambda _input: ToolResult("no page", is_error=True, attachments=[png]))
+    store = InMemoryCheckpointStore()
+    result = await generate_text(model=ScriptedModel([reply("", call("shot", {}, "s")), "ok"]), messages=[user("go")],
+                                 tools={"shot": shot}, store=store, run_id="r")
+    (got,) = tool_results(result.messages[2])
+    assert got["output"] == "no page" and got["is_error"] is True and got.get("attachments") == [png]
+    stored = store.load("r")
+    assert stored is not None and tool_results(stored.messages[2]) == [got]
 
 
 async def test_a_tool_step_then_a_final_answer() -> None:

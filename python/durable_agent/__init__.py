@@ -31,6 +31,7 @@ from .errors import (
     ConfigurationError,
     DurableAgentError,
     FeatureUnavailableError,
+    MCPServerError,
     ModelCallError,
     OutputValidationError,
     RunAbortedError,
@@ -80,7 +81,7 @@ from .stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_to
 from .stores import open_store
 from .subagent import agent_tool
 from .tool_calls import CLIENT_TOOL_PLACEHOLDER, current_tool_call
-from .tools import Tool
+from .tools import Tool, ToolResult, ToolSource
 
 __all__ = [
     "APPROVAL_TOKEN_DENIED_REASON",
@@ -106,6 +107,7 @@ __all__ = [
     "GenerateTextResult",
     "InMemoryCheckpointStore",
     "LanguageModel",
+    "MCPServerError",
     "MODEL_CALL",
     "MemoryDurableState",
     "MemoryRuntime",
@@ -139,6 +141,8 @@ __all__ = [
     "Tool",
     "ToolApprovalRequest",
     "ToolApprovalResponse",
+    "ToolResult",
+    "ToolSource",
     "ToolSpec",
     "Usage",
     "__version__",

@@ -250,6 +250,24 @@ class SubmissionConflictError(DurableAgentError, ValueError):
         self.request_id = request_id
 
 
+class MCPServerError(DurableAgentError, ConnectionError):
+    """An MCP server could not be used: its command does not start, it never answered `initialize`
+    in time, or it went away (during a call too). `server` names the command or URL.
+
+    A control error: a run it stops is left as a process death leaves it (an unsafe call in
+    flight is reported interrupted on resume, a safe one runs again), so resuming it, which
+    reconnects, is the way on.
+    """
+
+    durable_control = True
+    code = "mcp_server"
+
+    def __init__(self, server: str, problem: str) -> None:
+        super().__init__(f"MCP server {server}: {problem}")
+        self.server = server
+        self.problem = problem
+
+
 def is_control_error(error: BaseException) -> bool:
     """True for the errors that stop or suspend a run (abort, suspension, takeover, a sub-agent's suspension).
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ._kernels import kernels
@@ -46,6 +47,7 @@ from .results import FinishReason, Part, StepResult
 from .stop import StopContext
 from .structured_output import REPAIR_PROMPT, OutputSpec
 from .tool_calls import ToolCall, ToolDecider, ToolPhase, ToolRunner
+from .tool_sources import run_tools
 from .tracing import RunLogger, RunTrace
 from .transcript import approval_part, assistant_message, tool_message, unresolved_calls
 
@@ -104,11 +106,16 @@ class AgentLoop:
         self._recent_batches: list[str] = []
         self.trace = trace if trace is not None else RunTrace()  # `trace`: a leg whose span started before its loop (`DurableSession.run`)
         self.log = RunLogger(logger, lambda: (self.run_id, self._next_index, getattr(options.scope, "session_id", None)))
-        self._models = ModelCaller(options, self.run_id, self.trace, self._check_abort)
-        self._decider = ToolDecider(options, self.run_id)
         self._output = OutputSpec.build(options.output) if options.output is not None else None
         self._repairs = 0
         self.output: Any = None
+        self._bind(options)
+
+    def _bind(self, options: RunOptions) -> None:
+        """Use `options` from now on (a run with tool sources rebinds once their tools are known)."""
+        self.options = options
+        self._models = ModelCaller(options, self.run_id, self.trace, self._check_abort)
+        self._decider = ToolDecider(options, self.run_id)
         self._runner = ToolRunner(options, self.run_id, self.trace, self.log, self._check_abort)
 
     # ----------------------------------------------------------------- driving
@@ -119,8 +126,11 @@ class AgentLoop:
         if not self.trace.started:
             self.trace.start_run(self.run_id, self.options.model, self.options.agent_name, self.options.agent_path)
         try:
-            async for part in self._drive():
-                yield part
+            async with run_tools(self.options, self.run_id) as tools:
+                if self.options.mcp_servers:
+                    self._bind(replace(self.options, tools=tools))
+                async for part in self._drive():
+                    yield part
         except Exception as exc:  # noqa: BLE001 - every failure is reported as an error part
             self.error = exc
             self.log.debug("run %s failed: %r", self.run_id, exc)
@@ -208,7 +218,10 @@ class AgentLoop:
         assistant = assistant_message(text, [c.as_part() for c in calls], phase.approvals, turn.reasoning)
         self.messages = extended(self.messages, assistant)
         if calls and not phase.suspends:
-            phase = await self._runner.execute(calls, self._next_index)
+            ran: list[ToolPhase] = []
+            async for part in self._execute(calls, self._next_index, ran):
+                yield part
+            phase = ran[0]
             self.usage, self.total_usage = self.usage + phase.usage, self.total_usage + phase.usage
             if not phase.suspends:
                 self.messages = extended(self.messages, tool_message(phase.results))
@@ -293,7 +306,10 @@ class AgentLoop:
         calls = [ToolCall(c["tool_call_id"], c["tool_name"], c["input"]) for c in raw_calls]
         self.trace.start_step(self._next_index, "settle")
         await self._decider.decide(calls, settling=True, approval_ids=approval_ids)
-        phase = await self._runner.execute(calls, self._next_index)
+        ran: list[ToolPhase] = []
+        async for part in self._execute(calls, self._next_index, ran):
+            yield part
+        phase = ran[0]
         self.usage, self.total_usage = self.usage + phase.usage, self.total_usage + phase.usage
         step_index = self._next_index
         if phase.suspends:
@@ -310,9 +326,31 @@ class AgentLoop:
         self.trace.end_step()
         self._next_index = step_index + 1
 
-    # -------------------------------------------------------------- decisions
-
     # -------------------------------------------------------------- execution
+
+    async def _execute(self, calls: list[ToolCall], step_index: int, ran: list[ToolPhase]) -> AsyncIterator[Part]:
+        """Run the tool phase into `ran`. With tool sources, the phase runs in a task and the ``tool-progress``
+        parts its calls report are yielded while it runs; without, it runs in place (nothing reports)."""
+        if not self.options.mcp_servers:
+            ran.append(await self._runner.execute(calls, step_index))
+            return
+        reported: asyncio.Queue[Part] = asyncio.Queue()
+        phase = asyncio.ensure_future(self._runner.execute(calls, step_index, reported.put_nowait))
+        try:
+            while not phase.done():
+                next_part = asyncio.ensure_future(reported.get())
+                await asyncio.wait((phase, next_part), return_when=asyncio.FIRST_COMPLETED)
+                if next_part.done():
+                    yield next_part.result()
+                else:
+                    next_part.cancel()
+            while not reported.empty():
+                yield reported.get_nowait()
+            ran.append(phase.result())
+        finally:
+            if not phase.done():  # the consumer left mid-phase: the calls stop with it
+                phase.cancel()
+                await asyncio.gather(phase, return_exceptions=True)
 
     # ------------------------------------------------------------- suspension
 

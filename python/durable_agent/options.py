@@ -17,7 +17,7 @@ from .models import LanguageModel
 from .retry import RetryPolicy
 from .stop import StopCondition
 from .structured_output import OutputSpec
-from .tools import Tool
+from .tools import Tool, ToolSource
 
 if TYPE_CHECKING:
     from .runtime.protocols import RunScope
@@ -77,6 +77,7 @@ class AgentOptions(TypedDict, total=False):
     output: Any
     output_retries: int
     agent_name: str
+    mcp_servers: Sequence[ToolSource]
 
 
 class CallOptions(AgentOptions, total=False):
@@ -130,6 +131,7 @@ class RunOptions:
     output: Any = None  # a JSON Schema or a pydantic model the final answer must match
     output_retries: int = 2
     agent_name: str | None = None  # the agent's name on its spans (gen_ai.agent.name); a sub-agent's: its own
+    mcp_servers: Sequence[ToolSource] = ()  # their tools join `tools` for each run (`durable_agent.mcp`)
     agent_path: tuple[str, ...] = ()  # internal: set for sub-agents
     scope: RunScope | None = None  # internal: the run scope of a durable runtime (Agent)
     suspend_signal: AbortSignal | None = None  # internal: Agent.suspend()
@@ -175,6 +177,11 @@ class RunOptions:
             raise ConfigurationError("retry must be a RetryPolicy")
         if not all(isinstance(m, LanguageModel) for m in self.fallback):
             raise ConfigurationError("fallback must be a sequence of models (LanguageModel)")
+        if isinstance(self.mcp_servers, str | bytes) or not all(isinstance(s, ToolSource) for s in self.mcp_servers):
+            raise ConfigurationError("mcp_servers must be a sequence of MCP servers (durable_agent.mcp.StdioServer, ...)")
+        names = [s.name for s in self.mcp_servers]
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"mcp_servers must have distinct names (give one a name=), got {names}")
         for response in self.approval_responses:
             if not isinstance(response, ToolApprovalResponse):
                 raise ConfigurationError("approval_responses must hold ToolApprovalResponse values")
@@ -182,4 +189,4 @@ class RunOptions:
     @property
     def durable(self) -> bool:
         """Only agentic calls (with tools) into a checkpoint store."""
-        return self.store is not None and bool(self.tools)
+        return self.store is not None and bool(self.tools or self.mcp_servers)

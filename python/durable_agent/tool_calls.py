@@ -24,7 +24,7 @@ from .runtime.keys import step_key
 from .runtime.records import StepRequest, apply_tool_state
 from .runtime.scope import StepLive
 from .signing import APPROVAL_TOKEN_DENIED_REASON
-from .tools import Tool
+from .tools import Tool, ToolResult
 from .tracing import RunLogger, RunTrace
 
 DENIED_REASON = "The user denied this tool call."
@@ -55,7 +55,8 @@ class ToolCallContext:
     `stage_tool_state(ops)` stages changes — ``{"op": "set", "key", "value"}`` or
     ``{"op": "delete", "key"}`` — that take effect only if the call finishes: on a durable
     runtime they commit atomically with the call's step record, and a replayed call brings
-    them back without running again.
+    them back without running again. `report_progress` streams a ``tool-progress`` part to
+    the caller while the call runs (an MCP server's progress notifications come this way).
     """
 
     options: RunOptions
@@ -64,6 +65,15 @@ class ToolCallContext:
     tool_name: str
     staged: list[dict[str, Any]] = field(default_factory=list)
     usage: list[Usage] = field(default_factory=list)
+    progress_sink: Callable[[dict[str, Any]], None] | None = None
+
+    def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """Stream ``{"type": "tool-progress", "tool_call_id", "tool_name", "progress", "total", "message"}``
+        to the caller now (not stored: a replayed call reports nothing). Only a run with MCP servers
+        (`mcp_servers=`) runs its tool phases apart from its stream; any other run drops the report."""
+        if self.progress_sink is not None:
+            self.progress_sink({"type": "tool-progress", "tool_call_id": self.tool_call_id, "tool_name": self.tool_name,
+                                "progress": progress, "total": total, "message": message})
 
     def report_usage(self, usage: Usage) -> None:
         """Count `usage` (a sub-agent's tokens) toward the run: it rides on this call's tool result."""
@@ -227,9 +237,14 @@ class ToolRunner:
         self.trace = trace
         self.log = log
         self.check_abort = check_abort
+        self._progress: Callable[[dict[str, Any]], None] | None = None
 
-    async def execute(self, calls: list[ToolCall], step_index: int) -> ToolPhase:
-        """Run every call not decided yet, in parallel up to `max_tool_concurrency`; results in call order."""
+    async def execute(self, calls: list[ToolCall], step_index: int,
+                      progress: Callable[[dict[str, Any]], None] | None = None) -> ToolPhase:
+        """Run every call not decided yet, in parallel up to `max_tool_concurrency`; results in call order.
+
+        `progress` receives the ``tool-progress`` parts the calls report while they run."""
+        self._progress = progress
         self.check_abort()
         await self._begin_tools(calls, step_index)
         limit = self.options.max_tool_concurrency
@@ -296,7 +311,8 @@ class ToolRunner:
     async def _execute_tool(self, call: ToolCall, step: Any = None) -> dict[str, Any]:
         """Run the tool's own code. `step` is the journal's step context, when the call is journaled."""
         assert call.tool is not None and call.tool.execute is not None
-        context = ToolCallContext(self.options, self.run_id, call.tool_call_id, call.tool_name)
+        context = ToolCallContext(self.options, self.run_id, call.tool_call_id, call.tool_name,
+                                  progress_sink=self._progress)
         token = _current_call.set(context)
         try:
             with self.trace.tool(call.tool_name, call.tool_call_id) as span:
@@ -314,9 +330,14 @@ class ToolRunner:
                     return call.outcome(f"{type(exc).__name__}: {exc}", True)
         finally:
             _current_call.reset(token)
-        if hasattr(output, "model_dump"):
-            output = output.model_dump(mode="json")
-        result = call.outcome(output, False)
+        if isinstance(output, ToolResult):
+            result = call.outcome(output.output, output.is_error)
+            if output.attachments:
+                result["attachments"] = list(output.attachments)
+        else:
+            if hasattr(output, "model_dump"):
+                output = output.model_dump(mode="json")
+            result = call.outcome(output, False)
         if context.usage:
             result["usage"] = sum(context.usage, Usage()).to_dict()
         return result

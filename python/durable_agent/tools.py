@@ -26,18 +26,25 @@ title, description, default, examples, deprecated, readOnly, writeOnly, $comment
 A bool is not an integer or a number; 1.0 is an integer; multipleOf is exact on the decimal a
 number was written as (0.3 is a multiple of 0.1); pattern is a Python regular expression.
 A pydantic model validates its own input (and converts it).
+
+`execute` may return a `ToolResult` instead of a plain output: an error result the model sees
+without an exception, or images and files beside the output. A `ToolSource` (an MCP server,
+`durable_agent.mcp`) is a set of tools opened for a run (`mcp_servers=`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard, runtime_checkable
 
 from ._schema import Validator, compile_schema
 from ._util import maybe_await
 from .errors import ConfigurationError
 from .models import ToolSpec
+
+if TYPE_CHECKING:
+    from .messages import FilePart, ImagePart
 
 ApprovalPredicate = Callable[[Any], bool | Awaitable[bool]]
 
@@ -93,6 +100,50 @@ class Tool:
         if callable(self.needs_approval):
             return bool(await maybe_await(self.needs_approval(raw_input)))
         return bool(self.needs_approval)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What an `execute` may return instead of a plain output.
+
+    `output` is what the model reads; `is_error` makes it an error result (the model sees it
+    and can react, as when `execute` raises); `attachments` are images or files beside it
+    (``{"type": "image", "data": bytes, "media_type": ...}``, or a ``file`` part), which the
+    provider adapters send the way their API takes them.
+    """
+
+    output: Any
+    is_error: bool = False
+    attachments: Sequence[ImagePart | FilePart] = ()
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+    """Tools from outside the process (an MCP server), opened for as long as a run uses them.
+
+    A run enters each source (``async with``; entering one already open only counts a user),
+    asks its `listing` (plain data: what the model is offered), and turns a listing into tools
+    with `bind`. A durable run records the listing once, at its start, and a resumed run binds
+    the recorded one: the model is offered what it was offered before the crash, and a call to
+    a tool the source no longer has is an error result.
+    """
+
+    @property
+    def name(self) -> str:
+        """Names the source in a recorded listing (unique among a run's sources)."""
+        ...
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(self, *exc_info: object) -> Any: ...
+
+    def listing(self) -> list[dict[str, Any]]:
+        """The tools offered now, as JSON-compatible data `bind` takes back."""
+        ...
+
+    def bind(self, listing: Sequence[Mapping[str, Any]]) -> dict[str, Tool]:
+        """The tools of `listing` (this one's or a recorded one), by the name the model calls them."""
+        ...
 
 
 class _PydanticModelClass(Protocol):

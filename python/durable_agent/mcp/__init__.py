@@ -1,0 +1,39 @@
+"""MCP servers' tools as durable steps (the official `mcp` SDK, extra ``durable-agent[mcp]``).
+
+    async with StdioServer("python", ["files_server.py"], prefix="fs") as files:
+        result = await generate_text(model=model, messages=..., mcp_servers=[files])
+
+or `Agent(model=..., mcp_servers=[StdioServer(...), HttpServer("https://.../mcp")])`: each run
+opens the servers it is given (a server opened by the caller stays open), offers their tools
+beside its own, and closes what it opened when it ends. Each server tool is a `Tool`: its input
+is checked against the server's JSON Schema before the server sees it, and every call is a
+step of the run like a local tool's:
+
+| the tool | after a crash mid-call | approval |
+| --- | --- | --- |
+| default | unsafe: not run again; the model is told it was interrupted | `needs_approval=` (names or a function) |
+| ``readOnlyHint: true`` on the server | safe: run again | same, with signed tokens as for any tool |
+| ``replay={"name": "safe"/"unsafe"}`` | as said, whatever the server hints | same |
+
+* a result with ``isError: true``, an MCP error response, or a call past `call_timeout`
+  (default 300 s; the SDK sends the server ``notifications/cancelled``) is an error result the
+  model sees; text, structured content, images, audio and resources are kept (`_results`);
+* the server's progress notifications stream to the caller as ``tool-progress`` parts;
+* a durable run records its tool listing once, at its start, and a resumed run (in any process)
+  offers the recorded one (`durable_agent.tool_sources`); a tool the server dropped since
+  answers with an error result;
+* a server that cannot be started, dies, or does not answer ``initialize`` within
+  `connect_timeout` (default 6 s, plus at most about 4 s for the SDK to end a stdio server's
+  process group) raises `MCPServerError` (naming the command or URL) before the model is called;
+  a server that goes away during a call stops the run the same way, as a process death would,
+  so resuming it (which reconnects) reports an unsafe call interrupted and re-runs a safe one.
+
+Nothing here is imported by ``import durable_agent``; the SDK is imported when a server is used.
+"""
+
+from __future__ import annotations
+
+from ..errors import MCPServerError
+from ._server import ApprovalRule, HttpServer, Server, StdioServer, ToolFilter
+
+__all__ = ["ApprovalRule", "HttpServer", "MCPServerError", "Server", "StdioServer", "ToolFilter"]

@@ -1,0 +1,164 @@
+"""One live MCP session, owned by a task of its own.
+
+The SDK's transports and `ClientSession` are anyio context managers: they must be entered and
+left by one task, in order. A run's loop is an async generator the caller drives, so the session
+lives in an owner task instead, which opens it, answers `open()` with the tool list, then waits
+to be told to close. Calls come from any task. `open()` is bounded (`timeout`), and so is
+`close()`: the SDK's stdio transport closes the server's stdin, then SIGTERMs and SIGKILLs its
+process group, each step bounded (about 4 s in all), so no child process outlives the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+from ..errors import MCPServerError
+
+if TYPE_CHECKING:
+    from mcp import ClientSession, types
+    from mcp.shared.dispatcher import ProgressFnT as Progress
+
+logger = logging.getLogger("durable_agent")
+
+Transport = Callable[[], AbstractAsyncContextManager[Any]]
+"""Opens the SDK transport: yields its (read stream, write stream) pair."""
+
+CLOSE_TIMEOUT = 8.0
+"""How long `close()` waits for the owner task (the SDK bounds the stdio shutdown to about 4 s)."""
+
+
+class Connection:
+    """An MCP session over `transport`, named `label` in errors. `open()` once, `call` any number of times,
+    `close()` once."""
+
+    def __init__(self, label: str, transport: Transport) -> None:
+        self.label = label
+        self._transport = transport
+        self._session: ClientSession | None = None
+        self._closing = asyncio.Event()
+        self._owner: asyncio.Task[None] | None = None
+        self.broken = False  # the server went away: the next run opens a new connection
+
+    async def open(self, timeout: float) -> list[types.Tool]:
+        """Connect, initialize and list the tools, within `timeout` seconds; `MCPServerError` otherwise.
+
+        On failure the owner task is gone (and any process it started) before this raises."""
+        ready: asyncio.Future[list[types.Tool]] = asyncio.get_running_loop().create_future()
+        self._owner = asyncio.ensure_future(self._own(ready, timeout))
+        try:
+            return await asyncio.wait_for(asyncio.shield(ready), timeout + CLOSE_TIMEOUT)
+        except TimeoutError:  # the transport itself hung (the owner's deadline covers the rest)
+            await self.close()
+            raise MCPServerError(self.label, f"did not connect within {timeout:g} s") from None
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _own(self, ready: asyncio.Future[list[types.Tool]], timeout: float) -> None:
+        """The owner task. The deadline covers initialize and the listing only, inside the transport and
+        session contexts, so on a timeout those unwind in order (the SDK's shielded, bounded shutdown)."""
+        import anyio
+        from mcp import ClientSession
+
+        try:
+            async with AsyncExitStack() as stack:
+                read, write = await stack.enter_async_context(self._transport())
+                session = await stack.enter_async_context(ClientSession(read, write))
+                try:
+                    with anyio.fail_after(timeout):
+                        await session.initialize()
+                        tools = [tool async for tool in _listed(session)]
+                except TimeoutError:
+                    raise MCPServerError(self.label, f"did not answer initialize within {timeout:g} s") from None
+                self._session = session
+                if not ready.done():
+                    ready.set_result(tools)
+                await self._closing.wait()
+        except BaseException as exc:  # noqa: BLE001 - handed to `open()`, or logged once connected
+            self.broken = True
+            if not ready.done():
+                ready.set_exception(_server_error(self.label, "could not connect", exc))
+            elif not isinstance(exc, asyncio.CancelledError):
+                logger.warning("MCP server %s: the connection ended: %r", self.label, _leaf(exc))
+        finally:
+            self._session = None
+
+    async def call(self, name: str, arguments: dict[str, Any], timeout: float | None,
+                   progress: Progress | None) -> types.CallToolResult:
+        """Call tool `name`. The server going away raises `MCPServerError`; an MCP error response (a
+        timeout among them: the SDK then sends the server ``notifications/cancelled``) raises `MCPError`."""
+        from mcp import MCPError
+        from mcp.types import CONNECTION_CLOSED
+
+        session = self._session
+        if session is None:
+            self.broken = True
+            raise MCPServerError(self.label, f"is not connected (tool {name!r} was not called)")
+        try:
+            return await session.call_tool(name, arguments, read_timeout_seconds=timeout, progress_callback=progress)
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:
+                raise
+            self.broken = True
+            raise MCPServerError(self.label, f"closed the connection during a call of tool {name!r}") from exc
+        except (OSError, EOFError) as exc:
+            self.broken = True
+            raise _server_error(self.label, f"failed during a call of tool {name!r}", exc) from exc
+        except Exception as exc:
+            if type(exc).__module__.startswith("anyio"):  # a closed or broken stream: the server is gone
+                self.broken = True
+                raise _server_error(self.label, f"failed during a call of tool {name!r}", exc) from exc
+            raise
+
+    async def close(self) -> None:
+        """End the session and its transport (the server process, for stdio); bounded, idempotent."""
+        self._closing.set()
+        owner = self._owner
+        if owner is None or owner.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(owner), CLOSE_TIMEOUT)
+        except TimeoutError:
+            owner.cancel()
+            logger.warning("MCP server %s did not close within %g s; its connection was cancelled",
+                           self.label, CLOSE_TIMEOUT)
+        except asyncio.CancelledError:
+            owner.cancel()
+            raise
+
+
+async def _listed(session: ClientSession) -> AsyncIterator[types.Tool]:
+    """Every tool the server lists, page by page."""
+    from mcp.types import PaginatedRequestParams
+
+    cursor: str | None = None
+    while True:
+        page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+        for tool in page.tools:
+            yield tool
+        cursor = page.next_cursor
+        if not cursor:
+            return
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first error inside (anyio task groups wrap a failure in exception groups)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _server_error(label: str, what: str, exc: BaseException) -> MCPServerError:
+    leaf = _leaf(exc)
+    if isinstance(leaf, MCPServerError):
+        return leaf
+    detail = str(leaf) or type(leaf).__name__
+    if isinstance(leaf, FileNotFoundError):
+        detail = f"the command was not found ({detail})"
+    error = MCPServerError(label, f"{what}: {detail}")
+    error.__cause__ = leaf
+    return error

@@ -1,0 +1,311 @@
+"""`Server`, `StdioServer`, `HttpServer`: an MCP server's tools as `Tool`s of a run (see the package docs)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import ConfigurationError, MCPServerError
+from ..tool_calls import current_tool_call
+from ..tools import Tool, ToolResult
+from ._connection import Connection
+from ._results import tool_result
+
+if TYPE_CHECKING:
+    from mcp import types
+    from mcp.shared.dispatcher import ProgressFnT
+
+ApprovalRule = bool | Collection[str] | Callable[[str, Any], "bool | Awaitable[bool]"]
+"""Which calls need approval: all or none, the server's names of the tools that do, or a function of
+(the server's tool name, the call's input)."""
+
+ToolFilter = Collection[str] | Callable[["types.Tool"], bool]
+"""Which tools the model is offered: the server's names of those, or a function of the SDK's `Tool`."""
+
+DEFAULT_CONNECT_TIMEOUT = 6.0
+DEFAULT_CALL_TIMEOUT = 300.0
+
+
+class Server:
+    """An MCP server whose tools a run offers the model; a `ToolSource` (`mcp_servers=[...]`).
+
+    Open it with ``async with`` (connect, initialize, list the tools), or let each run that
+    has it in `mcp_servers` open it for the run. Entering an open server only counts a user;
+    the last to leave closes it. A server found broken (it went away) is reconnected when next
+    entered. `tools` gives its tools by the name the model calls them.
+    """
+
+    def __init__(
+        self,
+        label: str,
+        *,
+        name: str | None,
+        prefix: str | None,
+        tool_filter: ToolFilter | None,
+        replay: Mapping[str, Literal["safe", "unsafe"]] | None,
+        needs_approval: ApprovalRule,
+        connect_timeout: float,
+        call_timeout: float | None,
+    ) -> None:
+        if prefix is not None and (not isinstance(prefix, str) or not prefix):
+            raise ConfigurationError(f"an MCP server's prefix must be a non-empty str, got {prefix!r}")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ConfigurationError(f"an MCP server's name must be a non-empty str, got {name!r}")
+        if not (tool_filter is None or callable(tool_filter) or _is_names(tool_filter)):
+            raise ConfigurationError("tool_filter must be a collection of tool names or a function of a tool")
+        if not (isinstance(needs_approval, bool) or callable(needs_approval) or _is_names(needs_approval)):
+            raise ConfigurationError("needs_approval must be a bool, a collection of tool names or a function")
+        if any(policy not in ("safe", "unsafe") for policy in (replay or {}).values()):
+            raise ConfigurationError("replay maps tool names to 'safe' or 'unsafe'")
+        for what, seconds in (("connect_timeout", connect_timeout), ("call_timeout", call_timeout)):
+            if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)
+                                        or seconds <= 0):
+                raise ConfigurationError(f"{what} must be a positive number of seconds, got {seconds!r}")
+        self._label = label
+        self._name = name or prefix or label
+        self.prefix = prefix
+        self.tool_filter = tool_filter
+        self.replay = dict(replay or {})
+        self.needs_approval = needs_approval
+        self.connect_timeout = float(connect_timeout)
+        self.call_timeout = None if call_timeout is None else float(call_timeout)
+        self._connection: Connection | None = None
+        self._listed: list[types.Tool] = []
+        self._users = 0
+        self._lock: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
+        self._bound: dict[tuple[str, bool], Tool] = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._label})"
+
+    @property
+    def name(self) -> str:
+        """Names this server in a run's recorded tool listing: its `name=`, else its prefix, else its command or URL."""
+        return self._name
+
+    def _transport(self) -> Any:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Server:
+        async with self._guard():
+            if self._connection is None or self._connection.broken:
+                if self._connection is not None:
+                    await self._connection.close()
+                    self._connection = None
+                connection = Connection(self._label, self._transport)
+                self._listed = await connection.open(self.connect_timeout)
+                self._connection = connection
+            self._users += 1
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        async with self._guard():
+            self._users -= 1
+            if self._users == 0 and self._connection is not None:
+                connection, self._connection = self._connection, None
+                await connection.close()
+
+    @asynccontextmanager
+    async def _guard(self) -> AsyncIterator[None]:
+        """One lock per event loop (a server object may outlive one `asyncio.run`)."""
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._lock_loop is not loop:
+            self._lock, self._lock_loop = asyncio.Lock(), loop
+        async with self._lock:
+            yield
+
+    # --------------------------------------------------------------- tools
+
+    @property
+    def tools(self) -> dict[str, Tool]:
+        """The tools offered now, by the name the model calls them (the server must be open)."""
+        return self.bind(self.listing())
+
+    def listing(self) -> list[dict[str, Any]]:
+        """The tools offered now, as data: name, the server's name for it, description, input schema, read-only."""
+        if self._connection is None:
+            raise MCPServerError(self._label, "is not open (enter it with `async with`, or pass it in mcp_servers=)")
+        return [
+            {
+                "name": f"{self.prefix}_{tool.name}" if self.prefix else tool.name,
+                "tool": tool.name,
+                "description": tool.description or "",
+                "parameters": tool.input_schema,
+                "read_only": bool(tool.annotations is not None and tool.annotations.read_only_hint),
+            }
+            for tool in self._listed
+            if self._offers(tool)
+        ]
+
+    def bind(self, listing: Sequence[Mapping[str, Any]]) -> dict[str, Tool]:
+        """Tools for the entries of `listing`; a tool the server no longer lists answers with an error result."""
+        live = {tool.name for tool in self._listed}
+        tools: dict[str, Tool] = {}
+        for entry in listing:
+            key = (json.dumps(entry, sort_keys=True, default=str), entry["tool"] in live)
+            tool = self._bound.get(key)
+            if tool is None:
+                tool = self._bound[key] = self._tool(entry, live=key[1])
+            tools[entry["name"]] = tool
+        return tools
+
+    def _offers(self, tool: types.Tool) -> bool:
+        if self.tool_filter is None:
+            return True
+        if callable(self.tool_filter):
+            return bool(self.tool_filter(tool))
+        return tool.name in self.tool_filter
+
+    def _tool(self, entry: Mapping[str, Any], *, live: bool) -> Tool:
+        name: str = entry["tool"]
+        replay = self.replay.get(name, "safe" if entry.get("read_only") else "unsafe")
+        try:
+            return Tool(description=entry.get("description") or "", parameters=entry["parameters"],
+                        execute=self._executor(name) if live else self._vanished(name),
+                        needs_approval=self._approval(name), replay=replay)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"MCP server {self._label}: tool {name!r}: {exc} "
+                                     "(leave the tool out with tool_filter=)") from exc
+
+    def _approval(self, name: str) -> bool | Callable[[Any], bool | Awaitable[bool]]:
+        rule = self.needs_approval
+        if isinstance(rule, bool):
+            return rule
+        if callable(rule):
+            return lambda arguments: rule(name, arguments)
+        return name in rule
+
+    def _vanished(self, name: str) -> Callable[[Any], ToolResult]:
+        def execute(_arguments: Any) -> ToolResult:
+            return ToolResult(f"The MCP server {self._label} no longer offers the tool {name!r}.", is_error=True)
+
+        return execute
+
+    def _executor(self, name: str) -> Callable[[Any], Awaitable[ToolResult]]:
+        async def execute(arguments: Any) -> ToolResult:
+            return await self.call(name, arguments)
+
+        return execute
+
+    async def call(self, name: str, arguments: Any) -> ToolResult:
+        """Call the server's tool `name` (the server must be open), as a run's tool call does.
+
+        A timeout (`call_timeout`) cancels the call on the server and is an error result; so is an
+        MCP error response. The server going away raises `MCPServerError`."""
+        from mcp import MCPError
+        from mcp.types import REQUEST_TIMEOUT
+
+        connection = self._connection
+        if connection is None:
+            raise MCPServerError(self._label, "is not open (enter it with `async with`, or pass it in mcp_servers=)")
+        if not isinstance(arguments, dict):
+            return ToolResult(f"The input of an MCP tool must be an object, not {type(arguments).__name__}.",
+                              is_error=True)
+        try:
+            result = await connection.call(name, arguments, self.call_timeout, _progress_of_current_call())
+        except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:
+                return ToolResult(f"The MCP tool {name!r} did not finish within {self.call_timeout:g} s and was "
+                                  "cancelled; its effect may or may not have happened.", is_error=True)
+            return ToolResult(f"MCP error {exc.code}: {exc.message}", is_error=True)
+        return tool_result(result)
+
+
+def _progress_of_current_call() -> ProgressFnT | None:
+    """Forwards the server's progress notifications to the run's stream, when someone listens."""
+    context = current_tool_call()
+    if context is None or context.progress_sink is None:
+        return None
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        context.report_progress(progress, total, message)
+
+    return forward
+
+
+def _is_names(value: object) -> bool:
+    return isinstance(value, Collection) and not isinstance(value, str | bytes) and all(
+        isinstance(n, str) for n in value)
+
+
+class StdioServer(Server):
+    """An MCP server started as a subprocess (`command` with `args`), spoken to over its stdin/stdout.
+
+    `env` is added to the few variables the SDK passes on (HOME, PATH, ...); `cwd` is where it
+    runs. Its stderr goes to ours. The process is started in its own process group, and the whole
+    group is ended when the connection closes.
+    """
+
+    def __init__(
+        self,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        name: str | None = None,
+        prefix: str | None = None,
+        tool_filter: ToolFilter | None = None,
+        replay: Mapping[str, Literal["safe", "unsafe"]] | None = None,
+        needs_approval: ApprovalRule = False,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+    ) -> None:
+        if not isinstance(command, str) or not command:
+            raise ConfigurationError(f"StdioServer needs a command (a non-empty str), got {command!r}")
+        if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+            raise ConfigurationError("StdioServer args must be a sequence of str (not one str)")
+        self.command = command
+        self.args = list(args)
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        super().__init__(f"`{shlex.join([command, *self.args])}`", name=name, prefix=prefix,
+                         tool_filter=tool_filter, replay=replay, needs_approval=needs_approval,
+                         connect_timeout=connect_timeout, call_timeout=call_timeout)
+
+    def _transport(self) -> Any:
+        from mcp import StdioServerParameters, stdio_client
+
+        return stdio_client(StdioServerParameters(command=self.command, args=self.args, env=self.env, cwd=self.cwd))
+
+
+class HttpServer(Server):
+    """An MCP server at `url`, spoken to over streamable HTTP, with `headers` on every request."""
+
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        name: str | None = None,
+        prefix: str | None = None,
+        tool_filter: ToolFilter | None = None,
+        replay: Mapping[str, Literal["safe", "unsafe"]] | None = None,
+        needs_approval: ApprovalRule = False,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+    ) -> None:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigurationError(f"HttpServer needs an http:// or https:// url, got {url!r}")
+        self.url = url
+        self.headers = dict(headers or {})
+        super().__init__(url, name=name, prefix=prefix, tool_filter=tool_filter, replay=replay,
+                         needs_approval=needs_approval, connect_timeout=connect_timeout, call_timeout=call_timeout)
+
+    @asynccontextmanager
+    async def _transport(self) -> AsyncIterator[Any]:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        timeout = httpx2.Timeout(self.connect_timeout, read=self.call_timeout)
+        async with httpx2.AsyncClient(headers=self.headers, timeout=timeout) as client, \
+                streamable_http_client(self.url, http_client=client) as streams:
+            yield streams

@@ -1,0 +1,234 @@
+"""MCP servers' tools in runs (`durable_agent.mcp`), against the SDK-written test server as a real stdio
+subprocess and under uvicorn: results of every content kind, validation, approvals, progress, timeouts with
+MCP cancellation, the recorded tool listing, and failures that end in `MCPServerError` without a leaked process."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_agent import (
+    Agent,
+    ApprovalSigner,
+    ConfigurationError,
+    DurableOptions,
+    InMemoryCheckpointStore,
+    Message,
+    ModelRequest,
+    ScriptedModel,
+    Tool,
+    ToolApprovalResponse,
+    call,
+    generate_text,
+    reply,
+    resume_from_checkpoint,
+    stream_chat,
+)
+from durable_agent.mcp import HttpServer, MCPServerError, StdioServer
+from mcp_kit import effects, http_server, ledger_entries, processes_naming, stdio_args, wait_until
+
+pytestmark = pytest.mark.host_only("starts MCP servers (the mcp SDK) as subprocesses")
+
+USER: list[Message] = [{"role": "user", "content": "go"}]
+SECRET = "s" * 32
+
+
+def server(ledger: Path, **options: Any) -> StdioServer:
+    return StdioServer(sys.executable, stdio_args(ledger), **options)
+
+
+class Recorder:
+    """A scripted model that answers from `turns` in order and keeps every request it was sent."""
+
+    def __init__(self, *turns: Any) -> None:
+        self.turns = list(turns)
+        self.requests: list[ModelRequest] = []
+        self.model = ScriptedModel(self._answer)
+
+    def _answer(self, request: ModelRequest) -> Any:
+        self.requests.append(request)
+        return self.turns[len(self.requests) - 1]
+
+    def offered(self, n: int = 0) -> dict[str, Any]:
+        return {spec.name: spec.parameters for spec in self.requests[n].tools}
+
+
+def results_of(messages: Any) -> dict[str, dict[str, Any]]:
+    return {p["tool_call_id"]: p for m in messages if m["role"] == "tool" for p in m["content"]}
+
+
+async def test_a_run_offers_the_servers_tools_and_keeps_every_kind_of_result(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    model = Recorder(reply("", call("bank_balance", {"account": "a"}, "b"), call("bank_charge", {"account": "a", "amount": 3}, "c"),
+                           call("bank_refuse", {"reason": "no"}, "r"), call("bank_snapshot", {}, "s"),
+                           call("bank_stats", {"account": "a"}, "st"),
+                           call("bank_charge", {"account": "a", "amount": "three"}, "bad")),
+                     reply("done"))
+    local = Tool(execute=lambda _input: "local", description="a local tool")
+    result = await generate_text(model=model.model, messages=USER, tools={"local": local},
+                                 mcp_servers=[server(ledger, prefix="bank", tool_filter=lambda t: t.name != "exit_now")])
+
+    offered = model.offered()
+    assert "local" in offered and "bank_exit_now" not in offered
+    assert offered["bank_charge"]["properties"]["amount"]["type"] == "integer"  # the server's own schema
+    got = results_of(result.messages)
+    assert got["b"]["output"] == {"result": "a: 100"} and not got["b"]["is_error"]
+    assert got["c"]["output"] == {"result": "charged 3 to a"}
+    assert got["r"]["is_error"] and "refused: no" in got["r"]["output"]  # isError: true, seen by the model
+    assert got["s"]["output"] == "a screenshot"
+    (image,) = got["s"]["attachments"]
+    assert image["media_type"] == "image/png" and image["data"].startswith(b"\x89PNG")
+    assert got["st"]["output"] == {"charges": 2, "refunds": 0}  # structuredContent
+    assert got["bad"]["is_error"] and "Invalid input" in got["bad"]["output"]  # never reached the server
+    assert [e["amount"] for e in effects(ledger, "charge")] == [3]
+    assert result.text == "done"
+    assert processes_naming(str(ledger)) == []  # the run opened the server, and closed it
+
+
+@pytest.mark.parametrize("command, args, why", [
+    ("no-such-mcp-command-4242", [], "command was not found"),
+    ("sleep", ["4242"], "did not answer initialize within 1 s"),
+    (sys.executable, ["-c", "import sys; sys.exit(4242)"], "could not connect"),
+])
+async def test_a_server_that_cannot_start_fails_the_run_before_the_model_is_called(
+        command: str, args: list[str], why: str) -> None:
+    model = Recorder(reply("never"))
+    mcp = StdioServer(command, args, connect_timeout=1)
+    with pytest.raises(MCPServerError) as caught:
+        await asyncio.wait_for(generate_text(model=model.model, messages=USER, mcp_servers=[mcp]), 60)
+    assert why in str(caught.value) and command in str(caught.value)
+    assert caught.value.code == "mcp_server"
+    assert model.requests == []
+    assert processes_naming("4242") == []
+
+
+async def test_a_server_that_dies_mid_call_stops_the_run_with_a_typed_error(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    model = Recorder(reply("", call("exit_now", {}, "x")), reply("never"))
+    with pytest.raises(MCPServerError, match="closed the connection during a call of tool 'exit_now'"):
+        await asyncio.wait_for(generate_text(model=model.model, messages=USER, mcp_servers=[server(ledger)]), 60)
+    assert len(effects(ledger, "exit")) == 1 and len(model.requests) == 1
+    assert processes_naming(str(ledger)) == []
+
+
+async def test_a_call_past_its_timeout_is_cancelled_on_the_server_and_is_an_error_result(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    model = Recorder(reply("", call("slow", {"seconds": 30}, "s")), reply("done"))
+    async with server(ledger, call_timeout=0.5) as mcp:
+        result = await generate_text(model=model.model, messages=USER, mcp_servers=[mcp])
+        assert wait_until(lambda: effects(ledger, "cancelled"))  # the server got notifications/cancelled
+        assert processes_naming(str(ledger)) != []  # ...while it is still open: it was not just killed
+    got = results_of(result.messages)["s"]
+    assert got["is_error"] and "did not finish within 0.5 s and was cancelled" in got["output"]
+
+
+async def test_progress_notifications_stream_as_parts_while_the_call_runs(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    model = Recorder(reply("", call("slow", {"seconds": 0.3}, "s")), reply("done"))
+    stream = stream_chat(model=model.model, messages=USER, mcp_servers=[server(ledger)])
+    parts = [part async for part in stream.full_stream]
+    kinds = [p["type"] for p in parts]
+    progress = [p for p in parts if p["type"] == "tool-progress"]
+    assert [(p["progress"], p["total"], p["message"]) for p in progress] == [(1, 3, "step 1"), (2, 3, "step 2"),
+                                                                             (3, 3, "step 3")]
+    assert {(p["tool_call_id"], p["tool_name"]) for p in progress} == {("s", "slow")}
+    assert kinds.index("tool-progress") < kinds.index("tool-result")
+
+
+async def test_approvals_per_mcp_tool_carry_signed_tokens(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    model = Recorder(reply("", call("balance", {"account": "a"}, "b"), call("charge", {"account": "a", "amount": 500}, "c")),
+                     reply("done"))
+    signer, store = ApprovalSigner(SECRET), InMemoryCheckpointStore()
+    rule = lambda name, args: name == "charge" and args["amount"] > 100  # noqa: E731
+    async with server(ledger, needs_approval=rule) as mcp:
+        first = await generate_text(model=model.model, messages=USER, mcp_servers=[mcp], store=store, run_id="r",
+                                    approval_signer=signer)
+        (request,) = first.pending_approvals
+        assert first.finish_reason == "suspended" and request.tool_name == "charge" and request.token
+        assert effects(ledger, "charge") == []
+        forged = await resume_from_checkpoint(store, "r", model=model.model, mcp_servers=[mcp], approval_signer=signer,
+                                              approval_responses=[ToolApprovalResponse(request.approval_id, True)])
+        assert results_of(forged.messages)["c"]["is_error"] and effects(ledger, "charge") == []  # no token: denied
+    store, model = InMemoryCheckpointStore(), Recorder(*model.turns)
+    async with server(ledger, needs_approval=["charge"]) as mcp:
+        first = await generate_text(model=model.model, messages=USER, mcp_servers=[mcp], store=store, run_id="r",
+                                    approval_signer=signer)
+        (request,) = first.pending_approvals
+        done = await resume_from_checkpoint(store, "r", model=model.model, mcp_servers=[mcp], approval_signer=signer,
+                                            approval_responses=[ToolApprovalResponse(request.approval_id, True,
+                                                                                     token=request.token)])
+    assert done.text == "done" and [e["amount"] for e in effects(ledger, "charge")] == [500]
+
+
+async def test_read_only_tools_are_safe_unless_the_user_says_otherwise_and_names_must_not_clash(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    async with server(ledger, replay={"charge": "safe", "balance": "unsafe"}, prefix="x") as overridden, \
+            server(ledger, tool_filter=["balance", "charge"]) as plain:
+        assert {n: t.replay for n, t in plain.tools.items()} == {"balance": "safe", "charge": "unsafe"}
+        assert overridden.tools["x_charge"].replay == "safe" and overridden.tools["x_balance"].replay == "unsafe"
+        with pytest.raises(ConfigurationError, match=r"'balance' of MCP server .* clashes"):
+            await generate_text(model=ScriptedModel(["hi"]), messages=USER, mcp_servers=[plain],
+                                tools={"balance": Tool(execute=lambda _input: 1)})
+    with pytest.raises(ConfigurationError, match="distinct names"):
+        await generate_text(model=ScriptedModel(["hi"]), messages=USER, mcp_servers=[server(ledger), server(ledger)])
+    with pytest.raises(ConfigurationError, match="mcp_servers must be"):
+        await generate_text(model=ScriptedModel(["hi"]), messages=USER, mcp_servers=["python server.py"])  # type: ignore[list-item, unused-ignore]
+
+
+@pytest.mark.requires_sqlite
+async def test_a_resumed_run_offers_the_recorded_listing_and_a_vanished_tool_is_an_error_result(tmp_path: Path) -> None:
+    from durable_agent.runtime.sqlite import SqliteRuntime
+
+    ledger = tmp_path / "ledger.jsonl"
+    turns = [reply("", call("charge", {"account": "a", "amount": 1}, "c")),
+             reply("", call("extra", {}, "e")), reply("done")]
+    with SqliteRuntime(tmp_path / "runs.db") as runtime:
+        first = Recorder(*turns)
+        changed = StdioServer(sys.executable, stdio_args(ledger), env={"MCP_TEST_TOOLS": "extra"}, name="bank",
+                              needs_approval=["charge"])
+        agent = Agent(model=first.model, durable=DurableOptions(runtime), session_id="s", mcp_servers=[changed])
+        parked = await agent.run("go")
+        assert parked.finish_reason == "suspended" and "extra" in first.offered()
+        (request,) = parked.pending_approvals
+
+        second = Recorder(*turns[1:])
+        now = StdioServer(sys.executable, stdio_args(ledger), name="bank", needs_approval=["charge"])  # no `extra`
+        resumed = Agent(model=second.model, durable=DurableOptions(runtime), session_id="s", mcp_servers=[now])
+        done = await resumed.resume(approval_responses=[ToolApprovalResponse(request.approval_id, True)])
+    assert done is not None and done.text == "done"
+    assert "extra" in second.offered(0) and second.offered(0) == first.offered(0)  # what the model saw before
+    vanished = results_of(done.messages)["e"]
+    assert vanished["is_error"] and "no longer offers the tool 'extra'" in vanished["output"]
+    assert len(effects(ledger, "charge")) == 1
+
+
+async def test_streamable_http_server_under_uvicorn(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    model = Recorder(reply("", call("web_balance", {"account": "h"}, "b"), call("web_slow", {"seconds": 0.2}, "s"),
+                           call("web_charge", {"account": "h", "amount": 2}, "c")), reply("done"))
+    with http_server(ledger) as url:
+        mcp = HttpServer(url, headers={"X-Test": "1"}, prefix="web")
+        stream = stream_chat(model=model.model, messages=USER, mcp_servers=[mcp])
+        parts = [part async for part in stream.full_stream]
+        result = await stream.result()
+    got = results_of(result.messages)
+    assert got["b"]["output"] == {"result": "h: 100"} and got["c"]["output"] == {"result": "charged 2 to h"}
+    assert [p["progress"] for p in parts if p["type"] == "tool-progress"] == [1, 2]
+    assert [e["amount"] for e in effects(ledger, "charge")] == [2]
+    assert len([e for e in ledger_entries(ledger) if e["event"] == "server-start"]) == 1
+
+
+async def test_an_http_server_that_is_not_there_is_a_typed_error() -> None:
+    from mcp_kit import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    model = Recorder(reply("never"))
+    with pytest.raises(MCPServerError, match=url.replace(".", r"\.")):
+        await asyncio.wait_for(generate_text(model=model.model, messages=USER,
+                                             mcp_servers=[HttpServer(url, connect_timeout=2)]), 60)
+    assert model.requests == []
