@@ -6,7 +6,8 @@
 The ledger (one JSON line per event, one O_APPEND write each) is the server's own record,
 independent of any journal: a crash test counts effects in it. ``MCP_TEST_PAUSE`` (seconds,
 default 0) is how long `charge` waits before its effect and again after it, so a test can
-kill the client in either window. ``MCP_TEST_TOOLS=extra`` offers one more tool (a server
+kill the client in either window; `balance` (read-only) takes three times as long, so it is
+still running in both. ``MCP_TEST_TOOLS=extra`` offers one more tool (a server
 that changed its tools).
 """
 
@@ -41,7 +42,7 @@ def log(**entry: Any) -> None:
 async def balance(account: str) -> str:
     """Read an account's balance (read-only)."""
     log(event="read", account=account)
-    await anyio.sleep(PAUSE)
+    await anyio.sleep(3 * PAUSE)
     return f"{account}: 100"
 
 

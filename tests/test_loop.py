@@ -28,10 +28,11 @@ from durable_agent import (
     stream_chat,
     total_tokens_exceed,
 )
+from durable_agent.messages import ImagePart
 
 
 async def test_a_tool_may_return_an_error_result_with_attachments_and_they_survive_a_checkpoint() -> None:
-    png = {"type": "image", "data": b"\x89PNG\x00\xff", "media_type": "image/png"}
+    png: ImagePart = {"type": "image", "data": b"\x89PNG\x00\xff", "media_type": "image/png"}
     shot = Tool(execute=lambda _input: ToolResult("no page", is_error=True, attachments=[png]))
     store = InMemoryCheckpointStore()
     result = await generate_text(model=ScriptedModel([reply("", call("shot", {}, "s")), "ok"]), messages=[user("go")],
