@@ -40,9 +40,9 @@ def answer(request: ModelRequest) -> Any:
 
 def mcp_server(ledger: str, where: str) -> Server:
     if where == "stdio":
-        return StdioServer(sys.executable, [SERVER, ledger], name="bank",
+        return StdioServer(sys.executable, [SERVER, ledger], name="bank", connect_timeout=60,
                            env={"MCP_TEST_PAUSE": os.environ.get("MCP_TEST_PAUSE", "0")})
-    return HttpServer(where, name="bank")
+    return HttpServer(where, name="bank", connect_timeout=60)
 
 
 async def main(mode: str, runtime_spec: str, ledger: str, where: str) -> None:

@@ -38,7 +38,8 @@ SECRET = "s" * 32
 
 
 def server(ledger: Path, **options: Any) -> StdioServer:
-    return StdioServer(sys.executable, stdio_args(ledger), **options)
+    """The test server; importing the SDK's server takes seconds on a loaded machine, hence the timeout."""
+    return StdioServer(sys.executable, stdio_args(ledger), **{"connect_timeout": 60, **options})
 
 
 class Recorder:
@@ -189,15 +190,14 @@ async def test_a_resumed_run_offers_the_recorded_listing_and_a_vanished_tool_is_
              reply("", call("extra", {}, "e")), reply("done")]
     with SqliteRuntime(tmp_path / "runs.db") as runtime:
         first = Recorder(*turns)
-        changed = StdioServer(sys.executable, stdio_args(ledger), env={"MCP_TEST_TOOLS": "extra"}, name="bank",
-                              needs_approval=["charge"])
+        changed = server(ledger, env={"MCP_TEST_TOOLS": "extra"}, name="bank", needs_approval=["charge"])
         agent = Agent(model=first.model, durable=DurableOptions(runtime), session_id="s", mcp_servers=[changed])
         parked = await agent.run("go")
         assert parked.finish_reason == "suspended" and "extra" in first.offered()
         (request,) = parked.pending_approvals
 
         second = Recorder(*turns[1:])
-        now = StdioServer(sys.executable, stdio_args(ledger), name="bank", needs_approval=["charge"])  # no `extra`
+        now = server(ledger, name="bank", needs_approval=["charge"])  # no `extra`
         resumed = Agent(model=second.model, durable=DurableOptions(runtime), session_id="s", mcp_servers=[now])
         done = await resumed.resume(approval_responses=[ToolApprovalResponse(request.approval_id, True)])
     assert done is not None and done.text == "done"
@@ -212,7 +212,7 @@ async def test_streamable_http_server_under_uvicorn(tmp_path: Path) -> None:
     model = Recorder(reply("", call("web_balance", {"account": "h"}, "b"), call("web_slow", {"seconds": 0.2}, "s"),
                            call("web_charge", {"account": "h", "amount": 2}, "c")), reply("done"))
     with http_server(ledger) as url:
-        mcp = HttpServer(url, headers={"X-Test": "1"}, prefix="web")
+        mcp = HttpServer(url, headers={"X-Test": "1"}, prefix="web", connect_timeout=60)
         stream = stream_chat(model=model.model, messages=USER, mcp_servers=[mcp])
         parts = [part async for part in stream.full_stream]
         result = await stream.result()
@@ -232,3 +232,14 @@ async def test_an_http_server_that_is_not_there_is_a_typed_error() -> None:
         await asyncio.wait_for(generate_text(model=model.model, messages=USER,
                                              mcp_servers=[HttpServer(url, connect_timeout=2)]), 60)
     assert model.requests == []
+
+
+def test_the_readme_mcp_example_runs(tmp_path: Path) -> None:
+    import subprocess
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "mcp_agent.py"
+    done = subprocess.run([sys.executable, str(example), str(tmp_path)], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == ["needs approval: fs_write_file summary.txt",
+                                        "summary.txt now lists the 2 notes. | 2 notes: milk, bread."]
+    assert processes_naming(str(tmp_path)) == []

@@ -22,9 +22,10 @@ step of the run like a local tool's:
 * a durable run records its tool listing once, at its start, and a resumed run (in any process)
   offers the recorded one (`durable_agent.tool_sources`); a tool the server dropped since
   answers with an error result;
-* a server that cannot be started, dies, or does not answer ``initialize`` within
-  `connect_timeout` (default 6 s, plus at most about 4 s for the SDK to end a stdio server's
-  process group) raises `MCPServerError` (naming the command or URL) before the model is called;
+* a server that cannot be started, exits, or does not answer ``initialize`` within
+  `connect_timeout` (default 10 s) raises `MCPServerError` (naming the command or URL) before
+  the model is called, once its process is gone: at once for a server that exits when its stdin
+  closes, else the SDK SIGTERMs its process group 2 s later (and SIGKILLs it 2 s after that);
   a server that goes away during a call stops the run the same way, as a process death would,
   so resuming it (which reconnects) reports an unsafe call interrupted and re-runs a safe one.
 

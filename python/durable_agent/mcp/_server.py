@@ -27,7 +27,7 @@ ApprovalRule = bool | Collection[str] | Callable[[str, Any], "bool | Awaitable[b
 ToolFilter = Collection[str] | Callable[["types.Tool"], bool]
 """Which tools the model is offered: the server's names of those, or a function of the SDK's `Tool`."""
 
-DEFAULT_CONNECT_TIMEOUT = 6.0
+DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_CALL_TIMEOUT = 300.0
 
 
