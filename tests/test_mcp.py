@@ -116,6 +116,30 @@ async def test_a_server_that_dies_mid_call_stops_the_run_with_a_typed_error(tmp_
     assert processes_naming(str(ledger)) == []
 
 
+@pytest.mark.requires_sqlite
+async def test_a_durable_run_stopped_by_a_dying_server_resumes_with_the_call_reported_interrupted(tmp_path: Path) -> None:
+    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.tool_calls import TOOL_INTERRUPTED_MESSAGE
+
+    ledger = tmp_path / "ledger.jsonl"
+    turns = [reply("", call("exit_now", {}, "x"), call("balance", {"account": "a"}, "b")), reply("done")]
+    with SqliteRuntime(tmp_path / "runs.db") as runtime:
+        agent = Agent(model=Recorder(*turns).model, durable=DurableOptions(runtime), session_id="s",
+                      mcp_servers=[server(ledger, name="bank")])
+        with pytest.raises(MCPServerError, match="exit_now"):
+            await agent.run("go")
+        assert processes_naming(str(ledger)) == []
+        again = Recorder(*turns[1:])
+        resumed = Agent(model=again.model, durable=DurableOptions(runtime), session_id="s",
+                        mcp_servers=[server(ledger, name="bank")])
+        done = await resumed.resume()  # reconnects (a new server process)
+    assert done is not None and done.text == "done"
+    got = results_of(done.messages)
+    assert got["x"] == {**got["x"], "output": TOOL_INTERRUPTED_MESSAGE, "is_error": True}
+    assert got["b"]["output"] == {"result": "a: 100"}
+    assert len(effects(ledger, "exit")) == 1 and len(effects(ledger, "server-start")) == 2
+
+
 async def test_a_call_past_its_timeout_is_cancelled_on_the_server_and_is_an_error_result(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.jsonl"
     model = Recorder(reply("", call("slow", {"seconds": 30}, "s")), reply("done"))
