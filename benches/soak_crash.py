@@ -13,28 +13,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import torture_supervisor
-
-
-@contextlib.contextmanager
-def backend(name: str, workdir: Path) -> Iterator[str]:
-    if name == "sqlite":
-        yield f"sqlite:{workdir / 'journal.db'}"
-        return
-    from durable_agent.testing.services import postgres_schema
-
-    with postgres_schema("soak") as conninfo:
-        yield "postgres:" + conninfo
+import torture_worker
 
 
 def main() -> int:
@@ -52,7 +40,7 @@ def main() -> int:
         if name == "postgres" and not os.environ.get("DURABLE_AGENT_TEST_POSTGRES_URL"):
             print("postgres: skipped (DURABLE_AGENT_TEST_POSTGRES_URL is not set)")
             continue
-        with tempfile.TemporaryDirectory() as tmp, backend(name, Path(tmp)) as spec:
+        with tempfile.TemporaryDirectory() as tmp, torture_worker.journal_spec(name, Path(tmp), "soak") as spec:
             ledger = Path(tmp) / "ledger.jsonl"
             tally = torture_supervisor.supervise(spec, ledger, sessions=sessions, prompts=args.prompts,
                                                  workers=args.workers, kills=args.kills, seed=args.seed,

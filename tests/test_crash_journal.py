@@ -23,6 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torture_supervisor
+import torture_worker
 
 pytestmark = pytest.mark.host_only("spawns and SIGKILLs worker processes")
 
@@ -33,13 +34,8 @@ PROMPTS = 16  # enough work that the ~50 kills land before the sessions finish, 
 @pytest.fixture(params=["sqlite", "postgres"])
 def runtime_spec(request: Any, tmp_path: Path) -> Iterator[str]:
     """Where the workers keep their journal: a SQLite file, or a fresh schema on the test Postgres."""
-    if request.param == "sqlite":
-        yield f"sqlite:{tmp_path / 'journal.db'}"
-        return
-    from durable_agent.testing.services import postgres_schema
-
-    with postgres_schema("torture") as conninfo:
-        yield "postgres:" + conninfo
+    with torture_worker.journal_spec(request.param, tmp_path, "torture") as spec:
+        yield spec
 
 
 async def test_sessions_survive_sigkills_in_every_window(runtime_spec: str, tmp_path: Path) -> None:

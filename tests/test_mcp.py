@@ -199,6 +199,12 @@ async def test_read_only_tools_are_safe_unless_the_user_says_otherwise_and_names
         with pytest.raises(ConfigurationError, match=r"'balance' of MCP server .* clashes"):
             await generate_text(model=ScriptedModel(["hi"]), messages=USER, mcp_servers=[plain],
                                 tools={"balance": Tool(execute=lambda _input: 1)})
+    with pytest.raises(TypeError, match="timeout"):
+        StdioServer("python", timeout=5)  # type: ignore[call-arg]
+    with pytest.raises(ConfigurationError, match="prefix"):
+        StdioServer("python", prefix="")
+    with pytest.raises(ConfigurationError, match="call_timeout"):
+        HttpServer("http://127.0.0.1:9/mcp", call_timeout=0)
     with pytest.raises(ConfigurationError, match="distinct names"):
         await generate_text(model=ScriptedModel(["hi"]), messages=USER, mcp_servers=[server(ledger), server(ledger)])
     with pytest.raises(ConfigurationError, match="mcp_servers must be"):

@@ -18,6 +18,7 @@ import pytest
 
 from durable_agent.tool_calls import TOOL_INTERRUPTED_MESSAGE
 from mcp_kit import effects, http_server, processes_naming, wait_until
+from torture_worker import journal_spec
 
 pytestmark = pytest.mark.host_only("SIGKILLs worker processes that run MCP servers")
 
@@ -54,23 +55,11 @@ def served(where: str, ledger: Path) -> Iterator[str]:
             yield url
 
 
-@contextmanager
-def journal(kind: str, tmp_path: Path) -> Iterator[str]:
-    """Where the workers keep their journal: a SQLite file, or a fresh schema on the test Postgres."""
-    if kind == "sqlite":
-        yield f"sqlite:{tmp_path / 'runs.db'}"
-        return
-    from durable_agent.testing.services import postgres_schema
-
-    with postgres_schema("mcp") as conninfo:
-        yield "postgres:" + conninfo
-
-
 @pytest.mark.parametrize("kind, where", [("sqlite", "stdio"), ("sqlite", "http"), ("postgres", "stdio")])
 @pytest.mark.parametrize("kill_at", ["charge-start", "charge"])  # before the effect / after it, before the answer
 def test_sigkill_mid_mcp_call_then_resume_in_another_process(tmp_path: Path, kind: str, where: str,
                                                               kill_at: str) -> None:
-    with journal(kind, tmp_path) as runtime:
+    with journal_spec(kind, tmp_path, "mcp") as runtime:
         killed_then_resumed(runtime, tmp_path / "ledger.jsonl", where, kill_at)
 
 

@@ -24,11 +24,13 @@ then share the SQLite writer's batches and merged statements (`runtime._group_co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,19 @@ def build(ledger: str | None, session: str, delay: float, die_in_tool: float = 0
 
     tools = {"read": Tool(execute=read, replay="safe"), "charge": Tool(execute=charge, replay="unsafe")}
     return ScriptedModel(answer, delay=delay), tools
+
+
+@contextlib.contextmanager
+def journal_spec(kind: str, workdir: Path, schema_prefix: str) -> Iterator[str]:
+    """A RUNTIME argument for the workers: a SQLite file in `workdir` (``sqlite``), or a fresh schema on the
+    test Postgres (``postgres``; skipped, or failed under CI, when none is configured)."""
+    if kind == "sqlite":
+        yield f"sqlite:{workdir / 'journal.db'}"
+        return
+    from durable_agent.testing.services import postgres_schema
+
+    with postgres_schema(schema_prefix) as conninfo:
+        yield "postgres:" + conninfo
 
 
 def open_runtime(spec: str) -> Any:

@@ -35,6 +35,6 @@ Nothing here is imported by ``import durable_agent``; the SDK is imported when a
 from __future__ import annotations
 
 from ..errors import MCPServerError
-from ._server import ApprovalRule, HttpServer, Server, StdioServer, ToolFilter
+from ._server import ApprovalRule, HttpServer, Server, ServerOptions, StdioServer, ToolFilter
 
-__all__ = ["ApprovalRule", "HttpServer", "MCPServerError", "Server", "StdioServer", "ToolFilter"]
+__all__ = ["ApprovalRule", "HttpServer", "MCPServerError", "Server", "ServerOptions", "StdioServer", "ToolFilter"]

@@ -8,7 +8,7 @@ import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack
 
 from ..errors import ConfigurationError, MCPServerError
 from ..tool_calls import current_tool_call
@@ -31,8 +31,29 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_CALL_TIMEOUT = 300.0
 
 
+class ServerOptions(TypedDict, total=False):
+    """What every server takes, after its address.
+
+    `name` identifies it in a run's recorded listing (default: `prefix`, else its command or URL);
+    `prefix` makes the model call its tool ``t`` as ``<prefix>_t``; `tool_filter` chooses what is
+    offered; `replay` overrides per tool whether a call cut by a crash runs again (default: ``safe``
+    when the server says ``readOnlyHint: true``, else ``unsafe``); `needs_approval` as for a `Tool`,
+    by the server's tool names or a function of (name, input); `connect_timeout` bounds connecting
+    and ``initialize`` (default 10 s); `call_timeout` each call (default 300 s; None: no bound).
+    """
+
+    name: str | None
+    prefix: str | None
+    tool_filter: ToolFilter | None
+    replay: Mapping[str, Literal["safe", "unsafe"]] | None
+    needs_approval: ApprovalRule
+    connect_timeout: float
+    call_timeout: float | None
+
+
 class Server:
-    """An MCP server whose tools a run offers the model; a `ToolSource` (`mcp_servers=[...]`).
+    """An MCP server whose tools a run offers the model; a `ToolSource` (`mcp_servers=[...]`). Its options:
+    `ServerOptions`.
 
     Open it with ``async with`` (connect, initialize, list the tools), or let each run that
     has it in `mcp_servers` open it for the run. Entering an open server only counts a user;
@@ -40,18 +61,14 @@ class Server:
     entered. `tools` gives its tools by the name the model calls them.
     """
 
-    def __init__(
-        self,
-        label: str,
-        *,
-        name: str | None,
-        prefix: str | None,
-        tool_filter: ToolFilter | None,
-        replay: Mapping[str, Literal["safe", "unsafe"]] | None,
-        needs_approval: ApprovalRule,
-        connect_timeout: float,
-        call_timeout: float | None,
-    ) -> None:
+    def __init__(self, label: str, **options: Unpack[ServerOptions]) -> None:
+        unknown = set(options) - set(ServerOptions.__annotations__)
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+        name, prefix, tool_filter = options.get("name"), options.get("prefix"), options.get("tool_filter")
+        replay, needs_approval = options.get("replay"), options.get("needs_approval", False)
+        connect_timeout = options.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+        call_timeout = options.get("call_timeout", DEFAULT_CALL_TIMEOUT)
         if prefix is not None and (not isinstance(prefix, str) or not prefix):
             raise ConfigurationError(f"an MCP server's prefix must be a non-empty str, got {prefix!r}")
         if name is not None and (not isinstance(name, str) or not name):
@@ -251,13 +268,7 @@ class StdioServer(Server):
         *,
         env: Mapping[str, str] | None = None,
         cwd: str | Path | None = None,
-        name: str | None = None,
-        prefix: str | None = None,
-        tool_filter: ToolFilter | None = None,
-        replay: Mapping[str, Literal["safe", "unsafe"]] | None = None,
-        needs_approval: ApprovalRule = False,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+        **options: Unpack[ServerOptions],
     ) -> None:
         if not isinstance(command, str) or not command:
             raise ConfigurationError(f"StdioServer needs a command (a non-empty str), got {command!r}")
@@ -267,9 +278,7 @@ class StdioServer(Server):
         self.args = list(args)
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
-        super().__init__(f"`{shlex.join([command, *self.args])}`", name=name, prefix=prefix,
-                         tool_filter=tool_filter, replay=replay, needs_approval=needs_approval,
-                         connect_timeout=connect_timeout, call_timeout=call_timeout)
+        super().__init__(f"`{shlex.join([command, *self.args])}`", **options)
 
     def _transport(self) -> Any:
         from mcp import StdioServerParameters, stdio_client
@@ -284,21 +293,13 @@ class HttpServer(Server):
         self,
         url: str,
         headers: Mapping[str, str] | None = None,
-        *,
-        name: str | None = None,
-        prefix: str | None = None,
-        tool_filter: ToolFilter | None = None,
-        replay: Mapping[str, Literal["safe", "unsafe"]] | None = None,
-        needs_approval: ApprovalRule = False,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+        **options: Unpack[ServerOptions],
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ConfigurationError(f"HttpServer needs an http:// or https:// url, got {url!r}")
         self.url = url
         self.headers = dict(headers or {})
-        super().__init__(url, name=name, prefix=prefix, tool_filter=tool_filter, replay=replay,
-                         needs_approval=needs_approval, connect_timeout=connect_timeout, call_timeout=call_timeout)
+        super().__init__(url, **options)
 
     @asynccontextmanager
     async def _transport(self) -> AsyncIterator[Any]:
