@@ -90,10 +90,24 @@ async def test_a_run_offers_the_servers_tools_and_keeps_every_kind_of_result(tmp
     assert processes_naming(str(ledger)) == []  # the run opened the server, and closed it
 
 
+async def test_concurrent_runs_share_one_connection_and_the_last_to_leave_closes_it(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    shared = server(ledger)
+
+    async def one(account: str) -> str:
+        model = ScriptedModel([reply("", call("charge", {"account": account, "amount": 1}, "c")), f"{account} done"])
+        return (await generate_text(model=model, messages=USER, mcp_servers=[shared])).text
+
+    assert await asyncio.gather(*(one(a) for a in "abc")) == ["a done", "b done", "c done"]
+    assert len(effects(ledger, "server-start")) == 1 and sorted(e["account"] for e in effects(ledger, "charge")) == [
+        "a", "b", "c"]
+    assert processes_naming(str(ledger)) == []
+
+
 @pytest.mark.parametrize("command, args, why", [
     ("no-such-mcp-command-4242", [], "command was not found"),
     ("sleep", ["4242"], "did not answer initialize within 1 s"),
-    (sys.executable, ["-c", "import sys; sys.exit(4242)"], "could not connect"),
+    (sys.executable, ["-c", "import sys; sys.exit(4242)"], "closed the connection (exited?) before answering"),
 ])
 async def test_a_server_that_cannot_start_fails_the_run_before_the_model_is_called(
         command: str, args: list[str], why: str) -> None:

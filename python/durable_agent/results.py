@@ -4,7 +4,10 @@ Stream parts are plain dicts with a ``type``:
 
 * ``step-start`` (``step_index``), ``text-delta`` (``text``),
 * ``tool-call`` (``tool_call_id``, ``tool_name``, ``input``),
-* ``tool-result`` (``tool_call_id``, ``tool_name``, ``output``, ``is_error``),
+* ``tool-result`` (``tool_call_id``, ``tool_name``, ``output``, ``is_error``, and ``attachments`` when the
+  tool returned images or files),
+* ``tool-progress`` (``tool_call_id``, ``tool_name``, ``progress``, ``total``, ``message``): an MCP tool's
+  progress while it runs (`durable_agent.mcp`; not stored, so a replayed call sends none),
 * ``tool-approval-request`` (the request's fields: ``approval_id``, ``tool_call_id``, ``tool_name``,
   ``input``, ``agent_path``, ``token``),
 * ``step-retry`` (``step_index``, ``attempt``, ``error``, ``delay_ms``): a model call failed and is tried

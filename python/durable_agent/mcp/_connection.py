@@ -105,17 +105,17 @@ class Connection:
                 raise
             self.broken = True
             raise MCPServerError(self.label, f"closed the connection during a call of tool {name!r}") from exc
-        except (OSError, EOFError) as exc:
+        except Exception as exc:
+            # a pipe or socket error, or anyio's closed or broken stream: the server is gone
+            if not isinstance(exc, OSError | EOFError) and not type(exc).__module__.startswith("anyio"):
+                raise
             self.broken = True
             raise _server_error(self.label, f"failed during a call of tool {name!r}", exc) from exc
-        except Exception as exc:
-            if type(exc).__module__.startswith("anyio"):  # a closed or broken stream: the server is gone
-                self.broken = True
-                raise _server_error(self.label, f"failed during a call of tool {name!r}", exc) from exc
-            raise
 
     async def close(self) -> None:
-        """End the session and its transport (the server process, for stdio); bounded, idempotent."""
+        """End the session and its transport (the server process, for stdio); bounded, idempotent. A caller
+        cancelled meanwhile leaves the owner task to finish the shutdown on its own (cancelling it could cut
+        the SDK's process cleanup short)."""
         self._closing.set()
         owner = self._owner
         if owner is None or owner.done():
@@ -126,9 +126,6 @@ class Connection:
             owner.cancel()
             logger.warning("MCP server %s did not close within %g s; its connection was cancelled",
                            self.label, CLOSE_TIMEOUT)
-        except asyncio.CancelledError:
-            owner.cancel()
-            raise
 
 
 async def _listed(session: ClientSession) -> AsyncIterator[types.Tool]:
@@ -153,12 +150,16 @@ def _leaf(exc: BaseException) -> BaseException:
 
 
 def _server_error(label: str, what: str, exc: BaseException) -> MCPServerError:
+    from mcp.types import CONNECTION_CLOSED
+
     leaf = _leaf(exc)
     if isinstance(leaf, MCPServerError):
         return leaf
     detail = str(leaf) or type(leaf).__name__
     if isinstance(leaf, FileNotFoundError):
         detail = f"the command was not found ({detail})"
+    elif getattr(leaf, "code", None) == CONNECTION_CLOSED:
+        detail = "it closed the connection (exited?) before answering"
     error = MCPServerError(label, f"{what}: {detail}")
     error.__cause__ = leaf
     return error
