@@ -104,6 +104,17 @@ async def test_concurrent_runs_share_one_connection_and_the_last_to_leave_closes
     assert processes_naming(str(ledger)) == []
 
 
+async def test_an_agent_used_as_a_context_manager_keeps_its_servers_open_across_runs(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    model = Recorder(reply("", call("balance", {"account": "a"}, "b1")), reply("one"),
+                     reply("", call("balance", {"account": "b"}, "b2")), reply("two"))
+    async with Agent(model=model.model, mcp_servers=[server(ledger)]) as agent:
+        assert (await agent.run("first")).text == "one" and (await agent.run("second")).text == "two"
+        assert processes_naming(str(ledger)) != []
+    assert len(effects(ledger, "server-start")) == 1 and len(effects(ledger, "read")) == 2
+    assert processes_naming(str(ledger)) == []
+
+
 @pytest.mark.parametrize("command, args, why", [
     ("no-such-mcp-command-4242", [], "command was not found"),
     ("sleep", ["4242"], "did not answer initialize within 1 s"),

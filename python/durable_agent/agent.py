@@ -17,6 +17,7 @@ Without `durable`, the agent keeps its history in memory and nothing survives th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from typing import Any, Protocol, Unpack
 
 from .checkpoint import ToolApprovalResponse
@@ -76,6 +77,24 @@ class Agent:
         RunOptions.build(model, {"tools": self.tools, **self._options})  # fail early on bad options
         self.history: list[Message] = [{"role": "system", "content": system}] if system else []
         self.session = DurableSession(durable, session_id) if durable is not None and session_id else None
+        self._servers_open: AsyncExitStack | None = None
+
+    async def __aenter__(self) -> Agent:
+        """Open the agent's `mcp_servers` for every run until the block ends (each run opens them otherwise)."""
+        stack = AsyncExitStack()
+        try:
+            for server in self._options.get("mcp_servers", ()):
+                await stack.enter_async_context(server)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._servers_open = stack
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        stack, self._servers_open = self._servers_open, None
+        if stack is not None:
+            await stack.aclose()
 
     @property
     def options(self) -> dict[str, Any]:
