@@ -71,7 +71,7 @@ async def test_a_run_offers_the_servers_tools_and_keeps_every_kind_of_result(tmp
                      reply("done"))
     local = Tool(execute=lambda _input: "local", description="a local tool")
     result = await generate_text(model=model.model, messages=USER, tools={"local": local},
-                                 mcp_servers=[server(ledger, prefix="bank", tool_filter=lambda t: t.name != "exit_now")])
+                                 mcp_servers=[server(ledger, prefix="bank", tool_filter=lambda t: t["name"] != "exit_now")])
 
     offered = model.offered()
     assert "local" in offered and "bank_exit_now" not in offered

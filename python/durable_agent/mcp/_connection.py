@@ -1,4 +1,4 @@
-"""One live MCP session, owned by a task of its own.
+"""One live MCP session on the official SDK, owned by a task of its own.
 
 The SDK's transports and `ClientSession` are anyio context managers: they must be entered and
 left by one task, in order. A run's loop is an async generator the caller drives, so the session
@@ -14,13 +14,23 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import MCPServerError
+from ._results import error_result, timed_out
 
 if TYPE_CHECKING:
     from mcp import ClientSession, types
-    from mcp.shared.dispatcher import ProgressFnT as Progress
+
+    from ._results import Wire
+
+
+
+class Progress(Protocol):
+    """Receives a call's progress notifications."""
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None: ...
+
 
 logger = logging.getLogger("durable_agent")
 
@@ -43,11 +53,11 @@ class Connection:
         self._owner: asyncio.Task[None] | None = None
         self.broken = False  # the server went away: the next run opens a new connection
 
-    async def open(self, timeout: float) -> list[types.Tool]:
+    async def open(self, timeout: float) -> list[dict[str, Any]]:
         """Connect, initialize and list the tools, within `timeout` seconds; `MCPServerError` otherwise.
 
         On failure the owner task is gone (and any process it started) before this raises."""
-        ready: asyncio.Future[list[types.Tool]] = asyncio.get_running_loop().create_future()
+        ready: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
         self._owner = asyncio.ensure_future(self._own(ready, timeout))
         try:
             return await asyncio.wait_for(asyncio.shield(ready), timeout + CLOSE_TIMEOUT)
@@ -58,7 +68,7 @@ class Connection:
             await self.close()
             raise
 
-    async def _own(self, ready: asyncio.Future[list[types.Tool]], timeout: float) -> None:
+    async def _own(self, ready: asyncio.Future[list[dict[str, Any]]], timeout: float) -> None:
         """The owner task. The deadline covers initialize and the listing only, inside the transport and
         session contexts, so on a timeout those unwind in order (the SDK's shielded, bounded shutdown)."""
         import anyio
@@ -71,7 +81,7 @@ class Connection:
                 try:
                     with anyio.fail_after(timeout):
                         await session.initialize()
-                        tools = [tool async for tool in _listed(session)]
+                        tools = [_wire(tool) async for tool in _listed(session)]
                 except TimeoutError:
                     raise MCPServerError(self.label, f"did not answer initialize within {timeout:g} s") from None
                 self._session = session
@@ -88,21 +98,24 @@ class Connection:
             self._session = None
 
     async def call(self, name: str, arguments: dict[str, Any], timeout: float | None,
-                   progress: Progress | None) -> types.CallToolResult:
-        """Call tool `name`. The server going away raises `MCPServerError`; an MCP error response (a
-        timeout among them: the SDK then sends the server ``notifications/cancelled``) raises `MCPError`."""
+                   progress: Progress | None) -> Wire:
+        """Call tool `name`: its result, as JSON. An MCP error response is an error result, and so is a
+        timeout (the SDK then sends the server ``notifications/cancelled``); the server going away raises
+        `MCPServerError`."""
         from mcp import MCPError
-        from mcp.types import CONNECTION_CLOSED
+        from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
         session = self._session
         if session is None:
             self.broken = True
             raise MCPServerError(self.label, f"is not connected (tool {name!r} was not called)")
         try:
-            return await session.call_tool(name, arguments, read_timeout_seconds=timeout, progress_callback=progress)
+            result = await session.call_tool(name, arguments, read_timeout_seconds=timeout, progress_callback=progress)
         except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT and timeout is not None:
+                return timed_out(name, timeout)
             if exc.code != CONNECTION_CLOSED:
-                raise
+                return error_result(f"MCP error {exc.code}: {exc.message}")
             self.broken = True
             raise MCPServerError(self.label, f"closed the connection during a call of tool {name!r}") from exc
         except Exception as exc:
@@ -111,6 +124,7 @@ class Connection:
                 raise
             self.broken = True
             raise _server_error(self.label, f"failed during a call of tool {name!r}", exc) from exc
+        return _wire(result)
 
     async def close(self) -> None:
         """End the session and its transport (the server process, for stdio); bounded, idempotent. A caller
@@ -140,6 +154,12 @@ async def _listed(session: ClientSession) -> AsyncIterator[types.Tool]:
         cursor = page.next_cursor
         if not cursor:
             return
+
+
+def _wire(model: Any) -> dict[str, Any]:
+    """An SDK model as its JSON form (camelCase keys), what `_results` reads."""
+    wire: dict[str, Any] = model.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return wire
 
 
 def _leaf(exc: BaseException) -> BaseException:

@@ -12,43 +12,55 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..tools import ToolResult
 
 if TYPE_CHECKING:
-    from mcp import types
-
     from ..messages import FilePart, ImagePart
 
+Wire = Mapping[str, Any]
+"""An MCP message part as JSON (camelCase keys), whichever client carried it."""
 
-def tool_result(result: types.CallToolResult) -> ToolResult:
-    """What the model is given for `result` (see the module docs)."""
-    from mcp import types
 
+def tool_result(result: Wire) -> ToolResult:
+    """What the model is given for a ``tools/call`` result (see the module docs)."""
     texts: list[str] = []
     attachments: list[ImagePart | FilePart] = []
-    for block in result.content:
-        if isinstance(block, types.TextContent):
-            texts.append(block.text)
-        elif isinstance(block, types.ImageContent):
-            attachments.append({"type": "image", "data": _bytes(block.data), "media_type": block.mime_type})
-        elif isinstance(block, types.AudioContent):
-            attachments.append({"type": "file", "data": _bytes(block.data), "media_type": block.mime_type})
-        elif isinstance(block, types.EmbeddedResource):
-            resource = block.resource
-            if isinstance(resource, types.TextResourceContents):
-                texts.append(resource.text)
+    for block in result.get("content") or ():
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(block["text"])
+        elif kind == "image":
+            attachments.append({"type": "image", "data": _bytes(block["data"]), "media_type": block["mimeType"]})
+        elif kind == "audio":
+            attachments.append({"type": "file", "data": _bytes(block["data"]), "media_type": block["mimeType"]})
+        elif kind == "resource":
+            resource = block["resource"]
+            if "text" in resource:
+                texts.append(resource["text"])
             else:
-                attachments.append({"type": "file", "data": _bytes(resource.blob),
-                                    "media_type": resource.mime_type or "application/octet-stream",
-                                    "filename": str(resource.uri)})
-        elif isinstance(block, types.ResourceLink):
-            texts.append(f"[resource: {block.name} {block.uri}]")
+                attachments.append({"type": "file", "data": _bytes(resource["blob"]),
+                                    "media_type": resource.get("mimeType") or "application/octet-stream",
+                                    "filename": str(resource["uri"])})
+        elif kind == "resource_link":
+            texts.append(f"[resource: {block.get('name', '')} {block['uri']}]")
     output: Any = "\n\n".join(texts)
-    if result.structured_content is not None:
-        output = result.structured_content
-    return ToolResult(output, is_error=result.is_error, attachments=tuple(attachments))
+    if result.get("structuredContent") is not None:
+        output = result["structuredContent"]
+    return ToolResult(output, is_error=bool(result.get("isError")), attachments=tuple(attachments))
+
+
+def error_result(text: str) -> dict[str, Any]:
+    """A ``tools/call`` result with ``isError: true`` saying `text`: how a client reports a failed call."""
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def timed_out(name: str, seconds: float) -> dict[str, Any]:
+    """The result of a call a client gave up on after `seconds` (and sent ``notifications/cancelled``)."""
+    return error_result(f"The MCP tool {name!r} did not finish within {seconds:g} s and was cancelled; its effect "
+                        "may or may not have happened.")
 
 
 def _bytes(data: str) -> bytes:

@@ -17,15 +17,15 @@ from ._connection import Connection
 from ._results import tool_result
 
 if TYPE_CHECKING:
-    from mcp import types
-    from mcp.shared.dispatcher import ProgressFnT
+    from ._connection import Progress
 
 ApprovalRule = bool | Collection[str] | Callable[[str, Any], "bool | Awaitable[bool]"]
 """Which calls need approval: all or none, the server's names of the tools that do, or a function of
 (the server's tool name, the call's input)."""
 
-ToolFilter = Collection[str] | Callable[["types.Tool"], bool]
-"""Which tools the model is offered: the server's names of those, or a function of the SDK's `Tool`."""
+ToolFilter = Collection[str] | Callable[[Mapping[str, Any]], bool]
+"""Which tools the model is offered: the server's names of those, or a function of a tool as the server
+lists it (JSON: ``name``, ``description``, ``inputSchema``, ``annotations``, ...)."""
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_CALL_TIMEOUT = 300.0
@@ -92,7 +92,7 @@ class Server:
         self.connect_timeout = float(connect_timeout)
         self.call_timeout = None if call_timeout is None else float(call_timeout)
         self._connection: Connection | None = None
-        self._listed: list[types.Tool] = []
+        self._listed: list[dict[str, Any]] = []
         self._users = 0
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
@@ -152,11 +152,11 @@ class Server:
             raise MCPServerError(self._label, "is not open (enter it with `async with`, or pass it in mcp_servers=)")
         return [
             {
-                "name": f"{self.prefix}_{tool.name}" if self.prefix else tool.name,
-                "tool": tool.name,
-                "description": tool.description or "",
-                "parameters": tool.input_schema,
-                "read_only": bool(tool.annotations is not None and tool.annotations.read_only_hint),
+                "name": f"{self.prefix}_{tool['name']}" if self.prefix else tool["name"],
+                "tool": tool["name"],
+                "description": tool.get("description") or "",
+                "parameters": tool.get("inputSchema") or {"type": "object"},
+                "read_only": (tool.get("annotations") or {}).get("readOnlyHint") is True,
             }
             for tool in self._listed
             if self._offers(tool)
@@ -164,7 +164,7 @@ class Server:
 
     def bind(self, listing: Sequence[Mapping[str, Any]]) -> dict[str, Tool]:
         """Tools for the entries of `listing`; a tool the server no longer lists answers with an error result."""
-        live = {tool.name for tool in self._listed}
+        live = {tool["name"] for tool in self._listed}
         tools: dict[str, Tool] = {}
         for entry in listing:
             key = (json.dumps(entry, sort_keys=True, default=str), entry["tool"] in live)
@@ -174,12 +174,12 @@ class Server:
             tools[entry["name"]] = tool
         return tools
 
-    def _offers(self, tool: types.Tool) -> bool:
+    def _offers(self, tool: Mapping[str, Any]) -> bool:
         if self.tool_filter is None:
             return True
         if callable(self.tool_filter):
             return bool(self.tool_filter(tool))
-        return tool.name in self.tool_filter
+        return tool["name"] in self.tool_filter
 
     def _tool(self, entry: Mapping[str, Any], *, live: bool) -> Tool:
         name: str = entry["tool"]
@@ -217,26 +217,16 @@ class Server:
 
         A timeout (`call_timeout`) cancels the call on the server and is an error result; so is an
         MCP error response. The server going away raises `MCPServerError`."""
-        from mcp import MCPError
-        from mcp.types import REQUEST_TIMEOUT
-
         connection = self._connection
         if connection is None:
             raise MCPServerError(self._label, "is not open (enter it with `async with`, or pass it in mcp_servers=)")
         if not isinstance(arguments, dict):
             return ToolResult(f"The input of an MCP tool must be an object, not {type(arguments).__name__}.",
                               is_error=True)
-        try:
-            result = await connection.call(name, arguments, self.call_timeout, _progress_of_current_call())
-        except MCPError as exc:
-            if exc.code == REQUEST_TIMEOUT:
-                return ToolResult(f"The MCP tool {name!r} did not finish within {self.call_timeout:g} s and was "
-                                  "cancelled; its effect may or may not have happened.", is_error=True)
-            return ToolResult(f"MCP error {exc.code}: {exc.message}", is_error=True)
-        return tool_result(result)
+        return tool_result(await connection.call(name, arguments, self.call_timeout, _progress_of_current_call()))
 
 
-def _progress_of_current_call() -> ProgressFnT | None:
+def _progress_of_current_call() -> Progress | None:
     """Forwards the server's progress notifications to the run's stream, when someone listens."""
     context = current_tool_call()
     if context is None or context.progress_sink is None:
