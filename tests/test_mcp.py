@@ -262,31 +262,78 @@ async def test_a_resumed_run_offers_the_recorded_listing_and_a_vanished_tool_is_
     assert len(effects(ledger, "charge")) == 1
 
 
-async def test_streamable_http_server_under_uvicorn(tmp_path: Path) -> None:
+def http_transport(client: str) -> Any:
+    """None: the SDK's client; else durable-agent's own client over the package's stdlib transport (what
+    runs under Pyodide, over fetch)."""
+    from durable_agent._transport import StdlibTransport
+
+    return None if client == "sdk" else StdlibTransport()
+
+
+@pytest.mark.parametrize("client", ["sdk", "plain"])
+async def test_streamable_http_server_under_uvicorn(tmp_path: Path, client: str) -> None:
     ledger = tmp_path / "ledger.jsonl"
     model = Recorder(reply("", call("web_balance", {"account": "h"}, "b"), call("web_slow", {"seconds": 0.2}, "s"),
-                           call("web_charge", {"account": "h", "amount": 2}, "c")), reply("done"))
+                           call("web_charge", {"account": "h", "amount": 2}, "c"),
+                           call("web_refuse", {"reason": "no"}, "r"), call("web_snapshot", {}, "p")), reply("done"))
     with http_server(ledger) as url:
-        mcp = HttpServer(url, headers={"X-Test": "1"}, prefix="web", connect_timeout=60)
+        mcp = HttpServer(url, headers={"X-Test": "1"}, prefix="web", connect_timeout=60,
+                         transport=http_transport(client))
         stream = stream_chat(model=model.model, messages=USER, mcp_servers=[mcp])
         parts = [part async for part in stream.full_stream]
         result = await stream.result()
     got = results_of(result.messages)
     assert got["b"]["output"] == {"result": "h: 100"} and got["c"]["output"] == {"result": "charged 2 to h"}
+    assert got["r"]["is_error"] and "refused: no" in got["r"]["output"]
+    assert got["p"]["attachments"][0]["data"].startswith(b"\x89PNG")
     assert [p["progress"] for p in parts if p["type"] == "tool-progress"] == [1, 2]
     assert [e["amount"] for e in effects(ledger, "charge")] == [2]
     assert len([e for e in ledger_entries(ledger) if e["event"] == "server-start"]) == 1
 
 
-async def test_an_http_server_that_is_not_there_is_a_typed_error() -> None:
+@pytest.mark.parametrize("client", ["sdk", "plain"])
+async def test_an_http_server_that_is_not_there_is_a_typed_error(client: str) -> None:
     from mcp_kit import free_port
 
     url = f"http://127.0.0.1:{free_port()}/mcp"
     model = Recorder(reply("never"))
     with pytest.raises(MCPServerError, match=url.replace(".", r"\.")):
-        await asyncio.wait_for(generate_text(model=model.model, messages=USER,
-                                             mcp_servers=[HttpServer(url, connect_timeout=2)]), 60)
+        await asyncio.wait_for(generate_text(model=model.model, messages=USER, mcp_servers=[
+            HttpServer(url, connect_timeout=2, transport=http_transport(client))]), 60)
     assert model.requests == []
+
+
+def test_http_servers_work_without_the_sdk_over_the_package_transport(tmp_path: Path) -> None:
+    """What runs under Pyodide: `python -S` has no site-packages (no mcp, no httpx), only the standard library."""
+    import subprocess
+
+    import durable_agent
+
+    probe = (
+        "import asyncio, sys\n"
+        "from durable_agent.mcp import HttpServer\n"
+        "async def main(url):\n"
+        "    async with HttpServer(url, connect_timeout=60) as server:\n"
+        "        print((await server.call('balance', {'account': 'p'})).output)\n"
+        "    assert not [m for m in sys.modules if m.split('.')[0] in ('mcp', 'httpx', 'httpx2', 'anyio')]\n"
+        "asyncio.run(main(sys.argv[1]))\n"
+    )
+    with http_server(tmp_path / "ledger.jsonl") as url:
+        done = subprocess.run([sys.executable, "-S", "-c", probe, url], capture_output=True, text=True, timeout=120,
+                              env={"PYTHONPATH": str(Path(durable_agent.__file__).parent.parent)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "{'result': 'p: 100'}"
+
+
+async def test_the_plain_http_client_cancels_a_call_past_its_timeout_on_the_server(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    model = Recorder(reply("", call("slow", {"seconds": 30}, "s")), reply("done"))
+    with http_server(ledger) as url:
+        mcp = HttpServer(url, call_timeout=0.5, connect_timeout=60, transport=http_transport("plain"))
+        result = await generate_text(model=model.model, messages=USER, mcp_servers=[mcp])
+        assert wait_until(lambda: effects(ledger, "cancelled"))  # notifications/cancelled reached the server
+    got = results_of(result.messages)["s"]
+    assert got["is_error"] and "did not finish within 0.5 s and was cancelled" in got["output"]
 
 
 def test_the_readme_mcp_example_runs(tmp_path: Path) -> None:

@@ -30,6 +30,8 @@ step of the run like a local tool's:
   so resuming it (which reconnects) reports an unsafe call interrupted and re-runs a safe one.
 
 Nothing here is imported by ``import durable_agent``; the SDK is imported when a server is used.
+Without the SDK (Pyodide, Workers), `HttpServer` uses the package's own streamable-HTTP client over
+its HTTP transport (`_plain_http`: fetch there); `StdioServer` needs the SDK.
 """
 
 from __future__ import annotations

@@ -41,6 +41,20 @@ CLOSE_TIMEOUT = 8.0
 """How long `close()` waits for the owner task (the SDK bounds the stdio shutdown to about 4 s)."""
 
 
+class ServerConnection(Protocol):
+    """What a `Server` needs of a connection: this module's SDK session, or `_plain_http`'s."""
+
+    label: str
+    broken: bool
+
+    async def open(self, timeout: float) -> list[dict[str, Any]]: ...
+
+    async def call(self, name: str, arguments: dict[str, Any], timeout: float | None,
+                   progress: Progress | None) -> Wire: ...
+
+    async def close(self) -> None: ...
+
+
 class Connection:
     """An MCP session over `transport`, named `label` in errors. `open()` once, `call` any number of times,
     `close()` once."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
@@ -13,10 +14,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack
 from ..errors import ConfigurationError, MCPServerError
 from ..tool_calls import current_tool_call
 from ..tools import Tool, ToolResult
-from ._connection import Connection
+from ._connection import Connection, ServerConnection
 from ._results import tool_result
 
 if TYPE_CHECKING:
+    from .._transport import HttpTransport
     from ._connection import Progress
 
 ApprovalRule = bool | Collection[str] | Callable[[str, Any], "bool | Awaitable[bool]"]
@@ -91,7 +93,7 @@ class Server:
         self.needs_approval = needs_approval
         self.connect_timeout = float(connect_timeout)
         self.call_timeout = None if call_timeout is None else float(call_timeout)
-        self._connection: Connection | None = None
+        self._connection: ServerConnection | None = None
         self._listed: list[dict[str, Any]] = []
         self._users = 0
         self._lock: asyncio.Lock | None = None
@@ -106,7 +108,8 @@ class Server:
         """Names this server in a run's recorded tool listing: its `name=`, else its prefix, else its command or URL."""
         return self._name
 
-    def _transport(self) -> Any:
+    def _connect(self) -> ServerConnection:
+        """A new, unopened connection to the server."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ lifecycle
@@ -117,7 +120,7 @@ class Server:
                 if self._connection is not None:
                     await self._connection.close()
                     self._connection = None
-                connection = Connection(self._label, self._transport)
+                connection = self._connect()
                 self._listed = await connection.open(self.connect_timeout)
                 self._connection = connection
             self._users += 1
@@ -270,29 +273,48 @@ class StdioServer(Server):
         self.cwd = cwd
         super().__init__(f"`{shlex.join([command, *self.args])}`", **options)
 
-    def _transport(self) -> Any:
+    def _connect(self) -> ServerConnection:
         from mcp import StdioServerParameters, stdio_client
 
-        return stdio_client(StdioServerParameters(command=self.command, args=self.args, env=self.env, cwd=self.cwd))
+        parameters = StdioServerParameters(command=self.command, args=self.args, env=self.env, cwd=self.cwd)
+        return Connection(self._label, lambda: stdio_client(parameters))
 
 
 class HttpServer(Server):
-    """An MCP server at `url`, spoken to over streamable HTTP, with `headers` on every request."""
+    """An MCP server at `url`, spoken to over streamable HTTP, with `headers` on every request.
+
+    `transport`: None uses the SDK's client when the `mcp` SDK is installed, else (under Pyodide, in a
+    Worker) durable-agent's own client over the package's HTTP transport (`_plain_http`: fetch there);
+    an `HttpTransport` (``durable_agent._transport``) always uses the own client, over it.
+    """
 
     def __init__(
         self,
         url: str,
         headers: Mapping[str, str] | None = None,
+        *,
+        transport: HttpTransport | None = None,
         **options: Unpack[ServerOptions],
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ConfigurationError(f"HttpServer needs an http:// or https:// url, got {url!r}")
+        if transport is not None and not callable(getattr(transport, "handle_async_request", None)):
+            raise ConfigurationError("transport must be an HttpTransport (with handle_async_request)")
         self.url = url
         self.headers = dict(headers or {})
+        self.transport = transport
         super().__init__(url, **options)
 
+    def _connect(self) -> ServerConnection:
+        if self.transport is None and importlib.util.find_spec("mcp") is not None:
+            return Connection(self._label, self._sdk_transport)
+        from .._transport import default_transport
+        from ._plain_http import PlainHttpConnection
+
+        return PlainHttpConnection(self._label, self.url, self.headers, self.transport or default_transport())
+
     @asynccontextmanager
-    async def _transport(self) -> AsyncIterator[Any]:
+    async def _sdk_transport(self) -> AsyncIterator[Any]:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
