@@ -345,3 +345,22 @@ def test_the_readme_mcp_example_runs(tmp_path: Path) -> None:
     assert done.stdout.splitlines() == ["needs approval: fs_write_file summary.txt",
                                         "summary.txt now lists the 2 notes. | 2 notes: milk, bread."]
     assert processes_naming(str(tmp_path)) == []
+
+
+def test_the_plain_http_client_runs_inside_pyodide(tmp_path: Path) -> None:
+    """The Pyodide claim, checked: the run above inside Pyodide in Node (fetch, no SDK), against uvicorn."""
+    import json
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    if shutil.which("node") is None or not (root / "pyodide" / "node_modules" / "pyodide-314").exists():
+        pytest.fail("needs Node.js and Pyodide: run (cd pyodide && npm ci), as scripts/test-pyodide does")
+    with http_server(tmp_path / "ledger.jsonl") as url:
+        done = subprocess.run(["node", str(root / "tests" / "mcp_pyodide.mjs"), url], capture_output=True, text=True,
+                              timeout=300)
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome == {"platform": "emscripten", "sdk_loaded": False, "text": "done", "balance": {"result": "w: 100"},
+                       "refused": [True, "Error executing tool refuse: refused: no"], "image": "89504e47",
+                       "progress": [1, 2]}
