@@ -326,6 +326,8 @@ class AgentLoop:
         self.trace.end_step()
         self._next_index = step_index + 1
 
+    # -------------------------------------------------------------- decisions
+
     # -------------------------------------------------------------- execution
 
     async def _execute(self, calls: list[ToolCall], step_index: int, ran: list[ToolPhase]) -> AsyncIterator[Part]:
@@ -336,6 +338,7 @@ class AgentLoop:
             return
         reported: asyncio.Queue[Part] = asyncio.Queue()
         phase = asyncio.ensure_future(self._runner.execute(calls, step_index, reported.put_nowait))
+        next_part: asyncio.Future[Part] | None = None
         try:
             while not phase.done():
                 next_part = asyncio.ensure_future(reported.get())
@@ -343,11 +346,13 @@ class AgentLoop:
                 if next_part.done():
                     yield next_part.result()
                 else:
-                    next_part.cancel()
+                    next_part.cancel()  # before it takes a part: the drain below gets them all
             while not reported.empty():
                 yield reported.get_nowait()
             ran.append(phase.result())
         finally:
+            if next_part is not None:
+                next_part.cancel()
             if not phase.done():  # the consumer left mid-phase: the calls stop with it
                 phase.cancel()
                 await asyncio.gather(phase, return_exceptions=True)
