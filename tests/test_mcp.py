@@ -354,8 +354,11 @@ def test_the_plain_http_client_runs_inside_pyodide(tmp_path: Path) -> None:
     import subprocess
 
     root = Path(__file__).resolve().parent.parent
-    if shutil.which("node") is None or not (root / "pyodide" / "node_modules" / "pyodide-314").exists():
-        pytest.fail("needs Node.js and Pyodide: run (cd pyodide && npm ci), as scripts/test-pyodide does")
+    if shutil.which("node") is None:
+        pytest.fail("needs Node.js (and Pyodide: `npm ci` in pyodide/, as scripts/test-pyodide does)")
+    if not (root / "pyodide" / "node_modules" / "pyodide-314" / "package.json").exists():  # as test_pyodide_runner
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=root / "pyodide",
+                       check=True, timeout=600)
     with http_server(tmp_path / "ledger.jsonl") as url:
         done = subprocess.run(["node", str(root / "tests" / "mcp_pyodide.mjs"), url], capture_output=True, text=True,
                               timeout=300)
