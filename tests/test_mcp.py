@@ -228,6 +228,8 @@ async def test_read_only_tools_are_safe_unless_the_user_says_otherwise_and_names
         StdioServer("python", timeout=5)  # type: ignore[call-arg]
     with pytest.raises(ConfigurationError, match="prefix"):
         StdioServer("python", prefix="")
+    with pytest.raises(ConfigurationError, match="replay maps"):
+        StdioServer("python", replay=["charge"])  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="call_timeout"):
         HttpServer("http://127.0.0.1:9/mcp", call_timeout=0)
     with pytest.raises(ConfigurationError, match="distinct names"):

@@ -79,7 +79,8 @@ class Server:
             raise ConfigurationError("tool_filter must be a collection of tool names or a function of a tool")
         if not (isinstance(needs_approval, bool) or callable(needs_approval) or _is_names(needs_approval)):
             raise ConfigurationError("needs_approval must be a bool, a collection of tool names or a function")
-        if any(policy not in ("safe", "unsafe") for policy in (replay or {}).values()):
+        if replay is not None and (not isinstance(replay, Mapping)
+                                   or any(policy not in ("safe", "unsafe") for policy in replay.values())):
             raise ConfigurationError("replay maps tool names to 'safe' or 'unsafe'")
         for what, seconds in (("connect_timeout", connect_timeout), ("call_timeout", call_timeout)):
             if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)
