@@ -394,17 +394,23 @@ async def test_a_tool_result_whose_checkpoint_commit_failed_rides_on_the_next_wr
 
 async def test_a_leg_ends_even_when_a_lease_renewal_swallows_its_cancellation() -> None:
     """A connection pool's wait on Python 3.11 (`asyncio.wait_for`) can drop a cancellation that arrives
-    as the wait ends; a renewer that relied on being cancelled renewed forever and its leg never ended."""
+    as the wait ends; a renewer that relied on being cancelled renewed forever and its leg never ended.
+
+    The renewer's first renewal is still waiting when the leg ends (the tool returns only once it
+    started), so the leg's cancellation always lands inside it, never between two renewals."""
     runtime = MemoryRuntime()
     renew = runtime.lease.renew
     swallowed: list[bool] = []
     test_over: list[bool] = []
+    renewing = asyncio.Event()
 
     async def renew_dropping_cancellation(session_id: str, epoch: int) -> bool:
-        try:
-            await asyncio.sleep(0.02)
-        except asyncio.CancelledError:
-            swallowed.append(True)  # what the pool's wait did: the renewal goes on as if nothing happened
+        if not renewing.is_set():
+            renewing.set()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                swallowed.append(True)  # what the pool's wait did: the renewal goes on as if nothing happened
         if test_over:
             return False  # a lost lease ends any renewer still running, so a failing test ends too
         return await renew(session_id, epoch)
@@ -412,11 +418,12 @@ async def test_a_leg_ends_even_when_a_lease_renewal_swallows_its_cancellation() 
     runtime.lease.renew = renew_dropping_cancellation  # type: ignore[method-assign]
 
     async def slow(args: Any) -> str:
-        await asyncio.sleep(0.05)
+        await renewing.wait()
         return "ok"
 
+    # A renewal every 1 s; a step trusts the lease for 1.5 s after the claim, so no step renews it itself.
     agent = Agent(model=ScriptedModel([reply("", call("slow", {})), "done"]), tools={"slow": Tool(execute=slow)},
-                  durable=DurableOptions(runtime, stale_after_ms=3), session_id="chat-1")  # a renewal every 1 ms
+                  durable=DurableOptions(runtime, stale_after_ms=3000), session_id="chat-1")
     run = asyncio.ensure_future(agent.run("go"))
     await asyncio.wait({run}, timeout=5)
     ended = run.done()
