@@ -268,6 +268,7 @@ FAILURES: list[tuple[str, str, str, int | None, bool, int | None, bool, str | No
     ("openai_chat", "context_length", "context_length", 400, False, None, True, "context_length_exceeded"),
     ("openai_chat", "context_length_vllm", "context_length", 400, False, None, True, "400"),
     ("openai_chat", "cut", "stream_cut", None, True, None, False, None),
+    ("openai_chat", "ended_before_usage", "stream_cut", None, True, None, False, None),
     ("openai_chat", "malformed", "malformed_chunk", None, True, None, False, None),
     ("openai_chat", "stream_error", "server_error", None, True, None, False, "server_error"),
     ("anthropic", "overloaded", "overloaded", 529, True, None, False, "overloaded_error"),

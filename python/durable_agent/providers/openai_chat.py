@@ -8,7 +8,9 @@ Requests are ``POST {base_url}/chat/completions`` with ``stream: true`` and
 ``stream_options.include_usage`` (usage arrives in a last chunk with no choices). Tool calls
 stream as fragments keyed by ``index`` (the id and name in the first, the JSON arguments
 spread over the rest); they are emitted whole when the stream ends. The stream ends with
-``data: [DONE]``; a body that ends without it (and without a finish reason) was cut.
+``data: [DONE]``. A body that ends without it was cut (a retryable ``stream_cut``) unless it
+already carried the finish reason and, when usage was asked for, the usage chunk: a stream
+that stops between the two would otherwise count as a success that cost nothing.
 Reasoning text that some compatible servers stream (``reasoning_content``, ``reasoning``)
 becomes a ``reasoning`` event; Chat Completions takes no reasoning back, so it is not sent.
 Chat tool messages cannot carry images: a tool result's attachments follow the tool
@@ -247,7 +249,7 @@ class OpenAIChatModel(HttpModel):
     async def parse(self, events: AsyncIterator[SSEEvent]) -> AsyncIterator[ModelEvent]:
         calls: dict[int, list[str]] = {}  # index → [id, name, arguments]
         reasoning: list[str] = []
-        usage = Usage()
+        usage: Usage | None = None
         finish: str | None = None
         response: Mapping[str, Any] = {}  # a chunk naming the completion's id and model
         done = False
@@ -280,8 +282,9 @@ class OpenAIChatModel(HttpModel):
                     slot[2] += function.get("arguments") or ""
                 if choice.get("finish_reason"):
                     finish = choice["finish_reason"]
-        if not done and finish is None:
-            raise transport_error(self.provider, "stream_cut", "the stream ended before [DONE]")
+        if not done and (finish is None or (self.include_usage and usage is None)):
+            raise transport_error(self.provider, "stream_cut", "the stream ended before [DONE]"
+                                  + (" (after the finish reason, before the usage chunk)" if finish else ""))
         if reasoning:
             yield {"type": "reasoning", "text": "".join(reasoning), "provider": self.provider, "metadata": {}}
         for index in sorted(calls):
@@ -290,4 +293,4 @@ class OpenAIChatModel(HttpModel):
                    "input": parse_arguments(arguments)}
         reason: ModelFinishReason = "tool-calls" if calls else FINISH_REASONS.get(finish or "stop", "stop")
         yield response_metadata(response)
-        yield {"type": "finish", "finish_reason": reason, "usage": usage}
+        yield {"type": "finish", "finish_reason": reason, "usage": usage or Usage()}
