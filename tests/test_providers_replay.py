@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from durable_agent import ModelCallError, ModelRequest, ToolSpec, Usage
+from durable_agent import ConfigurationError, ModelCallError, ModelRequest, ToolSpec, Usage
 from durable_agent.providers import AnthropicModel, ModelSettings, OpenAIChatModel, OpenAIResponsesModel
 from replay import ReplayTransport, load
 
@@ -110,6 +110,22 @@ def test_azure_url_shape_api_version_and_api_key_header() -> None:
     assert request.url == ("https://acme.openai.azure.com/openai/deployments/gpt4o-prod/chat/completions"
                            "?api-version=2024-10-21")
     assert request.headers["api-key"] == "az-key" and "authorization" not in request.headers
+
+
+def test_azure_needs_a_key_or_an_authorization_header_when_it_is_built(monkeypatch: Any) -> None:
+    monkeypatch.delenv("AZURE_OPENAI_API_KEY", raising=False)
+    with pytest.raises(ConfigurationError, match="AZURE_OPENAI_API_KEY"):
+        OpenAIChatModel.azure("gpt4o-prod", endpoint="https://acme.openai.azure.com")
+    with pytest.raises(ConfigurationError, match="AZURE_OPENAI_API_KEY"):
+        OpenAIChatModel.azure("gpt4o-prod", endpoint="https://acme.openai.azure.com", api_key="")
+    monkeypatch.setenv("AZURE_OPENAI_API_KEY", "az-env")
+    assert OpenAIChatModel.azure("d", endpoint="https://acme.openai.azure.com").http_request(ASK).headers[
+        "api-key"] == "az-env"
+    monkeypatch.delenv("AZURE_OPENAI_API_KEY")
+    entra = OpenAIChatModel.azure("d", endpoint="https://acme.openai.azure.com",
+                                  headers={"Authorization": "Bearer entra-token"})  # a Microsoft Entra ID token
+    headers = entra.http_request(ASK).headers
+    assert headers["Authorization"] == "Bearer entra-token" and "api-key" not in headers
 
 
 def test_the_api_key_is_read_from_the_environment_when_the_model_is_built(monkeypatch: Any) -> None:

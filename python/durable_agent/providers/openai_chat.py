@@ -198,11 +198,15 @@ class OpenAIChatModel(HttpModel):
     ) -> OpenAIChatModel:
         """Azure OpenAI: ``{endpoint}/openai/deployments/{deployment}/chat/completions?api-version=...``
         with an ``api-key`` header. `endpoint` and `api_key` default to ``AZURE_OPENAI_ENDPOINT`` and
-        ``AZURE_OPENAI_API_KEY``."""
+        ``AZURE_OPENAI_API_KEY``. Without a key it refuses to be built, unless `headers` carry an
+        ``Authorization`` (a Microsoft Entra ID bearer token)."""
         endpoint = endpoint or os.environ.get("AZURE_OPENAI_ENDPOINT")
         if not endpoint:
             raise ConfigurationError("OpenAIChatModel.azure needs endpoint= or AZURE_OPENAI_ENDPOINT")
         key = api_key if api_key is not None else os.environ.get("AZURE_OPENAI_API_KEY", "")
+        if not key and not any(name.lower() == "authorization" for name in options.get("headers") or {}):
+            raise ConfigurationError("OpenAIChatModel.azure needs an API key: pass api_key= or set "
+                                     "AZURE_OPENAI_API_KEY (or an Entra ID token as headers={'Authorization': ...})")
         return cls(deployment, base_url=f"{endpoint.rstrip('/')}/openai/deployments/{deployment}", api_key=key,
                    query={"api-version": api_version}, api_key_header="api-key",
                    max_tokens_field=options.pop("max_tokens_field", "max_completion_tokens"), **options)
