@@ -154,3 +154,21 @@ def test_healing_takes_the_answer_of_whichever_attempt_finished() -> None:
                StepRecord("s", "r", step_key("r", 1, MODEL_CALL, 1), "model", "safe", "done", None, answer)]
     healed = healed_history(checkpoint, records)
     assert healed is not None and healed[-1]["content"] == [{"type": "text", "text": "from attempt 1"}]
+
+
+async def test_an_injected_sleep_takes_the_backoff_wait_so_a_429_test_does_not_wait_in_real_time() -> None:
+    """A 429 asking for 19.5 s, over a real adapter: the policy's `sleep` gets the wait, nothing waits."""
+    from durable_agent.providers import OpenAIChatModel
+    from replay import ReplayTransport
+
+    waits: list[int] = []
+
+    async def sleep(ms: int) -> None:
+        waits.append(ms)
+
+    transport = ReplayTransport(["openai_chat/rate_limited", "openai_chat/text"])
+    model = OpenAIChatModel("m", base_url="https://llm.test/v1", api_key="k", transport=transport)
+    result = await generate_text(model=model, messages=[{"role": "user", "content": "hi"}],
+                                 retry=RetryPolicy(sleep=sleep))
+    assert result.text.endswith("both invoices are ready.") and waits == [19_500] and len(transport.requests) == 2
+    assert RetryPolicy(sleep=sleep) == RetryPolicy()  # how it waits is not what the policy decides

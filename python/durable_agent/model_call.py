@@ -178,7 +178,9 @@ class ModelCaller:
         """Wait until `retry_at` (ms on the run's clock): the rest of a wait a crash interrupted, on resume."""
         wait = max(0, retry_at - self.options.clock())
         scope = self.options.scope
-        if scope is not None:
+        if self.options.retry.sleep is not None:
+            await self.options.retry.sleep(wait)
+        elif scope is not None:
             await scope.sleep(wait, self.options.signal)
         elif wait:
             await asyncio.sleep(wait / 1000)

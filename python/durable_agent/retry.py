@@ -13,19 +13,24 @@ carries one: the wait is then at least what the provider asked for. The rules, i
 
 `delay_ms` reads only its arguments (the random source is passed in), so a durable runtime can
 store the decision and a replayed run decides the same way.
+
+`sleep`, when set, takes the wait instead of the event loop (or a durable runtime's timer): it
+is awaited with the wait in milliseconds. A test of 429 handling passes one that records the
+wait and returns at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from .errors import ConfigurationError
 
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Retries of a failed model call. `attempts` counts every attempt, the first one included."""
+    """Retries of a failed model call. `attempts` counts every attempt, the first one included.
+    Times are milliseconds; `sleep(ms)` replaces the wait itself (see the module docstring)."""
 
     attempts: int = 4
     initial_delay_ms: int = 500
@@ -34,6 +39,7 @@ class RetryPolicy:
     jitter: bool = True
     honour_retry_after: bool = True
     max_retry_after_ms: int = 120_000
+    sleep: Callable[[int], Awaitable[object]] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
