@@ -11,7 +11,8 @@ starting with ``x-replay-`` direct the replay and are never sent:
 
 The body is sent in small chunks (`CHUNK` bytes), so events, JSON and UTF-8 sequences split
 across chunk boundaries as they do on a real network. `ReplayServer.hold` pauses one response
-part-way (a test kills its client mid-stream), and each request is kept with the time it arrived.
+part-way (a test kills its client mid-stream), and each request is kept with the time it arrived;
+`connections` counts the connections it accepted and `open_connections` those still open.
 """
 
 from __future__ import annotations
@@ -116,10 +117,25 @@ class ReplayServer:
         self._holds: dict[tuple[str, int], Hold] = {}
         self._urls = 0
         self._lock = threading.Lock()
+        self.connections = 0
+        self.open_connections = 0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                with server._lock:
+                    server.connections += 1
+                    server.open_connections += 1
+
+            def finish(self) -> None:
+                try:
+                    super().finish()
+                finally:
+                    with server._lock:
+                        server.open_connections -= 1
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

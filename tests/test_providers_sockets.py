@@ -3,6 +3,7 @@ sockets: streams, failures, timeouts, and full agent runs whose checkpoints roun
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -82,6 +83,23 @@ async def test_the_httpx_transport_pools_per_loop_and_closes_its_client(server: 
     await collect(chat(server, HttpxTransport(mine), "text"))
     assert not mine.is_closed  # a client you pass in is yours to close
     await mine.aclose()
+
+
+async def test_a_model_without_a_transport_pools_its_connections_and_closes_them_on_exit() -> None:
+    """Three calls of one model open one connection (not three), and `async with` closes it."""
+    with ReplayServer() as own:
+        async with OpenAIChatModel("m", base_url=own.base_url("openai_chat/text"), api_key="k") as model:
+            for _ in range(3):
+                assert [e["type"] for e in await collect(model)][-1] == "finish"
+            assert (own.connections, own.open_connections) == (1, 1)
+            copy = model.with_settings(temperature=0)  # a copy shares the pool
+            assert [e["type"] for e in await collect(copy)][-1] == "finish" and own.connections == 1
+        for _ in range(500):  # the server sees the client hang up
+            if own.open_connections == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert own.open_connections == 0
+        await model.aclose()  # closing twice is harmless
 
 
 async def test_a_stalled_stream_is_a_retryable_read_timeout(server: ReplayServer, transport: HttpTransport) -> None:

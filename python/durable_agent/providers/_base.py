@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, replace
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, Self, TypedDict
 
 from .._transport import HttpRequest, HttpTransport, Timeouts, default_transport
 from ..errors import ConfigurationError, ModelCallError
@@ -65,7 +65,12 @@ class HttpModel(abc.ABC):
     `api_key` to `api_key_env`, read when the model is built (never at import). Without a key
     no credential is sent (local servers need none), but the provider's own endpoint refuses
     to be built without one. `headers` and `extra_body` are merged over what the adapter
-    builds; `transport` defaults to `default_transport()` at call time.
+    builds.
+
+    Without `transport`, the model makes one with `default_transport()` when it is built and
+    keeps it, so its calls share a connection pool (httpx's; the browser's under fetch); copies
+    from `with_settings` share it too. Close it with ``async with model:`` or
+    ``await model.aclose()``. A `transport` you pass is yours to close.
     """
 
     provider = "http"
@@ -99,11 +104,24 @@ class HttpModel(abc.ABC):
         self.extra_body = dict(extra_body or {})
         self.settings = settings or ModelSettings()
         self.timeouts = timeouts or Timeouts()
-        self._transport = transport
+        self._owns_transport = transport is None
+        self._transport = transport if transport is not None else default_transport()
         self.api_key = api_key if api_key is not None else os.environ.get(self.api_key_env)
         if not self.api_key and self.base_url == self.default_base_url:
             raise ConfigurationError(
                 f"{type(self).__name__} needs an API key: pass api_key= or set {self.api_key_env}")
+
+    async def aclose(self) -> None:
+        """Close the connections of the transport this model made (a no-op for one you passed)."""
+        close = getattr(self._transport, "aclose", None) if self._owns_transport else None
+        if close is not None:
+            await close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def with_settings(self, **changes: Any) -> Any:
         """A copy of this model with some settings changed (``temperature=0``, ``tool_choice="none"``)."""
@@ -164,12 +182,13 @@ class HttpModel(abc.ABC):
         return HttpRequest(self.url(), headers, data, self.timeouts)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        transport = self._transport if self._transport is not None else default_transport()
-        events = sse_events(transport, self.http_request(request), provider=self.provider,
+        events = sse_events(self._transport, self.http_request(request), provider=self.provider,
                             classify=self.classify_http, request_id_header=self.request_id_header)
         async with aclosing(events):  # the response is released here, not when the generator is collected
             async for event in self.parse(events):
                 yield event
+            async for _ in events:  # what follows the terminal event (the chunked encoding's end): read, so the
+                pass  # connection goes back to the pool instead of being dropped half-read
 
 
 def schema_name(name: str) -> str:
