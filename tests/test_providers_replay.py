@@ -7,7 +7,18 @@ from typing import Any
 
 import pytest
 
-from durable_agent import ConfigurationError, ModelCallError, ModelRequest, ToolSpec, Usage
+from durable_agent import (
+    ConfigurationError,
+    InMemoryCheckpointStore,
+    ModelCallError,
+    ModelRequest,
+    Tool,
+    ToolSpec,
+    Usage,
+    deserialize_checkpoint,
+    generate_text,
+    serialize_checkpoint,
+)
 from durable_agent.providers import AnthropicModel, ModelSettings, OpenAIChatModel, OpenAIResponsesModel
 from replay import ReplayTransport, load
 
@@ -43,7 +54,7 @@ async def test_chat_text_streams_in_deltas_with_the_usage_chunk(chunk: int) -> N
     events = await collect(model)
     assert "".join(e["text"] for e in events if e["type"] == "text-delta") == (
         "Invoice inv-7 is 42 € — both invoices are ready.")
-    assert events[-1] == {"type": "finish", "finish_reason": "stop",
+    assert events[-1] == {"type": "finish", "finish_reason": "stop", "raw_finish_reason": "stop",
                           "usage": Usage(96, 12, 108, cache_read_tokens=64)}
 
 
@@ -153,7 +164,7 @@ async def test_anthropic_thinking_text_and_tool_use_fragments() -> None:
     assert "".join(e["text"] for e in events if e["type"] == "text-delta") == "Looking up both invoices."
     assert [(e["tool_call_id"], e["input"]) for e in events if e["type"] == "tool-call"] == [
         ("toolu_01T1x1fJ34qAmk2tNTrN7Up6", {"id": "inv-7"}), ("toolu_01A09q90qw90lq917835lq9", {"id": "inv-8"})]
-    assert events[-1] == {"type": "finish", "finish_reason": "tool-calls",
+    assert events[-1] == {"type": "finish", "finish_reason": "tool-calls", "raw_finish_reason": "tool_use",
                           "usage": Usage(472 + 1024 + 2048, 89, 472 + 1024 + 2048 + 89,
                                          cache_read_tokens=2048, cache_write_tokens=1024)}
 
@@ -226,7 +237,7 @@ async def test_responses_reasoning_item_function_calls_and_usage() -> None:
                          "metadata": {"item": REASONING_ITEM}}
     assert [(e["tool_call_id"], e["input"]) for e in events if e["type"] == "tool-call"] == [
         ("call_Jq8ZBv3l", {"id": "inv-7"}), ("call_Kx2Wn5Rt", {"id": "inv-8"})]
-    assert events[-1] == {"type": "finish", "finish_reason": "tool-calls",
+    assert events[-1] == {"type": "finish", "finish_reason": "tool-calls", "raw_finish_reason": "completed",
                           "usage": Usage(310, 190, 500, reasoning_tokens=128, cache_read_tokens=128)}
 
 
@@ -272,6 +283,68 @@ async def test_responses_request_is_stateless_and_sends_reasoning_items_back_unc
                               "parameters": dict(LOOKUP.parameters), "strict": False}]
     assert (body["tool_choice"], body["parallel_tool_calls"], body["max_output_tokens"]) == ("none", True, 500)
     assert body["reasoning"] == {"effort": "low", "summary": "auto"}
+
+
+# --- refusals and finish reasons -------------------------------------------------------------
+
+REFUSED = "I'm sorry, I can't help with that."
+
+
+@pytest.mark.parametrize(("api", "raw"), [("openai_chat", "stop"), ("openai_responses", "completed")])
+async def test_an_openai_refusal_is_a_refusal_event_with_finish_reason_refusal(api: str, raw: str) -> None:
+    model, _ = adapter(api, "refusal")
+    events = await collect(model)
+    assert [e for e in events if e["type"] in ("text-delta", "refusal")] == [{"type": "refusal", "text": REFUSED}]
+    assert events[-1] == {"type": "finish", "finish_reason": "refusal", "raw_finish_reason": raw,
+                          "usage": Usage(41, 9, 50)}
+
+
+@pytest.mark.parametrize(("api", "name", "reason", "raw"), [
+    ("openai_chat", "content_filter", "content-filter", "content_filter"),
+    ("anthropic", "refusal", "refusal", "refusal"),
+    ("anthropic", "redacted", "length", "max_tokens"),
+    ("openai_responses", "incomplete", "length", "max_output_tokens"),
+])
+async def test_finish_reasons_stay_apart_and_the_providers_own_is_kept(api: str, name: str, reason: str,
+                                                                       raw: str) -> None:
+    model, _ = adapter(api, name)
+    finish = (await collect(model))[-1]
+    assert (finish["finish_reason"], finish["raw_finish_reason"]) == (reason, raw)
+
+
+REFUSAL_HISTORY: Any = (
+    {"role": "user", "content": "Help me with something bad."},
+    {"role": "assistant", "content": [{"type": "refusal", "text": REFUSED}]},
+    {"role": "user", "content": "Then pay inv-7."},
+)
+
+
+async def test_a_refusal_in_the_history_goes_back_the_way_each_provider_takes_it() -> None:
+    sent = {}
+    for api in ADAPTERS:
+        model, transport = adapter(api, "text")
+        await collect(model, ModelRequest(messages=REFUSAL_HISTORY))
+        sent[api] = transport.bodies()[0]
+    assert sent["openai_chat"]["messages"][1] == {"role": "assistant", "content": "", "refusal": REFUSED}
+    assert sent["openai_responses"]["input"][1] == {"type": "message", "role": "assistant",
+                                                    "content": [{"type": "refusal", "refusal": REFUSED}]}
+    assert sent["anthropic"]["messages"][1] == {"role": "assistant", "content": [{"type": "text", "text": REFUSED}]}
+
+
+async def test_a_refused_run_ends_with_finish_reason_refusal_and_keeps_the_refusal_in_its_checkpoint() -> None:
+    """No output retries for a refusal, and the refusal part survives the checkpoint codec."""
+    model, transport = chat("refusal")
+    store = InMemoryCheckpointStore()
+    lookup = Tool(description="Find an invoice.", execute=lambda args: 42, parameters=dict(LOOKUP.parameters))
+    result = await generate_text(model=model, messages=[{"role": "user", "content": "Help me with something bad."}],
+                                 tools={"lookup": lookup}, output={"type": "object"}, store=store, run_id="r-1")
+    assert (result.finish_reason, result.raw_finish_reason, result.text, result.output) == ("refusal", "stop", "", None)
+    assert len(transport.requests) == 1
+    assert result.messages[-1] == {"role": "assistant", "content": [{"type": "refusal", "text": REFUSED}]}
+    assert (result.steps[0].finish_reason, result.steps[0].raw_finish_reason) == ("refusal", "stop")
+    checkpoint = store.load("r-1")
+    assert checkpoint is not None and checkpoint.status == "completed"
+    assert deserialize_checkpoint(serialize_checkpoint(checkpoint)).messages[-1] == result.messages[-1]
 
 
 # --- failures, classified ---------------------------------------------------------------------

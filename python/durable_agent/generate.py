@@ -31,6 +31,7 @@ def _result_of(loop: AgentLoop) -> GenerateTextResult:
         client_tool_calls=loop.client_tool_calls,
         run_id=loop.run_id,
         output=loop.output,
+        raw_finish_reason=loop.raw_finish_reason,
     )
 
 

@@ -75,6 +75,10 @@ def _begins_with(messages: Sequence[Message], stored: Sequence[Message]) -> bool
     return True
 
 
+# A model's finish reasons that are also the run's (any other ends the run as "stop").
+_ENDING_REASONS: dict[str, FinishReason] = {"length": "length", "refusal": "refusal", "content-filter": "content-filter"}
+
+
 class AgentLoop:
     """One call of the loop. Create, iterate `parts()` once, then read the outcome attributes."""
 
@@ -98,6 +102,7 @@ class AgentLoop:
         self.usage = Usage()
         self.total_usage = Usage()
         self.finish_reason: FinishReason | None = None
+        self.raw_finish_reason: str | None = None  # the provider's, of the last model call
         self.pending_approvals: tuple[ToolApprovalRequest, ...] = ()
         self.client_tool_calls: tuple[dict[str, Any], ...] = ()
         self.error: BaseException | None = None
@@ -208,6 +213,7 @@ class AgentLoop:
             yield part
         self._check_abort()
         usage, model_finish, text = turn.usage, turn.finish_reason, turn.text
+        self.raw_finish_reason = turn.raw_finish_reason
         calls = [ToolCall(c["tool_call_id"], c["tool_name"], c["input"]) for c in turn.tool_calls]
         self.usage, self.total_usage = self.usage + usage, self.total_usage + usage
 
@@ -215,7 +221,8 @@ class AgentLoop:
         if calls:
             await self._decider.decide(calls, settling=False)
             phase = self._decider.pending_of(calls)
-        assistant = assistant_message(text, [c.as_part() for c in calls], phase.approvals, turn.reasoning)
+        assistant = assistant_message(text, [c.as_part() for c in calls], phase.approvals, turn.reasoning,
+                                      turn.refusal)
         self.messages = extended(self.messages, assistant)
         if calls and not phase.suspends:
             ran: list[ToolPhase] = []
@@ -229,7 +236,8 @@ class AgentLoop:
             async for part in self._suspend(phase, step_index):
                 yield part
         self.steps.append(
-            StepResult(step_index, text, tuple(c.as_part() for c in calls), tuple(phase.results), usage, model_finish)
+            StepResult(step_index, text, tuple(c.as_part() for c in calls), tuple(phase.results), usage, model_finish,
+                       turn.raw_finish_reason)
         )
         finish = self._finish_reason_after(calls, model_finish, phase)
         if finish == "stop" and self._output is not None:
@@ -239,7 +247,8 @@ class AgentLoop:
             for result in phase.results:  # once saved: a tool's done record may ride on the save (ToolRunner)
                 yield result
         self.trace.end_step()
-        yield {"type": "step-finish", "step_index": step_index, "usage": usage, "finish_reason": model_finish}
+        yield {"type": "step-finish", "step_index": step_index, "usage": usage, "finish_reason": model_finish,
+               "raw_finish_reason": turn.raw_finish_reason}
         self._next_index = step_index + 1
         if finish is not None:
             yield self._finish(finish)
@@ -259,7 +268,7 @@ class AgentLoop:
         if phase.suspends:
             return "suspended"
         if not calls:
-            return "length" if model_finish == "length" else "stop"
+            return _ENDING_REASONS.get(model_finish, "stop")
         if len(self.steps) >= self.options.max_steps:
             return "max-steps"
         context = StopContext(len(self.steps), self.total_usage, self.usage, self.options.model.model_id)

@@ -6,7 +6,8 @@ describe them for type checkers and readers; nothing checks them at run time.
 What real providers add: an assistant message starts with its ``reasoning`` parts (kept
 exactly as the provider's adapter produced them, and sent back by that adapter only); user
 messages may carry ``image`` and ``file`` parts (raw bytes; the checkpoint codec stores
-them losslessly); a tool result may carry images or files as ``attachments``.
+them losslessly); a tool result may carry images or files as ``attachments``; an assistant
+message may end its text with a ``refusal`` part (the model declined).
 
 History is immutable by contract: the loop never mutates a message or a message list it
 has handed out; every step builds a new list. Callers must not mutate them either.
@@ -60,6 +61,15 @@ class ReasoningPart(TypedDict):
     metadata: dict[str, Any]
 
 
+class RefusalPart(TypedDict):
+    """The model declined to answer (OpenAI's ``refusal``): its explanation, after any text of the
+    assistant message. The run's finish reason is then ``refusal``. Adapters send it back the way
+    their provider takes a refusal (OpenAI) or as text (Anthropic)."""
+
+    type: Literal["refusal"]
+    text: str
+
+
 class ToolApprovalRequestPart(TypedDict):
     """Marks, inside the assistant message, a tool call that waits for a client-mode verdict."""
 
@@ -81,7 +91,8 @@ class FilePart(TypedDict):
     filename: NotRequired[str]
 
 
-ContentPart = TextPart | ToolCallPart | ToolResultPart | ToolApprovalRequestPart | ImagePart | FilePart | ReasoningPart
+ContentPart = (TextPart | ToolCallPart | ToolResultPart | ToolApprovalRequestPart | ImagePart | FilePart | ReasoningPart
+               | RefusalPart)
 
 
 class Message(TypedDict):

@@ -49,23 +49,29 @@ class ModelTurn:
     finish_reason: str = "stop"
     reasoning: list[dict[str, Any]] = field(default_factory=list)  # reasoning parts, kept in the history
     response: dict[str, str] = field(default_factory=dict)  # the provider's id and model of it (traced, not stored)
+    refusal: str = ""  # the model declined: its explanation (a ``refusal`` part of the history)
+    raw_finish_reason: str | None = None  # the provider's own finish reason
 
     def to_json(self) -> dict[str, Any]:
+        optional = {"reasoning": self.reasoning, "refusal": self.refusal, "raw_finish_reason": self.raw_finish_reason}
         return {"text": self.text, "tool_calls": self.tool_calls, "usage": self.usage.to_dict(),
-                "finish_reason": self.finish_reason, **({"reasoning": self.reasoning} if self.reasoning else {})}
+                "finish_reason": self.finish_reason, **{k: v for k, v in optional.items() if v}}
 
     def replay(self, stored: dict[str, Any]) -> list[Part]:
         """Take a replayed model step's stored result; the parts a live call would have streamed."""
         self.text, self.tool_calls = stored["text"], list(stored["tool_calls"])
         self.usage, self.finish_reason = Usage.from_dict(stored["usage"]), stored["finish_reason"]
         self.reasoning = list(stored.get("reasoning", ()))
+        self.refusal, self.raw_finish_reason = stored.get("refusal", ""), stored.get("raw_finish_reason")
         text = [{"type": "text-delta", "text": self.text}] if self.text else []
-        return [*text, *({"type": "tool-call", **c} for c in self.tool_calls)]
+        refusal = [{"type": "refusal", "text": self.refusal}] if self.refusal else []
+        return [*text, *refusal, *({"type": "tool-call", **c} for c in self.tool_calls)]
 
     def reset(self) -> None:
         """Forget a failed attempt's output."""
         self.text, self.tool_calls, self.usage, self.finish_reason, self.reasoning = "", [], Usage(), "stop", []
         self.response = {}
+        self.refusal, self.raw_finish_reason = "", None
 
 
 @types.coroutine
@@ -242,7 +248,11 @@ class ModelCaller:
                 yield {"type": "tool-call", **call}
             elif event["type"] == "finish":
                 turn.usage, turn.finish_reason = event["usage"], event["finish_reason"]
+                turn.raw_finish_reason = event.get("raw_finish_reason")
             elif event["type"] == "response-metadata":
                 turn.response = {k: event[k] for k in ("id", "model") if isinstance(event.get(k), str)}
+            elif event["type"] == "refusal":
+                turn.refusal += event["text"]
+                yield {"type": "refusal", "text": event["text"]}
             elif event["type"] == "reasoning":
                 turn.reasoning.append({"type": "reasoning", **{k: event[k] for k in ("text", "provider", "metadata")}})

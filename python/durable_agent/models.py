@@ -7,7 +7,13 @@ Events are plain dicts:
 
 * ``{"type": "text-delta", "text": str}``
 * ``{"type": "tool-call", "tool_call_id": str, "tool_name": str, "input": Any}``
-* ``{"type": "finish", "finish_reason": "stop" | "tool-calls" | "length", "usage": Usage}``
+* ``{"type": "refusal", "text": str}`` (optional) — the model declined to answer (OpenAI's
+  ``refusal``); the loop keeps it in the assistant message as a ``refusal`` part, and the
+  step's finish reason is then ``refusal``.
+* ``{"type": "finish", "finish_reason": "stop" | "tool-calls" | "length" | "refusal" |
+  "content-filter", "usage": Usage, "raw_finish_reason": str}`` — `raw_finish_reason` (optional)
+  is the provider's own word for why it stopped (``end_turn``, ``content_filter``,
+  ``pause_turn``, ...), for what the mapped reason does not tell apart.
 * ``{"type": "reasoning", "text": str, "provider": str, "metadata": dict}`` (optional) — a finished
   reasoning block of a real provider. The loop keeps it in the assistant message as a
   ``reasoning`` part, and the provider's adapter sends `metadata` back unchanged on the next
@@ -29,14 +35,14 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, Required, TypedDict, runtime_checkable
+from typing import Any, Literal, NotRequired, Protocol, Required, TypedDict, runtime_checkable
 
 from ._util import maybe_await
 from .checkpoint import Usage
 from .errors import ConfigurationError
 from .messages import Message, content_parts
 
-ModelFinishReason = Literal["stop", "tool-calls", "length"]
+ModelFinishReason = Literal["stop", "tool-calls", "length", "refusal", "content-filter"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +80,7 @@ class FinishEvent(TypedDict):
     type: Literal["finish"]
     finish_reason: ModelFinishReason
     usage: Usage
+    raw_finish_reason: NotRequired[str]
 
 
 class ReasoningEvent(TypedDict):
@@ -89,7 +96,12 @@ class ResponseMetadataEvent(TypedDict, total=False):
     model: str
 
 
-ModelEvent = TextDeltaEvent | ToolCallEvent | FinishEvent | ReasoningEvent | ResponseMetadataEvent
+class RefusalEvent(TypedDict):
+    type: Literal["refusal"]
+    text: str
+
+
+ModelEvent = TextDeltaEvent | ToolCallEvent | FinishEvent | ReasoningEvent | RefusalEvent | ResponseMetadataEvent
 
 
 def response_metadata(response: Mapping[str, Any]) -> ResponseMetadataEvent:

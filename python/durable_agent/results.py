@@ -2,7 +2,7 @@
 
 Stream parts are plain dicts with a ``type``:
 
-* ``step-start`` (``step_index``), ``text-delta`` (``text``),
+* ``step-start`` (``step_index``), ``text-delta`` (``text``), ``refusal`` (``text``: the model declined),
 * ``tool-call`` (``tool_call_id``, ``tool_name``, ``input``),
 * ``tool-result`` (``tool_call_id``, ``tool_name``, ``output``, ``is_error``, and ``attachments`` when the
   tool returned images or files),
@@ -12,7 +12,7 @@ Stream parts are plain dicts with a ``type``:
   ``input``, ``agent_path``, ``token``),
 * ``step-retry`` (``step_index``, ``attempt``, ``error``, ``delay_ms``): a model call failed and is tried
   again (or by a fallback model); drop whatever text that attempt streamed,
-* ``step-finish`` (``step_index``, ``usage``, ``finish_reason``),
+* ``step-finish`` (``step_index``, ``usage``, ``finish_reason``, ``raw_finish_reason``: the provider's own),
 * ``finish`` (``finish_reason``, ``usage`` of this call, ``total_usage`` of the run),
 * ``error`` (``error``: the exception).
 """
@@ -26,7 +26,8 @@ from typing import Any, Literal
 from .checkpoint import ToolApprovalRequest, Usage
 from .messages import Message
 
-FinishReason = Literal["stop", "length", "suspended", "max-steps", "stop-condition", "runaway"]
+FinishReason = Literal["stop", "length", "refusal", "content-filter", "suspended", "max-steps", "stop-condition",
+                       "runaway"]
 Part = dict[str, Any]
 
 
@@ -40,6 +41,7 @@ class StepResult:
     tool_results: tuple[dict[str, Any], ...]
     usage: Usage
     finish_reason: str
+    raw_finish_reason: str | None = None  # the provider's own finish reason, when it gave one
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,11 @@ class GenerateTextResult:
 
     `usage` is what this call cost; `total_usage` is the whole run's (every leg).
     `pending_approvals` and `client_tool_calls` are set when the run suspended.
-    `run_id` is set on agentic calls (with tools) and None otherwise.
+    `run_id` is set on agentic calls (with tools) and None otherwise. `finish_reason` is
+    ``refusal`` when the model declined (a ``refusal`` part ends the last assistant message,
+    and `output` stays None) and ``content-filter`` when the provider's filter cut the answer;
+    `raw_finish_reason` is the provider's own reason of the last model call (``end_turn``,
+    ``content_filter``, ``pause_turn``, ...), None when it gave none.
     """
 
     text: str
@@ -61,3 +67,4 @@ class GenerateTextResult:
     client_tool_calls: tuple[dict[str, Any], ...]
     run_id: str | None
     output: Any = None  # the parsed final answer, when the call asked for `output=`
+    raw_finish_reason: str | None = None

@@ -18,10 +18,13 @@ def tool_message(results: Sequence[Mapping[str, Any]]) -> Message:
 
 def assistant_message(
     text: str, tool_calls: Sequence[dict[str, Any]], approvals: Sequence[ToolApprovalRequest] = (),
-    reasoning: Sequence[dict[str, Any]] = (),
+    reasoning: Sequence[dict[str, Any]] = (), refusal: str = "",
 ) -> Message:
-    """The assistant message of a step: its reasoning parts, text, tool calls, and a marker per call awaiting a verdict."""
+    """The assistant message of a step: its reasoning parts, text, refusal, tool calls, and a marker per call
+    awaiting a verdict."""
     content: list[Any] = [*reasoning, *([{"type": "text", "text": text}] if text else [])]
+    if refusal:
+        content.append({"type": "refusal", "text": refusal})
     content.extend({"type": "tool-call", **{k: c[k] for k in ("tool_call_id", "tool_name", "input")}}
                    for c in tool_calls)
     content.extend(

@@ -12,7 +12,9 @@ Thinking blocks come back as ``reasoning`` events whose metadata holds the signa
 for a redacted block, its data); this adapter sends them back verbatim, first in the
 assistant turn, as the API requires for tool use with thinking. System messages become the
 ``system`` field; tool results become ``tool_result`` blocks in a user turn (images and
-PDFs attached to them ride inside); consecutive turns of one role are merged.
+PDFs attached to them ride inside); consecutive turns of one role are merged. A ``refusal``
+stop reason is the finish reason ``refusal`` (what the model said streams as text); every
+stop reason is kept as ``raw_finish_reason`` (``pause_turn`` maps to ``stop``).
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ STOP_REASONS: Mapping[str, ModelFinishReason] = {
     "tool_use": "tool-calls",
     "max_tokens": "length",
     "model_context_window_exceeded": "length",
-    "pause_turn": "stop",
-    "refusal": "stop",
+    "pause_turn": "stop",  # a server tool's long turn paused; raw_finish_reason tells it apart
+    "refusal": "refusal",
 }
 
 ERROR_KINDS: Mapping[str, str] = {
@@ -90,7 +92,7 @@ def _media(part: ImagePart | FilePart) -> dict[str, Any]:
 def _blocks(parts: list[ContentPart]) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for part in parts:
-        if part["type"] == "text":
+        if part["type"] == "text" or part["type"] == "refusal":  # another provider's refusal: as text
             if part["text"]:
                 blocks.append({"type": "text", "text": part["text"]})
         elif part["type"] == "image" or part["type"] == "file":
@@ -264,7 +266,7 @@ class AnthropicModel(HttpModel):
         for call in tool_calls:
             yield call
         yield response_metadata(response)
-        yield {"type": "finish", "usage": anthropic_usage(usage),
+        yield {"type": "finish", "usage": anthropic_usage(usage), "raw_finish_reason": stop_reason,
                "finish_reason": "tool-calls" if tool_calls else STOP_REASONS.get(stop_reason, "stop")}
 
 

@@ -11,7 +11,9 @@ spread over the rest); they are emitted whole when the stream ends. The stream e
 ``data: [DONE]``. A body that ends without it was cut (a retryable ``stream_cut``) unless it
 already carried the finish reason and, when usage was asked for, the usage chunk: a stream
 that stops between the two would otherwise count as a success that cost nothing.
-Reasoning text that some compatible servers stream (``reasoning_content``, ``reasoning``)
+A refusal (``delta.refusal``) becomes a ``refusal`` event and the finish reason ``refusal``
+(OpenAI itself says ``stop``; the raw reason is kept as ``raw_finish_reason``), and goes
+back as the assistant message's ``refusal``. Reasoning text that some compatible servers stream (``reasoning_content``, ``reasoning``)
 becomes a ``reasoning`` event; Chat Completions takes no reasoning back, so it is not sent.
 Chat tool messages cannot carry images: a tool result's attachments follow the tool
 messages as one user message.
@@ -28,7 +30,7 @@ from typing import Any, Unpack
 from ..checkpoint import Usage
 from ..errors import ConfigurationError, ModelCallError
 from ..messages import ContentPart, Message, content_parts
-from ..models import ModelEvent, ModelFinishReason, ModelRequest, response_metadata
+from ..models import FinishEvent, ModelEvent, ModelFinishReason, ModelRequest, response_metadata
 from ._base import HttpModel, HttpOptions, data_url, output_text, parse_arguments, schema_name
 from ._errors import classify, error_body, parse_duration_ms, transport_error
 from ._sse import SSEEvent
@@ -40,7 +42,7 @@ FINISH_REASONS: Mapping[str, ModelFinishReason] = {
     "length": "length",
     "tool_calls": "tool-calls",
     "function_call": "tool-calls",
-    "content_filter": "stop",
+    "content_filter": "content-filter",
 }
 
 # OpenAI's error codes and types (and those compatible servers copy) → durable-agent's kinds.
@@ -114,6 +116,8 @@ def _assistant_message(message: Message) -> dict[str, Any]:
     parts = content_parts(message)
     text = "".join(p["text"] for p in parts if p["type"] == "text")
     entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if refusal := "".join(p["text"] for p in parts if p["type"] == "refusal"):
+        entry["refusal"] = refusal
     calls = [
         {"id": p["tool_call_id"], "type": "function",
          "function": {"name": p["tool_name"], "arguments": json.dumps(p["input"], ensure_ascii=False)}}
@@ -253,6 +257,7 @@ class OpenAIChatModel(HttpModel):
     async def parse(self, events: AsyncIterator[SSEEvent]) -> AsyncIterator[ModelEvent]:
         calls: dict[int, list[str]] = {}  # index → [id, name, arguments]
         reasoning: list[str] = []
+        refusal: list[str] = []
         usage: Usage | None = None
         finish: str | None = None
         response: Mapping[str, Any] = {}  # a chunk naming the completion's id and model
@@ -276,6 +281,8 @@ class OpenAIChatModel(HttpModel):
                 delta = choice.get("delta") or {}
                 if text := delta.get("content"):
                     yield {"type": "text-delta", "text": text}
+                if declined := delta.get("refusal"):
+                    refusal.append(declined)
                 if thought := delta.get("reasoning_content") or delta.get("reasoning"):
                     reasoning.append(thought)
                 for fragment in delta.get("tool_calls") or ():
@@ -291,10 +298,16 @@ class OpenAIChatModel(HttpModel):
                                   + (" (after the finish reason, before the usage chunk)" if finish else ""))
         if reasoning:
             yield {"type": "reasoning", "text": "".join(reasoning), "provider": self.provider, "metadata": {}}
+        if refusal:
+            yield {"type": "refusal", "text": "".join(refusal)}
         for index in sorted(calls):
             call_id, name, arguments = calls[index]
             yield {"type": "tool-call", "tool_call_id": call_id or f"call_{index}", "tool_name": name,
                    "input": parse_arguments(arguments)}
-        reason: ModelFinishReason = "tool-calls" if calls else FINISH_REASONS.get(finish or "stop", "stop")
+        reason: ModelFinishReason = (
+            "tool-calls" if calls else "refusal" if refusal else FINISH_REASONS.get(finish or "stop", "stop"))
+        ending: FinishEvent = {"type": "finish", "finish_reason": reason, "usage": usage or Usage()}
+        if finish:
+            ending["raw_finish_reason"] = finish
         yield response_metadata(response)
-        yield {"type": "finish", "finish_reason": reason, "usage": usage or Usage()}
+        yield ending

@@ -12,7 +12,9 @@ item (a message, a function call, a reasoning item); ``response.output_text.delt
 text; ``response.function_call_arguments.delta`` the arguments of a call (taken whole from
 the item's ``.done``); ``response.completed`` (or ``response.incomplete``) ends it with the
 usage (cached input and reasoning tokens in its details); ``response.failed`` and ``error``
-report a failure inside the stream.
+report a failure inside the stream. A refusal (``response.refusal.delta``) becomes a ``refusal``
+event and the finish reason ``refusal``; the raw finish reason is the response's status, or its
+``incomplete_details.reason``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from .openai_chat import OPENAI_BASE_URL, classify_openai
 # ``response.incomplete``'s ``incomplete_details.reason`` → finish reason.
 INCOMPLETE_REASONS: Mapping[str, ModelFinishReason] = {
     "max_output_tokens": "length",
-    "content_filter": "stop",
+    "content_filter": "content-filter",
 }
 
 
@@ -64,6 +66,9 @@ def responses_input(messages: Any) -> list[dict[str, Any]]:
                     items.append(dict(part["metadata"]["item"]))
                 elif part["type"] == "text" and part["text"]:
                     items.append({"role": "assistant", "content": part["text"]})
+                elif part["type"] == "refusal":
+                    items.append({"type": "message", "role": "assistant",
+                                  "content": [{"type": "refusal", "refusal": part["text"]}]})
                 elif part["type"] == "tool-call":
                     items.append({"type": "function_call", "call_id": part["tool_call_id"], "name": part["tool_name"],
                                   "arguments": json.dumps(part["input"], ensure_ascii=False)})
@@ -149,6 +154,7 @@ class OpenAIResponsesModel(HttpModel):
 
     async def parse(self, events: AsyncIterator[SSEEvent]) -> AsyncIterator[ModelEvent]:
         calls: list[ModelEvent] = []
+        refusal: list[str] = []
         final: dict[str, Any] | None = None
         async for event in events:
             try:
@@ -158,6 +164,8 @@ class OpenAIResponsesModel(HttpModel):
             kind = data.get("type") if isinstance(data, dict) else None
             if kind == "response.output_text.delta":
                 yield {"type": "text-delta", "text": data["delta"]}
+            elif kind == "response.refusal.delta":
+                refusal.append(data["delta"])
             elif kind == "response.output_item.done":
                 item = data["item"]
                 if item.get("type") == "function_call":
@@ -179,12 +187,19 @@ class OpenAIResponsesModel(HttpModel):
                 raise transport_error(self.provider, "malformed_chunk", f"an event without a type: {event.data[:200]!r}")
         if final is None:
             raise transport_error(self.provider, "stream_cut", "the stream ended before response.completed")
+        if refusal:
+            yield {"type": "refusal", "text": "".join(refusal)}
         for call in calls:
             yield call
         reason: ModelFinishReason = "stop"
+        raw = str(final.get("status") or "completed")
+        if final.get("status") == "incomplete":
+            raw = str((final.get("incomplete_details") or {}).get("reason") or raw)
+            reason = INCOMPLETE_REASONS.get(raw, "stop")
         if calls:
             reason = "tool-calls"
-        elif final.get("status") == "incomplete":
-            reason = INCOMPLETE_REASONS.get((final.get("incomplete_details") or {}).get("reason", ""), "stop")
+        elif refusal:
+            reason = "refusal"
         yield response_metadata(final)
-        yield {"type": "finish", "finish_reason": reason, "usage": responses_usage(final.get("usage") or {})}
+        yield {"type": "finish", "finish_reason": reason, "usage": responses_usage(final.get("usage") or {}),
+               "raw_finish_reason": raw}
