@@ -3,6 +3,7 @@ Pyodide too). The same recordings go over real sockets in test_providers_sockets
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -218,6 +219,28 @@ async def test_anthropic_request_sends_thinking_back_verbatim_and_tool_results_i
                 {"type": "image", "source": {"type": "base64", "media_type": "image/gif", "data": "R0lGOA=="}}]},
             {"type": "text", "text": "And now?"}]},
     ]
+
+
+async def test_anthropic_cache_control_breakpoints_on_tools_system_and_the_conversation() -> None:
+    model, transport = adapter("anthropic", "text", cache_breakpoints=("tools", "system", "messages"), cache_ttl="1h")
+    history: Any = ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Pay inv-7."},
+                    {"role": "assistant", "content": "Which account?"},
+                    {"role": "user", "content": [{"type": "text", "text": "The main one."},
+                                                 {"type": "image", "data": b"GIF8", "media_type": "image/gif"}]})
+    await collect(model, ModelRequest(messages=history, tools=(LOOKUP,)))
+    body = transport.bodies()[0]
+    mark = {"type": "ephemeral", "ttl": "1h"}
+    assert body["tools"][-1]["cache_control"] == mark
+    assert body["system"] == [{"type": "text", "text": "Be brief.", "cache_control": mark}]
+    assert body["messages"][-1]["content"][-1]["cache_control"] == mark  # the prefix up to here is cached
+    assert sum("cache_control" in b for m in body["messages"] for b in m["content"]) == 1
+    plain, transport = adapter("anthropic", "text")
+    await collect(plain, ModelRequest(messages=history, tools=(LOOKUP,)))
+    assert "cache_control" not in json.dumps(transport.bodies()[0])
+    with pytest.raises(ConfigurationError, match="cache_breakpoints"):
+        adapter("anthropic", "text", cache_breakpoints=("everything",))
+    with pytest.raises(ConfigurationError, match="cache_ttl"):
+        adapter("anthropic", "text", cache_ttl="2h")
 
 
 # --- OpenAI Responses --------------------------------------------------------------------------

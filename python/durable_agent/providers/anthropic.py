@@ -15,17 +15,23 @@ assistant turn, as the API requires for tool use with thinking. System messages 
 PDFs attached to them ride inside); consecutive turns of one role are merged. A ``refusal``
 stop reason is the finish reason ``refusal`` (what the model said streams as text); every
 stop reason is kept as ``raw_finish_reason`` (``pause_turn`` maps to ``stop``).
+
+Prompt caching: `cache_breakpoints` puts a ``cache_control`` breakpoint on the last tool
+definition (``tools``), on the system prompt (``system``) and on the last block of the
+conversation (``messages``: each call caches the whole prefix, and the next call reads it
+back); `cache_ttl` ``"1h"`` asks for the longer-lived cache. Reads and writes show in the
+usage as ``cache_read_tokens`` and ``cache_write_tokens``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Unpack
+from typing import Any, Literal, Unpack
 
 from ..checkpoint import Usage
-from ..errors import ModelCallError
+from ..errors import ConfigurationError, ModelCallError
 from ..messages import ContentPart, FilePart, ImagePart, content_parts
 from ..models import ModelEvent, ModelFinishReason, ModelRequest, response_metadata
 from ._base import HttpModel, HttpOptions, b64, output_text, parse_arguments
@@ -35,6 +41,8 @@ from ._sse import SSEEvent
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
+CACHE_BREAKPOINTS = ("tools", "system", "messages")
+CACHE_TTLS = ("5m", "1h")
 
 STOP_REASONS: Mapping[str, ModelFinishReason] = {
     "end_turn": "stop",
@@ -145,6 +153,8 @@ class AnthropicModel(HttpModel):
     ``ANTHROPIC_BASE_URL`` else Anthropic's. The API requires `max_tokens`:
     `settings.max_tokens`, else `DEFAULT_MAX_TOKENS`. `thinking` is sent as the request's
     ``thinking`` (``{"type": "adaptive"}``, or ``{"type": "enabled", "budget_tokens": 2048}``).
+    `cache_breakpoints` (any of ``"tools"``, ``"system"``, ``"messages"``) and `cache_ttl`
+    (``"5m"``, ``"1h"``) control prompt caching (see the module docstring).
     """
 
     default_base_url = ANTHROPIC_BASE_URL
@@ -160,11 +170,20 @@ class AnthropicModel(HttpModel):
         *,
         thinking: Mapping[str, Any] | None = None,
         anthropic_version: str = ANTHROPIC_VERSION,
+        cache_breakpoints: Iterable[Literal["tools", "system", "messages"]] = (),
+        cache_ttl: Literal["5m", "1h"] | None = None,
         **options: Unpack[HttpOptions],
     ) -> None:
         super().__init__(model, **options)
         self.thinking = dict(thinking) if thinking is not None else None
         self.anthropic_version = anthropic_version
+        self.cache_breakpoints = frozenset(cache_breakpoints)
+        if not self.cache_breakpoints <= set(CACHE_BREAKPOINTS):
+            raise ConfigurationError(f"cache_breakpoints takes {', '.join(CACHE_BREAKPOINTS)}; "
+                                     f"got {sorted(self.cache_breakpoints)}")
+        if cache_ttl is not None and cache_ttl not in CACHE_TTLS:
+            raise ConfigurationError(f"cache_ttl is '5m' or '1h', got {cache_ttl!r}")
+        self.cache_control: dict[str, str] = {"type": "ephemeral", **({"ttl": cache_ttl} if cache_ttl else {})}
 
     def url(self) -> str:
         return f"{self.base_url}/v1/messages"
@@ -193,6 +212,7 @@ class AnthropicModel(HttpModel):
                 choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
             if choice is not None:
                 body["tool_choice"] = choice
+        self._mark_cache_breakpoints(body)
         if self.thinking is not None:
             body["thinking"] = self.thinking
         if s.temperature is not None:
@@ -200,6 +220,19 @@ class AnthropicModel(HttpModel):
         if s.top_p is not None:
             body["top_p"] = s.top_p
         return body
+
+    def _mark_cache_breakpoints(self, body: dict[str, Any]) -> None:
+        """Put `cache_control` where `cache_breakpoints` asks (see the module docstring)."""
+        marks = self.cache_breakpoints
+        if "tools" in marks and body.get("tools"):
+            body["tools"][-1]["cache_control"] = self.cache_control
+        if "system" in marks and body.get("system"):
+            body["system"] = [{"type": "text", "text": body["system"], "cache_control": self.cache_control}]
+        if "messages" in marks:
+            blocks = [b for m in body["messages"] for b in m["content"]
+                      if b["type"] not in ("thinking", "redacted_thinking")]  # these cannot carry one
+            if blocks:
+                blocks[-1]["cache_control"] = self.cache_control
 
     def classify_http(self, status: int, headers: Mapping[str, str], body: bytes) -> ModelCallError:
         error_type, _, message = error_body(body)
