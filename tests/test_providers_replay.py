@@ -140,6 +140,17 @@ def test_azure_needs_a_key_or_an_authorization_header_when_it_is_built(monkeypat
     assert headers["Authorization"] == "Bearer entra-token" and "api-key" not in headers
 
 
+def test_timeout_is_a_float_seconds_shorthand_for_the_whole_call() -> None:
+    from durable_agent.providers import Timeouts
+
+    assert chat("text", timeout=30)[0].timeouts == Timeouts(connect=10, read=30, total=30)
+    assert chat("text", timeout=2.5)[0].http_request(ASK).timeouts == Timeouts(connect=2.5, read=2.5, total=2.5)
+    with pytest.raises(ConfigurationError, match="timeout= or timeouts="):
+        chat("text", timeout=5, timeouts=Timeouts())
+    with pytest.raises(ConfigurationError, match="positive seconds"):
+        chat("text", timeout=0)
+
+
 def test_the_api_key_is_read_from_the_environment_when_the_model_is_built(monkeypatch: Any) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)

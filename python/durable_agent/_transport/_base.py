@@ -11,8 +11,9 @@ from ..errors import ConfigurationError
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    """Seconds. `connect`: opening the connection; `read`: the longest silence between two chunks
-    (waiting for the response head counts as one); `total`: the whole call, None for no limit."""
+    """Seconds (like httpx's; every other duration of the API is milliseconds, named ``*_ms``).
+    `connect`: opening the connection; `read`: the longest silence between two chunks (waiting
+    for the response head counts as one); `total`: the whole call, None for no limit."""
 
     connect: float = 10.0
     read: float = 120.0
@@ -21,6 +22,14 @@ class Timeouts:
     def __post_init__(self) -> None:
         if self.connect <= 0 or self.read <= 0 or (self.total is not None and self.total <= 0):
             raise ConfigurationError(f"timeouts must be positive seconds, got {self!r}")
+
+    @classmethod
+    def within(cls, seconds: float) -> Timeouts:
+        """A whole call of at most `seconds`: the default limits, none longer than that."""
+        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not seconds > 0:
+            raise ConfigurationError(f"timeout must be positive seconds, got {seconds!r}")
+        default = cls()
+        return cls(connect=min(default.connect, seconds), read=min(default.read, seconds), total=seconds)
 
 
 @dataclass(frozen=True, slots=True)

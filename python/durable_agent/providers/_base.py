@@ -56,6 +56,7 @@ class HttpOptions(TypedDict, total=False):
     settings: ModelSettings | None
     transport: HttpTransport | None
     timeouts: Timeouts | None
+    timeout: float | None
 
 
 class HttpModel(abc.ABC):
@@ -65,7 +66,8 @@ class HttpModel(abc.ABC):
     `api_key` to `api_key_env`, read when the model is built (never at import). Without a key
     no credential is sent (local servers need none), but the provider's own endpoint refuses
     to be built without one. `headers` and `extra_body` are merged over what the adapter
-    builds.
+    builds. `timeouts` bounds each call (`Timeouts`, in seconds); `timeout=30` is the shorthand
+    for a whole call of at most 30 seconds (``Timeouts.within(30)``).
 
     Without `transport`, the model makes one with `default_transport()` when it is built and
     keeps it, so its calls share a connection pool (httpx's; the browser's under fetch); copies
@@ -91,6 +93,7 @@ class HttpModel(abc.ABC):
         settings: ModelSettings | None = None,
         transport: HttpTransport | None = None,
         timeouts: Timeouts | None = None,
+        timeout: float | None = None,
     ) -> None:
         base_url = base_url or os.environ.get(self.base_url_env) or self.default_base_url
         if not isinstance(model, str) or not model:
@@ -103,7 +106,9 @@ class HttpModel(abc.ABC):
         self.headers = dict(headers or {})
         self.extra_body = dict(extra_body or {})
         self.settings = settings or ModelSettings()
-        self.timeouts = timeouts or Timeouts()
+        if timeout is not None and timeouts is not None:
+            raise ConfigurationError("pass timeout= or timeouts=, not both")
+        self.timeouts = timeouts or (Timeouts.within(timeout) if timeout is not None else Timeouts())
         self._owns_transport = transport is None
         self._transport = transport if transport is not None else default_transport()
         self.api_key = api_key if api_key is not None else os.environ.get(self.api_key_env)
