@@ -381,6 +381,25 @@ async def test_a_refused_run_ends_with_finish_reason_refusal_and_keeps_the_refus
     assert deserialize_checkpoint(serialize_checkpoint(checkpoint)).messages[-1] == result.messages[-1]
 
 
+async def test_per_call_model_settings_override_the_models_own_for_generate_text_and_agent_run() -> None:
+    from durable_agent import Agent, ModelSettings as CoreSettings
+
+    assert CoreSettings is ModelSettings
+    model, transport = chat("text", settings=ModelSettings(temperature=0.9, seed=3))
+    ask: Any = [{"role": "user", "content": "hi"}]
+    await generate_text(model=model, messages=ask, model_settings=ModelSettings(temperature=0.1, max_tokens=50))
+    await Agent(model=model).run("hi", model_settings=ModelSettings(top_p=0.5))
+    await Agent(model=model, model_settings=ModelSettings(temperature=0.3)).run("hi")
+    await generate_text(model=model, messages=ask)
+    sent = [{k: b.get(k) for k in ("temperature", "seed", "max_tokens", "top_p")} for b in transport.bodies()]
+    assert sent == [{"temperature": 0.1, "seed": 3, "max_tokens": 50, "top_p": None},
+                    {"temperature": 0.9, "seed": 3, "max_tokens": None, "top_p": 0.5},
+                    {"temperature": 0.3, "seed": 3, "max_tokens": None, "top_p": None},
+                    {"temperature": 0.9, "seed": 3, "max_tokens": None, "top_p": None}]
+    with pytest.raises(ConfigurationError, match="model_settings"):
+        await generate_text(model=model, messages=ask, model_settings={"temperature": 0})  # type: ignore[arg-type]
+
+
 # --- failures, classified ---------------------------------------------------------------------
 
 FAILURES: list[tuple[str, str, str, int | None, bool, int | None, bool, str | None]] = [

@@ -56,6 +56,7 @@ from .messages import Message
 from .models import (
     LanguageModel,
     ModelRequest,
+    ModelSettings,
     ReasoningEvent,
     ResponseMetadataEvent,
     ScriptedModel,
@@ -115,6 +116,7 @@ __all__ = [
     "ModelCallError",
     "ModelPrice",
     "ModelRequest",
+    "ModelSettings",
     "NATIVE",
     "OutputValidationError",
     "PrepareStepContext",

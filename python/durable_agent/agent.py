@@ -26,7 +26,7 @@ from .errors import ConfigurationError
 from .generate import PartSink, _consume
 from .loop import AgentLoop
 from .messages import Message
-from .models import LanguageModel
+from .models import LanguageModel, ModelSettings
 from .options import AgentOptions, RunOptions
 from .results import GenerateTextResult
 from .tools import Tool
@@ -116,8 +116,8 @@ class Agent:
         if self.session is not None:
             self.session.suspend()
 
-    async def run(self, prompt: str, *, run_id: str | None = None, on_part: PartSink | None = None
-                  ) -> GenerateTextResult:
+    async def run(self, prompt: str, *, run_id: str | None = None, on_part: PartSink | None = None,
+                  model_settings: ModelSettings | None = None) -> GenerateTextResult:
         """Run `prompt` as the session's next run and return its outcome.
 
         `run_id` names the new run (durable agents only; default: a fresh id); a run id that is
@@ -127,17 +127,20 @@ class Agent:
         is the run's next leg, `durable_agent.loop`.) `on_part(run_id, part)`
         is awaited with every stream part as the run produces it (the run waits for it), e.g.
         to write an event log; a run recovered first (``on_interrupted="resume"``) reports its
-        parts under its own id.
+        parts under its own id. `model_settings` replace the agent's for this run (not stored with
+        it: a resumed run uses the agent's).
         """
+        call = self._options if model_settings is None else {**self._options, "model_settings": model_settings}
         if self.session is None:
             if run_id is not None:
                 raise ConfigurationError("run_id= needs a durable Agent (a run of a plain Agent is not stored)")
-            options = RunOptions.build(self.model, {"tools": self.tools, **self._options})
+            options = RunOptions.build(self.model, {"tools": self.tools, **call})
             loop = AgentLoop(options, [*self.history, {"role": "user", "content": prompt}])
             result = await _consume(loop, on_part)
             self.history = list(result.messages)
             return result
-        return await self.session.run(prompt, self._spec(), run_id=run_id, on_part=on_part)
+        spec = self._spec() if model_settings is None else AgentSpec(self.model, self.tools, call, self.history)
+        return await self.session.run(prompt, spec, run_id=run_id, on_part=on_part)
 
     async def resume(
         self, *, run_id: str | None = None, approval_responses: Sequence[ToolApprovalResponse] = (),

@@ -207,6 +207,7 @@ class AgentLoop:
             ),
             output_schema=self._output.schema if self._output is not None else None,
             output_name=self._output.name if self._output is not None else "output",
+            settings=self.options.model_settings,
         )
         turn = ModelTurn()
         async for part in self._models.call(model, request, step_index, turn):

@@ -54,14 +54,36 @@ class ToolSpec:
     parameters: Mapping[str, Any]
 
 
+ToolChoice = Literal["auto", "none", "required"] | str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """Per-call sampling settings; None leaves the provider's default.
+
+    `tool_choice` is ``"auto"``, ``"none"``, ``"required"`` or a tool's name (that tool must be
+    called). A provider adapter takes them when it is built (`settings=`, or a copy with
+    `model.with_settings(...)`), and per call (`generate_text(model_settings=...)`,
+    `Agent.run(..., model_settings=...)`), whose set fields win over the adapter's.
+    """
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    seed: int | None = None
+    top_p: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
-    """One model call: the history so far and the tools the model may call."""
+    """One model call: the history so far, the tools the model may call, and the call's own settings."""
 
     messages: Sequence[Message]
     tools: tuple[ToolSpec, ...] = ()
     output_schema: Mapping[str, Any] | None = None  # the JSON Schema the final answer must match (`output=`)
     output_name: str = "output"
+    settings: ModelSettings | None = None  # `model_settings=` of the call; ScriptedModel ignores them
 
 
 class TextDeltaEvent(TypedDict):

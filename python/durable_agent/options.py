@@ -13,7 +13,7 @@ from .checkpoint import ToolApprovalRequest, ToolApprovalResponse, Usage
 from .checkpoint_store import CheckpointStore
 from .errors import ConfigurationError
 from .messages import Message
-from .models import LanguageModel
+from .models import LanguageModel, ModelSettings
 from .retry import RetryPolicy
 from .stop import StopCondition
 from .structured_output import OutputSpec
@@ -78,6 +78,7 @@ class AgentOptions(TypedDict, total=False):
     output_retries: int
     agent_name: str
     mcp_servers: Sequence[ToolSource]
+    model_settings: ModelSettings
 
 
 class CallOptions(AgentOptions, total=False):
@@ -132,6 +133,7 @@ class RunOptions:
     output_retries: int = 2
     agent_name: str | None = None  # the agent's name on its spans (gen_ai.agent.name); a sub-agent's: its own
     mcp_servers: Sequence[ToolSource] = ()  # their tools join `tools` for each run (`durable_agent.mcp`)
+    model_settings: ModelSettings | None = None  # every model call's own settings (over the model's)
     agent_path: tuple[str, ...] = ()  # internal: set for sub-agents
     scope: RunScope | None = None  # internal: the run scope of a durable runtime (Agent)
     suspend_signal: AbortSignal | None = None  # internal: Agent.suspend()
@@ -173,6 +175,8 @@ class RunOptions:
             raise ConfigurationError("output_retries must be a non-negative int")
         if self.output is not None:
             OutputSpec.build(self.output)  # refuses what cannot be checked, now
+        if self.model_settings is not None and not isinstance(self.model_settings, ModelSettings):
+            raise ConfigurationError("model_settings must be a ModelSettings")
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigurationError("retry must be a RetryPolicy")
         if not all(isinstance(m, LanguageModel) for m in self.fallback):

@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._transport import HttpRequest, HttpResponse, HttpTransport, Timeouts, default_transport
-from ._base import HttpModel, ModelSettings
+from ..models import ModelSettings
+from ._base import HttpModel
 from .anthropic import AnthropicModel
 from .openai_chat import OpenAIChatModel
 from .openai_responses import OpenAIResponsesModel

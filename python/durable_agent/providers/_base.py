@@ -15,35 +15,17 @@ import re
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
-from dataclasses import dataclass, replace
-from typing import Any, Literal, Self, TypedDict
+from dataclasses import fields, replace
+from typing import Any, Self, TypedDict
 
 from .._transport import HttpRequest, HttpTransport, Timeouts, default_transport
 from ..errors import ConfigurationError, ModelCallError
 from ..messages import FilePart, ImagePart
-from ..models import ModelEvent, ModelRequest
+from ..models import ModelEvent, ModelRequest, ModelSettings
 from ._sse import SSEEvent
 from ._wire import sse_events
 
 AZURE_OPENAI_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
-ToolChoice = Literal["auto", "none", "required"] | str
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSettings:
-    """Per-call sampling settings; None leaves the provider's default.
-
-    `tool_choice` is ``"auto"``, ``"none"``, ``"required"`` or a tool's name (that tool must be
-    called). Use `model.with_settings(...)` for a copy with other settings (for instance from
-    `prepare_step`, which may swap the model of a step).
-    """
-
-    temperature: float | None = None
-    max_tokens: int | None = None
-    tool_choice: ToolChoice | None = None
-    parallel_tool_calls: bool | None = None
-    seed: int | None = None
-    top_p: float | None = None
 
 
 class HttpOptions(TypedDict, total=False):
@@ -127,6 +109,13 @@ class HttpModel(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    def settings_for(self, request: ModelRequest) -> ModelSettings:
+        """This model's settings, with the fields the call set (`request.settings`) over them."""
+        if request.settings is None:
+            return self.settings
+        call = {f.name: value for f in fields(ModelSettings) if (value := getattr(request.settings, f.name)) is not None}
+        return replace(self.settings, **call)
 
     def with_settings(self, **changes: Any) -> Any:
         """A copy of this model with some settings changed (``temperature=0``, ``tool_choice="none"``)."""

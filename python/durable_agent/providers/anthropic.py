@@ -196,7 +196,7 @@ class AnthropicModel(HttpModel):
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         system, messages = anthropic_messages(request.messages)
-        s = self.settings
+        s = self.settings_for(request)
         body: dict[str, Any] = {"model": self.model, "max_tokens": s.max_tokens or DEFAULT_MAX_TOKENS,
                                 "messages": messages, "stream": True}
         if system:

@@ -236,7 +236,7 @@ class OpenAIChatModel(HttpModel):
                  "function": {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}}
                 for t in request.tools
             ]
-        s = self.settings
+        s = self.settings_for(request)
         if s.tool_choice is not None and request.tools:
             body["tool_choice"] = tool_choice(s.tool_choice)
         if s.parallel_tool_calls is not None and request.tools:

@@ -128,7 +128,7 @@ class OpenAIResponsesModel(HttpModel):
     def body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "input": responses_input(request.messages), "stream": True,
                                 "store": self.store, "include": ["reasoning.encrypted_content"]}
-        s = self.settings
+        s = self.settings_for(request)
         if request.tools:
             body["tools"] = [{"type": "function", "name": t.name, "description": t.description,
                               "parameters": dict(t.parameters), "strict": False} for t in request.tools]
