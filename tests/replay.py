@@ -123,6 +123,7 @@ class ReplayServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # as providers stream: else each small chunk waits for a delayed ACK
 
             def setup(self) -> None:
                 super().setup()
