@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from durable_agent import Usage
 from durable_agent.model_call import ModelTurn, drain
 from durable_agent.runtime.records import StepCompleted, StepInterrupted
 
@@ -49,6 +50,20 @@ async def test_a_replayed_step_yields_the_parts_of_its_stored_turn() -> None:
     assert await collected(deque(), step(), turn) == [
         {"type": "text-delta", "text": "hi"}, {"type": "tool-call", "tool_call_id": "c1", "tool_name": "t", "input": {}}]
     assert turn.text == "hi" and turn.finish_reason == "tool-calls"
+
+
+async def test_a_replayed_refusal_comes_back_with_its_raw_finish_reason() -> None:
+    live = ModelTurn(usage=Usage(1, 2, 3), finish_reason="refusal", refusal="I can't.", raw_finish_reason="stop")
+    stored = live.to_json()
+
+    async def step() -> StepCompleted:
+        return StepCompleted(stored, replayed=True)
+
+    turn = ModelTurn()
+    assert await collected(deque(), step(), turn) == [{"type": "refusal", "text": "I can't."}]
+    assert (turn.refusal, turn.finish_reason, turn.raw_finish_reason, turn.usage) == (
+        "I can't.", "refusal", "stop", Usage(1, 2, 3))
+    assert "refusal" not in ModelTurn().to_json()  # stored only when there is one
 
 
 async def test_a_failing_step_yields_the_parts_it_put_then_raises_its_error() -> None:
