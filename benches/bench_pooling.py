@@ -8,7 +8,8 @@ threaded HTTP server on 127.0.0.1 replaying a recorded Chat Completions stream
 * ``pooled (default)`` — one model without ``transport=``: its own `HttpxTransport`, one pool;
 * ``client per call`` — a fresh `HttpxTransport` (a fresh ``httpx.AsyncClient``) for every call,
   never closed: the old default;
-* ``stdlib`` — `StdlibTransport`, one connection per call by design (no pooling without httpx).
+* ``stdlib (pooled)`` — one `StdlibTransport` (the default without httpx), keeping its connections alive;
+* ``stdlib per call`` — a fresh `StdlibTransport` for every call (what it did before it kept them).
 
 Plain HTTP on loopback, so the gap is the cost of a TCP connect and a client; against a real
 provider each new connection also pays a TLS handshake (one or two round trips, tens of ms).
@@ -70,11 +71,20 @@ async def client_per_call(server: ReplayServer) -> tuple[int, float]:
 
 async def stdlib(server: ReplayServer) -> tuple[int, float]:
     transport = StdlibTransport()
-    return await steps(server, lambda url: OpenAIChatModel("m", base_url=url, api_key="k", transport=transport))
+    try:
+        return await steps(server, lambda url: OpenAIChatModel("m", base_url=url, api_key="k", transport=transport))
+    finally:
+        await transport.aclose()
+
+
+async def stdlib_per_call(server: ReplayServer) -> tuple[int, float]:
+    return await steps(server, lambda url: OpenAIChatModel("m", base_url=url, api_key="k",
+                                                           transport=StdlibTransport()))
 
 
 async def main() -> None:
-    variants = {"pooled (default)": pooled, "client per call": client_per_call, "stdlib": stdlib}
+    variants = {"pooled (default)": pooled, "client per call": client_per_call, "stdlib (pooled)": stdlib,
+                "stdlib per call": stdlib_per_call}
     with ReplayServer() as server:
         rows: dict[str, tuple[int, float]] = {}
         for name, run in variants.items():

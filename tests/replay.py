@@ -7,7 +7,9 @@ starting with ``x-replay-`` direct the replay and are never sent:
 
 * ``x-replay-cut: true`` — the connection is dropped after the body, without ending the
   chunked encoding (a stream cut by the network);
-* ``x-replay-stall: <seconds>`` — the server goes silent that long after the first chunk.
+* ``x-replay-stall: <seconds>`` — the server goes silent that long after the first chunk;
+* ``x-replay-hang-up: true`` — the server closes the connection after a complete response,
+  without saying so (a kept-alive connection the server dropped while it sat idle).
 
 The body is sent in small chunks (`CHUNK` bytes), so events, JSON and UTF-8 sequences split
 across chunk boundaries as they do on a real network. `ReplayServer.hold` pauses one response
@@ -174,6 +176,9 @@ class ReplayServer:
                     return
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
+                if recording.directives.get("x-replay-hang-up") == "true":
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
 
         self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

@@ -102,6 +102,26 @@ async def test_a_model_without_a_transport_pools_its_connections_and_closes_them
         await model.aclose()  # closing twice is harmless
 
 
+async def test_the_stdlib_transport_keeps_connections_alive_and_replaces_one_the_server_dropped() -> None:
+    with ReplayServer() as own:
+        transport = StdlibTransport()
+        model = OpenAIChatModel("m", base_url=own.base_url("openai_chat/text"), api_key="k", transport=transport)
+        for _ in range(3):
+            assert [e["type"] for e in await collect(model)][-1] == "finish"
+        assert own.connections == 1
+        dropped = OpenAIChatModel("m", base_url=own.base_url("openai_chat/text_then_hang_up"), api_key="k",
+                                  transport=transport)
+        for _ in range(2):  # the first reuses the connection, which the server then drops; the second finds
+            assert [e["type"] for e in await collect(dropped)][-1] == "finish"  # it dead: a fresh one, no error
+        assert own.connections == 2
+        await transport.aclose()
+        for _ in range(500):  # the server sees the client hang up
+            if own.open_connections == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert own.open_connections == 0
+
+
 async def test_a_stalled_stream_is_a_retryable_read_timeout(server: ReplayServer, transport: HttpTransport) -> None:
     model = chat(server, transport, "stall", timeouts=Timeouts(connect=2, read=0.3, total=30))
     with pytest.raises(ModelCallError) as caught:
