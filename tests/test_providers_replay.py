@@ -465,6 +465,30 @@ async def test_the_consumers_time_between_events_does_not_count_against_the_read
     assert "".join(texts).endswith("ready.")
 
 
+async def test_a_body_that_does_not_end_after_the_terminal_event_does_not_fail_the_finished_call() -> None:
+    """The rest of the body is read so the connection can be pooled, but never at the call's expense."""
+    import asyncio
+
+    from durable_agent._transport import HttpRequest, HttpResponse
+    from durable_agent.providers import Timeouts
+
+    class KeepsTheBodyOpen:
+        async def handle_async_request(self, request: HttpRequest) -> HttpResponse:
+            async def stream() -> Any:
+                yield load("openai_chat/text").body
+                await asyncio.sleep(30)
+                yield b""
+
+            async def aclose() -> None:
+                return None
+
+            return HttpResponse(200, {}, stream(), aclose)
+
+    model = OpenAIChatModel("m", base_url="https://llm.test/v1", api_key="k", transport=KeepsTheBodyOpen(),
+                            timeouts=Timeouts(connect=1, read=0.2, total=5))
+    assert (await collect(model))[-1]["type"] == "finish"
+
+
 async def test_a_stalled_transport_times_out_after_read_seconds() -> None:
     import asyncio
 

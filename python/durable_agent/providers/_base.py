@@ -8,6 +8,7 @@ call itself (transport, timeouts, error classification of a non-2xx status) is h
 from __future__ import annotations
 
 import abc
+import asyncio
 import base64
 import json
 import os
@@ -26,6 +27,7 @@ from ._sse import SSEEvent
 from ._wire import sse_events
 
 AZURE_OPENAI_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+DRAIN_LIMIT = 1.0  # seconds a finished call waits for the end of its response body
 
 
 class HttpOptions(TypedDict, total=False):
@@ -181,8 +183,12 @@ class HttpModel(abc.ABC):
         async with aclosing(events):  # the response is released here, not when the generator is collected
             async for event in self.parse(events):
                 yield event
-            async for _ in events:  # what follows the terminal event (the chunked encoding's end): read, so the
-                pass  # connection goes back to the pool instead of being dropped half-read
+            try:  # what follows the terminal event (normally the chunked encoding's end): read, so the connection
+                async with asyncio.timeout(DRAIN_LIMIT):  # goes back to the pool instead of being dropped half-read;
+                    async for _ in events:  # a body that does not end, or breaks, is dropped: the call is done
+                        pass
+            except (TimeoutError, ModelCallError):
+                pass
 
 
 def schema_name(name: str) -> str:
