@@ -3,6 +3,7 @@ Pyodide too). The same recordings go over real sockets in test_providers_sockets
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -20,7 +21,14 @@ from durable_agent import (
     generate_text,
     serialize_checkpoint,
 )
-from durable_agent.providers import AnthropicModel, ModelSettings, OpenAIChatModel, OpenAIResponsesModel
+from durable_agent._transport import HttpRequest, HttpResponse
+from durable_agent.providers import (
+    AnthropicModel,
+    ModelSettings,
+    OpenAIChatModel,
+    OpenAIResponsesModel,
+    Timeouts,
+)
 from replay import ReplayTransport, load
 
 LOOKUP = ToolSpec("lookup", "Find an invoice.", {"type": "object", "properties": {"id": {"type": "string"}}})
@@ -141,8 +149,6 @@ def test_azure_needs_a_key_or_an_authorization_header_when_it_is_built(monkeypat
 
 
 def test_timeout_is_a_float_seconds_shorthand_for_the_whole_call() -> None:
-    from durable_agent.providers import Timeouts
-
     assert chat("text", timeout=30)[0].timeouts == Timeouts(connect=10, read=30, total=30)
     assert chat("text", timeout=2.5)[0].http_request(ASK).timeouts == Timeouts(connect=2.5, read=2.5, total=2.5)
     with pytest.raises(ConfigurationError, match="timeout= or timeouts="):
@@ -453,10 +459,6 @@ async def test_failures_are_classified(api: str, name: str, kind: str, status: i
 
 
 async def test_the_consumers_time_between_events_does_not_count_against_the_read_timeout() -> None:
-    import asyncio
-
-    from durable_agent.providers import Timeouts
-
     model, _ = chat("text", timeouts=Timeouts(connect=1, read=0.05, total=0.2))
     texts: list[str] = []
     async for event in model.stream(ASK):  # 16 events, 0.06 s each: longer than `read`, and than `total`
@@ -465,51 +467,36 @@ async def test_the_consumers_time_between_events_does_not_count_against_the_read
     assert "".join(texts).endswith("ready.")
 
 
+class SilentAfter:
+    """A transport whose response body sends `first`, then goes silent (30 s) without ending."""
+
+    def __init__(self, first: bytes) -> None:
+        self.first = first
+
+    async def handle_async_request(self, request: HttpRequest) -> HttpResponse:
+        async def stream() -> Any:
+            yield self.first
+            await asyncio.sleep(30)
+            yield b""
+
+        async def aclose() -> None:
+            return None
+
+        return HttpResponse(200, {}, stream(), aclose)
+
+
+def silent_after(first: bytes, read: float) -> OpenAIChatModel:
+    return OpenAIChatModel("m", base_url="https://llm.test/v1", api_key="k", transport=SilentAfter(first),
+                           timeouts=Timeouts(connect=1, read=read, total=5))
+
+
 async def test_a_body_that_does_not_end_after_the_terminal_event_does_not_fail_the_finished_call() -> None:
     """The rest of the body is read so the connection can be pooled, but never at the call's expense."""
-    import asyncio
-
-    from durable_agent._transport import HttpRequest, HttpResponse
-    from durable_agent.providers import Timeouts
-
-    class KeepsTheBodyOpen:
-        async def handle_async_request(self, request: HttpRequest) -> HttpResponse:
-            async def stream() -> Any:
-                yield load("openai_chat/text").body
-                await asyncio.sleep(30)
-                yield b""
-
-            async def aclose() -> None:
-                return None
-
-            return HttpResponse(200, {}, stream(), aclose)
-
-    model = OpenAIChatModel("m", base_url="https://llm.test/v1", api_key="k", transport=KeepsTheBodyOpen(),
-                            timeouts=Timeouts(connect=1, read=0.2, total=5))
-    assert (await collect(model))[-1]["type"] == "finish"
+    assert (await collect(silent_after(load("openai_chat/text").body, read=0.2)))[-1]["type"] == "finish"
 
 
 async def test_a_stalled_transport_times_out_after_read_seconds() -> None:
-    import asyncio
-
-    from durable_agent._transport import HttpRequest, HttpResponse
-    from durable_agent.providers import Timeouts
-
-    class Stalls:
-        async def handle_async_request(self, request: HttpRequest) -> HttpResponse:
-            async def stream() -> Any:
-                yield b"data: {}\n\n"
-                await asyncio.sleep(30)
-                yield b""
-
-            async def aclose() -> None:
-                return None
-
-            return HttpResponse(200, {}, stream(), aclose)
-
-    model = OpenAIChatModel("m", base_url="https://llm.test/v1", api_key="k", transport=Stalls(),
-                            timeouts=Timeouts(connect=1, read=0.05, total=5))
     with pytest.raises(ModelCallError) as caught:
-        await collect(model)
+        await collect(silent_after(b"data: {}\n\n", read=0.05))
     assert (caught.value.kind, caught.value.retryable) == ("timeout", True)
     assert asyncio.current_task() is None or asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
