@@ -19,7 +19,7 @@ from durable_agent import (
     generate_text,
     serialize_checkpoint,
 )
-from durable_agent._transport import HttpTransport, HttpxTransport, StdlibTransport, Timeouts
+from durable_agent._transport import HttpRequest, HttpTransport, HttpxTransport, StdlibTransport, Timeouts
 from durable_agent.providers import OpenAIChatModel
 from replay import ReplayServer
 from test_providers_replay import ADAPTERS, FAILURE_FIELDS, FAILURES, check_failure, collect
@@ -215,3 +215,47 @@ def test_the_real_model_example_runs_the_tour_against_an_openai_compatible_serve
     skipped = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=60,
                              env={"PATH": "/usr/bin:/bin"})
     assert skipped.returncode == 0 and "SKIPPED" in skipped.stdout
+
+
+async def test_the_stdlib_transport_reuses_a_connection_after_a_body_of_known_length() -> None:
+    """A body sent with Content-Length (a JSON answer, an MCP server's) read to its end leaves http.client's
+    response open: the next call on the pooled connection failed with ResponseNotReady until it is closed."""
+    import http.server
+    import threading
+
+    connections: list[int] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            connections.append(1)
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            body = b'{"ok": true}'
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    transport = StdlibTransport()
+    try:
+        request = HttpRequest(f"http://127.0.0.1:{server.server_address[1]}/", {"content-type": "application/json"},
+                              b"{}")
+        for _ in range(3):
+            response = await transport.handle_async_request(request)
+            assert (response.status, b"".join([c async for c in response.stream])) == (200, b'{"ok": true}')
+            await response.aclose()
+        assert len(connections) == 1
+    finally:
+        await transport.aclose()
+        server.shutdown()
+        server.server_close()

@@ -142,6 +142,9 @@ class _Worker:
                 if not chunk:
                     if not response.will_close:  # read to its end: the connection can carry the next call
                         self.sock = None  # closing this response must no longer shut it down
+                        # A body of known length read to its end leaves the response open, and http.client
+                        # refuses the connection's next response (ResponseNotReady) until it is closed.
+                        response.close()
                         self.pool.give(origin, conn)
                         kept = True
                     break
