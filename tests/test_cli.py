@@ -273,7 +273,8 @@ def test_watch_follows_a_live_run_to_its_end(tmp_path: Path, ledger: Path) -> No
     one_line_error(cli("--store", url, "runs", "watch", "nope"), 3)
 
 
-def test_an_agents_run_on_the_sqlite_runtime(tmp_path: Path, ledger: Path) -> None:
+def journal_run(tmp_path: Path) -> tuple[str, str, str, dict[str, str]]:
+    """An Agent's run parked on the pay approval in a SQLite journal: run id, approval id, runtime URL, CLI env."""
     journal = tmp_path / "journal.db"
     env = {"CLI_JOURNAL": str(journal)}
     os.environ["CLI_JOURNAL"] = str(journal)
@@ -281,10 +282,12 @@ def test_an_agents_run_on_the_sqlite_runtime(tmp_path: Path, ledger: Path) -> No
         result = asyncio.run(cli_agent.journal_agent().run("Pay inv-7."))
     finally:
         del os.environ["CLI_JOURNAL"]
-    assert result.finish_reason == "suspended"
-    runtime = f"sqlite:///{journal}"
-    run_id, approval = result.run_id, result.pending_approvals[0].approval_id
-    assert run_id is not None
+    assert result.finish_reason == "suspended" and result.run_id is not None
+    return result.run_id, result.pending_approvals[0].approval_id, f"sqlite:///{journal}", env
+
+
+def test_an_agents_run_on_the_sqlite_runtime(tmp_path: Path, ledger: Path) -> None:
+    run_id, approval, runtime, env = journal_run(tmp_path)
 
     shown = cli("--runtime", runtime, "runs", "show", run_id, env=env)
     assert shown.returncode == 0, shown.stderr
@@ -336,3 +339,10 @@ def test_an_agents_run_on_the_postgres_runtime(ledger: Path) -> None:
         one_line_error(cli("--runtime", url, "runs", "approve", result.run_id, "other"), 3)
         listed = json.loads(cli("--runtime", url, "--json", "runs", "list").stdout)
         assert [r["run_id"] for r in listed] == [result.run_id]
+
+
+def test_version_prints_the_package_version() -> None:
+    import durable_agent
+
+    done = cli("--version")
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"durable-agent {durable_agent.__version__}\n", "")

@@ -17,7 +17,8 @@ runtime keeps its checkpoints in the checkpoint store's tables).
 store's own database when it is SQLite or Postgres.
 The environment variables ``DURABLE_AGENT_STORE``, ``DURABLE_AGENT_RUNTIME`` and ``DURABLE_AGENT_EVENTS``
 stand in for the options. Output is human-readable tables; `--json` prints JSON instead (one document, or one
-line per event for ``watch``; bytes as ``{"$bytes": ...}``, the checkpoint codec's form).
+line per event for ``watch``; bytes as ``{"$bytes": ...}``, the checkpoint codec's form). ``--version`` prints
+the installed version.
 
 Exit codes (stable, for scripts):
 
@@ -42,6 +43,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
+from .._version import __version__
 from ..checkpoint import RUN_STATUSES
 from ..errors import (
     CheckpointConflictError,
@@ -76,6 +78,7 @@ def _common(parser: argparse.ArgumentParser, default: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="durable-agent", description="Look at and operate durable-agent runs.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _common(parser, None)
     groups = parser.add_subparsers(dest="group", required=True, parser_class=_Parser)
     runs = groups.add_parser("runs", help="stored runs").add_subparsers(dest="command", required=True,
