@@ -346,3 +346,11 @@ def test_version_prints_the_package_version() -> None:
 
     done = cli("--version")
     assert (done.returncode, done.stdout, done.stderr) == (0, f"durable-agent {durable_agent.__version__}\n", "")
+
+
+
+def test_a_runtime_verdict_without_agent_says_denied(tmp_path: Path, ledger: Path) -> None:
+    run_id, approval, runtime, env = journal_run(tmp_path)
+    denied = cli("--runtime", runtime, "runs", "deny", run_id, approval, env=env)
+    assert denied.returncode == 0, denied.stderr
+    assert denied.stdout.startswith(f"denied {approval};"), denied.stdout

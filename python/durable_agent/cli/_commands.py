@@ -116,7 +116,8 @@ async def runs_verdict(args: argparse.Namespace, b: Backends) -> int:
                 raise CliError(NOT_FOUND, f"no run waits on approval {response.approval_id!r} in the runtime")
         if args.agent is None:
             _said(args, {"run_id": args.run, "approvals": args.approval_id, "approved": approved, "resumed": False},
-                  f"{args.command}d {', '.join(args.approval_id)}; the run's next resume settles it")
+                  f"{'approved' if approved else 'denied'} {', '.join(args.approval_id)};"
+                  " the run's next resume settles it")
             return OK
         return await _resume(args, b, ())
     left = sorted(set(pending) - set(args.approval_id))
