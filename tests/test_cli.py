@@ -354,3 +354,27 @@ def test_a_runtime_verdict_without_agent_says_denied(tmp_path: Path, ledger: Pat
     denied = cli("--runtime", runtime, "runs", "deny", run_id, approval, env=env)
     assert denied.returncode == 0, denied.stderr
     assert denied.stdout.startswith(f"denied {approval};"), denied.stdout
+
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``runs show ... | head``: the reader closes the pipe; the command stops without a traceback, as Unix tools do."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+
+    async def big() -> None:
+        store = open_store(url)
+        try:  # ~1 MB of transcript: far more than a pipe holds
+            await generate_text(model=cli_agent.model(), tools=cli_agent.tools(), max_steps=1, store=store,
+                                run_id="big", messages=[{"role": "user", "content": "word " * 1000}] * 200)
+        finally:
+            await maybe_await(store.close())
+
+    asyncio.run(big())
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), str(ROOT / "tests")])}
+    shown = subprocess.Popen([sys.executable, "-m", "durable_agent.cli", "--store", url, "runs", "show", "big", "--full"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ)
+    assert shown.stdout is not None and shown.stderr is not None
+    assert shown.stdout.readline().split() == [b"FIELD", b"VALUE"]
+    shown.stdout.close()
+    assert shown.wait(timeout=60) == 141
+    assert shown.stderr.read() == b""

@@ -30,6 +30,7 @@ Exit codes (stable, for scripts):
 * 5 — unavailable: a driver is not installed (``pip install 'durable-agent[postgres]'``)
 * 6 — timeout: ``watch --timeout`` elapsed before the run stopped
 * 130 — interrupted (Ctrl-C)
+* 141 — the reader of stdout stopped reading (``runs show ... | head``); nothing is printed, as by Unix tools
 
 Every error is one line on stderr, ``durable-agent: error: ...``; never a traceback.
 """
@@ -179,7 +180,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         args.store = args.store or os.environ.get("DURABLE_AGENT_STORE") or None
         args.runtime = args.runtime or os.environ.get("DURABLE_AGENT_RUNTIME") or None
-        return asyncio.run(_run(args))
+        code = asyncio.run(_run(args))
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
+        return code
+    except BrokenPipeError:  # `| head` read what it wanted and closed the pipe: stop as Unix tools do, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush writes nowhere
+        return c.CLOSED
     except KeyboardInterrupt:
         print("durable-agent: interrupted", file=sys.stderr)
         return 130

@@ -28,6 +28,7 @@ from . import _render as r
 from ._backends import Backends, CliError, load_factory, open_event_log
 
 OK, ERROR, USAGE, NOT_FOUND, CONFLICT, UNAVAILABLE, TIMEOUT = 0, 1, 2, 3, 4, 5, 6
+CLOSED = 141  # stdout's reader went away (128 + SIGPIPE, the code of a shell tool it killed)
 
 
 async def _load(backends: Backends, run_id: str, step: int | None = None) -> AgentCheckpoint:
