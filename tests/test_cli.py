@@ -378,3 +378,16 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> N
     shown.stdout.close()
     assert shown.wait(timeout=60) == 141
     assert shown.stderr.read() == b""
+
+
+
+def test_importing_a_file_that_is_not_text_is_one_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    binary = tmp_path / "scan.jsonl"
+    binary.write_bytes(b'{"version": 1}\n\x00\xff\xd0PDF\n')
+    error = one_line_error(cli("--store", url, "runs", "import", str(binary)), 1)
+    assert "line 2" in error and "not UTF-8" in error and "UnicodeDecodeError" not in error
+    piped = subprocess.run([sys.executable, "-m", "durable_agent.cli", "--store", url, "runs", "import"],
+                           input=binary.read_bytes(), capture_output=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
+    assert piped.returncode == 1 and b"line 2" in piped.stderr and b"Traceback" not in piped.stderr

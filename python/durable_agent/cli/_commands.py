@@ -261,13 +261,13 @@ async def runs_export(args: argparse.Namespace, b: Backends) -> int:
 async def runs_import(args: argparse.Namespace, b: Backends) -> int:
     """Read every line first: a bad line or a run that exists (without --overwrite) writes nothing."""
     if args.input in (None, "-"):
-        text = sys.stdin.read()
+        data = sys.stdin.buffer.read()
     else:
         b.refuse_own_file(args.input, "FILE")
-        with open(args.input, encoding="utf-8") as f:
-            text = f.read()
+        with open(args.input, "rb") as f:
+            data = f.read()
     checkpoints = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(_text(data).splitlines(), 1):
         if line.strip():
             try:
                 checkpoints.append(deserialize_checkpoint(line))
@@ -281,6 +281,18 @@ async def runs_import(args: argparse.Namespace, b: Backends) -> int:
         await maybe_await(b.store.save(cp))
     _said(args, {"imported": [cp.run_id for cp in checkpoints]}, f"imported {len(checkpoints)} run(s)")
     return OK
+
+
+def _text(data: bytes) -> str:
+    """An import's input as text; `CheckpointCorruptError` naming the line when it is not UTF-8 (a binary file)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise CheckpointCorruptError(
+            f"line {line} is not UTF-8 text (byte {data[exc.start]:#04x}):"
+            " runs import reads the JSON lines runs export writes"
+        ) from None
 
 
 async def runs_watch(args: argparse.Namespace, b: Backends) -> int:
