@@ -32,10 +32,17 @@ def one_line_error(done: subprocess.CompletedProcess[str], code: int) -> str:
     return done.stderr
 
 
+def created(url: str) -> str:
+    """`url`, its empty store created (the CLI creates none but with ``import``)."""
+    store = open_store(url)
+    asyncio.run(maybe_await(store.close()))
+    return url
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/runs.db"
+        yield created(f"sqlite:///{tmp_path}/runs.db")
         return
     from durable_agent.testing.services import POSTGRES_URL_VAR, postgres_schema, service_url
 
@@ -114,7 +121,7 @@ def test_list_show_and_exit_codes(store_url: str) -> None:
 
 
 def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/runs.db"
+    url = created(f"sqlite:///{tmp_path}/runs.db")
     one_line_error(cli("runs", "list"), 2)  # no store
     one_line_error(cli("--store", url, "runs", "frobnicate"), 2)
     one_line_error(cli("--store", url, "runs", "list", "--limit", "many"), 2)
@@ -391,3 +398,24 @@ def test_importing_a_file_that_is_not_text_is_one_line(tmp_path: Path) -> None:
                            input=binary.read_bytes(), capture_output=True,
                            env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
     assert piped.returncode == 1 and b"line 2" in piped.stderr and b"Traceback" not in piped.stderr
+
+
+def test_a_mistyped_database_path_is_not_found_and_not_created(tmp_path: Path) -> None:
+    """Only `import` creates its store; any other command on a missing file exits 3 and leaves no file behind."""
+    missing = tmp_path / "typo.db"
+    for args in (("--store", f"sqlite:///{missing}", "runs", "list"),
+                 ("--store", f"sqlite+async:///{missing}", "runs", "show", "r"),
+                 ("--store", f"jsonl:///{missing}", "runs", "list"),
+                 ("--runtime", f"sqlite:///{missing}", "runs", "list")):
+        error = one_line_error(cli(*args), 3)
+        assert str(missing) in error, error
+        assert not missing.exists()
+    url = f"sqlite:///{tmp_path}/runs.db"
+    suspended_run(url)
+    one_line_error(cli("--store", url, "runs", "prune", "--before", "1d", "--events", f"sqlite:///{missing}"), 3)
+    assert not missing.exists()
+    relative = one_line_error(cli("--store", "sqlite:///typo.db", "runs", "list", cwd=tmp_path), 3)
+    assert "relative" in relative and not missing.exists()
+    exported = cli("--store", url, "runs", "export").stdout
+    assert cli("--store", f"sqlite:///{missing}", "runs", "import", stdin=exported).returncode == 0  # import creates
+    assert stored(f"sqlite:///{missing}", "run-42") == stored(url, "run-42")

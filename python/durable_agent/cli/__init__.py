@@ -25,7 +25,8 @@ Exit codes (stable, for scripts):
 * 0 — done (``resume`` also returns 0 when the run suspended again: read ``finish_reason``)
 * 1 — error: the store failed, a corrupt run, the agent's code raised...
 * 2 — usage: bad arguments or options, a bad URL, a missing ``--agent``
-* 3 — not found: no such run, step, or pending approval
+* 3 — not found: no such run, step, or pending approval; no database file at a ``sqlite:``/``jsonl:`` URL
+  (only ``import`` creates one)
 * 4 — conflict: the target run exists (``fork``, ``import``), another writer, a held lease
 * 5 — unavailable: a driver is not installed (``pip install 'durable-agent[postgres]'``)
 * 6 — timeout: ``watch --timeout`` elapsed before the run stopped
@@ -166,7 +167,7 @@ def _message(error: BaseException) -> str:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    backends = await Backends.open(args.store, args.runtime)
+    backends = await Backends.open(args.store, args.runtime, create=args.handler is c.runs_import)
     handler: Command = args.handler
     try:
         return await handler(args, backends)

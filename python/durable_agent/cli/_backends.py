@@ -52,6 +52,20 @@ def open_event_log(url: str) -> Any:
     return None
 
 
+def require_file(url: str) -> None:
+    """`CliError` (not found) when `url` is a file URL (SQLite, JSONL) naming no file: opening it would create an
+    empty database, and a mistyped path would pass for a store without runs. `os.path.exists` only stats the path:
+    nothing opens the file (see `durable_agent.stores._files`)."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("sqlite", "sqlite+async", "jsonl"):
+        return
+    path = _file_path(url, scheme)
+    if not os.path.exists(path):
+        where = "" if os.path.isabs(path) else (f" ({os.path.abspath(path)}: {scheme}:///path is relative to the"
+                                                f" current directory, {scheme}:////path absolute)")
+        raise CliError(3, f"no database file {path!r}{where}")
+
+
 @dataclass
 class Backends:
     """The store (and runtime) of one CLI call."""
@@ -60,12 +74,17 @@ class Backends:
     runtime: Any = None
 
     @classmethod
-    async def open(cls, store_url: str | None, runtime_url: str | None) -> Backends:
+    async def open(cls, store_url: str | None, runtime_url: str | None, *, create: bool = False) -> Backends:
         """Without `store_url`, the store is opened on the runtime's database: the runtime keeps its
-        checkpoints in the checkpoint store's tables (same URL), which also list, prune and fork."""
+        checkpoints in the checkpoint store's tables (same URL), which also list, prune and fork.
+        A database file is created only when `create` (``import``): see `require_file`."""
         url = store_url or runtime_url
         if not url:
             raise CliError(2, "no store: pass --store URL (or --runtime URL), or set DURABLE_AGENT_STORE")
+        if not create:
+            for named in (store_url, runtime_url):
+                if named:
+                    require_file(named)
         runtime = open_runtime(runtime_url) if runtime_url else None
         try:
             store = open_store(url)

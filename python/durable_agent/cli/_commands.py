@@ -25,7 +25,7 @@ from ..fork import checkpoint_at_step, fork_run
 from ..parked import parked_result, unanswered_approvals
 from ..results import GenerateTextResult
 from . import _render as r
-from ._backends import Backends, CliError, load_factory, open_event_log
+from ._backends import Backends, CliError, load_factory, open_event_log, require_file
 
 OK, ERROR, USAGE, NOT_FOUND, CONFLICT, UNAVAILABLE, TIMEOUT = 0, 1, 2, 3, 4, 5, 6
 CLOSED = 141  # stdout's reader went away (128 + SIGPIPE, the code of a shell tool it killed)
@@ -212,6 +212,7 @@ async def runs_prune(args: argparse.Namespace, b: Backends) -> int:
     database when it is SQLite or Postgres, where the endpoint's documented setup keeps it)."""
     before = parse_before(args.before, wall_clock_ms())
     events_url = args.events or os.environ.get("DURABLE_AGENT_EVENTS") or args.store or args.runtime
+    require_file(events_url)
     log = open_event_log(events_url)
     if log is None and (args.events or os.environ.get("DURABLE_AGENT_EVENTS")):
         raise ConfigurationError(f"an event log URL is sqlite:///path or postgresql://..., got {events_url!r}")
