@@ -277,7 +277,22 @@ def test_watch_follows_a_live_run_to_its_end(tmp_path: Path, ledger: Path) -> No
     events = [first, *map(json.loads, out.splitlines())]
     assert [e["index"] for e in events if e["type"] == "message"] == list(range(6))
     assert events[-1]["type"] == "status" and events[-1]["status"] == "completed"
-    one_line_error(cli("--store", url, "runs", "watch", "nope"), 3)
+    assert "no checkpoint" in one_line_error(cli("--store", url, "runs", "watch", "nope", "--timeout", "0.2"), 6)
+
+
+def test_watch_started_before_the_first_checkpoint_waits_for_it(tmp_path: Path) -> None:
+    url = created(f"sqlite:///{tmp_path}/runs.db")
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), str(ROOT / "tests")])}
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "durable_agent.cli", "--store", url, "--json", "runs", "watch", "run-42",
+         "--interval", "0.05", "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ)
+    assert watcher.stdout is not None
+    assert json.loads(watcher.stdout.readline()) == {"type": "waiting", "run_id": "run-42"}  # polling: no run yet
+    suspended_run(url)
+    out, err = watcher.communicate(timeout=60)
+    assert watcher.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert events[-1]["type"] == "status" and events[-1]["status"] == "suspended"
 
 
 def journal_run(tmp_path: Path) -> tuple[str, str, str, dict[str, str]]:

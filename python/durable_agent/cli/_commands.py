@@ -297,34 +297,46 @@ def _text(data: bytes) -> str:
 
 
 async def runs_watch(args: argparse.Namespace, b: Backends) -> int:
-    """Poll the run; print each new message and status change; stop when it completes (or suspends)."""
+    """Poll the run; print each new message and status change; stop when it completes (or suspends).
+
+    A run with no checkpoint yet is waited for (a watcher started beside the run it watches), once said so
+    (``{"type": "waiting"}``); a run that disappears once seen was deleted: not found."""
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    shown, last = 0, None
+    shown, last, waiting = 0, None, False
     while True:
         cp = await maybe_await(b.store.load(args.run))
-        if cp is None:
+        if cp is None and last is not None:
             raise CheckpointNotFoundError(args.run)
-        if shown > len(cp.messages):
-            shown = 0  # the history was rewritten: show it again
-        for i in range(shown, len(cp.messages)):
-            if args.json:
-                r.emit_json({"type": "message", "index": i, "message": cp.messages[i]})
-            else:
-                print("\n".join(r.message_lines(i, cp.messages[i])))
-        shown = len(cp.messages)
-        state = (cp.step_index, cp.status)
-        if state != last:
-            last = state
-            if args.json:
-                r.emit_json({"type": "status", **r.summary_json(cp),
-                             "pending_approvals": [p.to_dict() for p in cp.pending_approvals or ()]})
-            else:
-                print(f"-- step {cp.step_index}: {cp.status} ({r.usage_text(cp.usage)})")
-                if cp.pending_approvals:
-                    r.table(r.APPROVAL_HEADERS, r.approval_rows(cp.pending_approvals))
+        if cp is None and not waiting:
+            waiting = True
+            _said(args, {"type": "waiting", "run_id": args.run}, f"-- run {args.run} has no checkpoint yet: waiting")
+        if cp is not None:
+            shown, last = _watched(args, cp, shown, last)
+            if cp.status == "completed" or (cp.status == "suspended" and not args.follow):
+                return OK
         sys.stdout.flush()
-        if cp.status == "completed" or (cp.status == "suspended" and not args.follow):
-            return OK
         if deadline is not None and time.monotonic() >= deadline:
-            raise CliError(TIMEOUT, f"run {args.run} is still {cp.status} after {args.timeout:g}s")
+            state = f"is still {cp.status}" if cp is not None else "has saved no checkpoint"
+            raise CliError(TIMEOUT, f"run {args.run} {state} after {args.timeout:g}s")
         await asyncio.sleep(args.interval)
+
+
+def _watched(args: argparse.Namespace, cp: AgentCheckpoint, shown: int, last: Any) -> tuple[int, Any]:
+    """Print what `watch` has not shown of `cp` yet: the messages from index `shown`, its state when not `last`."""
+    if shown > len(cp.messages):
+        shown = 0  # the history was rewritten: show it again
+    for i in range(shown, len(cp.messages)):
+        if args.json:
+            r.emit_json({"type": "message", "index": i, "message": cp.messages[i]})
+        else:
+            print("\n".join(r.message_lines(i, cp.messages[i])))
+    state = (cp.step_index, cp.status)
+    if state != last:
+        if args.json:
+            r.emit_json({"type": "status", **r.summary_json(cp),
+                         "pending_approvals": [p.to_dict() for p in cp.pending_approvals or ()]})
+        else:
+            print(f"-- step {cp.step_index}: {cp.status} ({r.usage_text(cp.usage)})")
+            if cp.pending_approvals:
+                r.table(r.APPROVAL_HEADERS, r.approval_rows(cp.pending_approvals))
+    return len(cp.messages), state
