@@ -45,3 +45,21 @@ def journal_agent() -> Agent:
 
 def not_an_agent() -> int:
     return 42
+
+
+def _no_key(request: Any) -> Any:
+    from durable_agent.errors import ConfigurationError
+
+    raise ConfigurationError("the model needs an API key: set PROVIDER_API_KEY")
+
+
+def misconfigured_options() -> dict[str, Any]:
+    """A model whose call raises `ConfigurationError`, as a provider adapter without its key does."""
+    return {"model": ScriptedModel(_no_key), "tools": tools(), "max_steps": 5}
+
+
+def misconfigured_factory() -> Agent:
+    """A factory that raises `ConfigurationError` itself, as building a provider model without its key does."""
+    from durable_agent.errors import ConfigurationError
+
+    raise ConfigurationError("the model needs an API key: set PROVIDER_API_KEY")

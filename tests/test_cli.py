@@ -434,3 +434,14 @@ def test_a_mistyped_database_path_is_not_found_and_not_created(tmp_path: Path) -
     exported = cli("--store", url, "runs", "export").stdout
     assert cli("--store", f"sqlite:///{missing}", "runs", "import", stdin=exported).returncode == 0  # import creates
     assert stored(f"sqlite:///{missing}", "run-42") == stored(url, "run-42")
+
+
+@pytest.mark.parametrize("factory", ["misconfigured_options", "misconfigured_factory"])
+def test_a_configuration_error_of_the_users_agent_is_an_error_not_usage(tmp_path: Path, factory: str) -> None:
+    """Exit 2 says the command line is wrong; the agent's own code failing is exit 1, whatever it raised."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    suspended_run(url)
+    forked = cli("--store", url, "runs", "fork", "run-42", "--at", "0", "--to", "run-43")
+    assert forked.returncode == 0, forked.stderr
+    error = one_line_error(cli("--store", url, "runs", "resume", "run-43", "--agent", f"cli_agent:{factory}"), 1)
+    assert "PROVIDER_API_KEY" in error and f"cli_agent:{factory}" in error

@@ -23,7 +23,7 @@ the installed version.
 Exit codes (stable, for scripts):
 
 * 0 — done (``resume`` also returns 0 when the run suspended again: read ``finish_reason``)
-* 1 — error: the store failed, a corrupt run, the agent's code raised...
+* 1 — error: the store failed, a corrupt run, the agent's code raised (a ``ConfigurationError`` too)...
 * 2 — usage: bad arguments or options, a bad URL, a missing ``--agent``
 * 3 — not found: no such run, step, or pending approval; no database file at a ``sqlite:``/``jsonl:`` URL
   (only ``import`` creates one)

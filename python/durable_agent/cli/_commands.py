@@ -136,7 +136,10 @@ async def runs_resume(args: argparse.Namespace, b: Backends) -> int:
 
 
 async def _resume(args: argparse.Namespace, b: Backends, responses: Any) -> int:
-    result = await _next_leg(await load_factory(args.agent), b, args.run, responses)
+    try:
+        result = await _next_leg(await load_factory(args.agent), b, args.run, responses)
+    except ConfigurationError as exc:  # raised by the agent's code (a model without its key): not a usage error
+        raise CliError(ERROR, f"--agent {args.agent}: {exc}") from exc
     if result is None:
         _said(args, {"run_id": args.run, "resumed": False}, f"run {args.run} has nothing to continue")
         return OK
