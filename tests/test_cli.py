@@ -445,3 +445,27 @@ def test_a_configuration_error_of_the_users_agent_is_an_error_not_usage(tmp_path
     assert forked.returncode == 0, forked.stderr
     error = one_line_error(cli("--store", url, "runs", "resume", "run-43", "--agent", f"cli_agent:{factory}"), 1)
     assert "PROVIDER_API_KEY" in error and f"cli_agent:{factory}" in error
+
+
+def test_agent_modules_are_found_in_the_current_directory_as_by_the_console_script(tmp_path: Path) -> None:
+    """The installed script puts its own directory on sys.path, not the current one (``python -m`` does): the
+    CLI looks for the ``--agent`` module in the current directory, as uvicorn looks for its app."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    suspended_run(url)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "myagents.py").write_text("import cli_agent\n\n\ndef opts():\n    return cli_agent.resume_options()\n")
+    script = tmp_path / "bin" / "durable-agent"  # what pip writes for the console script, outside the project
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom durable_agent.cli import main\nsys.exit(main())\n")
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), str(ROOT / "tests")])}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(script), "--store", url, "--json", *args], capture_output=True,
+                              text=True, env=environ, cwd=project, timeout=120)
+
+    resumed = run("runs", "resume", "run-42", "--agent", "myagents:opts")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["finish_reason"] == "suspended"
+    error = one_line_error(run("runs", "resume", "run-42", "--agent", "myagent:opts"), 2)
+    assert str(project) in error and "No module named 'myagent'" in error

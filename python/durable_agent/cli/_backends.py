@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -120,14 +121,19 @@ class Backends:
 async def load_factory(spec: str) -> Any:
     """What ``module:factory`` returns (or its awaitable resolves to) when called with no arguments:
     an `Agent`, or a mapping of `resume_from_checkpoint` keyword arguments (``model``, ``tools``,
-    and any other call option)."""
+    and any other call option). The module is looked for in the current directory first, as uvicorn
+    looks for its app (``python -m`` puts it on the path; the installed script does not)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise CliError(2, f"--agent takes module:factory, got {spec!r}")
+    here = os.getcwd()
+    if here not in sys.path:  # the console script puts its own directory there, not the current one
+        sys.path.insert(0, here)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise CliError(2, f"cannot import {module_name!r} for --agent: {exc}") from None
+        raise CliError(2, f"cannot import {module_name!r} for --agent (looked in the current directory {here}"
+                       f" and on PYTHONPATH): {exc}") from None
     target: Any = module
     for name in attr.split("."):
         if not hasattr(target, name):
