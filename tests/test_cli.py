@@ -469,3 +469,39 @@ def test_agent_modules_are_found_in_the_current_directory_as_by_the_console_scri
     assert json.loads(resumed.stdout)["finish_reason"] == "suspended"
     error = one_line_error(run("runs", "resume", "run-42", "--agent", "myagent:opts"), 2)
     assert str(project) in error and "No module named 'myagent'" in error
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then released): connecting is refused at once."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://postgres@127.0.0.1:{port}/postgres", "postgresql+async://postgres@127.0.0.1:{port}/postgres",
+    "redis://127.0.0.1:{port}/0", "redis+async://127.0.0.1:{port}/0",
+])
+@pytest.mark.parametrize("option", ["--store", "--runtime"])
+def test_a_server_that_does_not_answer_is_one_line_and_exit_7(url: str, option: str) -> None:
+    """Not 60 s of pool retries and their logs, not a raw driver ConnectionError: one line, exit 7 (try again)."""
+    pytest.importorskip("psycopg" if url.startswith("postgres") else "redis")
+    url = url.format(port=closed_port())
+    if option == "--runtime" and not url.startswith("postgresql://"):
+        pytest.skip("a runtime URL is sqlite:// or postgresql://")
+    error = one_line_error(cli(option, url, "runs", "list"), 7)
+    assert ("Postgres" if url.startswith("postgres") else "Redis") in error, error
+
+
+def test_a_server_lost_mid_command_is_exit_7() -> None:
+    """The drivers' connection failures after the CLI reached the server (it went away mid-command)."""
+    from durable_agent.cli import exit_code
+
+    psycopg = pytest.importorskip("psycopg")
+    redis = pytest.importorskip("redis")
+    assert exit_code(redis.exceptions.ConnectionError("Connection closed by server.")) == 7
+    assert exit_code(redis.exceptions.TimeoutError("Timeout reading from socket")) == 7
+    assert exit_code(psycopg.OperationalError("server closed the connection unexpectedly")) == 7
+    assert exit_code(redis.exceptions.ResponseError("WRONGTYPE")) == 1

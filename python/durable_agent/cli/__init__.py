@@ -30,6 +30,8 @@ Exit codes (stable, for scripts):
 * 4 — conflict: the target run exists (``fork``, ``import``), another writer, a held lease
 * 5 — unavailable: a driver is not installed (``pip install 'durable-agent[postgres]'``)
 * 6 — timeout: ``watch --timeout`` elapsed before the run stopped
+* 7 — unreachable: the Postgres or Redis server did not answer within 5 s (the CLI tries one connection before
+  it opens a store), or it went away mid-command; try again later
 * 130 — interrupted (Ctrl-C)
 * 141 — the reader of stdout stopped reading (``runs show ... | head``); nothing is printed, as by Unix tools
 
@@ -58,7 +60,7 @@ from ..errors import (
     StepNotFoundError,
 )
 from . import _commands as c
-from ._backends import Backends, CliError
+from ._backends import Backends, CliError, is_outage
 
 Command = Callable[[argparse.Namespace, Backends], Coroutine[Any, Any, int]]
 
@@ -156,6 +158,8 @@ def exit_code(error: BaseException) -> int:
         return c.UNAVAILABLE
     if isinstance(error, ConfigurationError):
         return c.USAGE
+    if is_outage(error):
+        return c.UNREACHABLE
     return c.ERROR
 
 

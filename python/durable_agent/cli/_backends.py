@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import sys
@@ -67,6 +68,52 @@ def require_file(url: str) -> None:
         raise CliError(3, f"no database file {path!r}{where}")
 
 
+PROBE_TIMEOUT_S = 5  # how long the CLI waits for a Postgres or Redis server to answer, before any pool is built
+
+
+def _probe(url: str) -> None:
+    """Connect once to the Postgres or Redis server of `url` and close: `CliError` (unreachable) when it does not
+    answer within `PROBE_TIMEOUT_S`, before a store's pool retries for 30 s, logging each attempt. Nothing for a
+    URL of another scheme, or without the driver (opening the store says it is missing)."""
+    scheme, _, rest = url.partition("://")
+    base = scheme.lower().removesuffix("+async")
+    try:
+        if base in ("postgresql", "postgres"):
+            import psycopg
+
+            options = {} if "connect_timeout" in rest else {"connect_timeout": PROBE_TIMEOUT_S}
+            psycopg.connect(f"{base}://{rest}", **options).close()
+        elif base in ("redis", "rediss"):
+            import redis
+
+            client = redis.Redis.from_url(f"{base}://{rest}", socket_connect_timeout=PROBE_TIMEOUT_S,
+                                          socket_timeout=PROBE_TIMEOUT_S)
+            try:
+                client.ping()
+            finally:
+                client.close()
+    except ImportError:
+        return
+    except Exception as exc:  # noqa: BLE001 - a bad URL is left for opening the store to report
+        if not is_outage(exc):
+            return
+        raise CliError(7, f"cannot reach the {'Redis' if base.startswith('redis') else 'Postgres'} server:"
+                       f" {' '.join(str(exc).split())}") from None
+
+
+def is_outage(error: BaseException) -> bool:
+    """True for a driver's failure to reach its server or keep its connection (Postgres, Redis): try again later.
+    The drivers are looked up only when already imported: the CLI imports none for a SQLite store."""
+    kinds: list[type[BaseException]] = []
+    if (psycopg := sys.modules.get("psycopg")) is not None:
+        kinds.append(psycopg.OperationalError)
+    if (psycopg_pool := sys.modules.get("psycopg_pool")) is not None:
+        kinds.append(psycopg_pool.PoolTimeout)
+    if (redis_errors := sys.modules.get("redis.exceptions")) is not None:
+        kinds += [redis_errors.ConnectionError, redis_errors.TimeoutError]
+    return isinstance(error, tuple(kinds))
+
+
 @dataclass
 class Backends:
     """The store (and runtime) of one CLI call."""
@@ -82,10 +129,10 @@ class Backends:
         url = store_url or runtime_url
         if not url:
             raise CliError(2, "no store: pass --store URL (or --runtime URL), or set DURABLE_AGENT_STORE")
-        if not create:
-            for named in (store_url, runtime_url):
-                if named:
-                    require_file(named)
+        for named in dict.fromkeys(u for u in (store_url, runtime_url) if u):
+            if not create:
+                require_file(named)
+            await asyncio.to_thread(_probe, named)
         runtime = open_runtime(runtime_url) if runtime_url else None
         try:
             store = open_store(url)

@@ -27,7 +27,7 @@ from ..results import GenerateTextResult
 from . import _render as r
 from ._backends import Backends, CliError, load_factory, open_event_log, require_file
 
-OK, ERROR, USAGE, NOT_FOUND, CONFLICT, UNAVAILABLE, TIMEOUT = 0, 1, 2, 3, 4, 5, 6
+OK, ERROR, USAGE, NOT_FOUND, CONFLICT, UNAVAILABLE, TIMEOUT, UNREACHABLE = 0, 1, 2, 3, 4, 5, 6, 7
 CLOSED = 141  # stdout's reader went away (128 + SIGPIPE, the code of a shell tool it killed)
 
 
