@@ -483,3 +483,24 @@ def chat_chunks(server: Server, body: Any) -> list[Any]:
         conn.close()
     assert raw.rstrip().endswith("data: [DONE]")
     return [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
+
+
+def test_an_approval_from_the_cli_wakes_the_serving_process(server: Server, paths: tuple[Path, Path]) -> None:
+    """``durable-agent runs approve --runtime`` stores the verdict in the runtime's database from another process; the
+    server notices it (it polls the awakeables of the runs it parked) and finishes the run with nobody on /events."""
+    from cli_kit import cli
+
+    db, ledger = paths
+    run_id = start(server, "s-cli", "deploy it #cli")
+    leg1 = list(server.events(f"/runs/{run_id}/events").frames())  # the first leg; nobody reads the second
+    assert leg1[-1].data["finish_reason"] == "suspended"
+    request = next(f.data for f in leg1 if f.data["type"] == "tool-approval-request")
+    approved = cli("--runtime", f"sqlite:///{db}", "runs", "approve", run_id, request["approval_id"])
+    assert approved.returncode == 0, approved.stderr
+    deadline = time.monotonic() + 60  # a bound for a stuck run, not a speed check (benches/ measures the wake-up)
+    while (view := server.request("GET", f"/runs/{run_id}")[2])["status"] != "completed":
+        assert time.monotonic() < deadline, f"the server did not continue the run: {view}"
+        time.sleep(0.05)
+    assert view["text"] == "Deployed."
+    assert [json.loads(line) for line in ledger.read_text().splitlines()] == [["deploy", {"env": "prod",
+                                                                                          "ticket": "#cli"}]]

@@ -118,7 +118,7 @@ async def runs_verdict(args: argparse.Namespace, b: Backends) -> int:
         if args.agent is None:
             _said(args, {"run_id": args.run, "approvals": args.approval_id, "approved": approved, "resumed": False},
                   f"{'approved' if approved else 'denied'} {', '.join(args.approval_id)};"
-                  " the run's next resume settles it")
+                  " a server that parked the run continues it, else its next resume settles it")
             return OK
         return await _resume(args, b, ())
     left = sorted(set(pending) - set(args.approval_id))

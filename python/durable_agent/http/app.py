@@ -103,6 +103,7 @@ class ChatEndpoint:
         self.runtime = runtime
         self.resume_on_startup = resume_on_startup
         self._sweep: asyncio.Future[list[str]] | None = None
+        self._watch: asyncio.Future[None] | None = None
         self.events = events
         self.authorize = authorize
         self.cors = cors or CorsSettings()
@@ -145,18 +146,22 @@ class ChatEndpoint:
                 await send_json(send, 500, {"error": {"code": "internal", "message": "internal server error"}}, cors)
 
     async def startup(self) -> None:
-        """Take over, in the background, the runs no live process drives (with `resume_on_startup`).
+        """Take over, in the background, the runs no live process drives (with `resume_on_startup`), and start
+        watching the runs parked here for verdicts other processes store (`RunDriver.watch_parked`).
 
         Called at ASGI lifespan startup. A framework that does not pass lifespan events to a
         mounted app (Starlette's ``Mount``) should call it from its own lifespan.
         """
         if self.resume_on_startup and self._sweep is None:
             self._sweep = asyncio.ensure_future(self.driver.sweep())
+        if self._watch is None:
+            self._watch = asyncio.ensure_future(self.driver.watch_parked())
 
     async def shutdown(self) -> None:
         """Stop the runs this process drives: they stay resumable, and the next server takes them over."""
-        if self._sweep is not None:
-            self._sweep.cancel()
+        for background in (self._sweep, self._watch):
+            if background is not None:
+                background.cancel()
         await self.driver.stop()
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
