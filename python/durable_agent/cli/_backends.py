@@ -81,7 +81,7 @@ def _probe(url: str) -> None:
         if base in ("postgresql", "postgres"):
             import psycopg
 
-            options = {} if "connect_timeout" in rest else {"connect_timeout": PROBE_TIMEOUT_S}
+            options: dict[str, Any] = {} if "connect_timeout" in rest else {"connect_timeout": PROBE_TIMEOUT_S}
             psycopg.connect(f"{base}://{rest}", **options).close()
         elif base in ("redis", "rediss"):
             import redis
