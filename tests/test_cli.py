@@ -505,3 +505,33 @@ def test_a_server_lost_mid_command_is_exit_7() -> None:
     assert exit_code(redis.exceptions.TimeoutError("Timeout reading from socket")) == 7
     assert exit_code(psycopg.OperationalError("server closed the connection unexpectedly")) == 7
     assert exit_code(redis.exceptions.ResponseError("WRONGTYPE")) == 1
+
+
+def test_a_fork_of_an_agents_run_is_approved_by_resuming_it_never_through_its_originals_awakeable(
+        tmp_path: Path, ledger: Path) -> None:
+    """A fork copies the checkpoint, approval ids included, not the journal: the awakeable of that id is the
+    original's. Approving the fork must not resolve it (that approved the original run); the fork's verdict goes
+    with a resume (--agent)."""
+    from durable_agent.runtime.sqlite import SqliteRuntime
+
+    run_id, approval, runtime, env = journal_run(tmp_path)
+    assert cli("--runtime", runtime, "runs", "fork", run_id, "--to", "fork-1", env=env).returncode == 0
+    error = one_line_error(cli("--runtime", runtime, "runs", "approve", "fork-1", approval, env=env), 2)
+    assert "--agent" in error and "fork" in error
+
+    def original_resolved() -> bool:
+        async def go() -> bool:
+            journal = SqliteRuntime(env["CLI_JOURNAL"])
+            try:
+                return any(a.resolved for a in await journal.inspect.awakeables())  # type: ignore[attr-defined]
+            finally:
+                await maybe_await(journal.close())
+
+        return asyncio.run(go())
+
+    assert not original_resolved()
+    done = cli("--runtime", runtime, "--json", "runs", "approve", "fork-1", approval, "--agent",
+               "cli_agent:journal_agent", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["finish_reason"] == "stop" and ledger.read_text() == "paid inv-7\n"
+    assert not original_resolved() and stored(runtime, run_id).status == "suspended"

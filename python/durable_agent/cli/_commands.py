@@ -15,6 +15,7 @@ from typing import Any
 
 from .._util import maybe_await, wall_clock_ms
 from ..checkpoint import AgentCheckpoint, ToolApprovalResponse, deserialize_checkpoint, serialize_checkpoint
+from ..durable_session import approval_key
 from ..errors import (
     CheckpointCorruptError,
     CheckpointNotFoundError,
@@ -108,7 +109,7 @@ async def runs_verdict(args: argparse.Namespace, b: Backends) -> int:
         ToolApprovalResponse(a, approved, args.reason, args.token if args.token is not None else pending[a].token)
         for a in args.approval_id
     ]
-    if b.runtime is not None:
+    if b.runtime is not None and await _parked_in_journal(b.runtime, cp, args.approval_id):
         from ..agent import resolve_approval
 
         for response in responses:
@@ -126,9 +127,23 @@ async def runs_verdict(args: argparse.Namespace, b: Backends) -> int:
         raise CliError(USAGE, f"run {args.run!r} also waits on {', '.join(left)}: a resume denies every approval"
                        " left unanswered, so name them all")
     if args.agent is None:
-        raise CliError(USAGE, "a run in a store is approved by resuming it: pass --agent module:factory"
-                       " (or --runtime URL for an Agent's run)")
+        where = ("has no awakeable in the runtime (a fork has none: it copies the checkpoint, not the journal)"
+                 if b.runtime is not None else "is in a store (for an Agent's run, pass --runtime URL)")
+        raise CliError(USAGE, f"run {args.run!r} {where}: it is approved by resuming it, pass --agent module:factory")
     return await _resume(args, b, responses)
+
+
+async def _parked_in_journal(runtime: Any, checkpoint: AgentCheckpoint, approval_ids: list[str]) -> bool:
+    """Whether the runtime's journal parked `checkpoint`'s run on these approvals: an awakeable of each, under its
+    run id. A fork has none: its approval ids are its original's, whose awakeables must not get its verdicts."""
+    steps = await runtime.inspect.steps(checkpoint.run_id)
+    if not steps:
+        return False
+    for approval_id in approval_ids:
+        key = approval_key(checkpoint.run_id, checkpoint.step_index, approval_id)
+        if await runtime.find_awakeable(steps[0].session_id, key) is None:
+            return False
+    return True
 
 
 async def runs_resume(args: argparse.Namespace, b: Backends) -> int:
