@@ -63,3 +63,8 @@ def misconfigured_factory() -> Agent:
     from durable_agent.errors import ConfigurationError
 
     raise ConfigurationError("the model needs an API key: set PROVIDER_API_KEY")
+
+
+def slow_resume_options() -> dict[str, Any]:
+    """`resume_options` with a model that takes its time, as a real one does."""
+    return {**resume_options(), "model": model(delay=0.05)}

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import cli_agent
-from cli_kit import ROOT, cli
+from cli_kit import ROOT, cli, cli_on_terminal
 from durable_agent import generate_text, open_store
 from durable_agent._util import maybe_await
 
@@ -523,9 +523,9 @@ def test_a_fork_of_an_agents_run_is_approved_by_resuming_it_never_through_its_or
         async def go() -> bool:
             journal = SqliteRuntime(env["CLI_JOURNAL"])
             try:
-                return any(a.resolved for a in await journal.inspect.awakeables())  # type: ignore[attr-defined]
+                return any(a.resolved for a in await journal.inspect.awakeables())
             finally:
-                await maybe_await(journal.close())
+                journal.close()
 
         return asyncio.run(go())
 
@@ -535,3 +535,32 @@ def test_a_fork_of_an_agents_run_is_approved_by_resuming_it_never_through_its_or
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["finish_reason"] == "stop" and ledger.read_text() == "paid inv-7\n"
     assert not original_resolved() and stored(runtime, run_id).status == "suspended"
+
+
+def test_colour_on_a_terminal_only_and_never_with_no_color(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    suspended_run(url)
+    code, shown = cli_on_terminal("--store", url, "runs", "list")
+    assert code == 0 and "\x1b[1mRUN" in shown and "\x1b[33msuspended\x1b[0m" in shown  # bold header, status
+    code, error = cli_on_terminal("--store", url, "runs", "show", "nope")
+    assert code == 3 and error.startswith("\x1b[31mdurable-agent: error:\x1b[0m ")
+    for env in ({"NO_COLOR": "1"}, {"TERM": "dumb"}):
+        code, plain = cli_on_terminal("--store", url, "runs", "list", env=env)
+        assert code == 0 and "\x1b" not in plain and "suspended" in plain
+    piped = cli("--store", url, "runs", "list")
+    assert "\x1b" not in piped.stdout and "suspended" in piped.stdout
+
+
+def test_a_long_resume_shows_progress_on_a_terminal_only(tmp_path: Path, ledger: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    suspended_run(url)
+    for to in ("run-43", "run-44"):  # forks before the model's first call: a resume calls it
+        assert cli("--store", url, "runs", "fork", "run-42", "--at", "0", "--to", to).returncode == 0
+    code, out = cli_on_terminal("--store", url, "runs", "resume", "run-43", "--agent", "cli_agent:slow_resume_options",
+                                env={"NO_COLOR": "1"})
+    assert code == 0, out
+    spinner = out.index("resuming run-43")
+    assert out.index("\r\x1b[K", spinner) < out.index("run run-43: suspended")  # erased before the result
+    piped = cli("--store", url, "runs", "resume", "run-44", "--agent", "cli_agent:slow_resume_options")
+    assert piped.returncode == 0 and piped.stderr == "" and "\x1b" not in piped.stdout
+    assert piped.stdout.startswith("run run-44: suspended")

@@ -35,7 +35,9 @@ Exit codes (stable, for scripts):
 * 130 — interrupted (Ctrl-C)
 * 141 — the reader of stdout stopped reading (``runs show ... | head``); nothing is printed, as by Unix tools
 
-Every error is one line on stderr, ``durable-agent: error: ...``; never a traceback.
+Every error is one line on stderr, ``durable-agent: error: ...``; never a traceback. On a terminal (only) the
+output has colour, unless ``NO_COLOR`` is set, and a long operation (``resume``, ``approve``/``deny --agent``,
+``import``, ``prune``) shows a spinner on stderr: see `durable_agent.cli._render`.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from ..errors import (
 )
 from . import _commands as c
 from ._backends import Backends, CliError, is_outage
+from ._render import RED, paint
 
 Command = Callable[[argparse.Namespace, Backends], Coroutine[Any, Any, int]]
 
@@ -197,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit:  # --help
         return exit.code if isinstance(exit.code, int) else c.OK
     except Exception as error:  # noqa: BLE001 - the CLI reports every failure in one line
-        print(f"durable-agent: error: {_message(error)}", file=sys.stderr)
+        print(f"{paint('durable-agent: error:', RED, sys.stderr)} {_message(error)}", file=sys.stderr)
         return exit_code(error)
 
 

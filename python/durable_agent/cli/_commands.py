@@ -152,7 +152,8 @@ async def runs_resume(args: argparse.Namespace, b: Backends) -> int:
 
 async def _resume(args: argparse.Namespace, b: Backends, responses: Any) -> int:
     try:
-        result = await _next_leg(await load_factory(args.agent), b, args.run, responses)
+        with r.progress(f"resuming {args.run}"):
+            result = await _next_leg(await load_factory(args.agent), b, args.run, responses)
     except ConfigurationError as exc:  # raised by the agent's code (a model without its key): not a usage error
         raise CliError(ERROR, f"--agent {args.agent}: {exc}") from exc
     if result is None:
@@ -235,9 +236,10 @@ async def runs_prune(args: argparse.Namespace, b: Backends) -> int:
     if log is None and (args.events or os.environ.get("DURABLE_AGENT_EVENTS")):
         raise ConfigurationError(f"an event log URL is sqlite:///path or postgresql://..., got {events_url!r}")
     try:
-        doomed = await maybe_await(b.store.prune(before=before, status=args.status,
-                                                 include_suspended=args.include_suspended))
-        forgotten = await log.forget(doomed) if log is not None else None
+        with r.progress("pruning"):
+            doomed = await maybe_await(b.store.prune(before=before, status=args.status,
+                                                     include_suspended=args.include_suspended))
+            forgotten = await log.forget(doomed) if log is not None else None
     finally:
         if log is not None:
             await maybe_await(log.close())
@@ -296,8 +298,9 @@ async def runs_import(args: argparse.Namespace, b: Backends) -> int:
         taken = [cp.run_id for cp in checkpoints if await maybe_await(b.store.load(cp.run_id)) is not None]
         if taken:
             raise CliError(CONFLICT, f"runs already stored (pass --overwrite to replace them): {', '.join(taken)}")
-    for cp in checkpoints:
-        await maybe_await(b.store.save(cp))
+    with r.progress(f"importing {len(checkpoints)} run(s)"):
+        for cp in checkpoints:
+            await maybe_await(b.store.save(cp))
     _said(args, {"imported": [cp.run_id for cp in checkpoints]}, f"imported {len(checkpoints)} run(s)")
     return OK
 
@@ -354,7 +357,8 @@ def _watched(args: argparse.Namespace, cp: AgentCheckpoint, shown: int, last: An
             r.emit_json({"type": "status", **r.summary_json(cp),
                          "pending_approvals": [p.to_dict() for p in cp.pending_approvals or ()]})
         else:
-            print(f"-- step {cp.step_index}: {cp.status} ({r.usage_text(cp.usage)})")
+            print(f"-- step {cp.step_index}: {r.paint(cp.status, r.STATUS_COLOURS.get(cp.status), sys.stdout)}"
+                  f" ({r.usage_text(cp.usage)})")
             if cp.pending_approvals:
                 r.table(r.APPROVAL_HEADERS, r.approval_rows(cp.pending_approvals))
     return len(cp.messages), state

@@ -1,9 +1,20 @@
-"""What the CLI prints: tables, transcripts and JSON, kept apart from what it does."""
+"""What the CLI prints: tables, transcripts and JSON, kept apart from what it does.
+
+On a terminal, and only there, it adds colour (bold headers, run statuses, the error prefix) unless
+``NO_COLOR`` is set to anything but the empty string (no-color.org) or ``TERM`` is ``dumb``; and a
+spinner with the seconds elapsed on stderr while a long operation runs (`progress`), erased
+before the result is printed. Piped or redirected output is plain text, as before.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import os
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -12,6 +23,48 @@ from ..checkpoint import AgentCheckpoint, ToolApprovalRequest, Usage
 from ..messages import Message, content_parts
 
 WIDTH = 160  # a value longer than this is cut in tables and transcripts (`--json` never cuts)
+BOLD, RED = "1", "31"
+STATUS_COLOURS = {"completed": "32", "suspended": "33", "running": "36"}  # green, yellow, cyan
+
+
+def is_terminal(stream: TextIO) -> bool:
+    """Whether `stream` is an interactive terminal that takes escape sequences (not ``TERM=dumb``)."""
+    return stream.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def paint(text: str, code: str | None, stream: TextIO) -> str:
+    """`text` in the SGR colour `code` when `stream` is a terminal and ``NO_COLOR`` is unset (or empty)."""
+    if code is None or os.environ.get("NO_COLOR") or not is_terminal(stream):
+        return text
+    return f"\x1b[{code}m{text}\x1b[0m"
+
+
+@contextlib.contextmanager
+def progress(text: str, stream: TextIO | None = None) -> Iterator[None]:
+    """A spinner, `text` and the seconds elapsed on `stream` (stderr) while the block runs, erased after; nothing
+    unless it is a terminal. A thread draws it: a block that keeps the event loop busy does not freeze it."""
+    out = stream or sys.stderr
+    if not is_terminal(out):
+        yield
+        return
+    done, start = threading.Event(), time.monotonic()
+
+    def spin() -> None:
+        for frame in itertools.cycle("|/-\\"):
+            out.write(f"\r{frame} {text} {time.monotonic() - start:.1f}s")
+            out.flush()
+            if done.wait(0.1):
+                return
+
+    spinner = threading.Thread(target=spin, name="durable-agent-progress", daemon=True)
+    spinner.start()
+    try:
+        yield
+    finally:
+        done.set()
+        spinner.join()
+        out.write("\r\x1b[K")  # erase the line: the result is printed where the spinner was
+        out.flush()
 
 
 def as_json(value: Any) -> str:
@@ -49,11 +102,15 @@ def brief(value: Any) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO | None = None) -> None:
-    """Left-aligned columns separated by two spaces; nothing but the header when there are no rows."""
+    """Left-aligned columns separated by two spaces; nothing but the header when there are no rows.
+    On a terminal the header is bold and run statuses are coloured (see the module docs)."""
+    stream = out or sys.stdout
     cells = [[str(c) for c in headers], *[[cut(str(c), 80) for c in row] for row in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    for row in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out or sys.stdout)
+    for n, row in enumerate(cells):
+        painted = (paint(c, BOLD if n == 0 else STATUS_COLOURS.get(c), stream) + " " * (w - len(c))
+                   for c, w in zip(row, widths, strict=True))
+        print("  ".join(painted).rstrip(), file=stream)
 
 
 def usage_text(usage: Usage) -> str:
