@@ -379,7 +379,10 @@ class RunDriver:
             if await self.log.run_info(run_id) is not None:
                 await self.log.append(run_id, [error_event(exc, f"{wall_clock_ms()}-{id(exc)}")])
             return exc
-        await self._note_parked(run_id)
+        try:
+            await self._note_parked(run_id)
+        except Exception:  # the leg is over and stored: a failed look only leaves the run to its readers
+            logger.exception("run %s: watching it for verdicts failed", run_id)
         return None
 
     def _sink(self, run_id: str, session_id: str, meta: Mapping[str, Any],
