@@ -9,16 +9,13 @@ import pytest
 
 from agent_kit import NUMBERS, recording, user
 from durable_agent import ConfigurationError, ScriptedModel, Tool, call, generate_text, reply
+from durable_agent._schema import compile_schema
 
 
 def problems(schema: Any, value: Any) -> list[str]:
-    """The messages the model would get (empty when `value` is valid), through the public Tool."""
-    parsed, problem = Tool(parameters=schema).parse_input(value)
-    if problem is None:
-        assert parsed is value
-        return []
-    assert problem.startswith("Invalid input: ")
-    return problem.removeprefix("Invalid input: ").split("; ")
+    """The messages the model would get (empty when `value` is valid), from the validator a Tool
+    compiles; here any schema may be the root, not only the objects a Tool takes."""
+    return compile_schema(schema)(value)
 
 
 TREE = {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#"}}}}
@@ -159,6 +156,29 @@ def test_what_cannot_be_enforced_is_refused_when_the_tool_is_built(name: str) ->
     schema, message = REFUSED[name]
     with pytest.raises(ConfigurationError, match=message):
         Tool(parameters=schema)
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "string"}, {"type": ["object", "null"]}, {}, {"properties": {"a": {}}}, {"anyOf": [{"type": "object"}]},
+    {"$defs": {"N": {"type": "integer"}}, "$ref": "#/$defs/N"},
+])
+def test_parameters_that_do_not_describe_an_object_are_refused(schema: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError, match=r'must describe an object .*"type": "object"'):
+        Tool(parameters=schema)
+
+
+def test_an_object_root_directly_or_through_a_local_ref_is_accepted() -> None:
+    Tool(parameters={"type": "object"})
+    for section in ("$defs", "definitions"):
+        Tool(parameters={section: {"N": {"type": "object"}}, "$ref": f"#/{section}/N"})
+
+
+def test_a_pydantic_root_model_that_is_not_an_object_is_refused() -> None:
+    pytest.importorskip("pydantic")
+    from pydantic import RootModel
+
+    with pytest.raises(ConfigurationError, match="must describe an object"):
+        Tool(parameters=RootModel[int])
 
 
 def test_multiple_of_reads_floats_as_the_decimals_they_were_written_as() -> None:

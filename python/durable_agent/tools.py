@@ -14,6 +14,10 @@ Input that fails validation never reaches `execute`: the model gets an `is_error
 describing what was wrong (``path: reason``, e.g. ``input.items[2].qty: must be at least 1``),
 and can try again.
 
+`parameters` must describe an object (``"type": "object"`` at its root, or a root ``$ref`` to a
+definition that has it): providers pass a tool its arguments by name and refuse any other
+schema, so ``{"type": "string"}`` raises `ConfigurationError` when the `Tool` is built.
+
 A JSON-Schema `parameters` is checked and compiled when the `Tool` is built (see `_schema`):
 draft 2020-12 keywords are enforced (type, enum, const; properties, required,
 additionalProperties, patternProperties, propertyNames, min/maxProperties, dependentRequired,
@@ -69,6 +73,11 @@ class Tool:
             raise ConfigurationError("Tool execute must be callable")
         if not _is_pydantic_model(self.parameters):
             object.__setattr__(self, "_validator", compile_schema(self.parameters))
+        if not _describes_object(self.json_schema()):
+            raise ConfigurationError(
+                'Tool parameters must describe an object (a JSON Schema with "type": "object" at its root): '
+                "providers pass a tool its arguments by name, and refuse any other schema"
+            )
 
     @property
     def is_client_tool(self) -> bool:
@@ -144,6 +153,21 @@ class ToolSource(Protocol):
     def bind(self, listing: Sequence[Mapping[str, Any]]) -> dict[str, Tool]:
         """The tools of `listing` (this one's or a recorded one), by the name the model calls them."""
         ...
+
+
+def _describes_object(schema: Mapping[str, Any]) -> bool:
+    """True when `schema`'s root is ``"type": "object"``, or a ``$ref`` to a local definition that
+    is (what pydantic writes for a recursive model)."""
+    if schema.get("type") == "object":
+        return True
+    ref = schema.get("$ref")
+    for section in ("$defs", "definitions"):
+        prefix = f"#/{section}/"
+        if isinstance(ref, str) and ref.startswith(prefix):
+            definitions = schema.get(section)
+            target = definitions.get(ref.removeprefix(prefix)) if isinstance(definitions, Mapping) else None
+            return isinstance(target, Mapping) and target.get("type") == "object"
+    return False
 
 
 class _PydanticModelClass(Protocol):
