@@ -95,6 +95,24 @@ async def test_unknown_tools_and_raising_tools_are_error_results() -> None:
     assert failed["is_error"] and failed["output"] == "RuntimeError: disk full"
 
 
+async def test_on_error_chooses_what_the_model_reads_when_a_tool_raises() -> None:
+    def down(_: Any) -> None:
+        raise RuntimeError("database is down at 10.0.0.7")
+
+    tools = {"fixed": Tool(execute=down, on_error="The lookup failed; try again later."),
+             "chosen": Tool(execute=down, on_error=lambda exc: f"failed ({type(exc).__name__})"),
+             "default": Tool(execute=down)}
+    model = ScriptedModel([reply("", call("fixed", {}), call("chosen", {}), call("default", {})), "ok"])
+    result = await generate_text(model=model, messages=[user("x")], tools=tools)
+    assert [(r["output"], r["is_error"]) for r in result.steps[0].tool_results] == [
+        ("The lookup failed; try again later.", True), ("failed (RuntimeError)", True),
+        ("RuntimeError: database is down at 10.0.0.7", True)]
+    assert [r["output"] for r in tool_results(model.requests[1].messages[-1])][:2] == [
+        "The lookup failed; try again later.", "failed (RuntimeError)"]
+    with pytest.raises(ConfigurationError, match="on_error"):
+        Tool(execute=down, on_error=42)  # type: ignore[arg-type]
+
+
 async def test_async_tools_run() -> None:
     async def slow_double(args: Any) -> int:
         await asyncio.sleep(0)

@@ -327,7 +327,7 @@ class ToolRunner:
                         raise
                     self.trace.tool_failed(span, exc)
                     self.log.info("tool %s (%s) failed: %r", call.tool_name, call.tool_call_id, exc)
-                    return call.outcome(f"{type(exc).__name__}: {exc}", True)
+                    return call.outcome(call.tool.error_text(exc), True)
         finally:
             _current_call.reset(token)
         if isinstance(output, ToolResult):

@@ -31,6 +31,12 @@ A bool is not an integer or a number; 1.0 is an integer; multipleOf is exact on 
 number was written as (0.3 is a multiple of 0.1); pattern is a Python regular expression.
 A pydantic model validates its own input (and converts it).
 
+When `execute` raises, the model gets an `is_error` result and can react. By default its text is
+the exception's type and message (``RuntimeError: database is down``), which may say more than
+the model should read; `on_error` chooses the text instead: a fixed one
+(``on_error="The lookup failed; try again later."``) or a function of the exception returning
+it. The text is stored with the call like any result: a resumed run replays it unchanged.
+
 `execute` may return a `ToolResult` instead of a plain output: an error result the model sees
 without an exception, or images and files beside the output. A `ToolSource` (an MCP server,
 `durable_agent.mcp`) is a set of tools opened for a run (`mcp_servers=`).
@@ -51,6 +57,8 @@ if TYPE_CHECKING:
     from .messages import FilePart, ImagePart
 
 ApprovalPredicate = Callable[[Any], bool | Awaitable[bool]]
+ErrorText = str | Callable[[Exception], str]
+"""What the model reads when a tool's `execute` raises: a fixed text, or a function of the exception."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +70,7 @@ class Tool:
     execute: Callable[[Any], Any] | None = None
     needs_approval: bool | ApprovalPredicate = False
     replay: Literal["safe", "unsafe"] = "unsafe"
+    on_error: ErrorText | None = None
     _validator: Validator | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -71,6 +80,8 @@ class Tool:
             raise ConfigurationError("Tool parameters must be a JSON-Schema dict or a pydantic model class")
         if self.execute is not None and not callable(self.execute):
             raise ConfigurationError("Tool execute must be callable")
+        if self.on_error is not None and not (isinstance(self.on_error, str) or callable(self.on_error)):
+            raise ConfigurationError("Tool on_error must be a text or a function of the exception returning one")
         if not _is_pydantic_model(self.parameters):
             object.__setattr__(self, "_validator", compile_schema(self.parameters))
         if not _describes_object(self.json_schema()):
@@ -104,6 +115,14 @@ class Tool:
         if problems:
             return None, "Invalid input: " + "; ".join(problems)
         return raw, None
+
+    def error_text(self, exc: Exception) -> str:
+        """What the model reads when `execute` raised `exc` (see the module docs: `on_error`)."""
+        if self.on_error is None:
+            return f"{type(exc).__name__}: {exc}"
+        if isinstance(self.on_error, str):
+            return self.on_error
+        return str(self.on_error(exc))
 
     async def requires_approval(self, raw_input: Any) -> bool:
         if callable(self.needs_approval):
