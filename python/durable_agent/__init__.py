@@ -81,7 +81,8 @@ from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_match
 from .stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_tokens_exceed
 from .stores import open_store
 from .subagent import agent_tool
-from .tool_calls import CLIENT_TOOL_PLACEHOLDER, current_tool_call
+from .tool_calls import CLIENT_TOOL_PLACEHOLDER, ToolCallContext, current_tool_call
+from .tool_functions import tool
 from .tools import Tool, ToolResult, ToolSource
 
 __all__ = [
@@ -143,6 +144,7 @@ __all__ = [
     "Tool",
     "ToolApprovalRequest",
     "ToolApprovalResponse",
+    "ToolCallContext",
     "ToolResult",
     "ToolSource",
     "ToolSpec",
@@ -168,6 +170,7 @@ __all__ = [
     "step_count_is",
     "step_key",
     "stream_chat",
+    "tool",
     "total_tokens_exceed",
     "update_run",
 ]
