@@ -35,3 +35,15 @@ def test_the_readme_real_model_snippet_builds_its_models(monkeypatch: Any) -> No
     scope: dict[str, Any] = {"__name__": "readme"}
     exec(compile(blocks[0], "README.md", "exec"), scope)
     assert scope["model"].model_id == "anthropic:claude-sonnet-5-5" and scope["model"].settings.max_tokens == 2048
+
+
+def test_the_readme_tool_from_a_function_runs() -> None:
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S) if "@tool" in b]
+    assert blocks, "the README has no @tool snippet"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(blocks[0], "README.md", "exec"), {"__name__": "readme"})
+    assert out.getvalue().splitlines() == [
+        "{'type': 'string', 'description': \"The invoice's id, as printed on it.\"}",
+        "{'id': 'inv-7', 'amount': 42, 'currency': 'EUR', 'call': 'c1'}",
+    ]
