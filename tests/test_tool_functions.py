@@ -95,16 +95,16 @@ def test_the_schema_comes_from_the_type_hints_and_the_docstring() -> None:
 
 
 async def test_the_function_gets_the_arguments_converted_to_its_types() -> None:
-    sent = {"name": "ann", "count": 2, "price": 3, "rush": False, "note": None, "color": "green",
+    sent = {"name": "ann", "count": 2.0, "price": 3, "rush": False, "note": None, "color": "green",
             "lines": [{"sku": "x"}, {"sku": "y", "qty": 4}], "pair": [1, "b"], "tags": ["t", "u"],
             "counts": {"k": 1}, "address": {"street": "s", "zip": "1"}}
     model = ScriptedModel([reply("", call("order", sent)), "done"])
     result = await generate_text(model=model, messages=[user("x")], tools={"order": tool(order)})
     got = result.steps[0].tool_results[0]
     assert not got["is_error"], got
-    assert got["output"] == {**sent, "price": 3.0, "color": Color.GREEN, "lines": [Line("x"), Line("y", 4)],
+    assert got["output"] == {**sent, "count": 2, "price": 3.0, "color": Color.GREEN, "lines": [Line("x"), Line("y", 4)],
                              "pair": (1, "b"), "tags": {"t", "u"}, "mode": "a", "anything": None, "why": ""}
-    assert isinstance(got["output"]["price"], float)
+    assert isinstance(got["output"]["price"], float) and isinstance(got["output"]["count"], int)
 
 
 async def test_invalid_or_unknown_arguments_reach_the_model_and_not_the_function() -> None:

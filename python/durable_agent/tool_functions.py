@@ -14,7 +14,8 @@ Two paths build the schema:
   str, int, float, bool, None, ``X | None``, unions, ``list[X]``, ``tuple[...]``, ``set[X]``,
   ``dict[str, X]``, Literal, Enum, TypedDict, dataclasses, ``Annotated[X, "description"]``, Any.
   The function receives what the model sent, converted where the hint asks for it: an Enum
-  member, a dataclass instance, a tuple, a set, a float for an integer the model wrote.
+  member, a dataclass instance, a tuple, a set, a float for ``2`` where the hint is float, an int for
+  ``2.0`` where it is int.
 - pydantic's, when a hint is anything else (a pydantic model, ``datetime``...) and pydantic is
   installed: the arguments become a pydantic model, which validates and converts them. Without
   pydantic such a hint raises `ConfigurationError` naming the parameter.
@@ -242,7 +243,7 @@ def _describe(hint: Any, seen: tuple[Any, ...]) -> tuple[dict[str, Any], Convert
     if hint is Any or hint is inspect.Parameter.empty:
         return {}, _same
     if hint in _PRIMITIVES:
-        return {"type": _PRIMITIVES[hint]}, (float if hint is float else _same)
+        return {"type": _PRIMITIVES[hint]}, (hint if hint in (int, float) else _same)  # JSON's 2.0 is an integer
     if hint is None:
         return {"type": "null"}, _same
     if origin is typing.Annotated:
