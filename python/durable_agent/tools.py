@@ -3,7 +3,8 @@
 A tool has a description, a JSON-Schema `parameters` (or a pydantic model class, which
 then also validates and converts the input), an optional `execute` (sync or async; without
 one the tool is a *client tool* whose result the caller supplies), and an optional
-`needs_approval` (a bool, or a function of the input, sync or async).
+`needs_approval` (a bool, or a function of the input, sync or async). `@tool`
+(`tool_functions`) builds one from a plain function, its schema from the type hints.
 
 `replay` tells a durable runtime what to do with a call that started and never finished
 (its process died): ``"unsafe"`` (the default: a tool with side effects must not run twice
