@@ -509,13 +509,18 @@ def test_a_server_lost_mid_command_is_exit_7() -> None:
 
 def test_a_fork_of_an_agents_run_is_approved_by_resuming_it_never_through_its_originals_awakeable(
         tmp_path: Path, ledger: Path) -> None:
-    """A fork copies the checkpoint, approval ids included, not the journal: the awakeable of that id is the
-    original's. Approving the fork must not resolve it (that approved the original run); the fork's verdict goes
-    with a resume (--agent)."""
+    """A fork copies the checkpoint, not the journal, and its pending approvals get fresh ids: the original's id is
+    not pending on it, and approving the fork must never resolve the original's awakeable (that approved the original
+    run); the fork's verdict goes with a resume (--agent)."""
     from durable_agent.runtime.sqlite import SqliteRuntime
 
-    run_id, approval, runtime, env = journal_run(tmp_path)
-    assert cli("--runtime", runtime, "runs", "fork", run_id, "--to", "fork-1", env=env).returncode == 0
+    run_id, original, runtime, env = journal_run(tmp_path)
+    forked = cli("--runtime", runtime, "--json", "runs", "fork", run_id, "--to", "fork-1", env=env)
+    assert forked.returncode == 0, forked.stderr
+    (approval,) = json.loads(forked.stdout)["pending_approvals"]
+    assert approval != original
+    error = one_line_error(cli("--runtime", runtime, "runs", "approve", "fork-1", original, env=env), 3)
+    assert approval in error and "not pending" in error
     error = one_line_error(cli("--runtime", runtime, "runs", "approve", "fork-1", approval, env=env), 2)
     assert "--agent" in error and "fork" in error
 

@@ -146,3 +146,43 @@ def test_server_calls_of_a_parked_step_wait_for_nothing_when_the_tools_are_known
         assert (await update_run(store, "run", answer("c1"), tools=CLIENT_TOOLS)).status == "running"
 
     asyncio.run(main())
+
+
+def test_a_fork_gets_fresh_approval_ids_and_tokens_signed_for_it_or_none() -> None:
+    """No two runs share an approval id (`resolve_approval` finds an awakeable by that id alone); a token binds its
+    run and approval id, so the fork's are signed anew with a signer and dropped without one (no secret to re-sign)."""
+    from durable_agent import ApprovalSigner, ConfigurationError
+    from durable_agent.transcript import unresolved_calls
+
+    signer = ApprovalSigner("fork-test-secret-0123456789abcdefghij")
+
+    async def main() -> None:
+        store = InMemoryCheckpointStore()
+        first = await generate_text(model=model(), tools=TOOLS, max_steps=5, store=store, run_id="run",
+                                    approval_signer=signer, messages=[{"role": "user", "content": "Pay inv-7."}])
+        (request,) = first.pending_approvals
+        ids = iter(["fresh-1", "fresh-2"])
+        signed = await fork_run(store, "run", new_run_id="signed", approval_signer=signer,
+                                generate_id=lambda: next(ids))
+        (mine,) = signed.pending_approvals or ()
+        assert mine.approval_id == "fresh-1" and mine.tool_call_id == request.tool_call_id
+        assert unresolved_calls(signed.messages)[1] == {request.tool_call_id: "fresh-1"}  # the marker renamed too
+        payload = signer.verify(mine.token)
+        assert payload is not None and (payload["run_id"], payload["approval_id"]) == ("signed", "fresh-1")
+        unsigned = await fork_run(store, "run", new_run_id="unsigned", generate_id=lambda: next(ids))
+        assert [(r.approval_id, r.token) for r in unsigned.pending_approvals or ()] == [("fresh-2", None)]
+        assert (await checkpoint_at_step(store, "run")).pending_approvals == first.pending_approvals  # untouched
+
+        kept = await update_run(store, "run", lambda h: h)  # in place: the ids are still this run's own
+        assert kept.pending_approvals == first.pending_approvals
+        for same in (lambda: request.approval_id, lambda: ""):  # an id of the source, an empty one
+            with pytest.raises(ConfigurationError):
+                await fork_run(store, "run", new_run_id="bad", generate_id=same)
+        assert store.load("bad") is None
+
+        done = await resume_from_checkpoint(store, "signed", model=model(), tools=TOOLS, max_steps=5,
+                                            approval_signer=signer,
+                                            approval_responses=[ToolApprovalResponse("fresh-1", True, token=mine.token)])
+        assert done.text == "Done." and tool_results(done.messages[-2])[0]["output"] == "paid"
+
+    asyncio.run(main())

@@ -34,9 +34,23 @@ without a result, a sub-agent) and becomes ``running`` only when nothing does. P
 them every unanswered call without an approval marker counts as waiting. Resume the result
 with `resume_from_checkpoint(store, run_id, ...)`.
 
-**Signed approvals.** An approval token binds its run id, so a token of the first run is
-refused in a fork. Pass `approval_signer=` to sign the fork's pending requests for the new
-run; without it their tokens are dropped (a signed deployment then denies them on resume).
+**Approval ids.** A fork's pending approvals get fresh approval ids (`generate_id`, random by
+default), in its requests and in the markers of its last assistant message: no two runs share
+an approval id. `resolve_approval(runtime, approval_id)` finds the awakeable by that id alone,
+so a fork holding its original's ids would have its verdicts land on the original's awakeable
+(approving the original run and leaving the fork parked), and the original's on the fork.
+Renaming in the fork keeps `resolve_approval`'s signature and every parked run's journal as
+they are. A fork copies the checkpoint, not the journal: it has no awakeable until it parks
+again, so approve it by resuming it with the verdict (``agent.resume(run_id=...,
+approval_responses=...)``); `resolve_approval` of its id answers False meanwhile. `update_run`
+keeps the run's ids: they are still that run's own. Forks made before this rule share their
+original's ids: approve them by resuming too, never through `resolve_approval`.
+
+**Signed approvals.** An approval token binds its run id and approval id, so a token of the
+first run is refused in a fork. Pass `approval_signer=` to sign the fork's pending requests
+for the new run (under their new ids); without it their tokens are dropped, since a token
+cannot be re-signed without the secret (a signed deployment then denies them on resume
+unless the verdict comes with a token signed for the fork).
 A run suspended inside a durable sub-agent keeps the sub-agent's own checkpoint under the
 first run's id (``{run_id}::{name}#{call}``): a fork does not copy it, so resuming the fork
 runs that sub-agent call again from its start.
@@ -47,12 +61,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalRequest
 from .errors import CheckpointConflictError, CheckpointNotFoundError, ConfigurationError, StepNotFoundError
 from .messages import Message
+from .options import random_id
 from .parked import waits_for_calls
 from .signing import ApprovalSigner
 from .stores._validate import check_run_id, check_step_index
@@ -103,13 +118,15 @@ async def fork_run(
     tools: Mapping[str, Tool] | None = None,
     approval_signer: ApprovalSigner | None = None,
     clock: Callable[[], int] = wall_clock_ms,
+    generate_id: Callable[[], str] = random_id,
 ) -> AgentCheckpoint:
     """Start run `new_run_id` from the state of `run_id` at step `at_step` (the latest when None).
 
     `edit` may change the history first. The new run's checkpoint keeps the step index, usage
     and status of that step (its `created_at` is now; a suspended one is ``running`` when
     nothing of it waits any more, see the module docs: `tools` are the run's tools); it is
-    saved and returned. Raises
+    saved and returned. Its pending approvals get fresh ids from `generate_id` (see "Approval
+    ids" in the module docs). Raises
     `CheckpointNotFoundError`, `StepNotFoundError`, and `CheckpointConflictError` when
     `new_run_id` already holds a run (checked before the save: two forks racing to one new id
     are not told apart).
@@ -123,7 +140,7 @@ async def fork_run(
         raise CheckpointConflictError(
             new_run_id, None, existing.step_index, f"run {new_run_id!r} exists already (at step {existing.step_index})"
         )
-    forked = _edited(source, edit, new_run_id, tools, approval_signer, clock)
+    forked = _edited(source, edit, new_run_id, tools, approval_signer, clock, generate_id)
     await maybe_await(store.save(forked))
     return forked
 
@@ -148,7 +165,7 @@ async def update_run(
     `approval_signer` signs requests left without a token (none is changed otherwise).
     """
     latest = await checkpoint_at_step(store, run_id)
-    updated = _edited(latest, edit, run_id, tools, approval_signer, clock)
+    updated = _edited(latest, edit, run_id, tools, approval_signer, clock, None)
     if _takes_expected(store.save):
         await maybe_await(store.save(updated, expected_step_index=latest.step_index))
     else:
@@ -170,14 +187,19 @@ def _edited(
     tools: Mapping[str, Tool] | None,
     signer: ApprovalSigner | None,
     clock: Callable[[], int],
+    generate_id: Callable[[], str] | None,
 ) -> AgentCheckpoint:
+    """`source` as run `run_id` after `edit`; `generate_id` mints fresh approval ids (a fork), None keeps them."""
     messages: Sequence[Message] = list(source.messages)
     if edit is not None:
         messages = edit(list(messages))
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise ConfigurationError(f"an edit returns a sequence of messages, got {type(messages).__name__}")
         messages = list(messages)
-    pending = _still_pending(source.pending_approvals, messages, source.run_id == run_id, run_id, signer)
+    pending = _still_pending(source.pending_approvals, messages)
+    if pending and generate_id is not None:
+        pending, messages = _renamed(pending, messages, generate_id)
+    pending = _tokens(pending, source.run_id == run_id, run_id, signer)
     draft = dataclasses.replace(
         source,
         run_id=run_id,
@@ -196,11 +218,7 @@ def _edited(
 
 
 def _still_pending(
-    requests: tuple[ToolApprovalRequest, ...] | None,
-    messages: Sequence[Message],
-    same_run: bool,
-    run_id: str,
-    signer: ApprovalSigner | None,
+    requests: tuple[ToolApprovalRequest, ...] | None, messages: Sequence[Message]
 ) -> tuple[ToolApprovalRequest, ...] | None:
     if not requests:
         return requests
@@ -208,16 +226,46 @@ def _still_pending(
     open_calls = {c["tool_call_id"] for c in calls}
     # A sub-agent's request is marked in the sub-agent's history, not here: it waits while the
     # parent's call into the sub-agent is unanswered.
-    kept = [
+    kept = tuple(
         r
         for r in requests
         if (open_calls if r.agent_path is not None else approval_ids.get(r.tool_call_id) == r.approval_id
             and r.tool_call_id in open_calls)
-    ]
+    )
+    return kept or None
+
+
+def _renamed(
+    requests: tuple[ToolApprovalRequest, ...], messages: Sequence[Message], generate_id: Callable[[], str]
+) -> tuple[tuple[ToolApprovalRequest, ...], Sequence[Message]]:
+    """The requests under fresh approval ids, and the history with its markers of them renamed to match."""
+    fresh = [generate_id() for _ in requests]
+    if not all(isinstance(i, str) and i for i in fresh) or len({*fresh, *(r.approval_id for r in requests)}) != 2 * len(fresh):
+        raise ConfigurationError(f"generate_id must return a new non-empty str per approval, none of the forked run's: got {fresh!r}")
+    new = {r.approval_id: approval_id for r, approval_id in zip(requests, fresh, strict=True)}
+    index = max(i for i, m in enumerate(messages) if m["role"] == "assistant")  # the parked step's: _still_pending kept
+    content = messages[index]["content"]
+    if isinstance(content, list):
+        parts: list[Any] = [
+            {**p, "approval_id": new[p["approval_id"]]}
+            if p["type"] == "tool-approval-request" and p["approval_id"] in new else p
+            for p in content
+        ]
+        marked: dict[str, Any] = {**messages[index], "content": parts}
+        messages = [*messages[:index], cast(Message, marked), *messages[index + 1:]]
+    return tuple(dataclasses.replace(r, approval_id=new[r.approval_id]) for r in requests), messages
+
+
+def _tokens(
+    requests: tuple[ToolApprovalRequest, ...] | None, same_run: bool, run_id: str, signer: ApprovalSigner | None
+) -> tuple[ToolApprovalRequest, ...] | None:
+    """Tokens bind the run: a copy of another run drops them, and `signer` signs each request left without one."""
+    if not requests:
+        return requests
     out = []
-    for request in kept:
+    for request in requests:
         token = request.token if same_run else None
         if token is None and signer is not None and request.agent_path is None:
             token = signer.sign(request, run_id=run_id)
         out.append(dataclasses.replace(request, token=token))
-    return tuple(out) or None
+    return tuple(out)

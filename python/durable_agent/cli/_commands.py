@@ -135,7 +135,9 @@ async def runs_verdict(args: argparse.Namespace, b: Backends) -> int:
 
 async def _parked_in_journal(runtime: Any, checkpoint: AgentCheckpoint, approval_ids: list[str]) -> bool:
     """Whether the runtime's journal parked `checkpoint`'s run on these approvals: an awakeable of each, under its
-    run id. A fork has none: its approval ids are its original's, whose awakeables must not get its verdicts."""
+    run id. A fork has none (it copies the checkpoint, not the journal): it is approved by resuming it. Forks made
+    before `fork_run` gave them fresh approval ids hold their original's, whose awakeables must not get their
+    verdicts."""
     steps = await runtime.inspect.steps(checkpoint.run_id)
     if not steps:
         return False
@@ -252,9 +254,10 @@ async def runs_prune(args: argparse.Namespace, b: Backends) -> int:
 
 async def runs_fork(args: argparse.Namespace, b: Backends) -> int:
     forked = await fork_run(b.store, args.run, new_run_id=args.to, at_step=args.at)
-    _said(args, r.summary_json(forked),
+    waits = [p.approval_id for p in forked.pending_approvals or ()]  # fresh ids: the original's are not the fork's
+    _said(args, {**r.summary_json(forked), "pending_approvals": waits},
           f"forked {args.run} at step {forked.step_index} to {forked.run_id} ({forked.status},"
-          f" {len(forked.messages)} messages)")
+          f" {len(forked.messages)} messages)" + (f"; it waits on approval {', '.join(waits)}" if waits else ""))
     return OK
 
 

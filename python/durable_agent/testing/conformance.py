@@ -281,10 +281,12 @@ class ForkConformance:
             marker = {"type": "tool-approval-request", "approval_id": "appr-3", "tool_call_id": "call-1"}
             return [*history, {"role": "assistant", "content": [call, marker]}]
 
-        forked = driver(fork_run(store, "src", new_run_id="f", at_step=3, edit=mark))
+        forked = driver(fork_run(store, "src", new_run_id="f", at_step=3, edit=mark, generate_id=lambda: "appr-f"))
         assert forked.status == "suspended"
-        assert [r.approval_id for r in forked.pending_approvals or ()] == ["appr-3"]
+        assert [r.approval_id for r in forked.pending_approvals or ()] == ["appr-f"]  # no two runs share an id
+        assert forked.messages[-1]["content"][1]["approval_id"] == "appr-f"  # its marker too
         assert forked.pending_approvals[0].token is None  # bound to the first run: dropped
+        assert driver(store.load("f")) == forked
         unmarked = driver(fork_run(store, "src", new_run_id="g", at_step=3))
         assert unmarked.status == "running" and unmarked.pending_approvals is None
 
