@@ -51,9 +51,9 @@ def wake_ups(tmp: Path) -> list[float]:
 
 async def round_cost(tmp: Path) -> float:
     """Seconds for one lookup of each of `PARKED` unresolved awakeables: a round of the watch with that many parked."""
+    from durable_agent._storage.records import RunTransition
     from durable_agent._util import maybe_await
-    from durable_agent.runtime.records import RunTransition
-    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.backends.sqlite import SqliteRuntime
 
     runtime = SqliteRuntime(str(tmp / "parked.db"))
     try:

@@ -199,19 +199,19 @@ async def variant(name: str, n: int, tmp: str) -> dict[str, Any]:
     if name == "memory":
         runtime = MemoryRuntime()
     elif name == "sqlite":
-        from durable_agent.runtime.sqlite import SqliteRuntime
+        from durable_agent.backends.sqlite import SqliteRuntime
 
         runtime = count_statements(count_commits(SqliteRuntime(Path(tmp) / "journal.db"), commits), statements)
     elif name == "postgres":
-        from durable_agent.runtime.postgres import PostgresRuntime
+        from durable_agent.backends.postgres import PostgresRuntime
 
         runtime = count_commits(PostgresRuntime(os.environ["DURABLE_AGENT_BENCH_POSTGRES_URL"]), commits)
     elif name == "sqlite-store":
-        from durable_agent.stores.sqlite import SqliteCheckpointStore
+        from durable_agent.backends.sqlite import SqliteCheckpointStore
 
         store = count_store_commits(SqliteCheckpointStore(Path(tmp) / "store.db"), commits)
     elif name == "sqlite-store-async":
-        from durable_agent.stores.sqlite import AsyncSqliteCheckpointStore
+        from durable_agent.backends.sqlite import AsyncSqliteCheckpointStore
 
         store = count_store_commits(AsyncSqliteCheckpointStore(Path(tmp) / "store.db"), commits)
     elif name != "none":

@@ -42,7 +42,7 @@ from durable_agent import (
     generate_text,
     reply,
 )
-from durable_agent.stores.sqlite import SqliteCheckpointStore
+from durable_agent.backends.sqlite import SqliteCheckpointStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import per_step, print_header, print_rows
@@ -79,7 +79,7 @@ def agent_run(steps: int, runtime_factory: Callable[[], Any]) -> None:
 def runtime_factories(tmp: str) -> dict[str, Callable[[], Any]]:
     factories: dict[str, Callable[[], Any]] = {"Agent + memory runtime": MemoryRuntime}
     with contextlib.suppress(ImportError):
-        from durable_agent.runtime.sqlite import SqliteRuntime
+        from durable_agent.backends.sqlite import SqliteRuntime
 
         path = str(Path(tmp) / "journal.db")
         factories["Agent + SQLite runtime"] = lambda: SqliteRuntime(path)
@@ -90,7 +90,7 @@ class PostgresAgent:
     """`Agent` runs on ONE Postgres runtime (a server keeps its runtime, as DBOS keeps its engine), on one loop."""
 
     def __init__(self, url: str) -> None:
-        from durable_agent.runtime.postgres import PostgresRuntime
+        from durable_agent.backends.postgres import PostgresRuntime
 
         self._loop = asyncio.new_event_loop()
         self._runtime = PostgresRuntime(url)

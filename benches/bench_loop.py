@@ -31,7 +31,7 @@ from durable_agent import (
     generate_text,
     reply,
 )
-from durable_agent.stores.sqlite import SqliteCheckpointStore
+from durable_agent.backends.sqlite import SqliteCheckpointStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import per_step, print_header, print_rows

@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from durable_agent import Agent, DurableOptions, ModelRequest, ScriptedModel, Tool, call, generate_text, reply
+from durable_agent.backends.sqlite import SqliteRuntime
 from durable_agent.mcp import StdioServer
-from durable_agent.runtime.sqlite import SqliteRuntime
 
 SERVER = str(Path(__file__).resolve().parent.parent / "tests" / "mcp_test_server.py")
 ARGS = {"account": "a"}

@@ -42,13 +42,13 @@ ANCHOR = "DBOS workflow on SQLite"
 
 
 def checkpoint_runtimes(tmp: str) -> dict[str, Callable[[], Any]]:
-    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.backends.sqlite import SqliteRuntime
 
     path = str(Path(tmp) / "journal.db")
     factories: dict[str, Callable[[], Any]] = {"Agent + SQLite runtime": lambda: SqliteRuntime(path)}
     url = os.environ.get("DURABLE_AGENT_BENCH_POSTGRES_URL") or os.environ.get("DURABLE_AGENT_TEST_POSTGRES_URL")
     if url:
-        from durable_agent.runtime.postgres import PostgresRuntime
+        from durable_agent.backends.postgres import PostgresRuntime
 
         factories["Agent + Postgres runtime"] = lambda: PostgresRuntime(url)
     else:

@@ -104,8 +104,8 @@ class Backend:
 
 
 def backends(tmp: Path) -> list[Backend]:
-    from durable_agent.stores.jsonl import JsonlCheckpointStore
-    from durable_agent.stores.sqlite import SqliteCheckpointStore
+    from durable_agent.backends.jsonl import JsonlCheckpointStore
+    from durable_agent.backends.sqlite import SqliteCheckpointStore
 
     memory = InMemoryCheckpointStore()
 
@@ -141,7 +141,7 @@ def postgres_backend(url: str) -> Backend:
     import psycopg
     from psycopg.conninfo import make_conninfo
 
-    from durable_agent.stores.postgres import PostgresCheckpointStore
+    from durable_agent.backends.postgres import PostgresCheckpointStore
 
     schema = "bench_" + secrets.token_hex(4)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -162,7 +162,7 @@ def postgres_backend(url: str) -> Backend:
 def redis_backend(url: str) -> Backend:
     import redis
 
-    from durable_agent.stores.redis import RedisCheckpointStore
+    from durable_agent.backends.redis import RedisCheckpointStore
 
     prefix = f"bench{secrets.token_hex(4)}:"
     client = redis.Redis.from_url(url)

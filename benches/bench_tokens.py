@@ -30,11 +30,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from durable_agent import (
+    NATIVE,
+    ApprovalSigner,
     ToolApprovalRequest,
     _pure,
 )
-from durable_agent._kernels import NATIVE
-from durable_agent.signing import ApprovalSigner
 
 SECRET = "bench-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 MAX_AGE_MS = 3_600_000

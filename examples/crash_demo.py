@@ -35,7 +35,7 @@ from durable_agent import (
     resume_stream_from_checkpoint,
     stream_chat,
 )
-from durable_agent.stores.sqlite import SqliteCheckpointStore
+from durable_agent.backends.sqlite import SqliteCheckpointStore
 
 RUN_ID = "demo-run"
 

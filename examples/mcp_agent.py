@@ -28,8 +28,8 @@ from durable_agent import (
     call,
     reply,
 )
+from durable_agent.backends.sqlite import SqliteRuntime
 from durable_agent.mcp import StdioServer
-from durable_agent.runtime.sqlite import SqliteRuntime
 
 SERVER = str(Path(__file__).resolve().parent / "mcp_files_server.py")
 

@@ -37,7 +37,7 @@ def resume_options() -> dict[str, Any]:
 
 def journal_agent() -> Agent:
     """For an Agent's run on the SQLite runtime named by ``CLI_JOURNAL``."""
-    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.backends.sqlite import SqliteRuntime
 
     return Agent(model=model(), tools=tools(), durable=DurableOptions(SqliteRuntime(os.environ["CLI_JOURNAL"])),
                  session_id="chat-1", max_steps=5)
@@ -48,7 +48,7 @@ def not_an_agent() -> int:
 
 
 def _no_key(request: Any) -> Any:
-    from durable_agent.errors import ConfigurationError
+    from durable_agent import ConfigurationError
 
     raise ConfigurationError("the model needs an API key: set PROVIDER_API_KEY")
 
@@ -60,7 +60,7 @@ def misconfigured_options() -> dict[str, Any]:
 
 def misconfigured_factory() -> Agent:
     """A factory that raises `ConfigurationError` itself, as building a provider model without its key does."""
-    from durable_agent.errors import ConfigurationError
+    from durable_agent import ConfigurationError
 
     raise ConfigurationError("the model needs an API key: set PROVIDER_API_KEY")
 

@@ -14,7 +14,18 @@ import json
 import os
 from typing import Any
 
-from durable_agent import Agent, ApprovalSigner, DurableOptions, ScriptedModel, Tool, call, reply
+from durable_agent import (
+    Agent,
+    ApprovalSigner,
+    DurableOptions,
+    ModelRequest,
+    ScriptedModel,
+    ScriptedResponse,
+    Tool,
+    call,
+    reply,
+)
+from durable_agent.backends.sqlite import SqliteRuntime
 from durable_agent.http import (
     AuthRequest,
     ChatEndpoint,
@@ -24,8 +35,6 @@ from durable_agent.http import (
     SqliteEventLog,
 )
 from durable_agent.messages import content_parts
-from durable_agent.models import ModelRequest, ScriptedResponse
-from durable_agent.runtime.sqlite import SqliteRuntime
 
 SECRET = "http-test-secret-0123456789abcdef0123456789"
 LONG_ANSWER = ("The answer, after a careful study of many old and dusty books in the library, "
@@ -64,7 +73,7 @@ def create() -> ChatEndpoint:
     runtime: Any
     events: EventLog
     if postgres:
-        from durable_agent.runtime.postgres import PostgresRuntime
+        from durable_agent.backends.postgres import PostgresRuntime
 
         runtime, events = PostgresRuntime(postgres), PostgresEventLog(postgres)
     else:

@@ -38,7 +38,7 @@ from typing import Any
 
 import torture_supervisor
 from cli_kit import cli
-from durable_agent.stores.sqlite import SqliteCheckpointStore
+from durable_agent.backends.sqlite import SqliteCheckpointStore
 from http_kit import Server
 
 ROUNDS = ("http-approve", "cli-approve", "kill-in-tool", "cli-deny", "kill-after-start", "kill-after-cli-verdict",

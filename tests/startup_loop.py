@@ -68,10 +68,10 @@ async def resume_every_session(runtime: Any, sessions: Sequence[str], ledger: Pa
 
 def open_runtime(database: str) -> Any:
     if database.endswith(".db"):
-        from durable_agent.runtime.sqlite import SqliteRuntime
+        from durable_agent.backends.sqlite import SqliteRuntime
 
         return SqliteRuntime(database)
-    from durable_agent.runtime.postgres import PostgresRuntime
+    from durable_agent.backends.postgres import PostgresRuntime
 
     return PostgresRuntime(database)
 

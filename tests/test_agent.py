@@ -18,6 +18,7 @@ import pytest
 from agent_kit import Ledger, tool_results
 from durable_agent import (
     APPROVAL_TOKEN_DENIED_REASON,
+    RUN_TAKEN_OVER_MESSAGE,
     Agent,
     ApprovalSigner,
     DurableOptions,
@@ -29,13 +30,13 @@ from durable_agent import (
     Tool,
     Usage,
     call,
+    parse_step_key,
     reply,
     resolve_approval,
 )
 from durable_agent._util import maybe_await
-from durable_agent.errors import RUN_TAKEN_OVER_MESSAGE
-from durable_agent.runtime import MemoryDurableState, MemoryRuntime, RunOwner
-from durable_agent.runtime.keys import parse_step_key
+from durable_agent.backends import RunOwner
+from durable_agent.backends.memory import MemoryDurableState, MemoryRuntime
 from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures of the postgres case
 
 
@@ -54,7 +55,7 @@ def runtime_on(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], A
         opened = request.getfixturevalue("opened")  # test_runtime_postgres: a schema of the test's own
         return lambda: opened()
     if request.param == "sqlite":
-        from durable_agent.runtime.sqlite import SqliteRuntime
+        from durable_agent.backends.sqlite import SqliteRuntime
 
         runtimes: list[Any] = []
         request.addfinalizer(lambda: [runtime.close() for runtime in runtimes])
@@ -328,7 +329,7 @@ async def test_tools_keep_per_session_state_that_commits_only_with_a_finished_ca
     assert seen == [{}, {"cwd": "/src"}, {"cwd": "/src"}]  # the crashed call's change never showed
     assert await runtime_on().stores.tool_state("chat-1").all() == {"cwd": "/crash"}
     with pytest.raises(Exception, match="tool-state op"):
-        from durable_agent.tool_calls import ToolCallContext
+        from durable_agent import ToolCallContext
 
         ToolCallContext(None, None, "c", "t").stage_tool_state([{"op": "append", "key": "x"}])  # type: ignore[arg-type]
 

@@ -28,7 +28,7 @@ SESSION = "chat-1"
 _WORKER = textwrap.dedent("""
     import asyncio, json, os, signal, sys
     from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
-    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.backends.sqlite import SqliteRuntime
 
     db, ledger = sys.argv[1], sys.argv[2]
 
@@ -50,7 +50,7 @@ _WORKER = textwrap.dedent("""
 
 @pytest.mark.host_only("spawns and SIGKILLs a worker process")
 async def test_a_run_sigkilled_mid_tool_resumes_in_another_process(tmp_path: Path) -> None:
-    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.backends.sqlite import SqliteRuntime
 
     ledger = tmp_path / "ledger.jsonl"
     worker = subprocess.run(
@@ -95,8 +95,8 @@ async def test_a_stray_message_row_fails_one_checkpoint_commit_and_the_run_compl
 ) -> None:
     """A row nobody saved where the step's messages go: that step's commit fails as corruption of the run
     (it was a raw sqlite3.IntegrityError), the loop logs it and goes on, and the next commit heals the run."""
-    from durable_agent.runtime.sqlite import SqliteRuntime
-    from durable_agent.sql.plan import Plan, Query
+    from durable_agent.backends._sql.plan import Plan, Query
+    from durable_agent.backends.sqlite import SqliteRuntime
 
     def stray_row() -> Plan[None]:
         yield Query("INSERT INTO durable_agent_messages (run_id, seq, body) VALUES (?, ?, ?)", ("r", 1, '"stray"'))

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from durable_agent import CheckpointCorruptError
 from durable_agent._kernels import kernels
-from durable_agent.errors import CheckpointCorruptError
-from durable_agent.stores import _history
-from durable_agent.stores.jsonl import JsonlCheckpointStore
-from durable_agent.stores.sqlite import SqliteCheckpointStore
+from durable_agent._storage import history as _history
+from durable_agent.backends.jsonl import JsonlCheckpointStore
+from durable_agent.backends.sqlite import SqliteCheckpointStore
 from durable_agent.testing.conformance import conversation, make_checkpoint
 
 try:

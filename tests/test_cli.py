@@ -202,7 +202,7 @@ def test_export_import_keeps_bytes_and_refuses_overwrites(store_url: str, tmp_pa
 @pytest.mark.parametrize("opened", ["--store", "--runtime"])
 def test_export_and_import_refuse_the_database_the_cli_has_open(tmp_path: Path, opened: str) -> None:
     """Writing an export over the database would destroy it; reading it as an import's input, in the process that
-    holds SQLite connections to it, would drop their locks (`durable_agent.stores._files`)."""
+    holds SQLite connections to it, would drop their locks (`durable_agent.backends._files`)."""
     url = f"sqlite:///{tmp_path}/runs.db"
     suspended_run(url, "a")
     before = stored(url, "a")
@@ -335,7 +335,7 @@ def test_an_agents_run_on_the_sqlite_runtime(tmp_path: Path, ledger: Path) -> No
 
 def test_an_agents_run_on_the_postgres_runtime(ledger: Path) -> None:
     from durable_agent import Agent, DurableOptions
-    from durable_agent.runtime.postgres import PostgresRuntime
+    from durable_agent.backends.postgres import PostgresRuntime
     from durable_agent.testing.services import POSTGRES_URL_VAR, postgres_schema, service_url
 
     with postgres_schema("clirt") as info:
@@ -512,7 +512,7 @@ def test_a_fork_of_an_agents_run_is_approved_by_resuming_it_never_through_its_or
     """A fork copies the checkpoint, not the journal, and its pending approvals get fresh ids: the original's id is
     not pending on it, and approving the fork must never resolve the original's awakeable (that approved the original
     run); the fork's verdict goes with a resume (--agent)."""
-    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.backends.sqlite import SqliteRuntime
 
     run_id, original, runtime, env = journal_run(tmp_path)
     forked = cli("--runtime", runtime, "--json", "runs", "fork", run_id, "--to", "fork-1", env=env)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from durable_agent.errors import CodecError
+from durable_agent import CodecError
 
 # --- strings that lie --------------------------------------------------------------------
 

@@ -65,8 +65,8 @@ FENCING_WORKER = """
 import asyncio, sys, time
 sys.path.insert(0, {python!r})
 from durable_agent import Agent, DurableOptions, ScriptedModel, StaleEpochError, Tool, call, reply
-from durable_agent.runtime import RunOwner
-from durable_agent.runtime.sqlite import SqliteRuntime
+from durable_agent.backends import RunOwner
+from durable_agent.backends.sqlite import SqliteRuntime
 
 def stall(args):
     time.sleep(1.5)          # blocks the event loop: the lease is not renewed meanwhile
@@ -90,7 +90,7 @@ asyncio.run(main())
 
 
 async def test_the_loser_of_a_lease_race_stops_with_stale_epoch_and_writes_nothing(tmp_path: Path) -> None:
-    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.backends.sqlite import SqliteRuntime
 
     db = tmp_path / "fence.db"
     python_dir = str(Path(__file__).resolve().parent.parent / "python")

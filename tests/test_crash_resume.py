@@ -49,7 +49,7 @@ async def test_sigkill_mid_step_then_resume_in_new_processes(tmp_path: Path) -> 
     import crash_demo
     import demo_agent
 
-    from durable_agent.stores.sqlite import SqliteCheckpointStore
+    from durable_agent.backends.sqlite import SqliteCheckpointStore
 
     db, ledger = tmp_path / "runs.db", tmp_path / "ledger.jsonl"
     killed = crash_demo.spawn("start", db, ledger, 0.02)

@@ -323,12 +323,12 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     if request.param == "memory":
         yield InMemoryCheckpointStore()
     elif request.param == "sqlite":
-        from durable_agent.stores.sqlite import SqliteCheckpointStore
+        from durable_agent.backends.sqlite import SqliteCheckpointStore
 
         with SqliteCheckpointStore(tmp_path / "runs.db") as store:
             yield store
     else:
-        from durable_agent.stores.jsonl import JsonlCheckpointStore
+        from durable_agent.backends.jsonl import JsonlCheckpointStore
 
         with JsonlCheckpointStore(tmp_path / "runs.jsonl", fsync=False) as store:
             yield store

@@ -15,11 +15,13 @@ from durable_agent import (
     Tool,
     ToolApprovalResponse,
     call,
+    checkpoint_at_step,
+    fork_run,
     generate_text,
     reply,
     resume_from_checkpoint,
+    update_run,
 )
-from durable_agent.fork import checkpoint_at_step, fork_run, update_run
 
 TOOLS = {
     "lookup": Tool(description="Find.", parameters={"type": "object"}, execute=lambda args: {"amount": 42}),

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import startup_loop
-from durable_agent import GenerateTextResult, ToolApprovalResponse, resolve_approval
+from durable_agent import GenerateTextResult, ToolApprovalResponse, fork_run, resolve_approval
 from durable_agent._util import maybe_await
-from durable_agent.fork import fork_run
 from test_agent import runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
 from test_parked_resume import ledger_of, stored
 from test_runtime_postgres import conninfo, opened  # noqa: F401

@@ -1,4 +1,4 @@
-"""Group commit (`runtime._group_commit.GroupCommitSqlite`) on a real SQLite file: writes that queue while
+"""Group commit (`durable_agent.backends.sqlite._group_commit.GroupCommitSqlite`) on a real SQLite file: writes that queue while
 the writer thread is busy share one transaction, a plan that fails is undone alone, and the waiters
 of a batch are released together."""
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from durable_agent.runtime._group_commit import GroupCommitSqlite
-from durable_agent.sql.plan import SQLITE, Plan, Query, chunks
+from durable_agent.backends._sql.plan import SQLITE, Plan, Query, chunks
+from durable_agent.backends.sqlite._group_commit import GroupCommitSqlite
 
 pytestmark = pytest.mark.host_only("a connection thread over sqlite3 (Pyodide has no threads: InlineSqlite)")
 

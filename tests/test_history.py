@@ -43,7 +43,7 @@ class WatchedHistory(History):
 
 @pytest.mark.requires_sqlite
 def test_a_store_skips_the_scan_for_an_extended_history_and_still_catches_a_rewrite(tmp_path: Path) -> None:
-    from durable_agent.stores.sqlite import SqliteCheckpointStore
+    from durable_agent.backends.sqlite import SqliteCheckpointStore
 
     store = SqliteCheckpointStore(str(tmp_path / "h.db"))
     messages = History([{"role": "user", "content": str(i)} for i in range(200)])
@@ -88,7 +88,7 @@ def test_the_memory_store_appends_an_extended_history_without_comparing_it() -> 
 
 
 def test_the_prefix_cache_holds_leased_runs_past_its_capacity_until_their_session_is_released() -> None:
-    from durable_agent.stores._history import PrefixCache
+    from durable_agent._storage.history import PrefixCache
 
     cache = PrefixCache(2)
     history: list[Message] = [{"role": "user", "content": "hi"}]
@@ -109,7 +109,7 @@ def test_the_prefix_cache_holds_leased_runs_past_its_capacity_until_their_sessio
 
 
 def test_the_prefix_cache_keeps_running_runs_past_its_capacity_until_a_save_ends_their_leg() -> None:
-    from durable_agent.stores._history import LIVE_PER_CAPACITY, PrefixCache
+    from durable_agent._storage.history import LIVE_PER_CAPACITY, PrefixCache
 
     cache = PrefixCache(2)
     history: list[Message] = [{"role": "user", "content": "hi"}]
@@ -131,7 +131,7 @@ def test_the_prefix_cache_keeps_running_runs_past_its_capacity_until_a_save_ends
 def test_a_store_running_more_runs_than_its_cache_holds_never_reads_their_histories_back(tmp_path: Path) -> None:
     """The rows of a running run are re-read only when the cache cannot vouch for them; with more runs in flight
     than `cache_runs` an LRU evicted each before its next save, and every save read and re-encoded its history."""
-    from durable_agent.stores.sqlite import SqliteCheckpointStore
+    from durable_agent.backends.sqlite import SqliteCheckpointStore
 
     store = SqliteCheckpointStore(str(tmp_path / "h.db"), cache_runs=2)
     reads: list[str] = []
@@ -171,7 +171,7 @@ def test_revisions_draw_entropy_once_per_process_and_again_after_a_fork(monkeypa
     import os
     import sys
 
-    from durable_agent.stores import _history
+    from durable_agent._storage import history as _history
 
     draws: list[int] = []
     urandom = os.urandom

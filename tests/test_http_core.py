@@ -14,15 +14,19 @@ import pytest
 
 from agent_kit import tool_results
 from durable_agent import (
+    MODEL_CALL,
     Agent,
     AgentCheckpoint,
+    ConfigurationError,
     DurableOptions,
     ScriptedModel,
     ToolApprovalRequest,
     Usage,
     reply,
+    step_key,
 )
-from durable_agent.errors import ConfigurationError
+from durable_agent.backends import StepRecord, StreamPartialRecord
+from durable_agent.backends.memory import MemoryRuntime
 from durable_agent.http import (
     ChatEndpoint,
     MemoryEventLog,
@@ -33,9 +37,6 @@ from durable_agent.http import (
 )
 from durable_agent.http.asgi import sse_frame
 from durable_agent.http.progress import ProgressKeys, missing_events
-from durable_agent.runtime import MemoryRuntime
-from durable_agent.runtime.keys import MODEL_CALL, step_key
-from durable_agent.runtime.records import StepRecord, StreamPartialRecord
 from ui_message_stream_schema import check_chunk
 
 VECTORS = Path(__file__).parent / "vectors"
@@ -133,7 +134,7 @@ def test_text_streamed_by_a_model_call_that_never_finished_closes_as_aborted() -
 
 
 def test_a_failed_attempt_is_rebuilt_as_a_retry_and_the_next_attempts_text_follows() -> None:
-    from durable_agent.runtime.records import StepErrorRecord
+    from durable_agent.backends import StepErrorRecord
 
     failed = StepRecord("s", "r", step_key("r", 1, MODEL_CALL, 0), "model", "safe", "failed",
                         error=StepErrorRecord("ModelCallError", "overloaded", decision={"action": "retry",
@@ -679,7 +680,7 @@ class _AgentOnlyRuntime:
 
 
 def test_the_endpoint_needs_a_runtime_with_submissions_an_agent_does_not() -> None:
-    from durable_agent.runtime.protocols import DurableRuntime, EndpointRuntime, EndpointStores
+    from durable_agent.backends import DurableRuntime, EndpointRuntime, EndpointStores
 
     bundled = MemoryRuntime()
     assert isinstance(bundled, EndpointRuntime) and isinstance(bundled.stores, EndpointStores)
@@ -704,7 +705,7 @@ async def test_concurrent_client_results_of_one_run_are_all_recorded(kind: str, 
     from durable_agent import call
 
     if kind == "sqlite":  # its I/O runs on a thread: the two requests interleave
-        from durable_agent.runtime.sqlite import SqliteRuntime
+        from durable_agent.backends.sqlite import SqliteRuntime
 
         runtime = SqliteRuntime(tmp_path / "agent.db")
     model = ScriptedModel([reply("", call("pick_file", {"n": 1}, "c1"), call("pick_file", {"n": 2}, "c2")), "thanks"])

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from durable_agent import ApprovalSigner
-from durable_agent.stores.sqlite import SqliteCheckpointStore
+from durable_agent.backends.sqlite import SqliteCheckpointStore
 from http_kit import Frame, Server
 from http_server_app import LONG_ANSWER, RECOVERED, SECRET
 
@@ -69,7 +69,7 @@ def texts_by_step(frames: list[Frame]) -> list[str]:
 
 def stored_assistant_texts(db: Path, run_id: str, postgres: str | None = None) -> list[str]:
     if postgres:
-        from durable_agent.stores.postgres import PostgresCheckpointStore
+        from durable_agent.backends.postgres import PostgresCheckpointStore
 
         store: Any = PostgresCheckpointStore(postgres)
     else:

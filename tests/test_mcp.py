@@ -143,7 +143,7 @@ async def test_a_server_that_dies_mid_call_stops_the_run_with_a_typed_error(tmp_
 
 @pytest.mark.requires_sqlite
 async def test_a_durable_run_stopped_by_a_dying_server_resumes_with_the_call_reported_interrupted(tmp_path: Path) -> None:
-    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.backends.sqlite import SqliteRuntime
     from durable_agent.tool_calls import TOOL_INTERRUPTED_MESSAGE
 
     ledger = tmp_path / "ledger.jsonl"
@@ -240,7 +240,7 @@ async def test_read_only_tools_are_safe_unless_the_user_says_otherwise_and_names
 
 @pytest.mark.requires_sqlite
 async def test_a_resumed_run_offers_the_recorded_listing_and_a_vanished_tool_is_an_error_result(tmp_path: Path) -> None:
-    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.backends.sqlite import SqliteRuntime
 
     ledger = tmp_path / "ledger.jsonl"
     turns = [reply("", call("charge", {"account": "a", "amount": 1}, "c")),
@@ -267,7 +267,7 @@ async def test_a_resumed_run_offers_the_recorded_listing_and_a_vanished_tool_is_
 def http_transport(client: str) -> Any:
     """None: the SDK's client; else durable-agent's own client over the package's stdlib transport (what
     runs under Pyodide, over fetch)."""
-    from durable_agent._transport import StdlibTransport
+    from durable_agent.providers import StdlibTransport
 
     return None if client == "sdk" else StdlibTransport()
 

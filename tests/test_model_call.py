@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from durable_agent import Usage
+from durable_agent.backends import StepCompleted, StepInterrupted
 from durable_agent.model_call import ModelTurn, drain
-from durable_agent.runtime.records import StepCompleted, StepInterrupted
 
 
 async def collected(parts: deque[Any], step: Any, turn: ModelTurn | None = None) -> list[Any]:

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from durable_agent import InMemoryCheckpointStore
-from durable_agent.errors import ConfigurationError, FeatureUnavailableError
-from durable_agent.stores import open_store
+from durable_agent import ConfigurationError, FeatureUnavailableError, InMemoryCheckpointStore
+from durable_agent.backends import open_store
 from durable_agent.testing import make_checkpoint
 from durable_agent.testing.services import POSTGRES_URL_VAR, REDIS_URL_VAR, service_url
 
@@ -34,7 +33,7 @@ def in_tmp(tmp_path: Path) -> Any:
 
 @pytest.mark.requires_sqlite
 def test_sqlite_relative_and_absolute_paths(in_tmp: Path) -> None:
-    from durable_agent.stores.sqlite import SqliteCheckpointStore
+    from durable_agent.backends.sqlite import SqliteCheckpointStore
 
     with open_store("sqlite:///rel.db?synchronous=NORMAL&busy_timeout_ms=500") as store:
         assert isinstance(store, SqliteCheckpointStore)
@@ -53,7 +52,7 @@ def test_sqlite_relative_and_absolute_paths(in_tmp: Path) -> None:
 def test_sqlite_async_opens_the_async_store_with_the_url_options(in_tmp: Path) -> None:
     import asyncio
 
-    from durable_agent.stores.sqlite import AsyncSqliteCheckpointStore, SqliteCheckpointStore
+    from durable_agent.backends.sqlite import AsyncSqliteCheckpointStore, SqliteCheckpointStore
 
     async def scenario() -> None:
         store = open_store("sqlite+async:///rel.db?busy_timeout_ms=500&cache_runs=3", synchronous="NORMAL")
@@ -70,7 +69,7 @@ def test_sqlite_async_opens_the_async_store_with_the_url_options(in_tmp: Path) -
 
 
 def test_jsonl(in_tmp: Path) -> None:
-    from durable_agent.stores.jsonl import JsonlCheckpointStore
+    from durable_agent.backends.jsonl import JsonlCheckpointStore
 
     with open_store("jsonl:///runs.jsonl?fsync=false") as store:
         assert isinstance(store, JsonlCheckpointStore)
@@ -120,8 +119,8 @@ def test_a_missing_driver_is_feature_unavailable(
 def test_server_urls_open_working_stores() -> None:
     import asyncio
 
-    from durable_agent.stores.postgres import AsyncPostgresCheckpointStore, PostgresCheckpointStore
-    from durable_agent.stores.redis import AsyncRedisCheckpointStore, RedisCheckpointStore
+    from durable_agent.backends.postgres import AsyncPostgresCheckpointStore, PostgresCheckpointStore
+    from durable_agent.backends.redis import AsyncRedisCheckpointStore, RedisCheckpointStore
 
     pg, redis_url = service_url(POSTGRES_URL_VAR, "Postgres"), service_url(REDIS_URL_VAR, "Redis")
     with open_store(pg, max_size=1) as store:
@@ -143,9 +142,9 @@ def test_server_urls_open_working_stores() -> None:
 @pytest.mark.host_only("spawns a fresh interpreter")
 def test_importing_durable_agent_and_stores_imports_no_backend() -> None:
     code = (
-        "import sys, durable_agent, durable_agent.stores, durable_agent.checkpoint_store;"
-        "bad = [m for m in ('sqlite3', 'psycopg', 'redis', 'psycopg_pool', 'durable_agent.stores.sqlite',"
-        " 'durable_agent.stores.jsonl', 'durable_agent.testing', 'pytest') if m in sys.modules];"
+        "import sys, durable_agent, durable_agent.backends, durable_agent.backends.memory;"
+        "bad = [m for m in ('sqlite3', 'psycopg', 'redis', 'psycopg_pool', 'durable_agent.backends.sqlite',"
+        " 'durable_agent.backends.jsonl', 'durable_agent.testing', 'pytest') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
     python_dir = str(Path(__file__).resolve().parent.parent / "python")

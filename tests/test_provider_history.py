@@ -22,7 +22,7 @@ from durable_agent import (
     generate_text,
     serialize_checkpoint,
 )
-from durable_agent.runtime import MemoryDurableState, MemoryRuntime
+from durable_agent.backends.memory import MemoryDurableState, MemoryRuntime
 
 THINKING = {"type": "reasoning", "text": "Both invoices first.", "provider": "anthropic",
             "metadata": {"signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxB"}}

@@ -21,9 +21,10 @@ from durable_agent import (
     generate_text,
     serialize_checkpoint,
 )
-from durable_agent._transport import HttpRequest, HttpResponse
 from durable_agent.providers import (
     AnthropicModel,
+    HttpRequest,
+    HttpResponse,
     ModelSettings,
     OpenAIChatModel,
     OpenAIResponsesModel,

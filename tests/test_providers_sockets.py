@@ -19,8 +19,14 @@ from durable_agent import (
     generate_text,
     serialize_checkpoint,
 )
-from durable_agent._transport import HttpRequest, HttpTransport, HttpxTransport, StdlibTransport, Timeouts
-from durable_agent.providers import OpenAIChatModel
+from durable_agent.providers import (
+    HttpRequest,
+    HttpTransport,
+    HttpxTransport,
+    OpenAIChatModel,
+    StdlibTransport,
+    Timeouts,
+)
 from replay import ReplayServer
 from test_providers_replay import ADAPTERS, FAILURE_FIELDS, FAILURES, check_failure, collect
 

@@ -72,17 +72,17 @@ def test_without_sqlite3_the_sqlite_backends_import_and_fail_when_opened(
 ) -> None:
     from durable_agent import FeatureUnavailableError
 
-    for name in ("durable_agent.stores.sqlite", "durable_agent.runtime.sqlite"):
+    for name in ("durable_agent.backends.sqlite", "durable_agent.backends.sqlite._store",
+                 "durable_agent.backends.sqlite._runtime"):
         if name in sys.modules:
             monkeypatch.delitem(sys.modules, name)
-    stores_sqlite = importlib.import_module("durable_agent.stores.sqlite")  # import: fine
-    runtime_sqlite = importlib.import_module("durable_agent.runtime.sqlite")
-    from durable_agent.stores import open_store
+    sqlite_backend = importlib.import_module("durable_agent.backends.sqlite")  # import: fine
+    from durable_agent.backends import open_store
 
     with pytest.raises(FeatureUnavailableError, match="sqlite3"):
-        stores_sqlite.SqliteCheckpointStore(tmp_path / "s.db")
+        sqlite_backend.SqliteCheckpointStore(tmp_path / "s.db")
     with pytest.raises(FeatureUnavailableError, match="sqlite3"):
-        runtime_sqlite.SqliteRuntime(tmp_path / "r.db")
+        sqlite_backend.SqliteRuntime(tmp_path / "r.db")
     with pytest.raises(FeatureUnavailableError, match="sqlite3"):
         open_store(f"sqlite:///{tmp_path / 'u.db'}")
     assert "sqlite3" not in sys.modules
@@ -90,7 +90,7 @@ def test_without_sqlite3_the_sqlite_backends_import_and_fail_when_opened(
 
 @pytest.mark.requires_sqlite  # conftest: skipped where the Pyodide lacks sqlite3 (0.28), runs elsewhere
 def test_the_sqlite_store_round_trips_on_this_runtime(tmp_path: Path) -> None:
-    from durable_agent.stores.sqlite import SqliteCheckpointStore
+    from durable_agent.backends.sqlite import SqliteCheckpointStore
     from durable_agent.testing import conversation, make_checkpoint
 
     checkpoint = make_checkpoint("r-1", 3, conversation(4), pending=True)

@@ -27,12 +27,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from durable_agent import Agent, DurableOptions, RetryPolicy, Tool
-from durable_agent._transport import HttpTransport, HttpxTransport, StdlibTransport
+from durable_agent import MODEL_CALL, Agent, DurableOptions, RetryPolicy, Tool, parse_step_key
 from durable_agent._util import wall_clock_ms
 from durable_agent.messages import content_parts
-from durable_agent.providers import OpenAIChatModel
-from durable_agent.runtime.keys import MODEL_CALL, parse_step_key
+from durable_agent.providers import HttpTransport, HttpxTransport, OpenAIChatModel, StdlibTransport
 from replay import ReplayServer, load
 from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures
 
@@ -69,10 +67,10 @@ def crash_agent(runtime: Any, base_url: str, ran: Callable[[str], None], transpo
 
 def open_runtime(kind: str, target: str) -> Any:
     if kind == "sqlite":
-        from durable_agent.runtime.sqlite import SqliteRuntime
+        from durable_agent.backends.sqlite import SqliteRuntime
 
         return SqliteRuntime(target)
-    from durable_agent.runtime.postgres import PostgresRuntime
+    from durable_agent.backends.postgres import PostgresRuntime
 
     return PostgresRuntime(target, max_connections=1)
 

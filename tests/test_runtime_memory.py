@@ -6,16 +6,9 @@ from typing import Any
 
 import pytest
 
-from durable_agent.errors import ConfigurationError, StepKeyError
-from durable_agent.runtime import (
-    MODEL_CALL,
-    MemoryDurableState,
-    MemoryRuntime,
-    nested_call,
-    parse_step_key,
-    step_key,
-)
-from durable_agent.runtime.keys import run_key_prefix
+from durable_agent import ConfigurationError, StepKeyError
+from durable_agent._storage.keys import MODEL_CALL, nested_call, parse_step_key, run_key_prefix, step_key
+from durable_agent.backends.memory import MemoryDurableState, MemoryRuntime
 from durable_agent.testing.runtime_conformance import DurableRuntimeConformance
 
 

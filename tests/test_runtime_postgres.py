@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from durable_agent.errors import ConfigurationError, FeatureUnavailableError
-from durable_agent.runtime import StepRequest, step_key
+from durable_agent import ConfigurationError, FeatureUnavailableError, step_key
+from durable_agent.backends import StepRequest
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
 from durable_agent.testing.services import postgres_schema
 from test_runtime_sqlite import SESSION, SqlJournalChecks
@@ -47,7 +47,7 @@ def opened(conninfo: str) -> Iterator[Callable[..., Any]]:
     I/O on it, so a fresh loop can close them. That is why these runtimes hold one connection
     each (a pool's tasks belong to the loop that opened it); the default pool has its own test.
     """
-    from durable_agent.runtime.postgres import PostgresRuntime
+    from durable_agent.backends.postgres import PostgresRuntime
 
     runtimes: list[Any] = []
 
@@ -121,7 +121,7 @@ async def test_a_pool_serves_the_journal_and_the_checkpoint_store(conninfo: str)
     from psycopg_pool import AsyncConnectionPool
 
     from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
-    from durable_agent.runtime.postgres import PostgresRuntime
+    from durable_agent.backends.postgres import PostgresRuntime
 
     async with AsyncConnectionPool(conninfo, min_size=1, max_size=2, open=False) as pool:
         runtime = PostgresRuntime(pool=pool)
@@ -153,7 +153,7 @@ async def test_a_fenced_write_waits_for_a_claim_in_flight_and_is_refused_after_i
     """A claim holds the lease row FOR UPDATE; a write of the old epoch must not slip in before it commits."""
     import psycopg
 
-    from durable_agent.errors import StaleEpochError
+    from durable_agent import StaleEpochError
 
     writer = opened()
     claim = await writer.lease.claim(SESSION, stale_at=0)
@@ -181,10 +181,8 @@ async def test_a_journal_write_and_an_appending_transition_are_one_statement_eac
     transaction block (the statement commits as it ends); a stale one is refused and lands nothing."""
     import psycopg
 
-    from durable_agent import AgentCheckpoint, Usage
-    from durable_agent.errors import StaleEpochError
-    from durable_agent.runtime import StepRecord
-    from durable_agent.runtime.records import DeferredSteps, RunTransition
+    from durable_agent import AgentCheckpoint, StaleEpochError, Usage
+    from durable_agent._storage.records import DeferredSteps, RunTransition, StepRecord
 
     runtime = opened()
     claim = await runtime.lease.claim(SESSION, stale_at=0)
@@ -232,7 +230,7 @@ async def test_a_run_cancelled_as_the_pool_hands_it_a_connection_ends_cancelled(
     from psycopg_pool import AsyncConnectionPool
 
     from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
-    from durable_agent.runtime.postgres import PostgresRuntime
+    from durable_agent.backends.postgres import PostgresRuntime
 
     waiting = asyncio.Event()
     drop_next = [False]
@@ -266,7 +264,7 @@ async def test_a_run_cancelled_as_the_pool_hands_it_a_connection_ends_cancelled(
 
 async def test_the_default_pool_serves_concurrent_runs_without_queueing_on_one_connection(conninfo: str) -> None:
     from durable_agent import Agent, DurableOptions, ScriptedModel, Tool, call, reply
-    from durable_agent.runtime.postgres import PostgresRuntime
+    from durable_agent.backends.postgres import PostgresRuntime
 
     runtime = PostgresRuntime(conninfo, max_connections=4)
     in_flight, most = [0], [0]

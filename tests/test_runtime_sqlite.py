@@ -14,12 +14,22 @@ from typing import Any
 
 import pytest
 
-from durable_agent import Agent, AgentCheckpoint, DurableOptions, ScriptedModel, Usage, call, reply
-from durable_agent.errors import CheckpointCorruptError, FeatureUnavailableError, StaleEpochError
-from durable_agent.runtime import RunOwner, StepRecord, StepRequest, step_key
-from durable_agent.runtime.records import DeferredSteps, RunTransition
-from durable_agent.runtime.scope import StepContext
-from durable_agent.sql.plan import Query
+from durable_agent import (
+    Agent,
+    AgentCheckpoint,
+    CheckpointCorruptError,
+    DurableOptions,
+    FeatureUnavailableError,
+    ScriptedModel,
+    StaleEpochError,
+    Usage,
+    call,
+    reply,
+    step_key,
+)
+from durable_agent._storage.records import DeferredSteps, RunOwner, RunTransition, StepRecord, StepRequest
+from durable_agent.backends import StepContext
+from durable_agent.backends._sql.plan import Query
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
 from store_kit import queued_together
 
@@ -48,7 +58,7 @@ def db(tmp_path: Path) -> Path:
 @pytest.fixture
 def opened(db: Path) -> Iterator[Callable[..., Any]]:
     """Open runtimes on `db` (each one another connection); all are closed after the test."""
-    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.backends.sqlite import SqliteRuntime
 
     skip_without_sqlite3()
 
@@ -320,7 +330,7 @@ async def test_a_newer_journal_schema_is_refused(db: Path, opened: Callable[...,
 
 
 def test_a_missing_sqlite3_module_is_a_feature_error(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.backends.sqlite import SqliteRuntime
 
     monkeypatch.setitem(sys.modules, "sqlite3", None)  # what `import sqlite3` meets without the module
     with pytest.raises(FeatureUnavailableError, match="sqlite3"):
@@ -331,8 +341,9 @@ def test_a_missing_sqlite3_module_is_a_feature_error(db: Path, monkeypatch: pyte
 
 _CHILD = textwrap.dedent("""
     import asyncio, os, sys
-    from durable_agent.runtime.sqlite import SqliteRuntime
-    from durable_agent.runtime import StepRequest, step_key
+    from durable_agent.backends.sqlite import SqliteRuntime
+    from durable_agent import step_key
+    from durable_agent.backends import StepRequest
 
     async def main(db, action):
         runtime = SqliteRuntime(db)
@@ -400,9 +411,9 @@ async def test_a_process_dead_mid_step_leaves_its_lease_and_an_interrupted_step(
 @pytest.mark.host_only("runs a fresh interpreter in a subprocess")
 def test_importing_the_package_does_not_load_the_runtime_drivers() -> None:
     probe = (
-        "import sys, durable_agent, durable_agent.runtime\n"
-        "print(sorted(m for m in ('sqlite3', 'psycopg', 'durable_agent.runtime.sqlite',"
-        " 'durable_agent.runtime.postgres') if m in sys.modules))"
+        "import sys, durable_agent, durable_agent.backends\n"
+        "print(sorted(m for m in ('sqlite3', 'psycopg', 'durable_agent.backends.sqlite',"
+        " 'durable_agent.backends.postgres') if m in sys.modules))"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe],
@@ -471,11 +482,11 @@ def _answered(session: str) -> AgentCheckpoint:
 async def test_the_step_records_and_checkpoints_of_many_sessions_share_their_statements(
     db: Path, opened: Callable[..., Any]
 ) -> None:
-    """A busy server's writer thread pays a GIL hand-off per statement (`runtime._group_commit`): the
+    """A busy server's writer thread pays a GIL hand-off per statement (`durable_agent.backends.sqlite._group_commit`): the
     step records of twelve sessions queued together are one fenced upsert (the one that commits
     tool state is written alone), their dropped partials one delete, their checkpoints one header
     update; every row lands as if written one by one."""
-    from durable_agent.runtime.records import StreamPartialRecord
+    from durable_agent.backends import StreamPartialRecord
 
     runtime = opened()
     epochs = await _started(runtime)
@@ -562,7 +573,7 @@ async def test_runs_started_and_finished_together_share_their_statements(db: Pat
         assert await fresh.lease.marked_run(session) is None
         assert await fresh.stores.checkpoints.load(f"r-{session}") == _answered(session)
     assert [(a.id, a.session_id, a.key) for a in await fresh.inspect.awakeables()] == [("aw-s4", "s4", "approve")]
-    from durable_agent.stores.sqlite import SqliteCheckpointStore
+    from durable_agent.backends.sqlite import SqliteCheckpointStore
 
     with SqliteCheckpointStore(db) as store:  # the same tables: each run's step log holds both saves
         assert [store.load_step(f"r-{s}", 0) for s in SESSIONS] == [_run_checkpoint(f"r-{s}", hi, 0) for s in SESSIONS]

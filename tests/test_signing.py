@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from durable_agent import ToolApprovalRequest
+from durable_agent import ApprovalSigningError, CodecError, ConfigurationError, ToolApprovalRequest
 from durable_agent._codec_pure import decode, encode
-from durable_agent.errors import ApprovalSigningError, CodecError, ConfigurationError
 from durable_agent.signing import (
     APPROVAL_TOKEN_DENIED_REASON,
     ApprovalSigner,

@@ -20,9 +20,8 @@ from typing import Any
 import pytest
 
 from durable_agent._util import maybe_await
-from durable_agent.http.sql_logs import SqliteEventLog
-from durable_agent.runtime.sqlite import SqliteRuntime
-from durable_agent.stores.sqlite import AsyncSqliteCheckpointStore, SqliteCheckpointStore
+from durable_agent.backends.sqlite import AsyncSqliteCheckpointStore, SqliteCheckpointStore, SqliteRuntime
+from durable_agent.http import SqliteEventLog
 from durable_agent.testing import conversation, make_checkpoint
 
 pytestmark = [pytest.mark.host_only("spawns processes"), pytest.mark.requires_sqlite]
@@ -54,8 +53,8 @@ OPEN_AND_CLOSE = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execu
 # What a fresh process sees of the runs: the checkpoint store's ids and the event log's ids.
 SEEN = textwrap.dedent("""
     import asyncio, json, sys
-    from durable_agent.http.sql_logs import SqliteEventLog
-    from durable_agent.stores.sqlite import SqliteCheckpointStore
+    from durable_agent.http import SqliteEventLog
+    from durable_agent.backends.sqlite import SqliteCheckpointStore
     path, names = sys.argv[1], sys.argv[2:]
     with SqliteCheckpointStore(path) as store:
         saved = store.list()
@@ -109,7 +108,7 @@ async def test_writes_after_another_process_opens_and_closes_the_file_stay_visib
 
 
 def test_only_the_files_module_connects_to_a_sqlite_file() -> None:
-    """The rule has one home (`durable_agent.stores._files.connect_sqlite`): a new component that opened its
+    """The rule has one home (`durable_agent.backends._files.connect_sqlite`): a new component that opened its
     file another way could create it with an open() and close() again."""
     package = PYTHON_DIR / "durable_agent"
 

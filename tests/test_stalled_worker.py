@@ -31,8 +31,9 @@ from durable_agent import (
     reply,
 )
 from durable_agent._util import maybe_await, wall_clock_ms
+from durable_agent.backends import RunOwner
+from durable_agent.backends.memory import MemoryDurableState, MemoryRuntime
 from durable_agent.messages import Message, content_parts, message_text
-from durable_agent.runtime import MemoryDurableState, MemoryRuntime, RunOwner
 from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures of the postgres case
 
 pytestmark = pytest.mark.host_only("the second worker runs on a thread of its own")
@@ -53,7 +54,7 @@ def worker_on(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callab
         yield lambda: opened(wall_clock_ms)
         return
     if request.param == "sqlite":
-        from durable_agent.runtime.sqlite import SqliteRuntime
+        from durable_agent.backends.sqlite import SqliteRuntime
 
         runtimes: list[Any] = []
 

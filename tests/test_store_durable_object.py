@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from durable_agent.errors import CheckpointCorruptError, CodecError, ConfigurationError
-from durable_agent.stores.durable_object import MAX_ENTRY_BYTES, DurableObjectCheckpointStore
+from durable_agent import CheckpointCorruptError, CodecError, ConfigurationError
+from durable_agent.backends.durable_object import MAX_ENTRY_BYTES, DurableObjectCheckpointStore
 from durable_agent.testing import CheckpointStoreConformance, conversation, make_checkpoint, message
 from durable_object_fake import ENTRY_LIMIT, FakeDurableObjectStorage
 

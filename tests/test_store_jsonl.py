@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from durable_agent import CheckpointCorruptError, ConfigurationError
 from durable_agent._codec_pure import decode
-from durable_agent.errors import CheckpointCorruptError, ConfigurationError
-from durable_agent.stores.jsonl import JsonlCheckpointStore
+from durable_agent.backends.jsonl import JsonlCheckpointStore
 from durable_agent.testing import CheckpointStoreConformance, conversation, make_checkpoint, message
 
 
@@ -143,7 +143,7 @@ def test_an_unusable_path_is_a_configuration_error(tmp_path: Path) -> None:
 _WRITER = """
 import sys
 sys.path.insert(0, {python!r})
-from durable_agent.stores.jsonl import JsonlCheckpointStore
+from durable_agent.backends.jsonl import JsonlCheckpointStore
 from durable_agent.testing import make_checkpoint, conversation
 store = JsonlCheckpointStore({path!r}, fsync=False)
 worker = int(sys.argv[1])
@@ -250,7 +250,7 @@ def test_a_zero_filled_newest_line_rolls_its_run_back_with_a_warning(
 _TEARING_SAVE = """
 import os, signal, sys
 sys.path.insert(0, {python!r})
-from durable_agent.stores import jsonl
+from durable_agent.backends import jsonl
 from durable_agent.testing import conversation, make_checkpoint
 
 def torn(fd, data):  # the process dies a third of the way into writing its line
@@ -264,7 +264,7 @@ jsonl.JsonlCheckpointStore({path!r}).save(make_checkpoint({run_id!r}, 0, convers
 _SAVE = """
 import sys
 sys.path.insert(0, {python!r})
-from durable_agent.stores.jsonl import JsonlCheckpointStore
+from durable_agent.backends.jsonl import JsonlCheckpointStore
 from durable_agent.testing import conversation, make_checkpoint
 
 with JsonlCheckpointStore({path!r}) as store:

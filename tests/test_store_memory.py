@@ -24,7 +24,7 @@ def test_the_step_log_header_keeps_every_field_but_the_messages() -> None:
     import dataclasses
 
     from durable_agent import AgentCheckpoint, ToolApprovalRequest, Usage
-    from durable_agent.checkpoint_store import _header
+    from durable_agent.backends.memory._store import _header
 
     checkpoint = AgentCheckpoint(
         run_id="r", step_index=4, status="suspended", messages=[{"role": "user", "content": "hi"}],

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from durable_agent.errors import CheckpointCorruptError, FeatureUnavailableError
+from durable_agent import CheckpointCorruptError, FeatureUnavailableError
 from durable_agent.testing import (
     CheckpointStoreConformance,
     conversation,
@@ -41,7 +41,7 @@ def _sql(conninfo: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[
 class TestPostgresStore(CheckpointStoreConformance):
     @pytest.fixture
     def make_store(self, conninfo: str) -> Callable[[], Any]:
-        from durable_agent.stores.postgres import PostgresCheckpointStore
+        from durable_agent.backends.postgres import PostgresCheckpointStore
 
         return lambda: PostgresCheckpointStore(conninfo, max_size=2)
 
@@ -49,21 +49,21 @@ class TestPostgresStore(CheckpointStoreConformance):
 class TestAsyncPostgresStore(CheckpointStoreConformance):
     @pytest.fixture
     def make_store(self, conninfo: str) -> Callable[[], Any]:
-        from durable_agent.stores.postgres import AsyncPostgresCheckpointStore
+        from durable_agent.backends.postgres import AsyncPostgresCheckpointStore
 
         return lambda: AsyncPostgresCheckpointStore(conninfo, max_size=2)
 
 
 @pytest.fixture
 def store(conninfo: str) -> Iterator[Any]:
-    from durable_agent.stores.postgres import PostgresCheckpointStore
+    from durable_agent.backends.postgres import PostgresCheckpointStore
 
     with PostgresCheckpointStore(conninfo, max_size=2) as s:
         yield s
 
 
 def test_schema_version_table_and_newer_schema_refused(conninfo: str, store: Any) -> None:
-    from durable_agent.stores.postgres import PostgresCheckpointStore
+    from durable_agent.backends.postgres import PostgresCheckpointStore
 
     store.save(make_checkpoint("r", 1))
     assert _sql(conninfo, "SELECT version FROM durable_agent_schema_version ORDER BY version") == [(1,), (2,)]
@@ -119,7 +119,7 @@ def test_a_connection_lost_mid_run_heals_on_the_next_save(conninfo: str, store: 
 
 
 def test_concurrent_writers_of_one_run_queue_on_its_lock(conninfo: str) -> None:
-    from durable_agent.stores.postgres import PostgresCheckpointStore
+    from durable_agent.backends.postgres import PostgresCheckpointStore
 
     stores = [PostgresCheckpointStore(conninfo, max_size=1) for _ in range(3)]
     try:
@@ -139,7 +139,7 @@ def test_a_failed_save_drops_the_cache_so_the_next_save_heals(conninfo: str, asy
     UniqueViolation, and before that every later save of this process failed)."""
     import asyncio
 
-    from durable_agent.stores.postgres import AsyncPostgresCheckpointStore, PostgresCheckpointStore
+    from durable_agent.backends.postgres import AsyncPostgresCheckpointStore, PostgresCheckpointStore
 
     async def scenario() -> None:
         store = (AsyncPostgresCheckpointStore if asynchronous else PostgresCheckpointStore)(conninfo, max_size=1)

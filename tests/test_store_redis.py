@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from durable_agent.errors import CheckpointCorruptError, ConfigurationError
+from durable_agent import CheckpointCorruptError, ConfigurationError
 from durable_agent.testing import (
     CheckpointStoreConformance,
     conversation,
@@ -47,7 +47,7 @@ def prefix(url: str) -> Iterator[str]:
 class TestRedisStore(CheckpointStoreConformance):
     @pytest.fixture
     def make_store(self, url: str, prefix: str) -> Callable[[], Any]:
-        from durable_agent.stores.redis import RedisCheckpointStore
+        from durable_agent.backends.redis import RedisCheckpointStore
 
         return lambda: RedisCheckpointStore(url, prefix=prefix)
 
@@ -55,7 +55,7 @@ class TestRedisStore(CheckpointStoreConformance):
 class TestAsyncRedisStore(CheckpointStoreConformance):
     @pytest.fixture
     def make_store(self, url: str, prefix: str) -> Callable[[], Any]:
-        from durable_agent.stores.redis import AsyncRedisCheckpointStore
+        from durable_agent.backends.redis import AsyncRedisCheckpointStore
 
         return lambda: AsyncRedisCheckpointStore(url, prefix=prefix)
 
@@ -63,7 +63,7 @@ class TestAsyncRedisStore(CheckpointStoreConformance):
 @pytest.fixture(params=["sync", "async"])
 def Store(request: pytest.FixtureRequest) -> Callable[..., Any]:  # capitalised: it stands for a class
     """Each store class with a sync face: the rules of damage and healing hold for both."""
-    from durable_agent.stores.redis import AsyncRedisCheckpointStore, RedisCheckpointStore
+    from durable_agent.backends.redis import AsyncRedisCheckpointStore, RedisCheckpointStore
 
     if request.param == "sync":
         return RedisCheckpointStore
@@ -140,7 +140,7 @@ def test_a_lost_connection_heals_on_the_next_save(store: Any, raw: Any) -> None:
 
 
 def test_concurrent_writers_of_one_run_retry_on_stale(url: str, prefix: str, raw: Any) -> None:
-    from durable_agent.stores.redis import RedisCheckpointStore
+    from durable_agent.backends.redis import RedisCheckpointStore
 
     stores = [RedisCheckpointStore(url, prefix=prefix) for _ in range(3)]
     try:
@@ -152,7 +152,7 @@ def test_concurrent_writers_of_one_run_retry_on_stale(url: str, prefix: str, raw
 
 
 def test_exactly_one_of_url_or_client(url: str) -> None:
-    from durable_agent.stores.redis import RedisCheckpointStore
+    from durable_agent.backends.redis import RedisCheckpointStore
 
     with pytest.raises(ConfigurationError):
         RedisCheckpointStore()
@@ -246,7 +246,7 @@ def test_concurrent_async_writers_of_one_run_retry_on_stale(url: str, prefix: st
     """Three async handles save one run at once on one event loop: each save lands whole."""
     import asyncio
 
-    from durable_agent.stores.redis import AsyncRedisCheckpointStore, RedisCheckpointStore
+    from durable_agent.backends.redis import AsyncRedisCheckpointStore, RedisCheckpointStore
 
     async def writer(i: int) -> None:
         async with AsyncRedisCheckpointStore(url, prefix=prefix) as store:

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from durable_agent.errors import (
+from durable_agent import (
     CheckpointConflictError,
     CheckpointCorruptError,
     ConfigurationError,
     FeatureUnavailableError,
 )
-from durable_agent.stores.sqlite import AsyncSqliteCheckpointStore, SqliteCheckpointStore
+from durable_agent.backends.sqlite import AsyncSqliteCheckpointStore, SqliteCheckpointStore
 from durable_agent.testing import (
     CheckpointStoreConformance,
     conversation,
@@ -201,7 +201,7 @@ def test_a_failed_transaction_leaves_no_partial_save(Store: Callable[..., Any], 
 _WRITER = """
 import sys
 sys.path.insert(0, {python!r})
-from durable_agent.stores.sqlite import AsyncSqliteCheckpointStore, SqliteCheckpointStore
+from durable_agent.backends.sqlite import AsyncSqliteCheckpointStore, SqliteCheckpointStore
 from durable_agent.testing import make_checkpoint, conversation
 store = SqliteCheckpointStore({db!r})
 worker = int(sys.argv[1])
@@ -372,7 +372,7 @@ def test_database_files_are_created_owner_only(tmp_path: Path) -> None:
     """Conversations and approval tokens: the file and its -wal/-shm are 0600 even under umask 022."""
     import os
 
-    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.backends.sqlite import SqliteRuntime
 
     old = os.umask(0o022)
     try:
@@ -401,8 +401,7 @@ def test_a_schema_1_file_migrates_and_its_runs_fork_at_their_latest_step(db: Pat
     """A file written before the step log: its runs load, fork at the latest step, and log new steps."""
     import asyncio
 
-    from durable_agent.errors import StepNotFoundError
-    from durable_agent.fork import fork_run
+    from durable_agent import StepNotFoundError, fork_run
 
     with SqliteCheckpointStore(db) as store:
         for step in range(3):
@@ -474,7 +473,7 @@ def test_concurrent_async_saves_are_each_durable_when_awaited(db: Path) -> None:
 @needs_sqlite3
 @pytest.mark.host_only("threads")
 def test_appending_saves_of_a_batch_share_their_statements(db: Path) -> None:
-    """Every statement the writer thread runs is a GIL hand-off (`runtime._group_commit`): twenty runs'
+    """Every statement the writer thread runs is a GIL hand-off (`durable_agent.backends.sqlite._group_commit`): twenty runs'
     appending saves in one batch write their headers, messages and step rows in a few statements,
     not three each."""
     statements: list[str] = []
@@ -615,8 +614,8 @@ def test_opening_a_new_file_another_process_is_writing_waits_for_it(tmp_path: Pa
     the open waits within its busy timeout instead of failing."""
     import threading
 
-    from durable_agent.http.sql_logs import SqliteEventLog
-    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.backends.sqlite import SqliteRuntime
+    from durable_agent.http import SqliteEventLog
 
     path = tmp_path / "new.db"
     writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)

@@ -8,6 +8,7 @@ import pytest
 
 from durable_agent import (
     ConfigurationError,
+    Message,
     ModelRequest,
     OutputValidationError,
     ScriptedModel,
@@ -16,7 +17,6 @@ from durable_agent import (
     generate_text,
     reply,
 )
-from durable_agent.messages import Message
 from durable_agent.providers import OpenAIChatModel, OpenAIResponsesModel
 
 INVOICE = {

@@ -355,7 +355,7 @@ def test_a_run_resumed_after_a_crash_in_another_process_links_to_the_trace_that_
 ) -> None:
     """A worker runs an Agent (SQLite runtime, an OpenAI-compatible server) and SIGKILLs itself inside a tool of
     its first step (only the run's start checkpoint is stored) or of its second; another process resumes it."""
-    from durable_agent.runtime.sqlite import SqliteRuntime
+    from durable_agent.backends.sqlite import SqliteRuntime
     from replay import ReplayServer
 
     db, first_file, second_file = tmp_path / "runs.db", tmp_path / "first.jsonl", tmp_path / "second.jsonl"

@@ -45,7 +45,7 @@ def fetch_model(api: str, name: str) -> tuple[Any, Any]:
     from pyodide.code import run_js
     from pyodide.ffi import to_js
 
-    from durable_agent._transport import FetchTransport
+    from durable_agent.providers import FetchTransport
 
     recording = load(f"{api}/{name}")
     seen = run_js("[]")

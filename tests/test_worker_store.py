@@ -2,7 +2,7 @@
 
 workerd cannot run offline here (it downloads its Pyodide bundle at start), so the Worker's
 service and entry point run against `FakeDurableObjectStorage` (tests/durable_object_fake.py),
-which enforces the real storage's limits. The store itself, `durable_agent.stores.durable_object`,
+which enforces the real storage's limits. The store itself, `durable_agent.backends.durable_object`,
 is tested in tests/test_store_durable_object.py.
 
 Pure Python: runs under CPython and under Pyodide (the project's Pyodide runner).
@@ -30,9 +30,9 @@ from durable_agent import (  # noqa: E402
     call,
     reply,
 )
+from durable_agent.backends.durable_object import DurableObjectCheckpointStore  # noqa: E402
 from durable_agent.errors import ConfigurationError  # noqa: E402
 from durable_agent.messages import content_parts  # noqa: E402
-from durable_agent.stores.durable_object import DurableObjectCheckpointStore  # noqa: E402
 from durable_object_fake import FakeDurableObjectStorage  # noqa: E402
 
 SECRET = "a-test-secret-of-at-least-32-bytes!!"

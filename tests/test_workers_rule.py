@@ -173,8 +173,9 @@ def test_every_module_of_the_package_imports_without_entropy(rule: WorkersEntrop
     assert failed == {}, failed
     assert rule.denied == []
     # The walk found the package's parts, including the ones whose drivers are optional.
-    for expected in ("durable_agent.checkpoint", "durable_agent.checkpoint_store", "durable_agent.signing",
-                     "durable_agent.stores.sqlite", "durable_agent.stores.jsonl", "durable_agent.loop"):
+    for expected in ("durable_agent.checkpoint", "durable_agent.backends.memory", "durable_agent.signing",
+                     "durable_agent.backends.sqlite", "durable_agent.backends.postgres",
+                     "durable_agent.backends.jsonl", "durable_agent.loop"):
         assert expected in names, expected
 
 
@@ -182,7 +183,7 @@ def test_module_scope_code_of_a_worker_runs_without_entropy(rule: WorkersEntropy
     """What a Worker's module does at top level: import, build the store, signer, model, agent."""
     import durable_agent as da
     from durable_agent._kernels import kernels
-    from durable_agent.stores import open_store
+    from durable_agent.backends import open_store
 
     store = da.InMemoryCheckpointStore()
     assert isinstance(open_store("memory://"), da.InMemoryCheckpointStore)
@@ -203,7 +204,7 @@ def test_module_scope_code_of_a_worker_runs_without_entropy(rule: WorkersEntropy
 
 
 def test_a_memory_runtime_can_be_built_at_module_scope(rule: WorkersEntropyRule, fresh_package: None) -> None:
-    from durable_agent.runtime import MemoryRuntime
+    from durable_agent.backends.memory import MemoryRuntime
 
     MemoryRuntime()
     assert rule.denied == []

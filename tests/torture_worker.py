@@ -18,7 +18,7 @@ RUNTIME is ``sqlite:<path>`` or ``postgres:<conninfo>``. Deaths the worker aims 
   time before its effect, half after it (the effect logged, its done record not yet written).
 
 ``TORTURE_CONCURRENCY=n`` drives n sessions at once, as a server does (default 1): their writes
-then share the SQLite writer's batches and merged statements (`runtime._group_commit`).
+then share the SQLite writer's batches and merged statements (`durable_agent.backends.sqlite._group_commit`).
 """
 
 from __future__ import annotations
@@ -134,11 +134,11 @@ def open_runtime(spec: str) -> Any:
     """A runtime from ``sqlite:<path>`` or ``postgres:<conninfo>``."""
     kind, _, where = spec.partition(":")
     if kind == "sqlite":
-        from durable_agent.runtime.sqlite import SqliteRuntime
+        from durable_agent.backends.sqlite import SqliteRuntime
 
         return SqliteRuntime(where)
     if kind == "postgres":
-        from durable_agent.runtime.postgres import PostgresRuntime
+        from durable_agent.backends.postgres import PostgresRuntime
 
         return PostgresRuntime(where)
     raise ValueError(f"unknown runtime {spec!r}")

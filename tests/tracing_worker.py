@@ -27,8 +27,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from durable_agent import Agent, DurableOptions, Tool
+from durable_agent.backends.sqlite import SqliteRuntime
 from durable_agent.providers import ModelSettings, OpenAIChatModel
-from durable_agent.runtime.sqlite import SqliteRuntime
 
 RUN_ID, SESSION_ID, AGENT_NAME = "run-1", "chat-1", "billing"
 

@@ -25,9 +25,10 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE / "src"), str(HERE.parent.parent / "examples"), str(HERE.parent.parent / "python")]
 
 import demo_app  # noqa: E402  # the browser demo's scenario: tools and scripted model
+
 from durable_agent import Agent, ApprovalSigner, DurableOptions  # noqa: E402
+from durable_agent.backends.sqlite._runtime import SqliteRuntime  # noqa: E402
 from durable_agent.http import ChatEndpoint, CorsSettings, SqliteEventLog  # noqa: E402
-from durable_agent.runtime.sqlite import SqliteRuntime  # noqa: E402
 
 
 def create() -> ChatEndpoint:

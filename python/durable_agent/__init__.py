@@ -7,8 +7,12 @@ standard library and touches no entropy source (Cloudflare Workers forbid it at 
 from __future__ import annotations
 
 from ._kernels import NATIVE
+from ._storage.keys import MODEL_CALL, nested_call, parse_step_key, step_key
+from ._storage.protocols import CheckpointStore
 from ._version import __version__
 from .agent import Agent, resolve_approval
+from .backends import open_store
+from .backends.memory import InMemoryCheckpointStore, MemoryDurableState, MemoryRuntime
 from .checkpoint import (
     CHECKPOINT_VERSION,
     AgentCheckpoint,
@@ -18,7 +22,6 @@ from .checkpoint import (
     deserialize_checkpoint,
     serialize_checkpoint,
 )
-from .checkpoint_store import CheckpointStore, InMemoryCheckpointStore
 from .durable_session import AgentSpec, DurableOptions, DurableSession
 from .errors import (
     RUN_TAKEN_OVER_MESSAGE,
@@ -69,17 +72,8 @@ from .models import (
 from .options import AbortSignal, PrepareStepContext, StepOverrides
 from .results import GenerateTextResult, StepResult
 from .retry import RetryPolicy
-from .runtime import (
-    MODEL_CALL,
-    MemoryDurableState,
-    MemoryRuntime,
-    nested_call,
-    parse_step_key,
-    step_key,
-)
 from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
 from .stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_tokens_exceed
-from .stores import open_store
 from .subagent import agent_tool
 from .tool_calls import CLIENT_TOOL_PLACEHOLDER, ToolCallContext, current_tool_call
 from .tool_functions import tool

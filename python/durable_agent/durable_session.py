@@ -31,6 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ._storage.keys import MODEL_CALL, parse_step_key, step_key
+from ._storage.protocols import DurableRuntime, RunScope
+from ._storage.records import NO_DEFERRED, DeferredSteps, RunTransition, StepRecord
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage, check_verdict
 from .errors import (
@@ -48,9 +51,6 @@ from .models import LanguageModel
 from .options import RunOptions, logger, random_id
 from .parked import parked_result, unanswered_approvals
 from .results import GenerateTextResult
-from .runtime.keys import MODEL_CALL, parse_step_key, step_key
-from .runtime.protocols import DurableRuntime, RunScope
-from .runtime.records import NO_DEFERRED, DeferredSteps, RunTransition, StepRecord
 from .tool_calls import TOOL_INTERRUPTED_MESSAGE
 from .tools import Tool
 from .tracing import RunTrace

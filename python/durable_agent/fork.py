@@ -12,7 +12,7 @@ saved boundaries exist: a step interrupted before its checkpoint has no state.
 **Where it comes from.** The latest step is the run's checkpoint (`load`). An earlier one is
 read from the store's step log, `store.load_step(run_id, N)`, which every bundled store keeps
 (one small entry per save: the header and the history's length; the messages are the run's
-own append-only rows). `durable_agent.stores._steps` states when a step is dropped: a later
+own append-only rows). `durable_agent._storage.step_log` states when a step is dropped: a later
 save at an earlier step, a save that rewrote the messages it covered, a JSONL `compact()`.
 Runs saved before the step log existed (SQL schema 1) fork at their latest step only. A store
 of your own without `load_step` forks at its latest step; an earlier step raises
@@ -63,6 +63,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
+from ._storage.validate import check_run_id, check_step_index
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalRequest
 from .errors import CheckpointConflictError, CheckpointNotFoundError, ConfigurationError, StepNotFoundError
@@ -70,7 +71,6 @@ from .messages import Message
 from .options import random_id
 from .parked import waits_for_calls
 from .signing import ApprovalSigner
-from .stores._validate import check_run_id, check_step_index
 from .tools import Tool
 from .transcript import unresolved_calls
 

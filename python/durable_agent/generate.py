@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Unpack
 
+from ._storage.protocols import CheckpointStore
 from .checkpoint import ToolApprovalRequest, Usage
-from .checkpoint_store import CheckpointStore
 from .loop import AgentLoop
 from .messages import Message, final_text
 from .models import LanguageModel

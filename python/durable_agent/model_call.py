@@ -27,15 +27,15 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._storage.keys import MODEL_CALL, step_key
+from ._storage.records import StepOutcome, StepRequest
+from ._storage.scope import StepContext, StepLive
 from .checkpoint import Usage
 from .errors import StepFailedError, is_control_error
 from .models import LanguageModel, ModelRequest
 from .options import RunOptions
 from .results import Part
 from .retry import RetryPolicy
-from .runtime.keys import MODEL_CALL, step_key
-from .runtime.records import StepOutcome, StepRequest
-from .runtime.scope import StepContext, StepLive
 from .tracing import RunTrace
 
 

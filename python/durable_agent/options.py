@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
+from ._storage.protocols import CheckpointStore
 from ._util import wall_clock_ms
 from .checkpoint import ToolApprovalRequest, ToolApprovalResponse, Usage
-from .checkpoint_store import CheckpointStore
 from .errors import ConfigurationError
 from .messages import Message
 from .models import LanguageModel, ModelSettings
@@ -20,7 +20,7 @@ from .structured_output import OutputSpec
 from .tools import Tool, ToolSource
 
 if TYPE_CHECKING:
-    from .runtime.protocols import RunScope
+    from ._storage.protocols import RunScope
     from .signing import ApprovalSigner
 
 logger = logging.getLogger("durable_agent")

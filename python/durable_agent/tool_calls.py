@@ -16,13 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._storage.keys import step_key
+from ._storage.records import StepRequest, apply_tool_state
+from ._storage.scope import StepLive
 from ._util import maybe_await
 from .checkpoint import ToolApprovalRequest, ToolApprovalResponse, Usage, check_verdict
 from .errors import ConfigurationError, is_control_error
 from .options import RunOptions
-from .runtime.keys import step_key
-from .runtime.records import StepRequest, apply_tool_state
-from .runtime.scope import StepLive
 from .signing import APPROVAL_TOKEN_DENIED_REASON
 from .tools import Tool, ToolResult
 from .tracing import RunLogger, RunTrace

@@ -18,10 +18,10 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from ._storage.keys import step_key
+from ._storage.records import StepRequest
+from ._storage.scope import StepLive
 from .errors import ConfigurationError
-from .runtime.keys import step_key
-from .runtime.records import StepRequest
-from .runtime.scope import StepLive
 from .tools import Tool
 
 if TYPE_CHECKING:

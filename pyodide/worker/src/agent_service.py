@@ -33,6 +33,7 @@ from typing import Any
 from durable_agent import (
     AgentCheckpoint,
     ApprovalSigner,
+    ConfigurationError,
     LanguageModel,
     ScriptedModel,
     Tool,
@@ -42,10 +43,9 @@ from durable_agent import (
     reply,
     resume_from_checkpoint,
 )
-from durable_agent.errors import ConfigurationError
+from durable_agent.backends.durable_object import DurableObjectCheckpointStore
 from durable_agent.messages import message_text
 from durable_agent.providers import FetchTransport, OpenAIChatModel
-from durable_agent.stores.durable_object import DurableObjectCheckpointStore
 
 MAX_STEPS = 10
 HEAL_AFTER_MS = 60_000  # if a leg has not ended by then, the alarm picks the run up again

@@ -6,7 +6,7 @@
     POST /runs/{id}/resume          → continue a run that stopped between steps
 
 The Worker (`Default`) only routes: it mints run ids and forwards each request to the run's
-Durable Object (`AgentRun`), whose storage holds the checkpoints (see durable_agent.stores.durable_object) and which
+Durable Object (`AgentRun`), whose storage holds the checkpoints (see durable_agent.backends.durable_object) and which
 runs the agent (see agent_service.py). Because every request for a run lands on the same
 single-threaded object, two verdicts for one run can never race.
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._util import maybe_await
+from ..backends._open import _file_path, open_store
 from ..errors import ConfigurationError
-from ..stores import _file_path, open_store
 
 
 class CliError(Exception):
@@ -27,11 +27,11 @@ def open_runtime(url: str) -> Any:
     """The journal runtime of `url`: ``sqlite:///relative.db``, ``sqlite:////abs.db`` or ``postgresql://...``."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "sqlite":
-        from ..runtime.sqlite import SqliteRuntime
+        from ..backends.sqlite._runtime import SqliteRuntime
 
         return SqliteRuntime(_file_path(url, scheme))
     if scheme in ("postgresql", "postgres"):
-        from ..runtime.postgres import PostgresRuntime
+        from ..backends.postgres._runtime import PostgresRuntime
 
         return PostgresRuntime(url)
     raise ConfigurationError(f"a runtime URL is sqlite:///path or postgresql://..., got {url!r}")
@@ -57,7 +57,7 @@ def open_event_log(url: str) -> Any:
 def require_file(url: str) -> None:
     """`CliError` (not found) when `url` is a file URL (SQLite, JSONL) naming no file: opening it would create an
     empty database, and a mistyped path would pass for a store without runs. `os.path.exists` only stats the path:
-    nothing opens the file (see `durable_agent.stores._files`)."""
+    nothing opens the file (see `durable_agent.backends._files`)."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme not in ("sqlite", "sqlite+async", "jsonl"):
         return
@@ -146,7 +146,7 @@ class Backends:
         """Refuse `path` (an export's output, an import's input) when it is the store's or the runtime's own file.
 
         Writing it would destroy the database; even reading it here, in the process that holds SQLite
-        connections to it, would drop their locks (see `durable_agent.stores._files`).
+        connections to it, would drop their locks (see `durable_agent.backends._files`).
         """
         for backend in (self.store, self.runtime):
             own = getattr(backend, "path", None)

@@ -4,7 +4,7 @@
 
     from durable_agent import Agent, DurableOptions
     from durable_agent.http import ChatEndpoint, SqliteEventLog
-    from durable_agent.runtime.sqlite import SqliteRuntime   # or PostgresRuntime + PostgresEventLog
+    from ..backends.sqlite._runtime import SqliteRuntime   # or PostgresRuntime + PostgresEventLog
 
     runtime = SqliteRuntime("agent.db")
     app = ChatEndpoint(

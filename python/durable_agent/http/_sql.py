@@ -1,5 +1,5 @@
 """The SQL event log's statements as plans (no I/O): one SQLite driver runs them synchronously, a Postgres one
-asynchronously (`durable_agent.sql.plan` runs the plans; placeholders are written ``?``).
+asynchronously (`durable_agent.backends._sql.plan` runs the plans; placeholders are written ``?``).
 
 Appends to one run are serialized: SQLite's ``BEGIN IMMEDIATE`` keeps other writers out, and
 Postgres locks the run's row (``FOR UPDATE``) before reading the last ``seq``, so two processes
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._kernels import kernels
-from ..sql.plan import Dialect, Plan, Query
+from ..backends._sql.plan import Dialect, Plan, Query
 from .events import RunEvent, RunInfo, finished
 
 RUNS = "durable_agent_http_runs"

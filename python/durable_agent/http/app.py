@@ -13,13 +13,13 @@ from typing import Any
 from urllib.parse import unquote
 
 from .._kernels import kernels
+from .._storage.protocols import DurableRuntime, EndpointRuntime, EndpointStores
 from .._util import maybe_await
 from ..checkpoint import AgentCheckpoint
 from ..errors import ConfigurationError, RunLeaseHeldError, SessionStateError, SubmissionConflictError
 from ..messages import Message, final_text
 from ..options import random_id
 from ..parked import waiting_client_calls
-from ..runtime.protocols import DurableRuntime, EndpointRuntime, EndpointStores
 from ..transcript import approval_part
 from .asgi import (
     CorsSettings,

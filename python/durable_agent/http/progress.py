@@ -32,13 +32,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .._storage.keys import parse_step_key
+from .._storage.records import StepRecord, StreamPartialRecord
 from ..checkpoint import AgentCheckpoint, Usage
 from ..durable_session import is_model_call
 from ..errors import StepFailedError
 from ..messages import content_parts
 from ..parked import client_results_of
-from ..runtime.keys import parse_step_key
-from ..runtime.records import StepRecord, StreamPartialRecord
 from ..transcript import approval_part
 from .events import RunEvent
 

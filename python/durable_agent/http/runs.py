@@ -15,7 +15,7 @@ watches up to 200 parked runs, within parked/200 seconds beyond (benches/bench_c
 lookup ~0.1 ms on SQLite). A run parked by another server that no reader asked for here is not
 watched: its own server, or the next reader, continues it.
 
-Which process drives a run is the lease's business (`durable_agent.runtime.leases`): a reader
+Which process drives a run is the lease's business (`durable_agent._storage.leases`): a reader
 of a run that no live process drives any more (its server was killed) makes this process take
 it over (`ensure_driven`): first the events the stored run proves but the log lacks are
 appended (`missing_events`), then the run is resumed from its journal and its new events
@@ -31,6 +31,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._storage.protocols import DurableRuntime
+from .._storage.records import RunTransition
 from .._util import maybe_await, wall_clock_ms
 from ..agent import Agent, resolve_approval
 from ..checkpoint import AgentCheckpoint, ToolApprovalRequest
@@ -38,8 +40,6 @@ from ..durable_session import approval_key
 from ..errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, StaleEpochError
 from ..generate import PartSink
 from ..parked import unanswered_approvals, waits_for_calls
-from ..runtime.protocols import DurableRuntime
-from ..runtime.records import RunTransition
 from .asgi import HttpError
 from .client_tools import ClientResult, answered_history, answers_for
 from .events import EventLog, RunInfo

@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._util import wall_clock_ms
+from ..backends._sql.plan import POSTGRES, SQLITE, Dialect, Plan, T, run_async, run_sync
+from ..backends.sqlite._group_commit import InlineSqlite
+from ..backends.sqlite._store import sqlite_transaction
 from ..errors import ConfigurationError, FeatureUnavailableError
-from ..runtime._group_commit import InlineSqlite
-from ..sql.plan import POSTGRES, SQLITE, Dialect, Plan, T, run_async, run_sync
-from ..stores.sqlite import sqlite_transaction
 from . import _sql
 from .events import RunEvent, RunInfo, Wakeups, check_prune, check_run_ids
 
@@ -89,7 +89,7 @@ class SqliteEventLog(_SqlEventLog):
             import sqlite3
         except ImportError as exc:  # Pyodide 0.28 without its sqlite3 package
             raise FeatureUnavailableError(f"SqliteEventLog needs the sqlite3 module: {exc}") from exc
-        from ..stores._files import connect_sqlite
+        from ..backends._files import connect_sqlite
 
         self.path = os.fspath(path)
         self._lock = threading.Lock()

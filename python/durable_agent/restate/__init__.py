@@ -8,9 +8,8 @@ without it, and `import durable_agent` never touches it.
 
 from __future__ import annotations
 
+from ..backends.restate import RestateRuntime, RestateScope
 from .client import RestateIngress, RestateIngressError
-from .runtime import RestateRuntime
-from .scope import RestateScope
 from .service import agent_app, agent_services, approvals_name, result_json, run_agent, serve
 
 __all__ = [

@@ -20,13 +20,13 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..agent import Agent
+from ..backends.restate._runtime import AWAKEABLES, CHECKPOINT_PREFIX, LAST_RUN, RestateRuntime, state_text
+from ..backends.restate._sdk import decoded, sdk
 from ..checkpoint import check_verdict
 from ..durable_session import DurableOptions
 from ..errors import ConfigurationError, is_control_error
 from ..results import GenerateTextResult
 from ..signing import ApprovalSigner
-from ._sdk import decoded, sdk
-from .runtime import AWAKEABLES, CHECKPOINT_PREFIX, LAST_RUN, RestateRuntime, state_text
 
 if TYPE_CHECKING:
     import restate

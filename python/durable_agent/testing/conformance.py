@@ -54,6 +54,7 @@ from typing import Any
 
 import pytest
 
+from .._storage.validate import MAX_RUN_ID_BYTES
 from ..checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, Usage
 from ..errors import (
     CheckpointConflictError,
@@ -63,7 +64,6 @@ from ..errors import (
     StepNotFoundError,
 )
 from ..fork import checkpoint_at_step, fork_run, update_run
-from ..stores._validate import MAX_RUN_ID_BYTES
 
 
 def message(i: int) -> Any:

@@ -20,6 +20,9 @@ from typing import Any, ClassVar, Concatenate, Literal, ParamSpec
 
 import pytest
 
+from .._storage.keys import step_key
+from .._storage.records import RunOwner, RunTransition, StepKind, StepReplayPolicy, StepRequest
+from .._storage.scope import StepContext, StepLive
 from ..errors import (
     RunSuspendedError,
     ScopeClosedError,
@@ -27,9 +30,6 @@ from ..errors import (
     StepFailedError,
     SubmissionConflictError,
 )
-from ..runtime import RunOwner, StepRequest, step_key
-from ..runtime.records import RunTransition, StepKind, StepReplayPolicy
-from ..runtime.scope import StepContext, StepLive
 
 RuntimeFactory = Callable[[Callable[[], int]], Any]
 P = ParamSpec("P")
@@ -113,7 +113,7 @@ class DurableRuntimeConformance:
         return await self._scope(runtime, epoch=epoch), epoch
 
     async def test_implements_the_runtime_protocols(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
-        from ..runtime.protocols import (
+        from .._storage.protocols import (
             DurableInspector,
             DurableLease,
             DurableRuntime,
@@ -654,7 +654,7 @@ class DurableRuntimeConformance:
         assert await make_runtime(clock).stores.queue.read(self.session) == [{"id": "q1", "text": "next"}]
 
     async def test_submissions_and_their_rules(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
-        from ..runtime.protocols import EndpointStores
+        from .._storage.protocols import EndpointStores
 
         runtime = make_runtime(clock)
         if not isinstance(runtime.stores, EndpointStores):

@@ -1,0 +1,91 @@
+"""The backends, one room each, and what you need to write your own.
+
+Each room offers its checkpoint store and, where the backend can hold a journal, its runtime;
+a driver is imported when a store or runtime is built, never by ``import``:
+
+* `durable_agent.backends.memory` — `InMemoryCheckpointStore`, `MemoryRuntime` (also in `durable_agent`)
+* `durable_agent.backends.sqlite` — `SqliteCheckpointStore`, `AsyncSqliteCheckpointStore`, `SqliteRuntime`
+* `durable_agent.backends.postgres` — `PostgresCheckpointStore`, `AsyncPostgresCheckpointStore`,
+  `PostgresRuntime` (psycopg 3)
+* `durable_agent.backends.jsonl` — `JsonlCheckpointStore` (one append-only file)
+* `durable_agent.backends.redis` — `RedisCheckpointStore`, `AsyncRedisCheckpointStore` (redis-py)
+* `durable_agent.backends.durable_object` — `DurableObjectCheckpointStore` (a Cloudflare Durable Object)
+* `durable_agent.backends.restate` — `RestateRuntime`, `RestateScope` (served by `durable_agent.restate`)
+
+The two SQL backends share their statements (`_sql`: tables, plans and the SQL runtime, without
+I/O). Every room stands on the storage core (`durable_agent._storage`) and on nothing above it:
+docs/layers.md states the rule, tests/test_layers.py checks it.
+
+A backend of your own implements the Protocols below (`CheckpointStore` for checkpoints,
+`DurableRuntime` for the journal) and passes the conformance suites in `durable_agent.testing`.
+"""
+
+from __future__ import annotations
+
+from .._storage.keys import MODEL_CALL, StepKeyParts, nested_call, parse_step_key, step_key
+from .._storage.leases import RUN_OWNER_HOLD_MS, is_run_owner_dead, is_run_owner_holding
+from .._storage.protocols import (
+    CheckpointStore,
+    DurableInspector,
+    DurableLease,
+    DurableRunBook,
+    DurableRuntime,
+    DurableStores,
+    DurableSubmissionStore,
+    EndpointRuntime,
+    EndpointStores,
+    RunScope,
+)
+from .._storage.records import (
+    AwakeableRecord,
+    LeaseClaim,
+    ResumableRun,
+    RunOwner,
+    StepCompleted,
+    StepErrorRecord,
+    StepInterrupted,
+    StepRecord,
+    StepRequest,
+    StreamPartialRecord,
+)
+from .._storage.scope import AwakeableOutcome, DurableAwakeable, JournalScope, StepContext, StepLive, StepRun
+from ._open import SCHEMES, open_store
+
+__all__ = [
+    "MODEL_CALL",
+    "RUN_OWNER_HOLD_MS",
+    "SCHEMES",
+    "AwakeableOutcome",
+    "AwakeableRecord",
+    "CheckpointStore",
+    "DurableAwakeable",
+    "DurableInspector",
+    "DurableLease",
+    "DurableRunBook",
+    "DurableRuntime",
+    "DurableStores",
+    "DurableSubmissionStore",
+    "EndpointRuntime",
+    "EndpointStores",
+    "JournalScope",
+    "LeaseClaim",
+    "ResumableRun",
+    "RunOwner",
+    "RunScope",
+    "StepCompleted",
+    "StepContext",
+    "StepErrorRecord",
+    "StepInterrupted",
+    "StepKeyParts",
+    "StepLive",
+    "StepRecord",
+    "StepRequest",
+    "StepRun",
+    "StreamPartialRecord",
+    "is_run_owner_dead",
+    "is_run_owner_holding",
+    "nested_call",
+    "open_store",
+    "parse_step_key",
+    "step_key",
+]

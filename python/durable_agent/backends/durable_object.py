@@ -1,0 +1,431 @@
+"""`DurableObjectCheckpointStore`: checkpoints in a Cloudflare Durable Object's own storage, append-only.
+
+It uses the synchronous key-value API of a SQLite-backed Durable Object (`ctx.storage.kv`:
+``get(key)``, ``put(key, value)``, ``delete(key)``, ``list(prefix=, start=, ...)``), which is
+what a Durable Object created with ``new_sqlite_classes`` (the default for new classes) has,
+and runs each save and delete in ``ctx.storage.transactionSync`` when the storage has it, so a
+save is applied whole or not at all. A Durable Object runs one event at a time, so a
+read-then-write (the `expected_step_index` guard) never interleaves with another request.
+
+The limit that shapes the layout: on a SQLite-backed object, one entry's key and value
+together hold at most 2 MB (`MAX_ENTRY_BYTES`, Cloudflare's documented limit). So a run is
+not one value: like the other stores (`durable_agent._storage.history`), it is a small index
+entry plus one entry per message, and a save writes only the messages not stored yet plus the
+header. A message or header too large for one entry is split into parts. Keys, under `prefix`:
+
+* ``{prefix}run:{run_id}`` — JSON ``{"s": status, "i": step_index, "t": created_at,
+  "n": message count, "v": revision, "h": header parts}``; `list`/`prune` read only these;
+* ``{prefix}data:{len(run_id)}:{run_id}:h0000000000.{part:04d}/{parts:04d}`` — the header
+  (the checkpoint without its messages, codec text), and
+  ``...:m{seq:010d}.{part:04d}/{parts:04d}`` — message `seq` (codec text, bytes survive as
+  ``$bytes``). Each part holds at most `MAX_ENTRY_BYTES` minus its key minus a 1 KiB margin for
+  the storage's own encoding, counted in UTF-8 (never less than what the storage counts).
+* ``{prefix}step:{len(run_id)}:{run_id}:{step_index:012d}`` — the step log (`load_step`, for
+  `durable_agent.fork`): JSON ``{"n": message count, "h": header}`` of the save at that step,
+  under the rules of `durable_agent._storage.step_log`. A header too large for one entry is not
+  logged (that step cannot be read back; the latest step always can).
+
+Damage stays the damaged run's problem: loading it raises `CheckpointCorruptError` naming it
+(an unreadable index entry, missing or extra parts, undecodable text), its next save replaces
+it, and `list`/`prune` skip and log an unreadable index entry.
+
+Pure Python (standard library and this package only), no import of the Workers runtime:
+`storage` is anything shaped like `DurableObjectStorage` (the real one through Pyodide's JS
+bridge, or a test double).
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .._storage.history import (
+    PrefixCache,
+    encode_header,
+    encode_messages,
+    kept_by_encoding,
+    new_revision,
+    rebuild,
+)
+from .._storage.validate import (
+    check_checkpoint,
+    check_expected,
+    check_list_args,
+    check_prune_args,
+    check_run_id,
+    check_step_index,
+    logger,
+    page,
+    prunable,
+)
+from ..checkpoint import AgentCheckpoint, RunStatus
+from ..errors import CheckpointConflictError, CheckpointCorruptError, ConfigurationError
+
+MAX_ENTRY_BYTES = 2 * 1024 * 1024
+"""SQLite-backed Durable Objects: "Key and value combined cannot exceed 2 MB"."""
+
+_MARGIN = 1024  # bytes left per entry for the storage's own encoding of a string
+_MAX_PREFIX_BYTES = 256
+_PART = re.compile(r"([hm])([0-9]{10})\.([0-9]{4})/([0-9]{4})")
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Index:
+    """A run's index entry."""
+
+    status: str
+    step_index: int
+    created_at: int
+    count: int
+    revision: int
+    header_parts: int
+
+    def dumps(self) -> str:
+        return json.dumps(
+            {
+                "s": self.status,
+                "i": self.step_index,
+                "t": self.created_at,
+                "n": self.count,
+                "v": self.revision,
+                "h": self.header_parts,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def parse(cls, value: Any) -> _Index | None:
+        """The index entry stored as `value`, or None when it is damaged."""
+        try:
+            data = json.loads(value)
+            fields = (data["s"], data["i"], data["t"], data["n"], data["v"], data["h"])
+        except (ValueError, TypeError, KeyError):
+            return None
+        status, *numbers = fields
+        if not isinstance(status, str) or any(type(n) is not int for n in numbers):
+            return None
+        index = cls(status, *numbers)
+        return index if index.count >= 0 and index.header_parts >= 1 else None
+
+
+def _split_utf8(text: str, limit: int) -> list[str]:
+    """`text` cut into pieces of at most `limit` UTF-8 bytes each, never inside a character."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return [text]
+    pieces = []
+    start = 0
+    while start < len(data):
+        end = min(start + limit, len(data))
+        while end < len(data) and data[end] & 0xC0 == 0x80:  # a continuation byte: back off
+            end -= 1
+        pieces.append(data[start:end].decode("utf-8"))
+        start = end
+    return pieces
+
+
+def _step_entry(value: Any) -> tuple[int, str] | None:
+    """``(message count, header)`` of a step log entry, or None when it is damaged."""
+    try:
+        data = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or type(data.get("n")) is not int or not isinstance(data.get("h"), str):
+        return None
+    return data["n"], data["h"]
+
+
+def _part_key(base: str, tag: str, index: int, part: int, parts: int) -> str:
+    return f"{base}{tag}{index:010d}.{part:04d}/{parts:04d}"
+
+
+class DurableObjectCheckpointStore:
+    """A `CheckpointStore` over `ctx.storage.kv` of a SQLite-backed Durable Object (see the module docs).
+
+    `storage` is the object's `ctx.storage`. Several runs may share one object (keys are
+    prefixed with `prefix`). `max_entry_bytes` is the storage's limit for key and value
+    together (lower it only to test the splitting).
+    """
+
+    def __init__(
+        self,
+        storage: Any,
+        *,
+        prefix: str = "checkpoint:",
+        max_entry_bytes: int = MAX_ENTRY_BYTES,
+        cache_runs: int = 256,
+    ) -> None:
+        kv = getattr(storage, "kv", None)
+        if kv is None:
+            raise ConfigurationError(
+                "DurableObjectCheckpointStore needs ctx.storage of a SQLite-backed Durable Object (it uses "
+                "ctx.storage.kv); declare the class under new_sqlite_classes in the migrations of wrangler.toml"
+            )
+        if not isinstance(prefix, str) or not prefix or len(prefix.encode("utf-8", "replace")) > _MAX_PREFIX_BYTES:
+            raise ConfigurationError(f"prefix must be a non-empty str of at most {_MAX_PREFIX_BYTES} bytes, got {prefix!r}")
+        if type(max_entry_bytes) is not int or max_entry_bytes < 8 * 1024:
+            raise ConfigurationError(f"max_entry_bytes must be an int >= 8192, got {max_entry_bytes!r}")
+        self._kv = kv
+        self._transaction = getattr(storage, "transactionSync", None)
+        self._prefix = prefix
+        self._max = max_entry_bytes
+        self._cache = PrefixCache(cache_runs)
+
+    # -- keys and entries ------------------------------------------------------------------
+
+    def _run_key(self, run_id: str) -> str:
+        return f"{self._prefix}run:{run_id}"
+
+    def _data_prefix(self, run_id: str) -> str:
+        return f"{self._prefix}data:{len(run_id)}:{run_id}:"
+
+    def _atomic(self, work: Callable[[], _T]) -> _T:
+        """`work()` in one storage transaction when the storage offers `transactionSync`."""
+        if self._transaction is None:
+            return work()
+        box: list[_T] = []
+        self._transaction(lambda: box.append(work()))
+        return box[0]
+
+    def _parts(self, base: str, tag: str, index: int, text: str) -> builtins.list[tuple[str, str]]:
+        """The (key, value) entries storing one header or message, split to fit the entry limit."""
+        key_bytes = len(_part_key(base, tag, index, 0, 1).encode("utf-8"))
+        pieces = _split_utf8(text, self._max - key_bytes - _MARGIN)
+        return [(_part_key(base, tag, index, part, len(pieces)), piece) for part, piece in enumerate(pieces)]
+
+    def _kept(self, run_id: str, index: _Index, messages: Any) -> int:
+        """How many leading messages of `messages` are stored already (reading them if the cache cannot tell)."""
+        known = self._cache.kept(run_id, index.revision, messages)
+        if known is not None:
+            return known
+        try:
+            stored = self._records(run_id, index)[1]
+        except CheckpointCorruptError:  # damaged: the save replaces every message
+            self._delete_data(run_id)
+            return 0
+        return kept_by_encoding(stored, messages)
+
+    def _records(self, run_id: str, index: _Index) -> tuple[str, builtins.list[str]]:
+        """The header and message texts of a run, checked part by part against its index."""
+        base = self._data_prefix(run_id)
+        header: list[str] = []
+        bodies: list[list[str]] = []
+        totals: list[int] = []
+        for key, value in self._kv.list(prefix=base):
+            found = _PART.fullmatch(key[len(base) :])
+            if found is None or not isinstance(value, str):
+                raise CheckpointCorruptError(f"stored entry {key!r} is not part of a checkpoint", run_id=run_id)
+            tag, seq, part, total = found[1], int(found[2]), int(found[3]), int(found[4])
+            if tag == "h":
+                if seq != 0 or part != len(header) or total != index.header_parts:
+                    raise CheckpointCorruptError(f"header part {key!r} is out of place", run_id=run_id)
+                header.append(value)
+                continue
+            if part == 0 and seq == len(bodies) and (not bodies or len(bodies[-1]) == totals[-1]):
+                bodies.append([])
+                totals.append(total)
+            if not bodies or seq != len(bodies) - 1 or part != len(bodies[-1]) or total != totals[-1]:
+                raise CheckpointCorruptError(f"message part {key!r} is out of place", run_id=run_id)
+            bodies[-1].append(value)
+        if len(header) != index.header_parts:
+            raise CheckpointCorruptError(
+                f"the header has {len(header)} of its {index.header_parts} parts", run_id=run_id
+            )
+        if len(bodies) != index.count or (bodies and len(bodies[-1]) != totals[-1]):
+            raise CheckpointCorruptError(
+                f"the index counts {index.count} messages, the storage holds {len(bodies)} (the last one "
+                f"complete: {bool(bodies) and len(bodies[-1]) == totals[-1]})",
+                run_id=run_id,
+            )
+        return "".join(header), ["".join(parts) for parts in bodies]
+
+    def _delete_data(self, run_id: str, start: str | None = None) -> None:
+        """Delete the run's data entries (from key `start` on, when given)."""
+        base = self._data_prefix(run_id)
+        options = {"prefix": base} if start is None else {"prefix": base, "start": base + start}
+        for key in [key for key, _ in self._kv.list(**options)]:
+            self._kv.delete(key)
+
+    def _step_prefix(self, run_id: str) -> str:
+        return f"{self._prefix}step:{len(run_id)}:{run_id}:"
+
+    def _log_step(self, run_id: str, step_index: int, count: int, kept: int | None, header: str) -> None:
+        """Record the save at `step_index` in the step log, dropping the entries it replaces.
+
+        `kept` is where a rewrite of the stored messages began (None: nothing was rewritten);
+        only then is the whole log read, so an appending save reads only the entries it replaces.
+        """
+        base = self._step_prefix(run_id)
+        if kept is None:
+            doomed = [key for key, _ in self._kv.list(prefix=base, start=f"{base}{step_index:012d}")]
+        else:
+            doomed = [
+                key
+                for key, value in self._kv.list(prefix=base)
+                if key >= f"{base}{step_index:012d}" or (_step_entry(value) or (kept + 1, ""))[0] > kept
+            ]
+        for key in doomed:
+            self._kv.delete(key)
+        key = f"{base}{step_index:012d}"
+        value = json.dumps({"n": count, "h": header}, ensure_ascii=False, separators=(",", ":"))
+        if len(key.encode("utf-8")) + len(value.encode("utf-8")) + _MARGIN <= self._max:
+            self._kv.put(key, value)
+
+    def _delete_steps(self, run_id: str) -> None:
+        for key in [key for key, _ in self._kv.list(prefix=self._step_prefix(run_id))]:
+            self._kv.delete(key)
+
+    def _index(self, run_id: str) -> tuple[_Index | None, bool]:
+        """The run's index entry (None when absent or damaged) and whether an entry exists at all."""
+        value = self._kv.get(self._run_key(run_id))
+        return (None, False) if value is None else (_Index.parse(value), True)
+
+    # -- the CheckpointStore surface ------------------------------------------------------------
+
+    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
+        """Store `checkpoint` as its run's latest, writing only the messages not stored yet.
+
+        With `expected_step_index`, raise `CheckpointConflictError` (and write nothing) unless
+        the stored checkpoint of this run is at that step.
+        """
+        checkpoint = check_checkpoint(checkpoint)
+        expected = check_expected(expected_step_index)
+        run_id, messages = checkpoint.run_id, checkpoint.messages
+        header = encode_header(checkpoint)  # a CodecError here writes nothing
+
+        def work() -> int:
+            index = self._index(run_id)[0]
+            actual = None if index is None else index.step_index
+            if expected is not None and actual != expected:
+                raise CheckpointConflictError(run_id, expected, actual)
+            base = self._data_prefix(run_id)
+            header_entries = self._parts(base, "h", 0, header)
+            rewrote_from: int | None = None
+            if index is None:  # a new run, or a damaged one: whatever data it left goes
+                self._delete_data(run_id)
+                self._delete_steps(run_id)
+                keep = 0
+            else:
+                keep = self._kept(run_id, index, messages)
+                if keep < index.count:
+                    self._delete_data(run_id, f"m{keep:010d}")
+                    rewrote_from = keep
+                if index.header_parts != len(header_entries):  # else the new parts overwrite the old
+                    for part in range(index.header_parts):
+                        self._kv.delete(_part_key(base, "h", 0, part, index.header_parts))
+            for i, body in enumerate(encode_messages(messages, keep)):
+                for key, value in self._parts(base, "m", keep + i, body):
+                    self._kv.put(key, value)
+            for key, value in header_entries:
+                self._kv.put(key, value)
+            revision = new_revision()
+            entry = _Index(
+                checkpoint.status,
+                checkpoint.step_index,
+                checkpoint.created_at,
+                len(messages),
+                revision,
+                len(header_entries),
+            )
+            self._kv.put(self._run_key(run_id), entry.dumps())
+            self._log_step(run_id, checkpoint.step_index, len(messages), rewrote_from, header)
+            return revision
+
+        try:
+            revision = self._atomic(work)
+        except BaseException:
+            self._cache.forget(run_id)
+            raise
+        self._cache.remember_save(checkpoint, revision)
+
+    def load(self, run_id: str) -> AgentCheckpoint | None:
+        """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
+        check_run_id(run_id)
+        index, exists = self._index(run_id)
+        if not exists:
+            return None
+        try:
+            if index is None:
+                raise CheckpointCorruptError("the run's index entry is unreadable", run_id=run_id)
+            header, bodies = self._records(run_id, index)
+            checkpoint = rebuild(run_id, header, bodies)
+        except CheckpointCorruptError:
+            self._cache.forget(run_id)
+            raise
+        self._cache.remember(run_id, index.revision, checkpoint.messages)
+        return checkpoint
+
+    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
+        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
+        (the step log's rules: `durable_agent._storage.step_log`)."""
+        check_run_id(run_id)
+        check_step_index(step_index)
+        index, exists = self._index(run_id)
+        value = self._kv.get(f"{self._step_prefix(run_id)}{step_index:012d}")
+        if not exists or value is None:
+            return None
+        entry = _step_entry(value)
+        if index is None or entry is None or entry[0] > index.count:
+            raise CheckpointCorruptError(f"the step log entry of step {step_index} is unreadable", run_id=run_id)
+        count, header = entry
+        return rebuild(run_id, header, self._records(run_id, index)[1][:count])
+
+    def delete(self, run_id: str) -> None:
+        check_run_id(run_id)
+
+        def work() -> None:
+            self._kv.delete(self._run_key(run_id))
+            self._delete_data(run_id)
+            self._delete_steps(run_id)
+
+        self._atomic(work)
+        self._cache.forget(run_id)
+
+    def _indexes(self) -> builtins.list[tuple[str, _Index]]:
+        """Every run's id and index entry; damaged entries are logged and skipped."""
+        start = f"{self._prefix}run:"
+        found = []
+        for key, value in self._kv.list(prefix=start):
+            index = _Index.parse(value)
+            if index is None:
+                logger.warning("Durable Object store: skipping the damaged index entry %r", key)
+                continue
+            found.append((key[len(start) :], index))
+        return found
+
+    def list(
+        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
+    ) -> builtins.list[str]:
+        """Run ids in code-point order, optionally only those whose latest status is `status`."""
+        status, limit, after = check_list_args(status, limit, after)
+        return page((r for r, index in self._indexes() if status is None or index.status == status), limit, after)
+
+    def prune(
+        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
+    ) -> builtins.list[str]:
+        """Delete runs whose latest checkpoint was created before `before` (epoch ms); returns their ids.
+
+        Suspended runs (awaiting approval) are kept unless `include_suspended=True`.
+        """
+        before, status, include_suspended = check_prune_args(before, status, include_suspended)
+        doomed = page(
+            (
+                r
+                for r, index in self._indexes()
+                if prunable(index.status, index.created_at, before, status, include_suspended)
+            ),
+            None,
+            None,
+        )
+        for run_id in doomed:
+            self.delete(run_id)
+        return doomed
+
+    def close(self) -> None:
+        """Nothing to release: the storage belongs to the Durable Object."""
+        self._cache.clear()

@@ -1,0 +1,305 @@
+"""Postgres checkpoint stores (psycopg 3): `PostgresCheckpointStore` (sync) and `AsyncPostgresCheckpointStore`.
+
+The same append-only layout as the SQLite store (`_sql`): a header row per run in
+`durable_agent_runs`, one row per message in `durable_agent_messages`, a save writing only the
+messages added since the run's stored history, in one transaction that first takes a per-run
+advisory lock (`pg_advisory_xact_lock`), so concurrent writers of one run queue instead of
+interleaving, and writers of different runs do not wait for each other. Loads read in one
+REPEATABLE READ snapshot. The tables are created, or migrated, on first use under an advisory
+lock; `durable_agent_schema_version` records the version.
+
+Connections come from a `psycopg_pool` pool (`min_size`/`max_size`), or pass your own `pool=`.
+A connection lost mid-save rolls the transaction back; the next save finds the stored state
+and heals (no gap, no duplicate message). Any failed save makes the store forget its view of
+that run, so a stray or damaged row costs one failed save, never every later one. Install with ``pip install 'durable-agent[postgres]'``.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from typing import Any
+
+from ..._storage.history import PrefixCache
+from ..._storage.validate import (
+    check_checkpoint,
+    check_expected,
+    check_list_args,
+    check_prune_args,
+    check_run_id,
+    check_step_index,
+)
+from ..._util import pool_connection
+from ...checkpoint import AgentCheckpoint, RunStatus
+from ...errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
+from .._sql import checkpoints as _sql
+from .._sql.plan import POSTGRES, Plan, T
+
+DIALECT = POSTGRES
+_READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
+
+
+def _pool_module() -> Any:
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool
+    except ImportError as exc:
+        raise FeatureUnavailableError(
+            "the Postgres store needs psycopg 3 and psycopg_pool: pip install 'durable-agent[postgres]' "
+            f"({exc})"
+        ) from exc
+    return psycopg_pool
+
+
+def _check_pool_options(psycopg: Any, conninfo: Any, min_size: Any, max_size: Any) -> None:
+    """`ConfigurationError` for pool sizes or a conninfo psycopg_pool would refuse later, or never."""
+    if type(min_size) is not int or type(max_size) is not int or not 0 <= min_size <= max_size or max_size < 1:
+        raise ConfigurationError(
+            f"need ints with 0 <= min_size <= max_size and max_size >= 1, got min_size={min_size!r}, "
+            f"max_size={max_size!r}"
+        )
+    if not isinstance(conninfo, str):
+        raise ConfigurationError(f"conninfo must be a str, got {conninfo!r}")
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(f"bad Postgres conninfo: {exc}") from None
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ConfigurationError(f"bad Postgres port {port!r} (1-65535)")
+
+
+class _Common:
+    """Argument checks and plans shared by the sync and async stores (they differ only in I/O)."""
+
+    _cache: PrefixCache
+
+    _operational_error: type[Exception]
+
+    def _init_common(self, conninfo: Any, pool: Any, min_size: Any, max_size: Any, cache_runs: int) -> Any:
+        psycopg_pool = _pool_module()
+        import psycopg
+
+        if pool is None:
+            _check_pool_options(psycopg, conninfo, min_size, max_size)
+
+        self._operational_error = psycopg.OperationalError
+        self._cache = PrefixCache(cache_runs)
+        self._migrated = False
+        return psycopg_pool
+
+    def _save(
+        self, checkpoint: Any, expected_step_index: Any
+    ) -> tuple[AgentCheckpoint, Callable[[], Plan[int]]]:
+        checked = check_checkpoint(checkpoint)
+        expected = check_expected(expected_step_index)
+        return checked, lambda: _sql.save_plan(self._cache, checked, expected, DIALECT)
+
+    @staticmethod
+    def _load_step(run_id: str, step_index: int) -> Callable[[], Plan[AgentCheckpoint | None]]:
+        check_run_id(run_id)
+        check_step_index(step_index)
+        return lambda: _sql.load_step_plan(run_id, step_index)
+
+    def _pruned(self, doomed: builtins.list[str]) -> builtins.list[str]:
+        for run_id in doomed:
+            self._cache.forget(run_id)
+        return doomed
+
+
+class PostgresCheckpointStore(_Common):
+    """Checkpoints in Postgres; synchronous methods, safe for many processes.
+
+    `conninfo` is a libpq URL or DSN. Call `close()` (or use `with`) to close the pool.
+    """
+
+    def __init__(
+        self,
+        conninfo: str = "",
+        *,
+        pool: Any = None,
+        min_size: int = 1,
+        max_size: int = 4,
+        cache_runs: int = 256,
+    ) -> None:
+        psycopg_pool = self._init_common(conninfo, pool, min_size, max_size, cache_runs)
+        self._own_pool = pool is None
+        self._pool = (
+            psycopg_pool.ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=True)
+            if pool is None
+            else pool
+        )
+
+    def _run(self, make_plan: Callable[[], Plan[T]], *, snapshot: bool = False) -> T:
+        """Run a fresh plan in one transaction, once more on a new connection if the first one was dead.
+
+        Every plan is safe to run again: a save whose commit was lost in the failure finds a
+        revision it does not know and re-reads the stored rows.
+        """
+        try:
+            return self._run_once(make_plan(), snapshot)
+        except self._operational_error:
+            return self._run_once(make_plan(), snapshot)
+
+    def _run_once(self, plan: Plan[T], snapshot: bool) -> T:
+        with self._pool.connection() as conn:
+            if not self._migrated:
+                with conn.transaction(), conn.cursor() as cur:
+                    _sql.run_sync(cur, DIALECT, _sql.schema_plan(DIALECT))
+                self._migrated = True
+            with conn.transaction(), conn.cursor() as cur:
+                if snapshot:
+                    cur.execute(_READ_SNAPSHOT)
+                return _sql.run_sync(cur, DIALECT, plan)
+
+    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
+        """Store `checkpoint` as the latest of its run, writing only the messages not stored yet.
+
+        With `expected_step_index`, raise `CheckpointConflictError` (and write nothing) unless
+        the stored checkpoint of this run is at that step.
+        """
+        checkpoint, plan = self._save(checkpoint, expected_step_index)
+        try:
+            revision = self._run(plan)
+        except BaseException:
+            self._cache.forget(checkpoint.run_id)  # the rows are unknown now: the next save re-reads them
+            raise
+        self._cache.remember_save(checkpoint, revision)
+
+    def load(self, run_id: str) -> AgentCheckpoint | None:
+        """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
+        try:
+            found = self._run(lambda: _sql.load_plan(check_run_id(run_id)), snapshot=True)
+        except CheckpointCorruptError:
+            self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
+            raise
+        return _sql.remembered(self._cache, run_id, found)
+
+    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
+        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
+        (the step log's rules: `durable_agent._storage.step_log`)."""
+        return self._run(self._load_step(run_id, step_index), snapshot=True)
+
+    def delete(self, run_id: str) -> None:
+        self._run(lambda: _sql.delete_plan(check_run_id(run_id)))
+        self._cache.forget(run_id)
+
+    def list(
+        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
+    ) -> builtins.list[str]:
+        """Run ids in code-point order, optionally only those whose latest status is `status`."""
+        args = check_list_args(status, limit, after)
+        return self._run(lambda: _sql.list_plan(*args))
+
+    def prune(
+        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
+    ) -> builtins.list[str]:
+        """Delete runs whose latest checkpoint was created before `before` (epoch ms); returns their ids.
+
+        Suspended runs (awaiting approval) are kept unless `include_suspended=True`.
+        """
+        args = check_prune_args(before, status, include_suspended)
+        return self._pruned(self._run(lambda: _sql.prune_plan(*args)))
+
+    def close(self) -> None:
+        if self._own_pool:
+            self._pool.close()
+        self._cache.clear()
+
+    def __enter__(self) -> PostgresCheckpointStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncPostgresCheckpointStore(_Common):
+    """`PostgresCheckpointStore` with coroutine methods (psycopg's async pool), for asyncio servers.
+
+    The pool opens on first use, inside the running event loop; `await store.close()` closes it.
+    """
+
+    def __init__(
+        self,
+        conninfo: str = "",
+        *,
+        pool: Any = None,
+        min_size: int = 1,
+        max_size: int = 4,
+        cache_runs: int = 256,
+    ) -> None:
+        psycopg_pool = self._init_common(conninfo, pool, min_size, max_size, cache_runs)
+        self._own_pool = pool is None
+        self._pool = (
+            psycopg_pool.AsyncConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=False)
+            if pool is None
+            else pool
+        )
+        self._opened = not self._own_pool
+
+    async def _run(self, make_plan: Callable[[], Plan[T]], *, snapshot: bool = False) -> T:
+        """See `PostgresCheckpointStore._run`."""
+        try:
+            return await self._run_once(make_plan(), snapshot)
+        except self._operational_error:
+            return await self._run_once(make_plan(), snapshot)
+
+    async def _run_once(self, plan: Plan[T], snapshot: bool) -> T:
+        if not self._opened:
+            await self._pool.open()
+            self._opened = True
+        async with pool_connection(self._pool) as conn:
+            if not self._migrated:
+                async with conn.transaction(), conn.cursor() as cur:
+                    await _sql.run_async(cur, DIALECT, _sql.schema_plan(DIALECT))
+                self._migrated = True
+            async with conn.transaction(), conn.cursor() as cur:
+                if snapshot:
+                    await cur.execute(_READ_SNAPSHOT)
+                return await _sql.run_async(cur, DIALECT, plan)
+
+    async def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
+        """See `PostgresCheckpointStore.save`."""
+        checkpoint, plan = self._save(checkpoint, expected_step_index)
+        try:
+            revision = await self._run(plan)
+        except BaseException:
+            self._cache.forget(checkpoint.run_id)
+            raise
+        self._cache.remember_save(checkpoint, revision)
+
+    async def load(self, run_id: str) -> AgentCheckpoint | None:
+        """See `PostgresCheckpointStore.load`."""
+        try:
+            found = await self._run(lambda: _sql.load_plan(check_run_id(run_id)), snapshot=True)
+        except CheckpointCorruptError:
+            self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
+            raise
+        return _sql.remembered(self._cache, run_id, found)
+
+    async def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
+        """See `PostgresCheckpointStore.load_step`."""
+        return await self._run(self._load_step(run_id, step_index), snapshot=True)
+
+    async def delete(self, run_id: str) -> None:
+        await self._run(lambda: _sql.delete_plan(check_run_id(run_id)))
+        self._cache.forget(run_id)
+
+    async def list(
+        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
+    ) -> builtins.list[str]:
+        """See `PostgresCheckpointStore.list`."""
+        args = check_list_args(status, limit, after)
+        return await self._run(lambda: _sql.list_plan(*args))
+
+    async def prune(
+        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
+    ) -> builtins.list[str]:
+        """See `PostgresCheckpointStore.prune`."""
+        args = check_prune_args(before, status, include_suspended)
+        return self._pruned(await self._run(lambda: _sql.prune_plan(*args)))
+
+    async def close(self) -> None:
+        if self._own_pool and self._opened:
+            await self._pool.close()
+        self._cache.clear()

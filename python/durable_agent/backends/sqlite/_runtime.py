@@ -1,0 +1,122 @@
+"""`SqliteRuntime`: the step journal, leases, awakeables, queue, submissions and tool state in one SQLite file.
+
+Several processes may open one file: it is used in WAL mode with a busy timeout, and every
+write runs in a ``BEGIN IMMEDIATE`` transaction, so writers queue on SQLite's write lock and
+readers never block. A lease holder's write checks the session's epoch inside its own
+transaction (see `durable_agent.backends._sql.journal`): a stale writer gets `StaleEpochError` and its
+write is not applied. A ``done`` step record commits its tool-state ops in the same transaction.
+
+Checkpoints live in the same file, in the tables of `SqliteCheckpointStore` (which can open the file
+too): the runtime writes them itself, inside its fenced lifecycle transactions (`commit`), and
+`runtime.stores.checkpoints` reads them through the runtime's connection.
+
+No database call runs on the event loop's thread: plans go to the runtime's connection on a
+thread of its own, and the writes of concurrent runs share one commit (group commit, see
+`durable_agent.backends.sqlite._group_commit`); each waiter is released once its own write is durable.
+Under Pyodide, which has no threads, each plan runs at once on the caller's thread. `sqlite3` is imported when a runtime is opened; where it is missing
+(Pyodide 0.28 without its CDN package) opening raises `FeatureUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from types import ModuleType
+from typing import Literal
+
+from ..._util import wall_clock_ms
+from ...errors import ConfigurationError, FeatureUnavailableError
+from .._files import connect_sqlite
+from .._sql.journal_schema import schema_plan
+from .._sql.plan import SQLITE, Mergeable, Plan, T
+from .._sql.runtime import SqlRuntime
+from ._group_commit import GroupCommitSqlite, InlineSqlite
+
+DIALECT = SQLITE  # no row locks: BEGIN IMMEDIATE already keeps every other writer out
+
+
+def _sqlite3() -> ModuleType:
+    try:
+        import sqlite3
+    except ImportError as exc:
+        raise FeatureUnavailableError(
+            "SqliteRuntime needs the sqlite3 module, which this Python lacks "
+            "(on Pyodide 0.28 it is a separate package): " + str(exc)
+        ) from exc
+    return sqlite3
+
+
+class _SqliteDriver:
+    """Runs journal plans on one connection: on its own thread with group commit, or inline under Pyodide."""
+
+    dialect = DIALECT
+
+    def __init__(self, path: str, *, busy_timeout_ms: int, synchronous: str, poll_interval_ms: int) -> None:
+        sqlite3 = _sqlite3()
+        self._poll = poll_interval_ms / 1000
+        self._conn = connect_sqlite(
+            sqlite3, path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous,
+            prepare=lambda conn: InlineSqlite(conn, DIALECT).transaction(schema_plan(DIALECT), write=True),
+        )
+        threaded = sys.platform != "emscripten"
+        self._runner = (GroupCommitSqlite if threaded else InlineSqlite)(self._conn, DIALECT)
+
+    def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> Awaitable[T]:
+        return self._runner.run(plan, write=write, merge=merge)
+
+    async def wait_for_change(self, timeout: float) -> None:
+        """SQLite cannot tell another connection of a change: wait one polling interval."""
+        await asyncio.sleep(min(timeout, self._poll))
+
+    def close(self) -> None:
+        self._runner.close()
+
+
+class SqliteRuntime(SqlRuntime):
+    """A checkpoint-mode `DurableRuntime` in one SQLite file, shared by any number of processes.
+
+    `path`: the file (created when missing). `busy_timeout_ms`: how long a write waits for
+    another process's write. `synchronous`: FULL (default) survives a power loss; NORMAL is
+    faster and survives a process crash. `poll_interval_ms`: how often an awakeable wait
+    looks for a resolution made by another process. Close it with `close()` or `with`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        busy_timeout_ms: int = 10_000,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        poll_interval_ms: int = 20,
+    ) -> None:
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ConfigurationError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
+        for name, value in (("busy_timeout_ms", busy_timeout_ms), ("poll_interval_ms", poll_interval_ms)):
+            if type(value) is not int or value < 0:
+                raise ConfigurationError(f"{name} must be a non-negative int, got {value!r}")
+        self.path = os.fspath(path)
+        driver = _SqliteDriver(
+            self.path,
+            busy_timeout_ms=busy_timeout_ms,
+            synchronous=synchronous,
+            poll_interval_ms=poll_interval_ms,
+        )
+        self._driver = driver
+        super().__init__(driver, clock=clock)
+
+    def close(self) -> None:
+        """Finish the queued writes and close the database connection."""
+        self._driver.close()
+
+    def __enter__(self) -> SqliteRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SqliteRuntime({self.path!r})"
+
