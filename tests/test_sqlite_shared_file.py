@@ -117,4 +117,4 @@ def test_only_the_files_module_connects_to_a_sqlite_file() -> None:
                    and isinstance(node.func.value, ast.Name) and "sqlite" in node.func.value.id
                    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
 
-    assert sorted(str(p.relative_to(package)) for p in package.rglob("*.py") if connects(p)) == ["stores/_files.py"]
+    assert sorted(str(p.relative_to(package)) for p in package.rglob("*.py") if connects(p)) == ["backends/_files.py"]
