@@ -31,6 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 import demo_agent
 
 from durable_agent import (
+    StreamError,
+    StreamFinish,
+    StreamStepStart,
+    StreamTextDelta,
+    StreamToolApprovalRequest,
+    StreamToolCall,
+    StreamToolResult,
     ToolApprovalResponse,
     resume_stream_from_checkpoint,
     stream_chat,
@@ -59,22 +66,20 @@ async def worker(mode: str, db: str, ledger: str, delay: float, verdict: str | N
                                                  approval_responses=responses)
     emit("run", run_id=streamed.run_id, mode=mode)
     async for part in streamed.full_stream:
-        kind = part["type"]
-        if kind == "step-start":
-            emit("step-start", step=part["step_index"])
-        elif kind == "text-delta":
-            emit("text", text=part["text"])
-        elif kind == "tool-call":
-            emit("tool-call", tool=part["tool_name"], input=part["input"])
-        elif kind == "tool-result":
-            emit("tool-result", tool=part["tool_name"], output=part["output"], is_error=part["is_error"])
-        elif kind == "tool-approval-request":
-            emit("approval", approval_id=part["approval_id"], tool=part["tool_name"], input=part["input"])
-        elif kind == "finish":
-            emit("finish", reason=part["finish_reason"], usage=part["usage"].total_tokens,
-                 total=part["total_usage"].total_tokens)
-        elif kind == "error":
-            emit("error", error=repr(part["error"]))
+        if isinstance(part, StreamStepStart):
+            emit("step-start", step=part.step_index)
+        elif isinstance(part, StreamTextDelta):
+            emit("text", text=part.text)
+        elif isinstance(part, StreamToolCall):
+            emit("tool-call", tool=part.tool_name, input=part.input)
+        elif isinstance(part, StreamToolResult):
+            emit("tool-result", tool=part.tool_name, output=part.output, is_error=part.is_error)
+        elif isinstance(part, StreamToolApprovalRequest):
+            emit("approval", approval_id=part.approval_id, tool=part.tool_name, input=part.input)
+        elif isinstance(part, StreamFinish):
+            emit("finish", reason=part.finish_reason, usage=part.usage.total_tokens, total=part.total_usage.total_tokens)
+        elif isinstance(part, StreamError):
+            emit("error", error=repr(part.error))
     store.close()
 
 

@@ -18,7 +18,7 @@ pyodide.globals.set("PROJECT", project);
 const outcome = await pyodide.runPythonAsync(`
 import json, sys
 sys.path.insert(0, PROJECT + "/python")
-from durable_agent import ScriptedModel, call, reply, stream_chat
+from durable_agent import ScriptedModel, StreamToolProgress, call, reply, stream_chat
 from durable_agent.mcp import HttpServer
 
 model = ScriptedModel([reply("", call("balance", {"account": "w"}, "b"), call("slow", {"seconds": 0.2}, "s"),
@@ -35,7 +35,7 @@ json.dumps({
     "balance": results["b"]["output"],
     "refused": [results["r"]["is_error"], results["r"]["output"]],
     "image": results["p"]["attachments"][0]["data"][:4].hex(),
-    "progress": [p["progress"] for p in parts if p["type"] == "tool-progress"],
+    "progress": [p.progress for p in parts if isinstance(p, StreamToolProgress)],
 })
 `);
 console.log(outcome);

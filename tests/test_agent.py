@@ -27,6 +27,7 @@ from durable_agent import (
     RunSuspendedError,
     ScriptedModel,
     StaleEpochError,
+    StreamToolResult,
     Tool,
     Usage,
     call,
@@ -355,9 +356,9 @@ async def test_a_step_with_one_unsafe_call_is_two_commits_and_its_result_is_dura
     seen: list[str] = []  # the stored status of each tool call whose result was streamed
 
     async def on_part(run_id: str | None, part: Any) -> None:
-        if part["type"] == "tool-result":
+        if isinstance(part, StreamToolResult):
             records = await runtime_on().inspect.steps("r1")
-            seen.extend(r.status for r in records if parse_step_key(r.key).call == part["tool_call_id"])
+            seen.extend(r.status for r in records if parse_step_key(r.key).call == part.tool_call_id)
 
     model = ScriptedModel([reply("", call("charge", {"n": n})) for n in range(3)] + ["charged thrice"])
     agent = agent_on(model, {"charge": ledger.tool("charge")}, runtime=runtime)

@@ -10,6 +10,7 @@ from agent_kit import Ledger, tool_results, user
 from durable_agent import (
     InMemoryCheckpointStore,
     ScriptedModel,
+    StreamToolApprovalRequest,
     Tool,
     ToolApprovalRequest,
     ToolApprovalResponse,
@@ -111,9 +112,9 @@ async def test_the_stream_carries_approval_request_parts() -> None:
     streamed = stream_chat(model=ScriptedModel([reply("", call("pay", {"x": 1}))]), messages=[user("x")],
                            tools=tools, generate_id=ids("ap"))
     parts = [p async for p in streamed.full_stream]
-    request = next(p for p in parts if p["type"] == "tool-approval-request")
-    assert request == {"type": "tool-approval-request", "approval_id": "ap", "tool_call_id": "call_0_0",
-                       "tool_name": "pay", "input": {"x": 1}, "agent_path": None, "token": None}
+    request = next(p for p in parts if p.type == "tool-approval-request")
+    assert request == StreamToolApprovalRequest(step_index=0, attempt=0, approval_id="ap", tool_call_id="call_0_0",
+                                                tool_name="pay", input={"x": 1}, agent_path=None, token=None)
     assert await streamed.finish_reason == "suspended"
 
 

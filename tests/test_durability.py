@@ -24,6 +24,8 @@ from durable_agent import (
     RunExistsError,
     ScriptedModel,
     ScriptedResponse,
+    StreamError,
+    StreamToolResult,
     Tool,
     ToolApprovalResponse,
     Usage,
@@ -153,7 +155,8 @@ async def test_unknown_run_rejects_and_the_streaming_twin_reports_it_as_a_part()
     streamed = resume_stream_from_checkpoint(store, "ghost", model=ScriptedModel(["x"]))  # no synchronous raise
     assert streamed.run_id == "ghost"
     parts = [p async for p in streamed.full_stream]
-    assert [p["type"] for p in parts] == ["error"] and isinstance(parts[0]["error"], CheckpointNotFoundError)
+    assert [p.type for p in parts] == ["error"] and isinstance(parts[0], StreamError)
+    assert isinstance(parts[0].error, CheckpointNotFoundError)
     with pytest.raises(CheckpointNotFoundError):
         await streamed.usage
     with pytest.raises(CheckpointNotFoundError):
@@ -198,11 +201,11 @@ async def test_the_settled_result_streams_before_the_new_legs_first_step() -> No
     streamed = resume_stream_from_checkpoint(store, "r", model=ScriptedModel(script), tools=tools,
                                              approval_responses=[ToolApprovalResponse("ap", True)])
     parts = [p async for p in streamed.full_stream]
-    kinds = [p["type"] for p in parts]
-    assert kinds[0] == "tool-result" and parts[0]["output"] == "paid"
+    kinds = [p.type for p in parts]
+    assert isinstance(parts[0], StreamToolResult) and parts[0].output == "paid"
     assert kinds.index("tool-result") < kinds.index("step-start")
-    first_step = next(p for p in parts if p["type"] == "step-start")
-    assert first_step["step_index"] > suspended_at
+    first_step = next(p for p in parts if p.type == "step-start")
+    assert first_step.step_index > suspended_at and parts[0].step_index == suspended_at + 1
     assert first.finish_reason == "suspended" and await streamed.finish_reason == "stop"
 
 
@@ -353,7 +356,8 @@ async def test_a_call_on_a_stored_run_id_whose_messages_do_not_extend_its_histor
     assert caught.value.run_id == "r"
     retry = stream_chat(model=second, messages=[user("first job")], tools=tools, store=any_store, run_id="r")
     parts = [part async for part in retry.full_stream]  # a retry of the started run: its history is longer
-    assert [p["type"] for p in parts] == ["error"] and isinstance(parts[0]["error"], RunExistsError)
+    assert [p.type for p in parts] == ["error"] and isinstance(parts[0], StreamError)
+    assert isinstance(parts[0].error, RunExistsError)
     assert second.requests == []  # refused before any model call
     assert any_store.load("r") == stored
     assert (await checkpoint_at_step(any_store, "r", 0)).step_index == 0

@@ -20,6 +20,16 @@ from durable_agent import (
     ConfigurationError,
     DurableOptions,
     ScriptedModel,
+    StreamFinish,
+    StreamRefusal,
+    StreamStepFinish,
+    StreamStepRetry,
+    StreamStepStart,
+    StreamTextDelta,
+    StreamToolApprovalRequest,
+    StreamToolCall,
+    StreamToolProgress,
+    StreamToolResult,
     ToolApprovalRequest,
     Usage,
     reply,
@@ -58,43 +68,55 @@ START1 = ("step/1/start", {"type": "step-start", "step_index": 1})
 
 def test_a_replayed_model_answer_is_cut_to_what_the_log_lacks() -> None:
     keys = ProgressKeys(logged(START1, text(1, 0, "Hello "), text(1, 6, "wor")))
-    assert keys.events({"type": "step-start", "step_index": 1}) == [START1]
-    assert keys.events({"type": "text-delta", "text": "Hello world"}) == [text(1, 9, "ld")]
-    assert keys.events({"type": "text-delta", "text": "!"}) == [text(1, 11, "!")]
+    assert keys.events(StreamStepStart(step_index=1)) == [START1]
+    assert keys.events(StreamTextDelta(step_index=1, text="Hello world")) == [text(1, 9, "ld")]
+    assert keys.events(StreamTextDelta(step_index=1, text="!")) == [text(1, 11, "!")]
 
 
 def test_live_deltas_the_log_holds_are_dropped() -> None:
     keys = ProgressKeys(logged(START1, text(1, 0, "Hello "), text(1, 6, "world")))
-    keys.events({"type": "step-start", "step_index": 1})
-    assert keys.events({"type": "text-delta", "text": "Hello "}) == []
-    assert keys.events({"type": "text-delta", "text": "world"}) == []
-    assert keys.events({"type": "text-delta", "text": "."}) == [text(1, 11, ".")]
+    keys.events(StreamStepStart(step_index=1))
+    assert keys.events(StreamTextDelta(step_index=1, text="Hello ")) == []
+    assert keys.events(StreamTextDelta(step_index=1, text="world")) == []
+    assert keys.events(StreamTextDelta(step_index=1, text=".")) == [text(1, 11, ".")]
 
 
 def test_every_part_is_keyed_by_progress() -> None:
     keys = ProgressKeys([])
-    keys.events({"type": "step-start", "step_index": 2})
-    call = {"type": "tool-call", "tool_call_id": "c1", "tool_name": "t", "input": {}}
-    result = {"type": "tool-result", "tool_call_id": "c1", "tool_name": "t", "output": 1, "is_error": False}
-    approval: dict[str, Any] = {"type": "tool-approval-request", "approval_id": "a1", "tool_call_id": "c1", "tool_name": "t",
-                "input": {}, "agent_path": None, "token": None}
-    finish = {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 2, 3), "total_usage": Usage(1, 2, 3)}
-    step_finish = {"type": "step-finish", "step_index": 2, "usage": Usage(), "finish_reason": "stop"}
+    keys.events(StreamStepStart(step_index=2))
+    call = StreamToolCall(step_index=2, tool_call_id="c1", tool_name="t", input={})
+    result = StreamToolResult(step_index=2, tool_call_id="c1", tool_name="t", output=1, is_error=False)
+    approval = StreamToolApprovalRequest(step_index=2, approval_id="a1", tool_call_id="c1", tool_name="t", input={})
+    finish = StreamFinish(step_index=2, finish_reason="stop", usage=Usage(1, 2, 3), total_usage=Usage(1, 2, 3))
+    step_finish = StreamStepFinish(step_index=2, usage=Usage(), finish_reason="stop")
     assert [k for part in (call, result, approval, step_finish) for k, _ in keys.events(part)] == [
         "call/c1", "result/c1", "approval/a1", "step/2/finish"]
+    assert keys.events(approval) == [("approval/a1", {
+        "type": "tool-approval-request", "approval_id": "a1", "tool_call_id": "c1", "tool_name": "t", "input": {},
+        "agent_path": None, "token": None})]
     assert keys.events(finish, leg_step=4)[0][0] == "finish/4"
-    assert keys.events({"type": "something-new"}) == []
+    assert keys.events(finish)[0][0] == "finish/2"
+    assert keys.events(StreamRefusal(step_index=2, text="no")) == []
+    assert keys.events(StreamToolProgress(step_index=2, tool_call_id="c1", tool_name="t", progress=1)) == []
+
+
+def test_a_part_is_keyed_by_its_own_step_and_attempt_not_by_the_parts_before_it() -> None:
+    keys = ProgressKeys([])  # a process that sees the run from the middle of step 3's second attempt
+    assert keys.events(StreamTextDelta(step_index=3, attempt=1, text="Hi")) == [text(3, 0, "Hi", attempt=1)]
+    assert keys.events(StreamToolCall(step_index=3, attempt=1, tool_call_id="c1", tool_name="t", input={})) == [
+        ("call/c1", {"type": "tool-call", "step_index": 3, "tool_call_id": "c1", "tool_name": "t", "input": {}})]
+    assert keys.events(StreamStepFinish(step_index=3, attempt=1, usage=Usage(), finish_reason="stop"))[0][0] == (
+        "step/3/finish")
 
 
 def test_a_retried_model_call_keys_its_next_attempt_apart() -> None:
     keys = ProgressKeys(logged(START1, text(1, 0, "Hel")))
-    keys.events({"type": "step-start", "step_index": 1})
-    assert keys.events({"type": "text-delta", "text": "Hel"}) == []
-    retry = keys.events({"type": "step-retry", "step_index": 1, "attempt": 0, "error": TimeoutError("slow"),
-                         "delay_ms": 250})
+    keys.events(StreamStepStart(step_index=1))
+    assert keys.events(StreamTextDelta(step_index=1, text="Hel")) == []
+    retry = keys.events(StreamStepRetry(step_index=1, attempt=0, error=TimeoutError("slow"), delay_ms=250))
     assert retry == [("step/1/retry/0", {"type": "step-retry", "step_index": 1, "attempt": 0,
                                          "error": "TimeoutError: slow", "delay_ms": 250})]
-    assert keys.events({"type": "text-delta", "text": "Hello"}) == [text(1, 0, "Hello", attempt=1)]
+    assert keys.events(StreamTextDelta(step_index=1, attempt=1, text="Hello")) == [text(1, 0, "Hello", attempt=1)]
 
 
 # ------------------------------------------------------- missed events rebuilt
@@ -392,7 +414,7 @@ async def test_agent_run_names_the_run_and_hands_out_its_parts() -> None:
     seen: list[tuple[str | None, str]] = []
 
     async def sink(run_id: str | None, part: dict[str, Any]) -> None:
-        seen.append((run_id, part["type"]))
+        seen.append((run_id, part.type))
 
     result = await agent.run("hi", run_id="chosen", on_part=sink)
     assert result.run_id == "chosen"

@@ -17,6 +17,8 @@ from durable_agent import (
     ScriptedModel,
     ScriptedResponse,
     StepOverrides,
+    StreamError,
+    StreamTextDelta,
     Tool,
     ToolResult,
     Usage,
@@ -260,11 +262,11 @@ async def test_stream_chat_streams_the_same_run_generate_text_returns() -> None:
     buffered = await generate_text(model=ScriptedModel(script), messages=[user("x")], tools={"add": add_tool()})
     streamed = stream_chat(model=ScriptedModel(script), messages=[user("x")], tools={"add": add_tool()})
     parts = [p async for p in streamed.full_stream]
-    kinds = [p["type"] for p in parts]
+    kinds = [p.type for p in parts]
     assert kinds[0] == "step-start" and kinds[-1] == "finish"
     assert kinds.count("text-delta") > 2  # text arrives in deltas
     assert kinds.index("tool-call") < kinds.index("tool-result") < kinds.index("step-finish")
-    assert "".join(p["text"] for p in parts if p["type"] == "text-delta") == "Let me add.The sum is five."
+    assert "".join(p.text for p in parts if isinstance(p, StreamTextDelta)) == "Let me add.The sum is five."
     outcome = await streamed.result()
     assert outcome.messages == buffered.messages
     assert await streamed.usage == buffered.usage
@@ -285,7 +287,7 @@ async def test_a_failing_model_is_an_error_part_and_rejected_awaitables() -> Non
 
     streamed = stream_chat(model=ScriptedModel(broken), messages=[user("x")])
     parts = [p async for p in streamed.full_stream]
-    assert parts[-1]["type"] == "error" and isinstance(parts[-1]["error"], TimeoutError)
+    assert isinstance(parts[-1], StreamError) and isinstance(parts[-1].error, TimeoutError)
     with pytest.raises(TimeoutError):
         await streamed.usage
     with pytest.raises(TimeoutError):

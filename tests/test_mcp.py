@@ -20,6 +20,7 @@ from durable_agent import (
     Message,
     ModelRequest,
     ScriptedModel,
+    StreamToolProgress,
     Tool,
     ToolApprovalResponse,
     call,
@@ -181,11 +182,11 @@ async def test_progress_notifications_stream_as_parts_while_the_call_runs(tmp_pa
     model = Recorder(reply("", call("slow", {"seconds": 0.3}, "s")), reply("done"))
     stream = stream_chat(model=model.model, messages=USER, mcp_servers=[server(ledger)])
     parts = [part async for part in stream.full_stream]
-    kinds = [p["type"] for p in parts]
-    progress = [p for p in parts if p["type"] == "tool-progress"]
-    assert [(p["progress"], p["total"], p["message"]) for p in progress] == [(1, 3, "step 1"), (2, 3, "step 2"),
+    kinds = [p.type for p in parts]
+    progress = [p for p in parts if isinstance(p, StreamToolProgress)]
+    assert [(p.progress, p.total, p.message) for p in progress] == [(1, 3, "step 1"), (2, 3, "step 2"),
                                                                              (3, 3, "step 3")]
-    assert {(p["tool_call_id"], p["tool_name"]) for p in progress} == {("s", "slow")}
+    assert {(p.tool_call_id, p.tool_name, p.step_index, p.attempt) for p in progress} == {("s", "slow", 0, 0)}
     assert kinds.index("tool-progress") < kinds.index("tool-result")
 
 
@@ -288,7 +289,7 @@ async def test_streamable_http_server_under_uvicorn(tmp_path: Path, client: str)
     assert got["b"]["output"] == {"result": "h: 100"} and got["c"]["output"] == {"result": "charged 2 to h"}
     assert got["r"]["is_error"] and "refused: no" in got["r"]["output"]
     assert got["p"]["attachments"][0]["data"].startswith(b"\x89PNG")
-    assert [p["progress"] for p in parts if p["type"] == "tool-progress"] == [1, 2]
+    assert [p.progress for p in parts if isinstance(p, StreamToolProgress)] == [1, 2]
     assert [e["amount"] for e in effects(ledger, "charge")] == [2]
     assert len([e for e in ledger_entries(ledger) if e["event"] == "server-start"]) == 1
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from durable_agent import Usage
+from durable_agent import StreamRefusal, StreamTextDelta, StreamToolCall, Usage
 from durable_agent.backends import StepCompleted, StepInterrupted
 from durable_agent.model_call import ModelTurn, drain
 
@@ -48,7 +48,7 @@ async def test_a_replayed_step_yields_the_parts_of_its_stored_turn() -> None:
 
     turn = ModelTurn()
     assert await collected(deque(), step(), turn) == [
-        {"type": "text-delta", "text": "hi"}, {"type": "tool-call", "tool_call_id": "c1", "tool_name": "t", "input": {}}]
+        StreamTextDelta(step_index=0, text="hi"), StreamToolCall(step_index=0, tool_call_id="c1", tool_name="t", input={})]
     assert turn.text == "hi" and turn.finish_reason == "tool-calls"
 
 
@@ -60,7 +60,7 @@ async def test_a_replayed_refusal_comes_back_with_its_raw_finish_reason() -> Non
         return StepCompleted(stored, replayed=True)
 
     turn = ModelTurn()
-    assert await collected(deque(), step(), turn) == [{"type": "refusal", "text": "I can't."}]
+    assert await collected(deque(), step(), turn) == [StreamRefusal(step_index=0, text="I can't.")]
     assert (turn.refusal, turn.finish_reason, turn.raw_finish_reason, turn.usage) == (
         "I can't.", "refusal", "stop", Usage(1, 2, 3))
     assert "refusal" not in ModelTurn().to_json()  # stored only when there is one

@@ -15,6 +15,8 @@ from durable_agent import (
     ModelRequest,
     RetryPolicy,
     RunSuspendedError,
+    StreamStepRetry,
+    StreamTextDelta,
     Usage,
     generate_text,
     step_key,
@@ -53,9 +55,10 @@ async def test_a_retryable_failure_is_retried_and_its_partial_text_never_enters_
     model = Flaky(2)
     result = stream_chat(model=model, messages=[{"role": "user", "content": "hi"}], retry=FAST)
     parts = [p async for p in result.full_stream]
-    retries = [p for p in parts if p["type"] == "step-retry"]
-    assert [(r["attempt"], r["delay_ms"]) for r in retries] == [(0, 1), (1, 2)]
-    assert all(isinstance(r["error"], ModelCallError) for r in retries)
+    retries = [p for p in parts if isinstance(p, StreamStepRetry)]
+    assert [(r.step_index, r.attempt, r.delay_ms) for r in retries] == [(0, 0, 1), (0, 1, 2)]
+    assert all(isinstance(r.error, ModelCallError) for r in retries)
+    assert [(p.step_index, p.attempt) for p in parts if isinstance(p, StreamTextDelta)][-1] == (0, 2)
     final = await result.result()
     assert final.text == "fine" and len(model.requests) == 3
     assert "half an ans" not in str(final.messages)

@@ -14,6 +14,8 @@ from durable_agent import (
     ApprovalSigner,
     InMemoryCheckpointStore,
     ScriptedModel,
+    StreamToolApprovalRequest,
+    StreamToolResult,
     ToolApprovalResponse,
     agent_tool,
     call,
@@ -61,8 +63,8 @@ async def test_every_client_mode_request_carries_a_token_bound_to_the_run() -> N
     streamed = stream_chat(model=ScriptedModel([reply("", call("pay", {"amount": 1}))]), messages=[user("x")],
                            tools={"pay": ledger.tool("pay", needs_approval=True)}, approval_signer=signer,
                            generate_id=ids("ap-s"))
-    (part,) = [p async for p in streamed.full_stream if p["type"] == "tool-approval-request"]
-    assert signer.verify(part["token"]) is not None and "run_id" not in signer.verify(part["token"])  # type: ignore[operator]
+    (part,) = [p async for p in streamed.full_stream if isinstance(p, StreamToolApprovalRequest)]
+    assert signer.verify(part.token) is not None and "run_id" not in signer.verify(part.token)  # type: ignore[operator]
 
 
 async def test_a_valid_token_approves_and_the_tool_runs() -> None:
@@ -141,7 +143,7 @@ async def test_replay_after_max_age_is_denied() -> None:
                                              approval_max_age_ms=60 * 60 * 1000,
                                              approval_responses=[ToolApprovalResponse("ap-run-a", True, token=token)])
     parts = [p async for p in streamed.full_stream]
-    assert parts[0]["type"] == "tool-result" and parts[0]["output"] == APPROVAL_TOKEN_DENIED_REASON
+    assert isinstance(parts[0], StreamToolResult) and parts[0].output == APPROVAL_TOKEN_DENIED_REASON
     assert ledger.entries == []
 
 

@@ -74,6 +74,20 @@ from .results import GenerateTextResult, StepResult
 from .retry import RetryPolicy
 from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
 from .stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_tokens_exceed
+from .stream_parts import (
+    StreamError,
+    StreamFinish,
+    StreamPart,
+    StreamRefusal,
+    StreamStepFinish,
+    StreamStepRetry,
+    StreamStepStart,
+    StreamTextDelta,
+    StreamToolApprovalRequest,
+    StreamToolCall,
+    StreamToolProgress,
+    StreamToolResult,
+)
 from .subagent import agent_tool
 from .tool_calls import CLIENT_TOOL_PLACEHOLDER, ToolCallContext, current_tool_call
 from .tool_functions import tool
@@ -135,6 +149,18 @@ __all__ = [
     "StepResult",
     "StopContext",
     "StreamChatResult",
+    "StreamError",
+    "StreamFinish",
+    "StreamPart",
+    "StreamRefusal",
+    "StreamStepFinish",
+    "StreamStepRetry",
+    "StreamStepStart",
+    "StreamTextDelta",
+    "StreamToolApprovalRequest",
+    "StreamToolCall",
+    "StreamToolProgress",
+    "StreamToolResult",
     "Tool",
     "ToolApprovalRequest",
     "ToolApprovalResponse",

@@ -15,7 +15,8 @@ from .loop import AgentLoop
 from .messages import Message, final_text
 from .models import LanguageModel
 from .options import CallOptions, RunOptions
-from .results import FinishReason, GenerateTextResult, Part
+from .results import FinishReason, GenerateTextResult
+from .stream_parts import StreamError, StreamPart
 
 
 def _result_of(loop: AgentLoop) -> GenerateTextResult:
@@ -35,15 +36,15 @@ def _result_of(loop: AgentLoop) -> GenerateTextResult:
     )
 
 
-PartSink = Callable[[str | None, Part], Awaitable[None]]
+PartSink = Callable[[str | None, StreamPart], Awaitable[None]]
 """Receives every part of a run as it streams, with the run's id; the run waits for it (`Agent.run(on_part=)`)."""
 
 
 async def _consume(loop: AgentLoop, on_part: PartSink | None = None) -> GenerateTextResult:
     """Drive `loop` to its end; an ``error`` part is raised (never handed to `on_part`)."""
     async for part in loop.parts():
-        if part["type"] == "error":
-            raise part["error"]
+        if isinstance(part, StreamError):
+            raise part.error
         if on_part is not None:
             await on_part(loop.run_id, part)
     return _result_of(loop)
@@ -55,7 +56,8 @@ class StreamChatResult:
     `run_id` is known at once (before the first part). Iterate `full_stream` once for every
     part; `await` `usage`, `total_usage`, `finish_reason` or `result()` for the outcome (they
     drive the run themselves when nobody iterates the stream). A failure never raises from
-    the iteration: it arrives as an ``error`` part, and the awaitables raise it.
+    the iteration: it arrives as an ``error`` part (`StreamError`), and the awaitables raise it.
+    The parts are the typed dataclasses of `durable_agent.stream_parts`.
     """
 
     def __init__(self, loop: AgentLoop) -> None:
@@ -64,7 +66,7 @@ class StreamChatResult:
         self.run_id: str | None = loop.run_id
 
     @property
-    def full_stream(self) -> AsyncIterator[Part]:
+    def full_stream(self) -> AsyncIterator[StreamPart]:
         if self._started:
             raise RuntimeError("a StreamChatResult's full_stream can be consumed only once")
         self._started = True

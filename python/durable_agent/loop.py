@@ -1,6 +1,6 @@
 """The agent loop core, shared by the buffered and the streaming faces.
 
-`AgentLoop.parts()` is an async generator of stream parts (see `results`). `generate_text`
+`AgentLoop.parts()` is an async generator of stream parts (`stream_parts`). `generate_text`
 consumes it; `stream_chat` hands it to the caller. After it ends, the loop's attributes hold
 the outcome (messages, steps, usage, finish reason, pending approvals).
 
@@ -43,13 +43,23 @@ from .messages import History, Message, extended
 from .model_call import ModelCaller, ModelTurn
 from .models import ModelRequest
 from .options import PrepareStepContext, RunOptions, StepOverrides, logger
-from .results import FinishReason, Part, StepResult
+from .results import FinishReason, StepResult
 from .stop import StopContext
+from .stream_parts import (
+    StreamError,
+    StreamFinish,
+    StreamPart,
+    StreamStepFinish,
+    StreamStepStart,
+    StreamToolApprovalRequest,
+    StreamToolProgress,
+    StreamToolResult,
+)
 from .structured_output import REPAIR_PROMPT, OutputSpec
 from .tool_calls import ToolCall, ToolDecider, ToolPhase, ToolRunner
 from .tool_sources import run_tools
 from .tracing import RunLogger, RunTrace
-from .transcript import approval_part, assistant_message, tool_message, unresolved_calls
+from .transcript import assistant_message, tool_message, unresolved_calls
 
 _NOT_ITS_HISTORY = (
     "these messages do not begin with its stored history, so they are another piece of work (or a retry of the "
@@ -108,6 +118,7 @@ class AgentLoop:
         self.error: BaseException | None = None
         self.finished: asyncio.Event | None = None
         self._next_index = 0
+        self._turn = ModelTurn(step_index=-1)  # the model call of the step in progress: places an error part
         self._recent_batches: list[str] = []
         self.trace = trace if trace is not None else RunTrace()  # `trace`: a leg whose span started before its loop (`DurableSession.run`)
         self.log = RunLogger(logger, lambda: (self.run_id, self._next_index, getattr(options.scope, "session_id", None)))
@@ -125,7 +136,7 @@ class AgentLoop:
 
     # ----------------------------------------------------------------- driving
 
-    async def parts(self) -> AsyncIterator[Part]:
+    async def parts(self) -> AsyncIterator[StreamPart]:
         """Run the loop, yielding stream parts. Failures become one final ``error`` part."""
         self.finished = asyncio.Event()
         if not self.trace.started:
@@ -139,12 +150,13 @@ class AgentLoop:
         except Exception as exc:  # noqa: BLE001 - every failure is reported as an error part
             self.error = exc
             self.log.debug("run %s failed: %r", self.run_id, exc)
-            yield {"type": "error", "error": exc}
+            attempt = self._turn.attempt if self._turn.step_index == self._next_index else 0
+            yield StreamError(step_index=self._next_index, attempt=attempt, error=exc)
         finally:
             self.trace.end_run(self.run_id, self.finish_reason, self.usage, self.total_usage, self.error)
             self.finished.set()
 
-    async def _drive(self) -> AsyncIterator[Part]:
+    async def _drive(self) -> AsyncIterator[StreamPart]:
         await self._start_from_store()
         calls, approval_ids = unresolved_calls(self.messages)
         if calls:
@@ -191,13 +203,13 @@ class AgentLoop:
 
     # ------------------------------------------------------------------ steps
 
-    async def _step(self) -> AsyncIterator[Part]:
+    async def _step(self) -> AsyncIterator[StreamPart]:
         self._check_abort()
         step_index = self._next_index
         self.trace.start_step(step_index, "model")
         overrides = await self._prepare(step_index)
         model = overrides.model or self.options.model
-        yield {"type": "step-start", "step_index": step_index}
+        yield StreamStepStart(step_index=step_index)
         request = ModelRequest(
             messages=tuple(overrides.messages if overrides.messages is not None else self.messages),
             tools=tuple(
@@ -209,7 +221,7 @@ class AgentLoop:
             output_name=self._output.name if self._output is not None else "output",
             settings=self.options.model_settings,
         )
-        turn = ModelTurn()
+        turn = self._turn = ModelTurn(step_index=step_index)
         async for part in self._models.call(model, request, step_index, turn):
             yield part
         self._check_abort()
@@ -227,14 +239,14 @@ class AgentLoop:
         self.messages = extended(self.messages, assistant)
         if calls and not phase.suspends:
             ran: list[ToolPhase] = []
-            async for part in self._execute(calls, self._next_index, ran):
+            async for part in self._execute(calls, self._next_index, ran, turn.attempt):
                 yield part
             phase = ran[0]
             self.usage, self.total_usage = self.usage + phase.usage, self.total_usage + phase.usage
             if not phase.suspends:
                 self.messages = extended(self.messages, tool_message(phase.results))
         if phase.suspends:
-            async for part in self._suspend(phase, step_index):
+            async for part in self._suspend(phase, step_index, turn.attempt):
                 yield part
         self.steps.append(
             StepResult(step_index, text, tuple(c.as_part() for c in calls), tuple(phase.results), usage, model_finish,
@@ -246,13 +258,13 @@ class AgentLoop:
         if not phase.suspends:
             await self._save(step_index, "completed" if finish else "running")
             for result in phase.results:  # once saved: a tool's done record may ride on the save (ToolRunner)
-                yield result
+                yield StreamToolResult.of(result, step_index=step_index, attempt=turn.attempt)
         self.trace.end_step()
-        yield {"type": "step-finish", "step_index": step_index, "usage": usage, "finish_reason": model_finish,
-               "raw_finish_reason": turn.raw_finish_reason}
+        yield StreamStepFinish(step_index=step_index, attempt=turn.attempt, usage=usage, finish_reason=model_finish,
+                               raw_finish_reason=turn.raw_finish_reason)
         self._next_index = step_index + 1
         if finish is not None:
-            yield self._finish(finish)
+            yield self._finish(finish, step_index, turn.attempt)
 
     async def _prepare(self, step_index: int) -> StepOverrides:
         if self.options.prepare_step is None:
@@ -305,13 +317,14 @@ class AgentLoop:
         self._recent_batches = [*self._recent_batches[-(self.options.runaway_limit - 1) :], signature]
         return len(self._recent_batches) >= self.options.runaway_limit and len(set(self._recent_batches)) == 1
 
-    def _finish(self, reason: FinishReason) -> Part:
+    def _finish(self, reason: FinishReason, step_index: int, attempt: int) -> StreamFinish:
         self.finish_reason = reason
-        return {"type": "finish", "finish_reason": reason, "usage": self.usage, "total_usage": self.total_usage}
+        return StreamFinish(step_index=step_index, attempt=attempt, finish_reason=reason, usage=self.usage,
+                            total_usage=self.total_usage)
 
     # ------------------------------------------------------------ settle phase
 
-    async def _settle(self, raw_calls: list[dict[str, Any]], approval_ids: dict[str, str]) -> AsyncIterator[Part]:
+    async def _settle(self, raw_calls: list[dict[str, Any]], approval_ids: dict[str, str]) -> AsyncIterator[StreamPart]:
         """Answer the unanswered calls of the last assistant message, before any new step."""
         calls = [ToolCall(c["tool_call_id"], c["tool_name"], c["input"]) for c in raw_calls]
         self.trace.start_step(self._next_index, "settle")
@@ -323,16 +336,16 @@ class AgentLoop:
         self.usage, self.total_usage = self.usage + phase.usage, self.total_usage + phase.usage
         step_index = self._next_index
         if phase.suspends:
-            async for part in self._suspend(phase, step_index):
+            async for part in self._suspend(phase, step_index, 0):
                 yield part
             self.trace.end_step()
             self._next_index = step_index + 1
-            yield self._finish("suspended")
+            yield self._finish("suspended", step_index, 0)
             return
         self.messages = extended(self.messages, tool_message(phase.results))
         await self._save(step_index, "running")
         for result in phase.results:
-            yield result
+            yield StreamToolResult.of(result, step_index=step_index, attempt=0)
         self.trace.end_step()
         self._next_index = step_index + 1
 
@@ -340,15 +353,16 @@ class AgentLoop:
 
     # -------------------------------------------------------------- execution
 
-    async def _execute(self, calls: list[ToolCall], step_index: int, ran: list[ToolPhase]) -> AsyncIterator[Part]:
+    async def _execute(self, calls: list[ToolCall], step_index: int, ran: list[ToolPhase],
+                       attempt: int = 0) -> AsyncIterator[StreamPart]:
         """Run the tool phase into `ran`. With tool sources, the phase runs in a task and the ``tool-progress``
         parts its calls report are yielded while it runs; without, it runs in place (nothing reports)."""
         if not self.options.mcp_servers:
-            ran.append(await self._runner.execute(calls, step_index))
+            ran.append(await self._runner.execute(calls, step_index, attempt=attempt))
             return
-        reported: asyncio.Queue[Part] = asyncio.Queue()
-        phase = asyncio.ensure_future(self._runner.execute(calls, step_index, reported.put_nowait))
-        next_part: asyncio.Future[Part] | None = None
+        reported: asyncio.Queue[StreamToolProgress] = asyncio.Queue()
+        phase = asyncio.ensure_future(self._runner.execute(calls, step_index, reported.put_nowait, attempt=attempt))
+        next_part: asyncio.Future[StreamToolProgress] | None = None
         try:
             while not phase.done():
                 next_part = asyncio.ensure_future(reported.get())
@@ -369,13 +383,13 @@ class AgentLoop:
 
     # ------------------------------------------------------------- suspension
 
-    async def _suspend(self, phase: ToolPhase, step_index: int) -> AsyncIterator[Part]:
+    async def _suspend(self, phase: ToolPhase, step_index: int, attempt: int) -> AsyncIterator[StreamPart]:
         requests = [self._signed(r) for r in phase.approvals]
         self.pending_approvals = tuple(requests)
         self.client_tool_calls = tuple(phase.client_calls)
         await self._save(step_index, "suspended", tuple(requests))
         for request in requests:
-            yield approval_part(request)
+            yield StreamToolApprovalRequest.of(request, step_index=step_index, attempt=attempt)
 
     def _signed(self, request: ToolApprovalRequest) -> ToolApprovalRequest:
         signer = self.options.approval_signer

@@ -34,14 +34,16 @@ from .checkpoint import Usage
 from .errors import StepFailedError, is_control_error
 from .models import LanguageModel, ModelRequest
 from .options import RunOptions
-from .results import Part
 from .retry import RetryPolicy
+from .stream_parts import StreamPart, StreamRefusal, StreamStepRetry, StreamTextDelta, StreamToolCall
 from .tracing import RunTrace
 
 
 @dataclass(slots=True)
 class ModelTurn:
-    """What one model call produced; its JSON form is the model step's stored result."""
+    """What one model call produced; its JSON form is the model step's stored result.
+
+    `step_index` and `attempt` (set by `ModelCaller.call`) place the parts it streams; they are not stored."""
 
     text: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
@@ -51,21 +53,26 @@ class ModelTurn:
     response: dict[str, str] = field(default_factory=dict)  # the provider's id and model of it (traced, not stored)
     refusal: str = ""  # the model declined: its explanation (a ``refusal`` part of the history)
     raw_finish_reason: str | None = None  # the provider's own finish reason
+    step_index: int = 0
+    attempt: int = 0
 
     def to_json(self) -> dict[str, Any]:
         optional = {"reasoning": self.reasoning, "refusal": self.refusal, "raw_finish_reason": self.raw_finish_reason}
         return {"text": self.text, "tool_calls": self.tool_calls, "usage": self.usage.to_dict(),
                 "finish_reason": self.finish_reason, **{k: v for k, v in optional.items() if v}}
 
-    def replay(self, stored: dict[str, Any]) -> list[Part]:
+    def replay(self, stored: dict[str, Any]) -> list[StreamPart]:
         """Take a replayed model step's stored result; the parts a live call would have streamed."""
         self.text, self.tool_calls = stored["text"], list(stored["tool_calls"])
         self.usage, self.finish_reason = Usage.from_dict(stored["usage"]), stored["finish_reason"]
         self.reasoning = list(stored.get("reasoning", ()))
         self.refusal, self.raw_finish_reason = stored.get("refusal", ""), stored.get("raw_finish_reason")
-        text = [{"type": "text-delta", "text": self.text}] if self.text else []
-        refusal = [{"type": "refusal", "text": self.refusal}] if self.refusal else []
-        return [*text, *refusal, *({"type": "tool-call", **c} for c in self.tool_calls)]
+        step, attempt = self.step_index, self.attempt
+        text: list[StreamPart] = [StreamTextDelta(step_index=step, attempt=attempt, text=self.text)] if self.text else []
+        if self.refusal:
+            text.append(StreamRefusal(step_index=step, attempt=attempt, text=self.refusal))
+        return [*text, *(StreamToolCall(step_index=step, attempt=attempt, tool_call_id=c["tool_call_id"],
+                                        tool_name=c["tool_name"], input=c["input"]) for c in self.tool_calls)]
 
     def reset(self) -> None:
         """Forget a failed attempt's output."""
@@ -80,7 +87,8 @@ def _forward(awaited: Any) -> Generator[Any, None, None]:
     yield awaited
 
 
-async def drain(parts: deque[Part], step: Awaitable[StepOutcome], turn: ModelTurn) -> AsyncGenerator[Part, None]:
+async def drain(parts: deque[StreamPart], step: Awaitable[StepOutcome],
+                turn: ModelTurn) -> AsyncGenerator[StreamPart, None]:
     """Yield the parts a journaled model step streams while it runs; for a replayed step, its stored ones.
 
     The step runs in the caller's own task, driven here the way a task drives a coroutine: what
@@ -146,12 +154,13 @@ class ModelCaller:
         self.check_abort = check_abort
 
     async def call(self, model: LanguageModel, request: ModelRequest, step_index: int,
-                   turn: ModelTurn) -> AsyncIterator[Part]:
+                   turn: ModelTurn) -> AsyncIterator[StreamPart]:
         """Stream the step's model call into `turn`, retrying and falling back as the policy decides."""
         models: Sequence[LanguageModel] = [model, *self.options.fallback]
         which, tries, attempt = 0, 0, 0  # the model in use, its attempts so far, the step's attempts so far
         while True:
             tries += 1
+            turn.step_index, turn.attempt = step_index, attempt
             try:
                 async for part in self._attempt(models[which], request, step_index, attempt, turn, tries):
                     yield part
@@ -163,8 +172,8 @@ class ModelCaller:
                 if decision["action"] == "next-model" and which + 1 >= len(models):
                     raise
                 turn.reset()
-                yield {"type": "step-retry", "step_index": step_index, "attempt": attempt, "error": error,
-                       "delay_ms": int(decision.get("delay_ms", 0))}
+                yield StreamStepRetry(step_index=step_index, attempt=attempt, error=error,
+                                      delay_ms=int(decision.get("delay_ms", 0)))
                 if decision["action"] == "next-model":
                     which, tries = which + 1, 0
                 else:
@@ -193,7 +202,7 @@ class ModelCaller:
         self.check_abort()
 
     async def _attempt(self, model: LanguageModel, request: ModelRequest, step_index: int, attempt: int,
-                       turn: ModelTurn, tries: int) -> AsyncIterator[Part]:
+                       turn: ModelTurn, tries: int) -> AsyncIterator[StreamPart]:
         """One attempt, through the run scope's journal when there is one."""
         self.trace.start_model(model)
         try:
@@ -204,14 +213,14 @@ class ModelCaller:
             raise
 
     async def _journaled(self, model: LanguageModel, request: ModelRequest, step_index: int, attempt: int,
-                         turn: ModelTurn, tries: int) -> AsyncIterator[Part]:
+                         turn: ModelTurn, tries: int) -> AsyncIterator[StreamPart]:
         scope = self.options.scope
         if scope is None:
             async for part in self._stream(model, request, turn, None):
                 yield part
             self.trace.end_model(turn.usage, turn.finish_reason, response=turn.response)
             return
-        parts: deque[Part] = deque()
+        parts: deque[StreamPart] = deque()
         called = []
 
         async def live(context: StepContext) -> dict[str, Any]:
@@ -233,7 +242,7 @@ class ModelCaller:
             yield part
         self.trace.end_model(turn.usage, turn.finish_reason, replayed=not called, response=turn.response)
 
-    async def _stream(self, model: Any, request: ModelRequest, turn: ModelTurn, context: Any) -> AsyncIterator[Part]:
+    async def _stream(self, model: Any, request: ModelRequest, turn: ModelTurn, context: Any) -> AsyncIterator[StreamPart]:
         """The model's events as stream parts, collected into `turn` (`context`: the journal's, when journaled)."""
         async for event in model.stream(request):
             self.check_abort()
@@ -241,11 +250,12 @@ class ModelCaller:
                 turn.text += event["text"]
                 if context is not None and context.on_progress is not None:
                     await context.on_progress({"type": "text", "delta": event["text"]})
-                yield {"type": "text-delta", "text": event["text"]}
+                yield StreamTextDelta(step_index=turn.step_index, attempt=turn.attempt, text=event["text"])
             elif event["type"] == "tool-call":
                 call = {"tool_call_id": event["tool_call_id"], "tool_name": event["tool_name"], "input": event["input"]}
                 turn.tool_calls.append(call)
-                yield {"type": "tool-call", **call}
+                yield StreamToolCall(step_index=turn.step_index, attempt=turn.attempt, tool_call_id=event["tool_call_id"],
+                                     tool_name=event["tool_name"], input=event["input"])
             elif event["type"] == "finish":
                 turn.usage, turn.finish_reason = event["usage"], event["finish_reason"]
                 turn.raw_finish_reason = event.get("raw_finish_reason")
@@ -253,6 +263,6 @@ class ModelCaller:
                 turn.response = {k: event[k] for k in ("id", "model") if isinstance(event.get(k), str)}
             elif event["type"] == "refusal":
                 turn.refusal += event["text"]
-                yield {"type": "refusal", "text": event["text"]}
+                yield StreamRefusal(step_index=turn.step_index, attempt=turn.attempt, text=event["text"])
             elif event["type"] == "reasoning":
                 turn.reasoning.append({"type": "reasoning", **{k: event[k] for k in ("text", "provider", "metadata")}})

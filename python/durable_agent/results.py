@@ -1,20 +1,6 @@
-"""What a call returns: `GenerateTextResult` (buffered) and the per-step `StepResult`, plus stream parts.
+"""What a call returns: `GenerateTextResult` (buffered) and the per-step `StepResult`.
 
-Stream parts are plain dicts with a ``type``:
-
-* ``step-start`` (``step_index``), ``text-delta`` (``text``), ``refusal`` (``text``: the model declined),
-* ``tool-call`` (``tool_call_id``, ``tool_name``, ``input``),
-* ``tool-result`` (``tool_call_id``, ``tool_name``, ``output``, ``is_error``, and ``attachments`` when the
-  tool returned images or files),
-* ``tool-progress`` (``tool_call_id``, ``tool_name``, ``progress``, ``total``, ``message``): an MCP tool's
-  progress while it runs (`durable_agent.mcp`; not stored, so a replayed call sends none),
-* ``tool-approval-request`` (the request's fields: ``approval_id``, ``tool_call_id``, ``tool_name``,
-  ``input``, ``agent_path``, ``token``),
-* ``step-retry`` (``step_index``, ``attempt``, ``error``, ``delay_ms``): a model call failed and is tried
-  again (or by a fallback model); drop whatever text that attempt streamed,
-* ``step-finish`` (``step_index``, ``usage``, ``finish_reason``, ``raw_finish_reason``: the provider's own),
-* ``finish`` (``finish_reason``, ``usage`` of this call, ``total_usage`` of the run),
-* ``error`` (``error``: the exception).
+The parts a call streams are in `durable_agent.stream_parts`.
 """
 
 from __future__ import annotations
@@ -28,7 +14,6 @@ from .messages import Message
 
 FinishReason = Literal["stop", "length", "refusal", "content-filter", "suspended", "max-steps", "stop-condition",
                        "runaway"]
-Part = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

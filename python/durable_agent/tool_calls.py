@@ -24,6 +24,7 @@ from .checkpoint import ToolApprovalRequest, ToolApprovalResponse, Usage, check_
 from .errors import ConfigurationError, is_control_error
 from .options import RunOptions
 from .signing import APPROVAL_TOKEN_DENIED_REASON
+from .stream_parts import StreamToolProgress
 from .tools import Tool, ToolResult
 from .tracing import RunLogger, RunTrace
 
@@ -57,6 +58,7 @@ class ToolCallContext:
     runtime they commit atomically with the call's step record, and a replayed call brings
     them back without running again. `report_progress` streams a ``tool-progress`` part to
     the caller while the call runs (an MCP server's progress notifications come this way).
+    `step_index` and `attempt` are the step's and its model call attempt's, the ones its stream parts carry.
     """
 
     options: RunOptions
@@ -65,15 +67,17 @@ class ToolCallContext:
     tool_name: str
     staged: list[dict[str, Any]] = field(default_factory=list)
     usage: list[Usage] = field(default_factory=list)
-    progress_sink: Callable[[dict[str, Any]], None] | None = None
+    progress_sink: Callable[[StreamToolProgress], None] | None = None
+    step_index: int = 0
+    attempt: int = 0
 
     def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        """Stream ``{"type": "tool-progress", "tool_call_id", "tool_name", "progress", "total", "message"}``
-        to the caller now (not stored: a replayed call reports nothing). Only a run with MCP servers
+        """Stream a `StreamToolProgress` part to the caller now (not stored: a replayed call reports nothing). Only a run with MCP servers
         (`mcp_servers=`) runs its tool phases apart from its stream; any other run drops the report."""
         if self.progress_sink is not None:
-            self.progress_sink({"type": "tool-progress", "tool_call_id": self.tool_call_id, "tool_name": self.tool_name,
-                                "progress": progress, "total": total, "message": message})
+            self.progress_sink(StreamToolProgress(step_index=self.step_index, attempt=self.attempt,
+                                                  tool_call_id=self.tool_call_id, tool_name=self.tool_name,
+                                                  progress=progress, total=total, message=message))
 
     def report_usage(self, usage: Usage) -> None:
         """Count `usage` (a sub-agent's tokens) toward the run: it rides on this call's tool result."""
@@ -237,14 +241,16 @@ class ToolRunner:
         self.trace = trace
         self.log = log
         self.check_abort = check_abort
-        self._progress: Callable[[dict[str, Any]], None] | None = None
+        self._progress: Callable[[StreamToolProgress], None] | None = None
+        self._step_index = self._attempt = 0
 
     async def execute(self, calls: list[ToolCall], step_index: int,
-                      progress: Callable[[dict[str, Any]], None] | None = None) -> ToolPhase:
+                      progress: Callable[[StreamToolProgress], None] | None = None, *, attempt: int = 0) -> ToolPhase:
         """Run every call not decided yet, in parallel up to `max_tool_concurrency`; results in call order.
 
-        `progress` receives the ``tool-progress`` parts the calls report while they run."""
-        self._progress = progress
+        `progress` receives the ``tool-progress`` parts the calls report while they run (placed at
+        `step_index` and the model call's `attempt`)."""
+        self._progress, self._step_index, self._attempt = progress, step_index, attempt
         self.check_abort()
         await self._begin_tools(calls, step_index)
         limit = self.options.max_tool_concurrency
@@ -312,7 +318,8 @@ class ToolRunner:
         """Run the tool's own code. `step` is the journal's step context, when the call is journaled."""
         assert call.tool is not None and call.tool.execute is not None
         context = ToolCallContext(self.options, self.run_id, call.tool_call_id, call.tool_name,
-                                  progress_sink=self._progress)
+                                  progress_sink=self._progress, step_index=self._step_index,
+                                  attempt=self._attempt)
         token = _current_call.set(context)
         try:
             with self.trace.tool(call.tool_name, call.tool_call_id) as span:

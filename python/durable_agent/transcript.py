@@ -7,7 +7,6 @@ from typing import Any
 
 from .checkpoint import ToolApprovalRequest
 from .messages import Message, content_parts
-from .results import Part
 
 
 def tool_message(results: Sequence[Mapping[str, Any]]) -> Message:
@@ -59,8 +58,9 @@ def unresolved_calls(messages: Sequence[Message]) -> tuple[list[dict[str, Any]],
     return calls, approvals
 
 
-def approval_part(request: ToolApprovalRequest) -> Part:
-    """The ``tool-approval-request`` stream part of a request (every field present, None when unset)."""
+def approval_part(request: ToolApprovalRequest) -> dict[str, Any]:
+    """The JSON form of a request as the endpoint sends it: a ``tool-approval-request`` event, an entry of a
+    run's ``pending_approvals`` (every field present, None when unset)."""
     return {
         "type": "tool-approval-request",
         "approval_id": request.approval_id,

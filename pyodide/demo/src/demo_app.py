@@ -239,17 +239,18 @@ class DemoController:
         note = ""
         try:
             async for part in result.full_stream:
-                kind = part["type"]
+                kind = part.type
                 if kind == "text-delta":
-                    self.ui.part(json.dumps({"type": kind, "text": part["text"]}))
+                    self.ui.part(json.dumps({"type": kind, "text": part.text}))
                 elif kind in ("step-start", "tool-call", "tool-result", "tool-approval-request"):
-                    self.ui.part(json.dumps({k: v for k, v in part.items() if k in
-                                             ("type", "step_index", "tool_name", "input", "output", "is_error")},
+                    self.ui.part(json.dumps({k: v for k, v in part.to_dict().items() if k in
+                                             ("type", "tool_name", "input", "output", "is_error")
+                                             or (k == "step_index" and kind == "step-start")},
                                             default=str))
                 elif kind == "step-finish":
                     await self.render()  # the checkpoint of this step is stored: show it
                 elif kind == "error":
-                    note = f"error: {type(part['error']).__name__}: {part['error']}"
+                    note = f"error: {type(part.error).__name__}: {part.error}"
         except Exception as exc:  # noqa: BLE001 - surfaced on the page, never swallowed silently
             note = f"error: {type(exc).__name__}: {exc}"
         finally:

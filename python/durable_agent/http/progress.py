@@ -39,6 +39,17 @@ from ..durable_session import is_model_call
 from ..errors import StepFailedError
 from ..messages import content_parts
 from ..parked import client_results_of
+from ..stream_parts import (
+    StreamFinish,
+    StreamPart,
+    StreamStepFinish,
+    StreamStepRetry,
+    StreamStepStart,
+    StreamTextDelta,
+    StreamToolApprovalRequest,
+    StreamToolCall,
+    StreamToolResult,
+)
 from ..transcript import approval_part
 from .events import RunEvent
 
@@ -115,46 +126,45 @@ def _text_lengths(events: Iterable[RunEvent]) -> dict[tuple[int, int], int]:
 
 
 class ProgressKeys:
-    """Turns the parts one process sees of a run into keyed events, continuing the events the log holds."""
+    """Turns the parts one process sees of a run into keyed events, continuing the events the log holds.
+
+    A part says where it belongs (``step_index``, ``attempt``), so each maps on its own; only the characters
+    of each (step, attempt)'s text seen so far are counted, to give a text delta its offset (a ``step-start``
+    or ``step-retry`` begins that count anew, for the attempt the parts after it carry)."""
 
     def __init__(self, logged: Sequence[RunEvent]) -> None:
         self._logged_text = _text_lengths(logged)  # characters of each (step, attempt)'s text the log holds
         self._seen_text: dict[tuple[int, int], int] = {}  # characters of it this process saw
-        self._step = 0
-        self._attempt = 0  # the model call attempt of the current step
 
-    def events(self, part: dict[str, Any], *, leg_step: int | None = None) -> list[Keyed]:
+    def events(self, part: StreamPart, *, leg_step: int | None = None) -> list[Keyed]:
         """The keyed events of `part` (none for a text delta the log holds). `leg_step` keys a ``finish``."""
-        kind = part["type"]
-        if kind == "step-start":
-            self._step, self._attempt = step, _ = part["step_index"], 0
-            self._seen_text[(step, 0)] = 0
-            return [(f"step/{step}/start", {"type": "step-start", "step_index": step})]
-        if kind == "text-delta":
-            return self._text(part["text"])
-        if kind == "step-retry":
-            failed = part["attempt"]
-            self._attempt = failed + 1
-            self._seen_text[(self._step, self._attempt)] = 0
-            error = part["error"]
-            return [_retry_event(part["step_index"], failed,
-                                 _error_text(error) if isinstance(error, BaseException) else str(error),
-                                 int(part.get("delay_ms") or 0))]
-        if kind == "tool-call":
-            return [_call_event(self._step, part)]
-        if kind == "tool-result":
-            return [_result_event(part)]
-        if kind == "tool-approval-request":
-            return [_approval_event(part)]
-        if kind == "step-finish":
-            return [_step_finish_event(part["step_index"], part["usage"], part["finish_reason"])]
-        if kind == "finish":
-            return [_finish_event(self._step if leg_step is None else leg_step, part["finish_reason"],
-                                  part["usage"], part["total_usage"])]
+        step = part.step_index
+        match part:
+            case StreamStepStart():
+                self._seen_text[(step, 0)] = 0
+                return [(f"step/{step}/start", {"type": "step-start", "step_index": step})]
+            case StreamTextDelta():
+                return self._text(step, part.attempt, part.text)
+            case StreamStepRetry():
+                self._seen_text[(step, part.attempt + 1)] = 0
+                return [_retry_event(step, part.attempt, _error_text(part.error), part.delay_ms)]
+            case StreamToolCall():
+                return [_call_event(step, {"tool_call_id": part.tool_call_id, "tool_name": part.tool_name,
+                                           "input": part.input})]
+            case StreamToolResult():
+                return [_result_event({"tool_call_id": part.tool_call_id, "tool_name": part.tool_name,
+                                       "output": part.output, "is_error": part.is_error})]
+            case StreamToolApprovalRequest():
+                return [_approval_event(approval_part(part.request))]
+            case StreamStepFinish():
+                return [_step_finish_event(step, part.usage, part.finish_reason)]
+            case StreamFinish():
+                return [_finish_event(step if leg_step is None else leg_step, part.finish_reason, part.usage,
+                                      part.total_usage)]
         return []
 
-    def _text(self, text: str) -> list[Keyed]:
-        at = (self._step, self._attempt)
+    def _text(self, step: int, attempt: int, text: str) -> list[Keyed]:
+        at = (step, attempt)
         start = self._seen_text.get(at, 0)
         end = self._seen_text[at] = start + len(text)
         logged = self._logged_text.get(at, 0)

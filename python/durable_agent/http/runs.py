@@ -40,6 +40,7 @@ from ..durable_session import approval_key
 from ..errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, StaleEpochError
 from ..generate import PartSink
 from ..parked import unanswered_approvals, waits_for_calls
+from ..stream_parts import StreamFinish, StreamPart
 from .asgi import HttpError
 from .client_tools import ClientResult, answered_history, answers_for
 from .events import EventLog, RunInfo
@@ -389,7 +390,7 @@ class RunDriver:
               started: asyncio.Future[None] | None) -> PartSink:
         keys: dict[str, ProgressKeys] = {}
 
-        async def on_part(part_run_id: str | None, part: dict[str, Any]) -> None:
+        async def on_part(part_run_id: str | None, part: StreamPart) -> None:
             rid = part_run_id or run_id
             progress = keys.get(rid)
             if progress is None:
@@ -399,13 +400,13 @@ class RunDriver:
                     await self.log.create_run(rid, session_id, meta)
                 progress = keys[rid] = ProgressKeys(await self.log.read(rid))
             leg_step = None
-            if part["type"] == "finish":
+            if isinstance(part, StreamFinish):
                 checkpoint = await self.checkpoint(rid)
                 leg_step = checkpoint.step_index if checkpoint is not None else None
             events = progress.events(part, leg_step=leg_step)
             if events:
                 await self.log.append(rid, events)
-            if part["type"] == "finish" and rid == run_id:
+            if isinstance(part, StreamFinish) and rid == run_id:
                 self._ending.add(run_id)
             if started is not None and rid == run_id and not started.done():
                 started.set_result(None)
