@@ -15,6 +15,7 @@ from durable_agent import (
     ModelRequest,
     RetryPolicy,
     RunSuspendedError,
+    StreamPart,
     StreamStepRetry,
     StreamTextDelta,
     Usage,
@@ -139,8 +140,15 @@ async def test_on_a_journal_each_attempt_is_a_step_and_a_resume_takes_the_stored
     now[0] += 45_000  # the next process starts 45 s later: 15 s of the wait are left
     second, waited = runtime_on(), list[int]()
     sleeps_recorded(second, waited, then_stop=False)
-    resumed = await agent(second).resume()
+    parts: list[StreamPart] = []
+
+    async def on_part(_: str | None, part: StreamPart) -> None:
+        parts.append(part)
+
+    resumed = await agent(second).resume(on_part=on_part)
     assert resumed is not None and resumed.text == "fine"
+    assert [(p.type, p.step_index, p.attempt) for p in parts] == [  # the stored failure comes back as its retry
+        ("step-start", 1, 0), ("step-retry", 1, 0), ("text-delta", 1, 1), ("step-finish", 1, 1), ("finish", 1, 1)]
     assert waited == [15_000] and len(model.requests) == 2  # attempt 0 was not requested again
     statuses = {r.key: r.status for r in await second.inspect.steps(run_id)}
     assert statuses[step_key(run_id, 1, MODEL_CALL, 1)] == "done"
