@@ -21,6 +21,7 @@ from durable_agent import (
     DurableOptions,
     ScriptedModel,
     StreamFinish,
+    StreamPart,
     StreamRefusal,
     StreamStepFinish,
     StreamStepRetry,
@@ -413,7 +414,7 @@ async def test_agent_run_names_the_run_and_hands_out_its_parts() -> None:
                   durable=DurableOptions(runtime))
     seen: list[tuple[str | None, str]] = []
 
-    async def sink(run_id: str | None, part: dict[str, Any]) -> None:
+    async def sink(run_id: str | None, part: StreamPart) -> None:
         seen.append((run_id, part.type))
 
     result = await agent.run("hi", run_id="chosen", on_part=sink)
