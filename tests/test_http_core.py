@@ -40,6 +40,7 @@ from durable_agent.backends import StepRecord, StreamPartialRecord
 from durable_agent.backends.memory import MemoryRuntime
 from durable_agent.http import (
     ChatEndpoint,
+    CorsSettings,
     MemoryEventLog,
     PostgresEventLog,
     RunEvent,
@@ -465,6 +466,60 @@ async def test_the_app_mounted_under_a_prefix_and_a_reader_that_leaves() -> None
     status, body = await asgi(app, "GET", f"/runs/{run_id}/events", root="/agent")
     assert body.count(b"data: ") == 9 and b'"finish"' in body
     assert (await asgi(app, "GET", "/runs", root="/agent"))[0] == 405
+
+
+async def response_start(app: Any, method: str, path: str, body: Any = None,
+                         origin: str | None = None) -> tuple[int, dict[str, str]]:
+    """The status and headers `app` answers a request with (the reader leaves once they are sent)."""
+    sent: list[dict[str, Any]] = []
+    messages = [{"type": "http.request", "body": json.dumps(body).encode() if body is not None else b""}]
+    started = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await started.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        started.set()
+
+    headers = [(b"origin", origin.encode())] if origin is not None else []
+    await asyncio.wait_for(app({"type": "http", "method": method, "path": path, "query_string": b"",
+                                "headers": [*headers, (b"access-control-request-method", b"POST")]},
+                               receive, send), 20)
+    return sent[0]["status"], {k.decode(): v.decode() for k, v in sent[0]["headers"]}
+
+
+async def test_every_answer_to_an_allowed_origin_carries_the_cors_headers_and_no_other_origin_gets_them() -> None:
+    runtime = MemoryRuntime()
+    app = ChatEndpoint(agent=lambda s: Agent(model=ScriptedModel(["done"]), session_id=s,
+                                             durable=DurableOptions(runtime)),
+                       runtime=runtime, events=MemoryEventLog(), cors=CorsSettings(allow_origins=("http://ok.example",)))
+    ok = "http://ok.example"
+    status, heads = await response_start(app, "POST", "/runs", {"session_id": "s", "prompt": "hi"}, ok)
+    assert status == 201 and heads["location"].startswith("runs/")
+    run = heads["location"].removeprefix("runs/")
+    answers = [(201, heads)]
+    for method, path, body in [("GET", f"/runs/{run}", None), ("GET", f"/runs/{run}/events", None),
+                               ("POST", f"/runs/{run}/approvals", {"approval_id": "a", "approved": True}),
+                               ("POST", f"/runs/{run}/tool-results", {}), ("POST", "/chat", {"id": "s"}),
+                               ("GET", "/chat/nobody/stream", None), ("GET", "/nowhere", None), ("GET", "/runs", None)]:
+        answers.append(await response_start(app, method, path, body, ok))
+    assert [status for status, _ in answers] == [201, 200, 200, 409, 422, 422, 204, 404, 405]
+    for _, heads in answers:
+        assert heads["access-control-allow-origin"] == ok and heads["vary"] == "origin"
+        assert heads["access-control-expose-headers"] == "x-vercel-ai-ui-message-stream, location"
+        assert "access-control-allow-methods" not in heads  # a preflight's only
+    status, heads = await response_start(app, "OPTIONS", "/anything/at/all", origin=ok)
+    assert status == 204 and heads["access-control-allow-origin"] == ok
+    assert heads["access-control-allow-methods"] == "GET, POST, OPTIONS" and heads["access-control-max-age"] == "600"
+    for origin in ("http://evil.example", None):
+        status, heads = await response_start(app, "GET", f"/runs/{run}", origin=origin)
+        assert status == 200 and not any(k.startswith("access-control") for k in heads)
+        status, heads = await response_start(app, "OPTIONS", f"/runs/{run}", origin=origin)
+        assert status == 403 and not any(k.startswith("access-control") for k in heads)
 
 
 async def test_the_same_run_asked_twice_at_once_starts_once() -> None:

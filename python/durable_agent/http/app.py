@@ -22,6 +22,7 @@ from ..options import random_id
 from ..parked import waiting_client_calls
 from ..transcript import approval_part
 from .asgi import (
+    Cors,
     CorsSettings,
     HttpError,
     Receive,
@@ -31,6 +32,7 @@ from .asgi import (
     field_of,
     read_json,
     send_empty,
+    send_error,
     send_json,
     sse_frame,
 )
@@ -61,16 +63,6 @@ class AuthRequest:
 
 Authorize = Callable[[AuthRequest], bool | Awaitable[bool]]
 """The auth hook: True lets the request act, False answers 403. Default: every request may act."""
-
-_ROUTES: tuple[tuple[str, re.Pattern[str], str], ...] = (
-    ("POST", re.compile(r"/runs/?"), "start"),
-    ("GET", re.compile(r"/runs/(?P<run>[^/]+)/?"), "show"),
-    ("GET", re.compile(r"/runs/(?P<run>[^/]+)/events/?"), "events"),
-    ("POST", re.compile(r"/runs/(?P<run>[^/]+)/approvals/?"), "approval"),
-    ("POST", re.compile(r"/runs/(?P<run>[^/]+)/tool-results/?"), "tool_results"),
-    ("POST", re.compile(r"/chat/?"), "chat"),
-    ("GET", re.compile(r"/chat/(?P<session>[^/]+)/stream/?"), "chat_resume"),
-)
 
 KEEPALIVE_SECONDS = 15.0
 TAKEOVER_CHECK_SECONDS = 0.5
@@ -107,6 +99,7 @@ class ChatEndpoint:
         self.events = events
         self.authorize = authorize
         self.cors = cors or CorsSettings()
+        self._http = Cors(self._serve, self.cors)
         self.keepalive_seconds = keepalive_seconds
         self.driver = RunDriver(agent, runtime, events)
 
@@ -120,9 +113,11 @@ class ChatEndpoint:
             await receive()  # websocket.connect
             await send({"type": "websocket.close", "code": 1003})  # the endpoint speaks HTTP and SSE only
             return
+        await self._http(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """An HTTP request (past the CORS middleware): its route's handler, or its error as JSON."""
         request = Request.of(scope)
-        origin = request.headers.get("origin")
-        cors = self.cors.headers(origin)
         began = False
 
         async def tracked(message: dict[str, Any]) -> None:
@@ -131,19 +126,16 @@ class ChatEndpoint:
             await send(message)
 
         try:
-            if request.method == "OPTIONS":
-                await self._preflight(request, tracked)
-                return
             handler, params = self._route(request, scope)
-            await handler(request, params, receive, tracked, cors)
+            await handler(self, request, params, receive, tracked)
         except HttpError as exc:
-            await send_json(send, exc.status, {"error": {"code": exc.code, "message": exc.message}}, cors)
+            await send_error(send, exc)
         except Exception:  # a failure is a 500 with no detail, logged here; never a traceback out
             logger.exception("%s %s failed", request.method, request.path)
             if began:  # a stream already under way: end it; the reader reconnects with its last id
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             else:
-                await send_json(send, 500, {"error": {"code": "internal", "message": "internal server error"}}, cors)
+                await send_error(send, HttpError(500, "internal", "internal server error"))
 
     async def startup(self) -> None:
         """Take over, in the background, the runs no live process drives (with `resume_on_startup`), and start
@@ -175,24 +167,19 @@ class ChatEndpoint:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def _preflight(self, request: Request, send: Send) -> None:
-        origin = request.headers.get("origin")
-        if origin is None or not self.cors.allows(origin):
-            raise HttpError(403, "origin_refused", "this origin may not call the endpoint")
-        await send_empty(send, 204, self.cors.preflight(origin))
-
-    def _route(self, request: Request, scope: Scope) -> tuple[Any, dict[str, str]]:
+    def _route(self, request: Request, scope: Scope) -> tuple[_Handler, dict[str, str]]:
+        """The handler of `request` (in `_ROUTES`) and the path's parameters; 405 or 404 when none serves it."""
         path = request.path
         root = scope.get("root_path", "")
         if root and path.startswith(root):
             path = path[len(root):] or "/"
         methods = set()
-        for method, pattern, name in _ROUTES:
-            match = pattern.fullmatch(path)
+        for route in _ROUTES:
+            match = route.pattern.fullmatch(path)
             if match is not None:
-                if method == request.method:
-                    return getattr(self, f"_{name}"), {k: unquote(v) for k, v in match.groupdict().items()}
-                methods.add(method)
+                if route.method == request.method:
+                    return route.handler, {k: unquote(v) for k, v in match.groupdict().items()}
+                methods.add(route.method)
         if methods:
             raise HttpError(405, "method_not_allowed", f"{request.method} is not served here")
         raise HttpError(404, "not_found", f"no route for {path}")
@@ -209,8 +196,7 @@ class ChatEndpoint:
 
     # ---------------------------------------------------------- handlers
 
-    async def _start(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
-                     cors: list[tuple[bytes, bytes]]) -> None:
+    async def _start(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
         body = await read_json(receive)
         session_id = field_of(body, "session_id", str)
         prompt = field_of(body, "prompt", str)
@@ -220,7 +206,7 @@ class ChatEndpoint:
         await self._check("start", request, session_id, None)
         run_id, created = await self._start_run(session_id, prompt, key)
         await send_json(send, 201 if created else 200, await self._view(await self._run(run_id)),
-                        [*cors, (b"location", f"runs/{run_id}".encode())])
+                        [(b"location", f"runs/{run_id}".encode())])
 
     async def _start_run(self, session_id: str, prompt: str, key: str | None) -> tuple[str, bool]:
         """Start the run of (`session_id`, `prompt`), once per idempotency `key`; (run id, started now)."""
@@ -257,11 +243,10 @@ class ChatEndpoint:
             await self.runtime.stores.submissions.settle(session_id, key, {"run_id": run_id})
         return run_id, True
 
-    async def _show(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
-                    cors: list[tuple[bytes, bytes]]) -> None:
+    async def _show(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
         info = await self._run(params["run"])
         await self._check("read", request, info.session_id, info)
-        await send_json(send, 200, await self._view(info), cors)
+        await send_json(send, 200, await self._view(info))
 
     async def _view(self, info: RunInfo) -> dict[str, Any]:
         checkpoint: AgentCheckpoint | None = await self.driver.checkpoint(info.run_id)
@@ -282,8 +267,7 @@ class ChatEndpoint:
             "events_url": f"runs/{info.run_id}/events",
         }
 
-    async def _approval(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
-                        cors: list[tuple[bytes, bytes]]) -> None:
+    async def _approval(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
         info = await self._run(params["run"])
         body = await read_json(receive)
         approval_id = field_of(body, "approval_id", str)
@@ -314,16 +298,15 @@ class ChatEndpoint:
                             "nothing was recorded: send the verdict again when it ends") from exc
         if not answered:
             raise HttpError(409, "already_answered", f"approval {approval_id!r} has a verdict already")
-        await send_json(send, 202, {"run_id": info.run_id, "approval_id": approval_id, "approved": approved}, cors)
+        await send_json(send, 202, {"run_id": info.run_id, "approval_id": approval_id, "approved": approved})
 
-    async def _tool_results(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
-                            cors: list[tuple[bytes, bytes]]) -> None:
+    async def _tool_results(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
         """The results of client tool calls the parked run waits for (202); it resumes once nothing else waits."""
         info = await self._run(params["run"])
         results = parse_results(await read_json(receive))
         await self._check("answer", request, info.session_id, info)
         await self._answer(info, results)
-        await send_json(send, 202, {"run_id": info.run_id, "tool_call_ids": [r.tool_call_id for r in results]}, cors)
+        await send_json(send, 202, {"run_id": info.run_id, "tool_call_ids": [r.tool_call_id for r in results]})
 
     async def _answer(self, info: RunInfo, results: Sequence[ClientResult]) -> None:
         try:
@@ -332,25 +315,23 @@ class ChatEndpoint:
             raise HttpError(409, "session_busy", f"session {info.session_id!r} is running another run; "
                             "nothing was recorded: send the results again when it ends") from exc
 
-    async def _events(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
-                      cors: list[tuple[bytes, bytes]]) -> None:
+    async def _events(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
         info = await self._run(params["run"])
         await self._check("read", request, info.session_id, info)
         ui = request.query.get("format", "durable") == "ui-message-stream"
         if request.query.get("format", "durable") not in ("durable", "ui-message-stream"):
             raise HttpError(422, "bad_format", "format is 'durable' or 'ui-message-stream'")
         cursor = request.headers.get("last-event-id") or request.query.get("after") or "0"
-        await self._stream(info, cursor, ui, receive, send, cors)
+        await self._stream(info, cursor, ui, receive, send)
 
-    async def _chat(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
-                    cors: list[tuple[bytes, bytes]]) -> None:
+    async def _chat(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
         """``useChat``'s default transport: {id, messages} in, the new run's UI message stream out."""
         body = await read_json(receive)
         session_id = field_of(body, "id", str, what=" (the chat id)")
         messages = field_of(body, "messages", list)
         last = messages[-1] if messages and isinstance(messages[-1], dict) else None
         if last is not None and last.get("role") == "assistant" and isinstance(last.get("parts"), list):
-            await self._chat_tool_results(request, session_id, last, receive, send, cors)
+            await self._chat_tool_results(request, session_id, last, receive, send)
             return
         if last is None or last.get("role") != "user" or not isinstance(last.get("parts"), list):
             raise HttpError(422, "bad_body", "the last message must be a user message with parts")
@@ -361,10 +342,10 @@ class ChatEndpoint:
         key = last.get("id") if isinstance(last.get("id"), str) and last.get("id") else None
         await self._check("start", request, session_id, None)
         run_id, _ = await self._start_run(session_id, prompt, key)
-        await self._stream(await self._run(run_id), "0", True, receive, send, cors)
+        await self._stream(await self._run(run_id), "0", True, receive, send)
 
     async def _chat_tool_results(self, request: Request, session_id: str, message: dict[str, Any], receive: Receive,
-                                 send: Send, cors: list[tuple[bytes, bytes]]) -> None:
+                                 send: Send) -> None:
         """``addToolResult``'s request: the assistant message with client tool outputs; the run's next leg out.
 
         The session's latest run gets the results it waits for; results it holds already (a
@@ -390,10 +371,9 @@ class ChatEndpoint:
         if not seqs:
             raise HttpError(409, "not_pending", f"the latest run of chat {session_id!r} waits for none of these "
                             "tool calls")
-        await self._stream(info, str(min(seqs) - 1), True, receive, send, cors)
+        await self._stream(info, str(min(seqs) - 1), True, receive, send)
 
-    async def _chat_resume(self, request: Request, params: dict[str, str], receive: Receive, send: Send,
-                           cors: list[tuple[bytes, bytes]]) -> None:
+    async def _chat_resume(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
         """``useChat``'s stream resumption: the leg in flight of the session's latest run, or 204 when none runs.
 
         The leg from its first event: the SDK continues the assistant message it has (the
@@ -404,20 +384,19 @@ class ChatEndpoint:
         info = await self.events.run_info(run_id) if run_id else None
         await self._check("read", request, session_id, info)
         if info is None:
-            await send_empty(send, 204, cors)
+            await send_empty(send, 204)
             return
         await self.driver.ensure_driven(info)
         events = await self.events.read(info.run_id)
         if events and await self._leg_over(info, events[-1].seq):
-            await send_empty(send, 204, cors)
+            await send_empty(send, 204)
             return
         leg_start = max((e.seq for e in events if e.data.get("type") in TERMINAL), default=0)
-        await self._stream(info, str(leg_start), True, receive, send, cors)
+        await self._stream(info, str(leg_start), True, receive, send)
 
     # -------------------------------------------------------------- SSE
 
-    async def _stream(self, info: RunInfo, cursor: str, ui: bool, receive: Receive, send: Send,
-                      cors: list[tuple[bytes, bytes]]) -> None:
+    async def _stream(self, info: RunInfo, cursor: str, ui: bool, receive: Receive, send: Send) -> None:
         """Send the run's events after `cursor`, then its live tail, until a leg ends or the client leaves.
 
         A reader already at the end of a leg that nothing follows for now (finished, failed,
@@ -425,10 +404,10 @@ class ChatEndpoint:
         """
         after, skip, folder = await self._place(info, cursor, ui)
         if skip < 0 and await self._leg_over(info, after):
-            await send_empty(send, 204, cors)
+            await send_empty(send, 204)
             return
         headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-                   (b"x-accel-buffering", b"no"), *cors]
+                   (b"x-accel-buffering", b"no")]
         if ui:
             headers.append((UI_MESSAGE_STREAM_HEADER[0].encode(), UI_MESSAGE_STREAM_HEADER[1].encode()))
         gone = asyncio.Event()
@@ -505,6 +484,31 @@ class ChatEndpoint:
         if last is None or last.seq != after or last.data.get("type") not in TERMINAL:
             return False
         return last.data["type"] == "error" or not await self.driver.continues(info)
+
+
+_Handler = Callable[[ChatEndpoint, Request, dict[str, str], Receive, Send], Awaitable[None]]
+"""A route's handler: the endpoint, the request, the path's parameters, the ASGI receive and send."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """Requests with `method` whose path (below the mount's ``root_path``) matches `pattern` go to `handler`."""
+
+    method: str
+    pattern: re.Pattern[str]
+    handler: _Handler
+
+
+_ROUTES: tuple[_Route, ...] = (
+    _Route("POST", re.compile(r"/runs/?"), ChatEndpoint._start),
+    _Route("GET", re.compile(r"/runs/(?P<run>[^/]+)/?"), ChatEndpoint._show),
+    _Route("GET", re.compile(r"/runs/(?P<run>[^/]+)/events/?"), ChatEndpoint._events),
+    _Route("POST", re.compile(r"/runs/(?P<run>[^/]+)/approvals/?"), ChatEndpoint._approval),
+    _Route("POST", re.compile(r"/runs/(?P<run>[^/]+)/tool-results/?"), ChatEndpoint._tool_results),
+    _Route("POST", re.compile(r"/chat/?"), ChatEndpoint._chat),
+    _Route("GET", re.compile(r"/chat/(?P<session>[^/]+)/stream/?"), ChatEndpoint._chat_resume),
+)
+"""The endpoint's routes, path → handler (`durable_agent.http` documents them); the first match serves."""
 
 
 def _answer(messages: Sequence[Message]) -> str:

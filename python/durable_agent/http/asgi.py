@@ -1,4 +1,5 @@
-"""The few ASGI pieces the endpoint needs, on the bare protocol (no framework): requests, JSON, SSE, CORS."""
+"""The few ASGI pieces the endpoint needs, on the bare protocol (no framework): requests, JSON, SSE, the CORS
+middleware."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from .._kernels import kernels
 Scope = Mapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_BODY_BYTES = 1 << 20
 
@@ -33,7 +35,7 @@ class CorsSettings:
     Preflights are answered with the methods the endpoint serves and `allow_headers`;
     responses to an allowed origin name it (``Vary: Origin``) and expose the UI message stream
     header. An origin not listed gets no CORS headers (the browser then blocks the response),
-    and its preflight a 403.
+    and its preflight a 403. `Cors` applies them to every route.
     """
 
     allow_origins: Sequence[str] = ()
@@ -59,6 +61,36 @@ class CorsSettings:
         return [*self.headers(origin), (b"access-control-allow-methods", b"GET, POST, OPTIONS"),
                 (b"access-control-allow-headers", ", ".join(self.allow_headers).encode()),
                 (b"access-control-max-age", str(self.max_age).encode())]
+
+
+class Cors:
+    """The CORS middleware: answers every preflight (``OPTIONS``, any path) itself and adds the CORS headers of
+    the request's origin to every response `app` starts, its errors and streams included (`CorsSettings`)."""
+
+    def __init__(self, app: App, settings: CorsSettings) -> None:
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request.of(scope)
+        origin = request.headers.get("origin")
+        if request.method == "OPTIONS":
+            if origin is None or not self.settings.allows(origin):
+                await send_error(send, HttpError(403, "origin_refused", "this origin may not call the endpoint"))
+            else:
+                await send_empty(send, 204, self.settings.preflight(origin))
+            return
+        headers = self.settings.headers(origin)
+        if not headers:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_cors(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *headers]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_cors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +140,11 @@ async def send_json(send: Send, status: int, value: Any, headers: Sequence[tuple
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *headers]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send: Send, error: HttpError) -> None:
+    """`error` as the endpoint answers it: ``{"error": {"code", "message"}}`` with its status."""
+    await send_json(send, error.status, {"error": {"code": error.code, "message": error.message}})
 
 
 async def send_empty(send: Send, status: int, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
