@@ -430,6 +430,14 @@ async def test_agent_run_names_the_run_and_hands_out_its_parts() -> None:
 async def asgi(app: Any, method: str, path: str, body: Any = None, root: str = "",
                disconnect_after: int | None = None, headers: dict[str, str] | None = None,
                timeout: float = 20) -> tuple[int, bytes]:
+    sent = await exchange(app, method, path, body, root, disconnect_after, headers, timeout)
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+async def exchange(app: Any, method: str, path: str, body: Any = None, root: str = "",
+                   disconnect_after: int | None = None, headers: dict[str, str] | None = None,
+                   timeout: float = 20) -> list[dict[str, Any]]:
+    """The ASGI messages `app` sends for one request (the reader leaves after `disconnect_after` events)."""
     sent: list[dict[str, Any]] = []
     gone = asyncio.Event()
     messages = [{"type": "http.request", "body": json.dumps(body).encode() if body is not None else b""}]
@@ -450,7 +458,7 @@ async def asgi(app: Any, method: str, path: str, body: Any = None, root: str = "
              "query_string": query.encode(),
              "headers": [(k.encode(), v.encode()) for k, v in (headers or {}).items()]}
     await asyncio.wait_for(app(scope, receive, send), timeout)
-    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+    return sent
 
 
 async def test_the_app_mounted_under_a_prefix_and_a_reader_that_leaves() -> None:
@@ -471,25 +479,9 @@ async def test_the_app_mounted_under_a_prefix_and_a_reader_that_leaves() -> None
 async def response_start(app: Any, method: str, path: str, body: Any = None,
                          origin: str | None = None) -> tuple[int, dict[str, str]]:
     """The status and headers `app` answers a request with (the reader leaves once they are sent)."""
-    sent: list[dict[str, Any]] = []
-    messages = [{"type": "http.request", "body": json.dumps(body).encode() if body is not None else b""}]
-    started = asyncio.Event()
-
-    async def receive() -> dict[str, Any]:
-        if messages:
-            return messages.pop()
-        await started.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-        started.set()
-
-    headers = [(b"origin", origin.encode())] if origin is not None else []
-    await asyncio.wait_for(app({"type": "http", "method": method, "path": path, "query_string": b"",
-                                "headers": [*headers, (b"access-control-request-method", b"POST")]},
-                               receive, send), 20)
-    return sent[0]["status"], {k.decode(): v.decode() for k, v in sent[0]["headers"]}
+    headers = {"access-control-request-method": "POST", **({"origin": origin} if origin is not None else {})}
+    start = (await exchange(app, method, path, body, disconnect_after=0, headers=headers))[0]
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}
 
 
 async def test_every_answer_to_an_allowed_origin_carries_the_cors_headers_and_no_other_origin_gets_them() -> None:
