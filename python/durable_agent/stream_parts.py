@@ -1,6 +1,7 @@
 """Stream parts: what `stream_chat(...).full_stream` yields and `Agent.run(on_part=)` receives.
 
-Every part is a frozen dataclass with a literal ``type`` and the place in the run it belongs to:
+Every part is a frozen dataclass with a literal ``type`` (a class attribute: ``StreamTextDelta.type ==
+"text-delta"``) and the place in the run it belongs to:
 
 * ``step_index``: the step of the run (it goes on across legs, as the checkpoint's does);
 * ``attempt``: the step's model call attempt, 0 until a ``step-retry`` (a ``step-retry`` part carries the
@@ -44,8 +45,8 @@ The endpoint (`durable_agent.http`) stores each part as an event of its own JSON
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Literal
 
 from .checkpoint import ToolApprovalRequest, Usage
 from .messages import FilePart, ImagePart
@@ -74,24 +75,25 @@ class _Placed:
     step_index: int
     attempt: int = 0
 
+    type: ClassVar[str]  # each part class's own literal
+
     def to_dict(self) -> dict[str, Any]:
         """The part's fields as a dict, ``type`` first (values as they are: exceptions, `Usage`, ...)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {"type": values.pop("type"), **values}
+        return {"type": self.type, **{f.name: getattr(self, f.name) for f in fields(self)}}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamStepStart(_Placed):
     """A step begins: its model call follows."""
 
-    type: Literal["step-start"] = field(default="step-start", init=False)
+    type: ClassVar[Literal["step-start"]] = "step-start"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamTextDelta(_Placed):
     """The next characters of the model's answer (a replayed answer comes as one delta)."""
 
-    type: Literal["text-delta"] = field(default="text-delta", init=False)
+    type: ClassVar[Literal["text-delta"]] = "text-delta"
     text: str
 
 
@@ -99,7 +101,7 @@ class StreamTextDelta(_Placed):
 class StreamRefusal(_Placed):
     """The model declined: its explanation, as it streams."""
 
-    type: Literal["refusal"] = field(default="refusal", init=False)
+    type: ClassVar[Literal["refusal"]] = "refusal"
     text: str
 
 
@@ -107,7 +109,7 @@ class StreamRefusal(_Placed):
 class StreamToolCall(_Placed):
     """The model asked for a tool call."""
 
-    type: Literal["tool-call"] = field(default="tool-call", init=False)
+    type: ClassVar[Literal["tool-call"]] = "tool-call"
     tool_call_id: str
     tool_name: str
     input: Any
@@ -117,7 +119,7 @@ class StreamToolCall(_Placed):
 class StreamToolResult(_Placed):
     """A tool call's result, streamed once it is durable (the same result the tool message holds)."""
 
-    type: Literal["tool-result"] = field(default="tool-result", init=False)
+    type: ClassVar[Literal["tool-result"]] = "tool-result"
     tool_call_id: str
     tool_name: str
     output: Any
@@ -139,7 +141,7 @@ class StreamToolResult(_Placed):
 class StreamToolProgress(_Placed):
     """A running tool's progress report (`ToolCallContext.report_progress`)."""
 
-    type: Literal["tool-progress"] = field(default="tool-progress", init=False)
+    type: ClassVar[Literal["tool-progress"]] = "tool-progress"
     tool_call_id: str
     tool_name: str
     progress: float
@@ -151,7 +153,7 @@ class StreamToolProgress(_Placed):
 class StreamToolApprovalRequest(_Placed):
     """A tool call waits for a verdict (the run suspends); the fields are the `ToolApprovalRequest`'s."""
 
-    type: Literal["tool-approval-request"] = field(default="tool-approval-request", init=False)
+    type: ClassVar[Literal["tool-approval-request"]] = "tool-approval-request"
     approval_id: str
     tool_call_id: str
     tool_name: str
@@ -176,7 +178,7 @@ class StreamToolApprovalRequest(_Placed):
 class StreamStepRetry(_Placed):
     """Model call attempt `attempt` failed with `error`; the next starts after `delay_ms`. Drop its text."""
 
-    type: Literal["step-retry"] = field(default="step-retry", init=False)
+    type: ClassVar[Literal["step-retry"]] = "step-retry"
     error: BaseException
     delay_ms: int
 
@@ -185,7 +187,7 @@ class StreamStepRetry(_Placed):
 class StreamStepFinish(_Placed):
     """A step ended (its checkpoint is stored): the model call's usage and finish reason."""
 
-    type: Literal["step-finish"] = field(default="step-finish", init=False)
+    type: ClassVar[Literal["step-finish"]] = "step-finish"
     usage: Usage
     finish_reason: str
     raw_finish_reason: str | None = None
@@ -195,7 +197,7 @@ class StreamStepFinish(_Placed):
 class StreamFinish(_Placed):
     """The call ended (or suspended): `usage` of this call, `total_usage` of the run."""
 
-    type: Literal["finish"] = field(default="finish", init=False)
+    type: ClassVar[Literal["finish"]] = "finish"
     finish_reason: FinishReason
     usage: Usage
     total_usage: Usage
@@ -205,7 +207,7 @@ class StreamFinish(_Placed):
 class StreamError(_Placed):
     """The call failed: the last part (`generate_text` raises `error` instead)."""
 
-    type: Literal["error"] = field(default="error", init=False)
+    type: ClassVar[Literal["error"]] = "error"
     error: BaseException
 
 
