@@ -10,8 +10,8 @@ Every part is a frozen dataclass with a literal ``type`` (a class attribute: ``S
 
 So a reader places a part without remembering the parts before it. Read the fields as attributes
 (``part.type``, ``part.text``); match on the class (``isinstance(part, StreamTextDelta)``) or on
-``part.type``, which type checkers narrow the `StreamPart` union on. ``part.to_dict()`` gives the fields as a
-dict keyed as the parts' ``type`` names them, for code that wants a mapping.
+``part.type``, which type checkers narrow the `StreamPart` union on. ``part.to_dict()`` gives ``type`` and the
+fields as a dict, for code that wants a mapping.
 
 ==============================  ===========================  =======================================================
 ``type``                        class                        fields (besides ``step_index`` and ``attempt``)
