@@ -20,7 +20,7 @@ LAYERS: dict[str, int] = {
     "_storage": 2,
     "backends": 3,
     **dict.fromkeys(("models", "tools", "tool_functions", "tool_sources", "tool_calls", "model_call", "loop",
-                     "generate", "options", "results", "retry", "stop", "structured_output", "transcript",
+                     "generate", "options", "results", "retry", "stop", "stream_parts", "structured_output", "transcript",
                      "tracing", "parked", "fork", "subagent", "durable_session", "agent"), 4),
     **dict.fromkeys(("providers", "mcp", "http", "cli", "restate", "testing"), 5),
     "__init__": 6,  # the flat public namespace
@@ -46,7 +46,7 @@ def room_imports() -> dict[tuple[str, str], list[str]]:
                 targets = [a.name.split(".")[1:] for a in node.names if a.name.startswith("durable_agent.")]
             for target in targets:
                 if target and target[0] != room:
-                    found[(room, target[0])].append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+                    found[(room, target[0])].append(f"{path.relative_to(PACKAGE)}:{getattr(node, 'lineno', 0)}")
     return found
 
 
