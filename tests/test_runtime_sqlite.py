@@ -483,8 +483,8 @@ async def test_the_step_records_and_checkpoints_of_many_sessions_share_their_sta
     db: Path, opened: Callable[..., Any]
 ) -> None:
     """A busy server's writer thread pays a GIL hand-off per statement (`durable_agent.backends.sqlite._group_commit`): the
-    step records of twelve sessions queued together are one fenced upsert (the one that commits
-    tool state is written alone), their dropped partials one delete, their checkpoints one header
+    step records of twelve sessions queued together are one fenced upsert (and the tool state one of
+    them commits, one more), their dropped partials one delete, their checkpoints one header
     update; every row lands as if written one by one."""
     from durable_agent.backends import StreamPartialRecord
 
@@ -543,8 +543,7 @@ async def test_a_stale_fence_among_merged_writes_refuses_only_its_own(db: Path, 
 async def test_runs_started_and_finished_together_share_their_statements(db: Path, opened: Callable[..., Any]) -> None:
     """Twelve sessions claim, start a run (latest run, mark, first checkpoint) and finish it (checkpoint,
     unmark) in batches: one fence check, one upsert of latest runs, one update of the marks, one
-    insert of new run heads per batch. A finish that opens an awakeable is written alone. Each
-    session ends as if its writes ran one by one."""
+    insert of new run heads per batch. Each session ends as if its writes ran one by one."""
     runtime = opened()
     epochs = {s: (await runtime.lease.claim(s, stale_at=0)).epoch for s in SESSIONS}
     hi = [{"role": "user", "content": "hi"}]
@@ -577,6 +576,41 @@ async def test_runs_started_and_finished_together_share_their_statements(db: Pat
 
     with SqliteCheckpointStore(db) as store:  # the same tables: each run's step log holds both saves
         assert [store.load_step(f"r-{s}", 0) for s in SESSIONS] == [_run_checkpoint(f"r-{s}", hi, 0) for s in SESSIONS]
+
+
+@pytest.mark.host_only("threads: the group-commit writer merges writes")
+async def test_runs_parked_together_share_their_awakeables_and_tool_state_statements(
+    db: Path, opened: Callable[..., Any]
+) -> None:
+    """Twelve sessions park at once, each committing a tool's record with tool state (a key set, a key
+    deleted) and opening an awakeable: their awakeables are one insert, their tool state one upsert
+    and one delete per batch, as their step records (each used to be written on its own: twelve
+    of each); each session ends as if its writes ran one by one."""
+    runtime = opened()
+    epochs = await _started(runtime)
+    for s in SESSIONS:  # a key each park deletes
+        await runtime.backend.put_steps([_tool_done(s, ({"op": "set", "key": "old", "value": 0},))], epoch=epochs[s])
+    parked = {s: _tool_done(s, ({"op": "set", "key": "k", "value": s}, {"op": "delete", "key": "old"}))
+              for s in SESSIONS}
+    statements: list[str] = []
+    runtime._driver._conn.set_trace_callback(statements.append)
+    results = await queued_together(db, [
+        runtime.commit(RunTransition(s, epochs[s], checkpoint=_answered(s), awakeables=(("approve", f"aw-{s}"),),
+                                     deferred=DeferredSteps((parked[s],))))
+        for s in SESSIONS
+    ])
+    assert results == [None] * len(SESSIONS)
+    for table in ("INSERT INTO durable_agent_awakeables", "INSERT INTO durable_agent_tool_state",
+                  "DELETE FROM durable_agent_tool_state"):
+        assert 1 <= len([s for s in statements if s.startswith(table)]) <= 6, table  # two batches at most
+    fresh = opened()
+    assert [(a.id, a.session_id, a.key, a.resolved) for a in await fresh.inspect.awakeables()] == [
+        (f"aw-{s}", s, "approve", False) for s in sorted(SESSIONS)
+    ]
+    for session in SESSIONS:
+        assert await fresh.backend.tool_state(session, None) == {"k": session}
+        assert await fresh.inspect.steps(f"r-{session}") == [parked[session]]
+        assert await fresh.stores.checkpoints.load(f"r-{session}") == _answered(session)
 
 
 @pytest.mark.host_only("threads: the group-commit writer merges writes")

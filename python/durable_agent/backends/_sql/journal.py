@@ -3,18 +3,13 @@
 Every write of a lease holder is fenced: it applies only while the session's lease is at
 the writer's epoch, and otherwise raises `StaleEpochError` with nothing applied.
 
-* SQLite: writes run under ``BEGIN IMMEDIATE`` (one writer at a time for the whole file), so
-  a fence read inside the transaction cannot race a claim. The fence rides on the first
-  write that writes a row whenever its guard holds (`Write.certain`: an upsert), run first
-  and counted: no row changed means a stale fence, and the plan stops before any other
-  write (`_serial_writes`), or on a checkpoint save's header write (`commit_plan`); a plan
-  without such a write reads the fence first (`_fence`).
-* Postgres: a fenced write is ONE statement (`fenced_plan`, `_append_plan`) whose writes are
-  guarded by the lease row read ``FOR SHARE`` in the same statement, committed as it ends (one
-  round trip); a stale fence makes every guard false. A lease change takes the row ``FOR UPDATE``:
-  a claim waits for fenced writes in flight to commit, and a fenced write waits for a claim in
-  flight, then sees its new epoch (READ COMMITTED re-checks a locked row's latest version).
-  Fenced writes of the same owner share the lock and do not serialize on each other.
+What each fenced write changes is described here once, as data (`FencedWrites` of `RowWrite`s:
+`transition_writes` for a `RunTransition`, `steps_writes` for a step batch, ...), and rendered
+for SQLite (row by row, or many sessions merged) and Postgres (one statement) by
+`durable_agent.backends._sql.writes`, which states how each checks the fence. A Postgres lease
+change takes the row ``FOR UPDATE``: a claim waits for fenced writes in flight to commit, and a
+fenced write waits for a claim in flight, then sees its new epoch (READ COMMITTED re-checks a
+locked row's latest version).
 
 The lease rules are not here: `durable_agent._storage.stored` applies them to the rows these
 plans read and write (`change_lease_plan` hands it the row under its lock).
@@ -30,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..._kernels import kernels
-from ..._storage.history import PrefixCache, encode_header, encode_messages, new_revision
+from ..._storage.history import PrefixCache
 from ..._storage.records import (
     AwakeableRecord,
     LeaseRow,
@@ -41,11 +36,10 @@ from ..._storage.records import (
     StreamPartialRecord,
     ToolStateOp,
 )
-from ...checkpoint import AgentCheckpoint
 from ...errors import StaleEpochError
-from .checkpoints import MESSAGES, RUNS, STEPS as STEP_LOG, SaveRow, merge_row, merged_saves, save_plan
 from .journal_schema import AWAKEABLES, LAST_RUNS, LEASES, PARTIALS, QUEUES, STEPS, SUBMISSIONS, TOOL_STATE
-from .plan import ALONE, Dialect, Guard, Plan, Query, chunks, flat
+from .plan import Dialect, Plan, Query
+from .writes import FencedWrites, RowWrite, delete, fenced_plan, insert, merged, update, upsert
 
 
 def _text(value: Any) -> str:
@@ -57,91 +51,10 @@ def _value(text: str | None) -> Any:
     return None if text is None else kernels.decode(text)
 
 
-# ----------------------------------------------------------------- fencing
-
-
-@dataclass(frozen=True, slots=True)
-class Write:
-    """A write statement with a ``{guard}`` hole where a fenced write puts its epoch check.
-
-    `certain`: it writes a row whenever its guard holds (an upsert), and its ``{guard}`` comes
-    after every placeholder: SQLite checks the fence inside it (`_serial_writes`).
-    """
-
-    sql: str
-    params: tuple[Any, ...]
-    certain: bool = False
-
-    def guarded(self, guard: str) -> str:
-        return self.sql.replace("{guard}", guard)
-
-
-_FENCE = f"SELECT 1 FROM {LEASES} WHERE session_id = ? AND epoch = ?"
-_EXISTS_FENCE = "EXISTS (SELECT 1 FROM fence)"
-
-
-def _fence(d: Dialect, session_id: str, epoch: int | None) -> Plan[None]:
-    """Stop the plan with `StaleEpochError` unless `epoch` is the session's current one (None: unguarded)."""
-    if epoch is None:
-        return
-    row = yield Query(f"SELECT epoch FROM {LEASES} WHERE session_id = ?{d.lock_shared}", (session_id,), "one")
-    if row is None or row[0] != epoch:
-        raise StaleEpochError(session_id, epoch)
-
-
-def fenced_plan(d: Dialect, session_id: str, epoch: int | None, writes: Sequence[Write]) -> Plan[None]:
-    """Apply `writes` only while the session's lease is at `epoch` (None: unguarded), else `StaleEpochError`.
-
-    Where the dialect says so (Postgres) the check and every write are ONE statement, run alone:
-    each write is guarded by the fence's row (read ``FOR SHARE``, so a claim waits for it), a stale
-    fence makes every guard false, and the statement commits as it ends. Elsewhere (SQLite, whose
-    writes are serialized) the fence is read first, then each write runs unguarded. The writes
-    must touch distinct rows (one statement cannot change a row twice).
-    """
-    if not d.fence_in_statement:
-        yield from _serial_writes(d, session_id, epoch, writes)
-        return
-    if epoch is None:
-        if not writes:
-            return
-        ctes, params, guard = [], [], "1 = 1"
-    else:
-        ctes, params, guard = [f"fence AS ({_FENCE}{d.lock_shared})"], [session_id, epoch], _EXISTS_FENCE
-    for i, write in enumerate(writes):
-        ctes.append(f"w{i} AS ({write.guarded(guard)})")
-        params.extend(write.params)
-    answer = "(SELECT count(*) FROM fence)" if epoch is not None else "1"
-    row = yield Query(f"WITH {', '.join(ctes)} SELECT {answer}", params, "one", alone=True)
-    if epoch is not None and row[0] == 0:
-        raise StaleEpochError(session_id, epoch)
-
-
-
-def _serial_writes(d: Dialect, session_id: str, epoch: int | None, writes: Sequence[Write]) -> Plan[None]:
-    """`writes` one statement after another, fenced by `epoch` (None: unguarded), inside the caller's transaction.
-
-    The first `certain` write runs first, guarded by the fence and counted: no row changed
-    means the fence is stale, and `StaleEpochError` stops the plan before anything was written.
-    The others follow in order (they touch other rows: the order between them is kept). Without
-    a certain write (and on Postgres, whose fence read locks the lease row) the fence is read first.
-    """
-    first = None
-    if epoch is not None and not d.fence_in_statement:  # Postgres: a fence read takes the row's share lock
-        first = next((i for i, write in enumerate(writes) if write.certain), None)
-    if first is None or epoch is None:
-        yield from _fence(d, session_id, epoch)
-    else:
-        write = writes[first]
-        if not (yield Query(write.guarded(f"EXISTS ({_FENCE})"), (*write.params, session_id, epoch), "count")):
-            raise StaleEpochError(session_id, epoch)
-    for i, write in enumerate(writes):
-        if i != first:
-            yield Query(write.guarded("1 = 1"), write.params)
-
-
 # ------------------------------------------------------------------- steps
 
-_STEP_COLUMNS = "session_id, run_id, key, kind, replay, status, fingerprint, result, error, tool_state"
+_STEP_FIELDS = ("session_id", "run_id", "key", "kind", "replay", "status", "fingerprint", "result", "error", "tool_state")
+_STEP_COLUMNS = ", ".join(_STEP_FIELDS)
 
 
 def _step(row: Sequence[Any]) -> StepRecord:
@@ -177,10 +90,7 @@ def put_steps_plan(
     d: Dialect, records: Sequence[StepRecord], epoch: int | None, streamed: Collection[str] | None = None
 ) -> Plan[None]:
     """Write the `records` of one session, fenced, in one transaction (see `_step_writes`)."""
-    sessions = {record.session_id for record in records}
-    if len(sessions) != 1:
-        raise ValueError("put_steps writes the records of one session")
-    yield from fenced_plan(d, sessions.pop(), epoch, _step_writes(d, records, streamed))
+    yield from fenced_plan(d, steps_writes(records, epoch, streamed))
 
 
 def _step_row(record: StepRecord) -> tuple[Any, ...]:
@@ -225,42 +135,26 @@ class _FoldedSteps:
         return cls(records[0].session_id, [_step_row(record) for record in last.values()], ops, dropped)
 
 
-_STEP_UPSERT = (
-    " ON CONFLICT (session_id, key) DO UPDATE SET run_id = excluded.run_id, kind = excluded.kind,"
-    " replay = excluded.replay, status = excluded.status, fingerprint = excluded.fingerprint,"
-    " result = excluded.result, error = excluded.error, tool_state = excluded.tool_state"
-)
-
-
-def _step_writes(d: Dialect, records: Sequence[StepRecord], streamed: Collection[str] | None = None) -> list[Write]:
+def _step_writes(records: Sequence[StepRecord], streamed: Collection[str] | None) -> list[RowWrite]:
     """Upserts of `records` in order; a ``done`` record commits its tool-state ops, a finished one drops
-    its step's partials (`_FoldedSteps`). Folded to one write per row."""
+    its step's partials (`_FoldedSteps`). Folded to one row per (table, key)."""
     if not records:
         return []
     folded = _FoldedSteps.of(records, streamed)
-    session_id, rows = folded.session_id, folded.rows
+    session_id = folded.session_id
     writes = _tool_state_writes(session_id, folded.ops)
-    if d.fence_in_statement:  # one statement: ONE insert, so the rows take their ids in order
-        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, CAST(? AS INTEGER))"] * len(rows))
-        writes.append(Write(
-            f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT {_STEP_COLUMNS} FROM (VALUES {values})"
-            f" AS v ({_STEP_COLUMNS}, n) WHERE {{guard}} ORDER BY n{_STEP_UPSERT}",
-            flat((*row, n) for n, row in enumerate(rows)),
-        ))
-    else:
-        writes.extend(
-            Write(f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {{guard}}{_STEP_UPSERT}",
-                  row, certain=True)
-            for row in rows
-        )
-    writes.extend(
-        Write(f"DELETE FROM {PARTIALS} WHERE session_id = ? AND step_key = ? AND {{guard}}", (session_id, key))
-        for key in folded.dropped_partials
-    )
+    writes.append(upsert(STEPS, ("session_id", "key"), _STEP_FIELDS, folded.rows))  # in order: ids keep it
+    if folded.dropped_partials:
+        writes.append(delete(PARTIALS, ("session_id", "step_key"), [(session_id, key) for key in folded.dropped_partials]))
     return writes
 
 
-MERGED_STEP_ROWS = 256  # rows per merged statement (a power of 2: `chunks`): 12 parameters each
+def steps_writes(records: Sequence[StepRecord], epoch: int | None, streamed: Collection[str] | None) -> FencedWrites:
+    """What `put_steps_plan` writes: the `records` of one session (see `_step_writes`), fenced by `epoch`."""
+    sessions = {record.session_id for record in records}
+    if len(sessions) != 1:
+        raise ValueError("put_steps writes the records of one session")
+    return FencedWrites(sessions.pop(), epoch, tuple(_step_writes(records, streamed)))
 
 
 def mergeable_steps(
@@ -288,59 +182,23 @@ class MergeableSteps:
 
     @staticmethod
     def merged(group: Sequence[MergeableSteps]) -> Plan[list[Any] | None]:
-        """Every session's rows in one upsert, each row guarded by its session's fence, and their dropped
-        partials in one delete. A write that commits tool state is left `ALONE`; None when a fence
-        is stale."""
-        folded = [_FoldedSteps.of(steps.records, steps.streamed) for steps in group]
-        merged = [(f, steps.epoch) for steps, f in zip(group, folded, strict=True) if not f.ops]
-        if not (yield from _merged_steps(merged)):
-            return None
-        return [ALONE if f.ops else None for f in folded]
+        """Every session's rows in a few statements (`writes.merged`), each step row guarded by its session's
+        fence; None when a fence is stale."""
+        return (yield from merged([steps_writes(s.records, s.epoch, s.streamed) for s in group], read_fences=False))
 
 
-def _merged_steps(sessions: Sequence[tuple[_FoldedSteps, int]]) -> Plan[bool]:
-    """The rows of `sessions` (each folded with its lease epoch) in one upsert per chunk, each row guarded
-    by its session's fence, then their dropped partials in one delete; False when a fence is stale
-    (the row count tells). VALUES names its columns column1, column2, ...: the step columns, the
-    epoch, the row's place."""
-    rows: list[tuple[Any, ...]] = []
-    for folded, epoch in sessions:
-        rows.extend((*row, epoch, len(rows) + i) for i, row in enumerate(folded.rows))
-    columns = ", ".join(f"column{i}" for i in range(1, 11))
-    for chunk in chunks(rows, MERGED_STEP_ROWS):
-        changed = yield Query(
-            f"INSERT INTO {STEPS} ({_STEP_COLUMNS}) SELECT {columns} FROM (VALUES"
-            f" {', '.join(['(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)'] * len(chunk))})"
-            f" WHERE EXISTS (SELECT 1 FROM {LEASES} WHERE session_id = column1 AND epoch = column11)"
-            f" ORDER BY column12{_STEP_UPSERT}",
-            flat(chunk), "count",
-        )
-        if changed != len(chunk):
-            return False
-    dropped = [(folded.session_id, key) for folded, _ in sessions for key in folded.dropped_partials]
-    for pairs in chunks(dropped, MERGED_STEP_ROWS):
-        yield Query(f"DELETE FROM {PARTIALS} WHERE (session_id, step_key) IN (VALUES {', '.join(['(?, ?)'] * len(pairs))})",
-                    flat(pairs))
-    return True
-
-
-def _tool_state_writes(session_id: str, ops: Sequence[ToolStateOp]) -> list[Write]:
-    """`ops` applied in order, as one write per key: the last op of each key decides."""
+def _tool_state_writes(session_id: str, ops: Sequence[ToolStateOp]) -> list[RowWrite]:
+    """`ops` applied in order, as one row per key: the last op of each key decides."""
     final: dict[str, ToolStateOp] = {}
     for op in ops:
         if op.get("op") not in ("set", "delete"):
             raise ValueError(f"unknown tool-state op {op!r}")
         final[op["key"]] = op
+    kept = [(session_id, key, _text(op.get("value"))) for key, op in final.items() if op["op"] == "set"]
+    gone = [(session_id, key) for key, op in final.items() if op["op"] == "delete"]
     return [
-        Write(
-            f"INSERT INTO {TOOL_STATE} (session_id, key, value) SELECT ?, ?, ? WHERE {{guard}}"
-            " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value",
-            (session_id, key, _text(op.get("value"))),
-            certain=True,
-        )
-        if op["op"] == "set"
-        else Write(f"DELETE FROM {TOOL_STATE} WHERE session_id = ? AND key = ? AND {{guard}}", (session_id, key))
-        for key, op in final.items()
+        *([upsert(TOOL_STATE, ("session_id", "key"), ("session_id", "key", "value"), kept)] if kept else []),
+        *([delete(TOOL_STATE, ("session_id", "key"), gone)] if gone else []),
     ]
 
 
@@ -360,13 +218,11 @@ def tool_state_plan(session_id: str, key: str | None) -> Plan[dict[str, Any]]:
 
 
 def add_partial_plan(d: Dialect, record: StreamPartialRecord, epoch: int | None) -> Plan[None]:
-    write = Write(
-        f"INSERT INTO {PARTIALS} (session_id, run_id, step_key, seq, text, thinking)"
-        " SELECT ?, ?, ?, ?, ?, ? WHERE {guard}",
-        (record.session_id, record.run_id, record.step_key, record.seq, record.text, record.thinking),
-        certain=True,
+    partial = insert(
+        PARTIALS, ("session_id", "run_id", "step_key", "seq", "text", "thinking"),
+        [(record.session_id, record.run_id, record.step_key, record.seq, record.text, record.thinking)],
     )
-    yield from fenced_plan(d, record.session_id, epoch, [write])
+    yield from fenced_plan(d, FencedWrites(record.session_id, epoch, (partial,)))
 
 
 def partials_plan(session_id: str | None, run_id: str | None) -> Plan[list[StreamPartialRecord]]:
@@ -388,7 +244,8 @@ def _where(**equal: str | None) -> tuple[str, tuple[str, ...]]:
 
 # -------------------------------------------------------------- awakeables
 
-_AWAKEABLE_COLUMNS = "id, session_id, key, resolved, value, deadline"
+_AWAKEABLE_FIELDS = ("id", "session_id", "key", "resolved", "value", "deadline")
+_AWAKEABLE_COLUMNS = ", ".join(_AWAKEABLE_FIELDS)
 
 
 def _awakeable(row: Sequence[Any]) -> AwakeableRecord:
@@ -422,18 +279,12 @@ def awakeable_for_plan(
     found = yield from find_awakeable_plan(session_id, key)
     if found is not None:
         return found
-    yield from fenced_plan(d, session_id, epoch, [_awakeable_write(session_id, key, new_id, deadline)])
+    created_now = insert(AWAKEABLES, _AWAKEABLE_FIELDS, [(new_id, session_id, key, 0, _text(None), deadline)],
+                         keep=("session_id", "key"))
+    yield from fenced_plan(d, FencedWrites(session_id, epoch, (created_now,)))
     created = yield from find_awakeable_plan(session_id, key)  # ours, or a racing writer's
     assert created is not None  # the insert or its conflict left a row, and nothing deletes one
     return created
-
-
-def _awakeable_write(session_id: str, key: str, awakeable_id: str, deadline: int | None) -> Write:
-    return Write(
-        f"INSERT INTO {AWAKEABLES} ({_AWAKEABLE_COLUMNS}) SELECT ?, ?, ?, 0, ?, ? WHERE {{guard}}"
-        " ON CONFLICT (session_id, key) DO NOTHING",
-        (awakeable_id, session_id, key, _text(None), deadline),
-    )
 
 
 def resolve_awakeable_plan(d: Dialect, awakeable_id: str, value: Any) -> Plan[bool]:
@@ -535,13 +386,8 @@ def queue_read_plan(session_id: str) -> Plan[list[Any]]:
 
 
 def queue_write_plan(d: Dialect, session_id: str, entries: list[Any], epoch: int | None) -> Plan[None]:
-    write = Write(
-        f"INSERT INTO {QUEUES} (session_id, entries) SELECT ?, ? WHERE {{guard}}"
-        " ON CONFLICT (session_id) DO UPDATE SET entries = excluded.entries",
-        (session_id, _text(list(entries))),
-        certain=True,
-    )
-    yield from fenced_plan(d, session_id, epoch, [write])
+    queue = upsert(QUEUES, ("session_id",), ("session_id", "entries"), [(session_id, _text(list(entries)))])
+    yield from fenced_plan(d, FencedWrites(session_id, epoch, (queue,)))
 
 
 def add_submission_plan(session_id: str, request_id: str, fingerprint: str) -> Plan[tuple[str, Any] | None]:
@@ -580,37 +426,34 @@ def last_run_plan(session_id: str) -> Plan[str | None]:
 
 
 def set_last_run_plan(d: Dialect, session_id: str, run_id: str, epoch: int | None) -> Plan[None]:
-    yield from fenced_plan(d, session_id, epoch, [_last_run_write(session_id, run_id)])
+    yield from fenced_plan(d, FencedWrites(session_id, epoch, (_last_run(session_id, run_id),)))
 
 
-def _last_run_write(session_id: str, run_id: str) -> Write:
-    return Write(
-        f"INSERT INTO {LAST_RUNS} (session_id, run_id) SELECT ?, ? WHERE {{guard}}"
-        " ON CONFLICT (session_id) DO UPDATE SET run_id = excluded.run_id",
-        (session_id, run_id),
-        certain=True,
-    )
+def _last_run(session_id: str, run_id: str) -> RowWrite:
+    return upsert(LAST_RUNS, ("session_id",), ("session_id", "run_id"), [(session_id, run_id)])
+
+
+def transition_writes(transition: RunTransition, cache: PrefixCache) -> FencedWrites:
+    """What `transition` writes, as data: the one place a `RunTransition`'s parts become rows (rendered by
+    `durable_agent.backends._sql.writes`, per dialect). `cache`: this process's saves, for the checkpoint's."""
+    session_id = transition.session_id
+    rows = _step_writes(transition.deferred.records, transition.deferred.streamed)
+    if transition.last_run is not None:
+        rows.append(_last_run(session_id, transition.last_run))
+    if transition.mark is not None or transition.unmark:  # certain: the fence holds, so the lease row exists
+        rows.append(update(LEASES, ("session_id",), ("resumable_run",), (transition.mark, session_id), certain=True))
+    if transition.awakeables:  # no deadline: the column's NULL
+        rows.append(insert(
+            AWAKEABLES, ("id", "session_id", "key", "resolved", "value"),
+            [(awakeable_id, session_id, key, 0, _text(None)) for key, awakeable_id in transition.awakeables],
+            keep=("session_id", "key"),
+        ))
+    return FencedWrites(session_id, transition.epoch, tuple(rows), transition.checkpoint, cache)
 
 
 def commit_plan(d: Dialect, transition: RunTransition, cache: PrefixCache) -> Plan[int | None]:
-    """A `RunTransition` as one fenced transaction; returns the checkpoint's revision (None without one).
-
-    Where the fence is checked inside the statement (Postgres) and this process knows the stored
-    checkpoint (its cache holds the revision stored, and the new checkpoint only appends to it),
-    the whole transition is ONE statement (`_append_plan`); otherwise the fence, then each part.
-    """
-    if d.fence_in_statement:
-        done, revision = yield from _append_plan(d, transition, cache)
-        if done:
-            return revision
-    session_id, epoch, writes = transition.session_id, transition.epoch, _transition_writes(d, transition)
-    if transition.checkpoint is not None and not writes and not d.fence_in_statement:  # SQLite: the save is fenced
-        guard = Guard(f"EXISTS ({_FENCE})", (session_id, epoch), StaleEpochError(session_id, epoch))
-        return (yield from save_plan(cache, transition.checkpoint, None, d, guard))
-    yield from _serial_writes(d, session_id, epoch, writes)
-    if transition.checkpoint is not None:
-        return (yield from save_plan(cache, transition.checkpoint, None, d))
-    return None
+    """A `RunTransition` as one fenced transaction; returns the checkpoint's revision (None without one)."""
+    return (yield from fenced_plan(d, transition_writes(transition, cache)))
 
 
 def mergeable_commit(d: Dialect, transition: RunTransition, cache: PrefixCache) -> MergeableCommit | None:
@@ -632,153 +475,7 @@ class MergeableCommit:
 
     @staticmethod
     def merged(group: Sequence[MergeableCommit]) -> Plan[list[Any] | None]:
-        """The transitions of `group` as a few statements: one fence check for all, then each kind of write
-        (steps, latest runs, marks, checkpoints) once for all. A transition that opens awakeables,
-        commits tool state, or whose checkpoint `merge_row` leaves alone is `ALONE`. Answers each
-        checkpoint's revision (None without one), or None when a fence is stale or a run changed."""
-        parts = [_CommitParts.of(commit) for commit in group]
-        merged = [(commit.transition, part) for commit, part in zip(group, parts, strict=True) if part is not None]
-        if merged:
-            for fences in chunks([(t.session_id, t.epoch) for t, _ in merged], MERGED_STEP_ROWS):
-                held = yield Query(
-                    f"SELECT count(*) FROM (VALUES {', '.join(['(?, ?)'] * len(fences))}) AS v"
-                    f" JOIN {LEASES} AS l ON l.session_id = v.column1 AND l.epoch = v.column2",
-                    flat(fences), "one",
-                )
-                if held[0] != len(fences):
-                    return None
-            steps = [(part.steps, transition.epoch) for transition, part in merged if part.steps is not None]
-            if not (yield from _merged_steps(steps)):
-                return None
-            for last_runs in chunks([(t.session_id, t.last_run) for t, _ in merged if t.last_run is not None],
-                                    MERGED_STEP_ROWS):
-                yield Query(
-                    f"INSERT INTO {LAST_RUNS} (session_id, run_id) VALUES {', '.join(['(?, ?)'] * len(last_runs))}"
-                    " ON CONFLICT (session_id) DO UPDATE SET run_id = excluded.run_id",
-                    flat(last_runs),
-                )
-            for marks in chunks([(t.session_id, t.mark) for t, _ in merged if t.mark is not None or t.unmark],
-                                MERGED_STEP_ROWS):
-                yield Query(
-                    f"UPDATE {LEASES} SET resumable_run = v.column2 FROM (VALUES {', '.join(['(?, ?)'] * len(marks))})"
-                    f" AS v WHERE {LEASES}.session_id = v.column1",
-                    flat(marks),
-                )
-            if not (yield from merged_saves([(part.save, None) for _, part in merged if part.save is not None])):
-                return None
-        return [ALONE if part is None else None if part.save is None else part.save.revision for part in parts]
+        """The transitions of `group` as a few statements (`writes.merged`), their fences read first: most
+        carry a checkpoint, whose save cannot carry a fence."""
+        return (yield from merged([transition_writes(c.transition, c.cache) for c in group], read_fences=True))
 
-
-@dataclass(frozen=True, slots=True)
-class _CommitParts:
-    """What a merged transition writes besides its fence and its lease columns: its folded steps, its checkpoint."""
-
-    steps: _FoldedSteps | None
-    save: SaveRow | None  # the checkpoint's `merge_row`, or None without a checkpoint
-
-    @classmethod
-    def of(cls, commit: MergeableCommit) -> _CommitParts | None:
-        """None when the transition must run its own plan."""
-        transition = commit.transition
-        if transition.awakeables:
-            return None
-        deferred = transition.deferred
-        steps = _FoldedSteps.of(deferred.records, deferred.streamed) if deferred.records else None
-        if steps is not None and steps.ops:
-            return None
-        save = None
-        if transition.checkpoint is not None:
-            save = merge_row(commit.cache, transition.checkpoint, None)
-            if save is None:
-                return None
-        return cls(steps, save)
-
-
-def _transition_writes(d: Dialect, transition: RunTransition) -> list[Write]:
-    """The writes of `transition` but its checkpoint, to run once the fence holds."""
-    session_id = transition.session_id
-    writes = _step_writes(d, transition.deferred.records, transition.deferred.streamed)
-    if transition.last_run is not None:
-        writes.append(_last_run_write(session_id, transition.last_run))
-    if transition.mark is not None or transition.unmark:  # the fence holds: the lease row exists
-        writes.append(Write(
-            f"UPDATE {LEASES} SET resumable_run = ? WHERE session_id = ? AND {{guard}}", (transition.mark, session_id),
-            certain=True,
-        ))
-    writes.extend(_awakeable_write(session_id, key, awakeable_id, None) for key, awakeable_id in transition.awakeables)
-    return writes
-
-
-def _append_plan(d: Dialect, transition: RunTransition, cache: PrefixCache) -> Plan[tuple[bool, int | None]]:
-    """Try `transition` as ONE statement; (False, None) when it wrote nothing and must be committed in parts.
-
-    The checkpoint part is the append-only save `save_plan` would do when the stored run is the
-    one this process saved last: its new messages, its step-log row and its header. The statement
-    checks that (the run's row at the remembered revision and message count, locked as the store's
-    saves lock it) together with the fence; when either fails, none of its writes apply.
-    """
-    checkpoint = transition.checkpoint
-    session_id, epoch = transition.session_id, transition.epoch
-    ctes = [f"fence AS ({_FENCE}{d.lock_shared})"]
-    params: list[Any] = [session_id, epoch]
-    guard = _EXISTS_FENCE
-    writes = _transition_writes(d, transition)
-    revision = None
-    if checkpoint is not None:
-        run_id = checkpoint.run_id
-        vouched = cache.appended(run_id, checkpoint.messages)
-        if vouched is None:
-            return False, None  # not known to be an append: the save reads the head and decides
-        stored_revision, stored_count = vouched
-        if d.lock_run is not None:
-            ctes.append(f"run_lock AS ({d.lock_run})")
-            params.append(run_id)
-        ctes.append(  # no row where the new messages go: else the parts' save names the damage (`_append_rows`)
-            f"head AS (SELECT 1 FROM {RUNS} WHERE run_id = ? AND revision = ? AND message_count = ?"
-            f" AND NOT EXISTS (SELECT 1 FROM {MESSAGES} WHERE run_id = ? AND seq >= ?)"
-            f" AND EXISTS (SELECT 1 FROM {'run_lock' if d.lock_run is not None else 'fence'}){d.lock_update})"
-        )
-        params.extend((run_id, stored_revision, stored_count, run_id, stored_count))
-        guard = f"{_EXISTS_FENCE} AND EXISTS (SELECT 1 FROM head)"
-        revision = new_revision()
-        writes.extend(_append_writes(checkpoint, stored_count, revision))
-    for i, write in enumerate(writes):
-        ctes.append(f"w{i} AS ({write.guarded(guard)})")
-        params.extend(write.params)
-    fits = "(SELECT count(*) FROM head)" if checkpoint is not None else "1"
-    fenced, fitted = yield Query(
-        f"WITH {', '.join(ctes)} SELECT (SELECT count(*) FROM fence), {fits}", params, "one", alone=True
-    )
-    if fenced == 0:
-        raise StaleEpochError(session_id, epoch)
-    return fitted == 1, revision
-
-
-def _append_writes(checkpoint: AgentCheckpoint, stored_count: int, revision: int) -> list[Write]:
-    """`save_plan`'s writes for a checkpoint that appends to `stored_count` stored messages."""
-    run_id, messages = checkpoint.run_id, checkpoint.messages
-    bodies = encode_messages(messages, stored_count)
-    header = encode_header(checkpoint)
-    writes = []
-    if bodies:
-        writes.append(Write(
-            f"INSERT INTO {MESSAGES} (run_id, seq, body) SELECT * FROM (VALUES "
-            + ", ".join(["(?, CAST(? AS INTEGER), ?)"] * len(bodies))
-            + ") AS v (run_id, seq, body) WHERE {guard}",
-            flat((run_id, stored_count + i, body) for i, body in enumerate(bodies)),
-        ))
-    writes += [
-        Write(f"DELETE FROM {STEP_LOG} WHERE run_id = ? AND step_index > ? AND {{guard}}", (run_id, checkpoint.step_index)),
-        Write(
-            f"INSERT INTO {STEP_LOG} (run_id, step_index, message_count, header) SELECT ?, ?, ?, ? WHERE {{guard}}"
-            " ON CONFLICT (run_id, step_index) DO UPDATE SET"
-            " message_count = excluded.message_count, header = excluded.header",
-            (run_id, checkpoint.step_index, len(messages), header),
-        ),
-        Write(
-            f"UPDATE {RUNS} SET step_index = ?, status = ?, created_at = ?, message_count = ?, revision = ?,"
-            " header = ? WHERE run_id = ? AND {guard}",
-            (checkpoint.step_index, checkpoint.status, checkpoint.created_at, len(messages), revision, header, run_id),
-        ),
-    ]
-    return writes

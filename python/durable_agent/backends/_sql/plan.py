@@ -71,6 +71,7 @@ class Mergeable(Protocol):
 
 
 ALONE: Any = object()  # what `Mergeable.merged` answers for a write it did not make
+MERGE_VARIABLES = 4096  # placeholders a merged statement may use (a batching driver merges only where that many fit)
 
 R = TypeVar("R")
 

@@ -40,11 +40,10 @@ from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .._sql.plan import ALONE, Dialect, Mergeable, Plan, T, run_sync
+from .._sql.plan import ALONE, MERGE_VARIABLES, Dialect, Mergeable, Plan, T, run_sync
 
 MAX_BATCH = 512
 MERGE_SQLITE = (3, 33, 0)  # UPDATE ... FROM
-MERGE_VARIABLES = 4096  # placeholders a merged statement may use
 
 
 @dataclass(slots=True)
