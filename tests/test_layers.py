@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "python" / "durable_agent"
 
 LAYERS: dict[str, int] = {
     **dict.fromkeys(("errors", "checkpoint", "messages", "signing", "_util", "_kernels", "_pure", "_codec_pure",
-                     "_token_pure", "_schema", "_version", "_transport"), 1),
+                     "_token_pure", "_schema", "_version", "_transport", "encryption"), 1),
     "_storage": 2,
     "backends": 3,
     **dict.fromkeys(("models", "tools", "tool_functions", "tool_sources", "tool_calls", "model_call", "loop",

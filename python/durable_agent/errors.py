@@ -129,6 +129,22 @@ class ApprovalSigningError(DurableAgentError, ValueError):
     code = "approval_signing"
 
 
+class DecryptionError(DurableAgentError, ValueError):
+    """A stored value cannot be decrypted (see `durable_agent.encryption`): not an envelope, sealed with a key
+    the keyring does not hold, or not authentic (another key, another place, an altered or truncated value).
+
+    The message names the place the caller read it from (`place`, e.g. ``("checkpoint-message", run_id,
+    seq)``) and the `problem`; it never holds a key nor any of the plaintext.
+    """
+
+    code = "decryption_failed"
+
+    def __init__(self, place: tuple[str | int, ...], problem: str) -> None:
+        super().__init__(f"cannot decrypt the value stored at {place!r}: {problem}")
+        self.place = place
+        self.problem = problem
+
+
 class StepKeyError(DurableAgentError, ValueError):
     """A step key, or one of its parts, is malformed."""
 

@@ -1,0 +1,124 @@
+"""The envelope's text format and the associated data, with no cryptography (docs/encryption.md).
+
+```
+envelope = "enc1" form "." key_id "." b64url( nonce[12] || ciphertext || tag[16] )
+form     = "t" (the plaintext was text, stored as UTF-8) | "b" (bytes)
+key_id   = 1 to 64 of A-Z a-z 0-9 - _
+GCM AAD  = ASCII( "enc1" form "." key_id "." ) || associated_data(place)
+```
+
+`b64url` is the canonical unpadded URL-safe base64 of the approval tokens (docs/tokens.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .._token_pure import b64url_decode, b64url_encode
+from ..errors import CodecError, ConfigurationError, DecryptionError
+
+MARKER = "enc1"
+NONCE_BYTES = 12
+TAG_BYTES = 16
+KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_HEADER = re.compile(r"enc1([tb])\.([A-Za-z0-9_-]{1,64})\.")
+
+Place = Sequence[str | int]
+"""Where a value is stored, e.g. ``("checkpoint-message", run_id, seq)``: strs and ints, kind first."""
+
+
+def associated_data(place: Place) -> bytes:
+    """The canonical bytes of `place` that an envelope is bound to: its compact JSON array, UTF-8.
+
+    Every part is a `str` or an `int` (not a bool), so ``3`` and ``"3"`` are different places.
+    A place the function cannot encode is a `ConfigurationError`: it is the caller's mistake.
+    """
+    if isinstance(place, (str, bytes)) or not isinstance(place, Sequence) or not place:
+        raise ConfigurationError(f"a place is a non-empty sequence of str and int, not {place!r}")
+    parts = list(place)
+    for part in parts:
+        if type(part) is not str and type(part) is not int:
+            raise ConfigurationError(f"a place holds only str and int parts, not {type(part).__name__}")
+    try:
+        return json.dumps(parts, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except (UnicodeEncodeError, ValueError) as exc:  # a lone surrogate; an int beyond the digit limit
+        raise ConfigurationError(f"a part of the place cannot be encoded: {exc}") from None
+
+
+def header(form: str, key_id: str) -> str:
+    return f"{MARKER}{form}.{key_id}."
+
+
+def plaintext_bytes(plaintext: str | bytes | bytearray) -> tuple[str, bytes]:
+    """(form, bytes) of a plaintext: text as UTF-8, bytes as they are."""
+    if isinstance(plaintext, str):
+        try:
+            return "t", plaintext.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CodecError("the plaintext holds a lone surrogate, which UTF-8 cannot store") from None
+    if isinstance(plaintext, (bytes, bytearray, memoryview)):
+        return "b", bytes(plaintext)
+    raise CodecError(f"a plaintext is str or bytes, not {type(plaintext).__name__}")
+
+
+def build(form: str, key_id: str, nonce: bytes, sealed: bytes) -> str:
+    return header(form, key_id) + b64url_encode(nonce + sealed)
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A parsed envelope: its header text (authenticated with the place), the nonce and ciphertext+tag."""
+
+    form: str
+    key_id: str
+    header: str
+    nonce: bytes
+    sealed: bytes
+
+
+def parse(value: object) -> Envelope | None:
+    """The envelope `value` holds, or None when it is not one (any other text, a truncated one, a non-str)."""
+    if not isinstance(value, str):
+        return None
+    found = _HEADER.match(value)
+    if found is None:
+        return None
+    body = b64url_decode(value[found.end():])
+    if body is None or len(body) < NONCE_BYTES + TAG_BYTES:
+        return None
+    return Envelope(found[1], found[2], found[0], body[:NONCE_BYTES], body[NONCE_BYTES:])
+
+
+def parse_or_raise(value: object, place: Place) -> Envelope:
+    envelope = parse(value)
+    if envelope is not None:
+        return envelope
+    if not isinstance(value, str):
+        problem = f"it is a {type(value).__name__}, not an envelope (text)"
+    elif value.startswith(MARKER):
+        problem = "the envelope is malformed (truncated or altered)"
+    else:
+        problem = f"it is not an envelope (no {MARKER!r} marker: plaintext, or another format)"
+    raise DecryptionError(tuple(place), problem)
+
+
+def envelope_key_id(value: object) -> str | None:
+    """The id of the key that sealed `value` when it is an envelope, else None (plaintext, anything else).
+
+    Structural only (nothing is decrypted): what rekeying reads to find the rows not yet under the
+    primary key, and migrating a plaintext database in place to find the rows not yet sealed.
+    """
+    envelope = parse(value)
+    return envelope.key_id if envelope is not None else None
+
+
+def is_envelope(value: object) -> bool:
+    """True when `value` is an envelope by its structure (see `envelope_key_id`)."""
+    return parse(value) is not None
+
+
+def valid_key_id(key_id: object) -> bool:
+    return isinstance(key_id, str) and KEY_ID_PATTERN.fullmatch(key_id) is not None
