@@ -6,7 +6,8 @@ the encode (decode) time of the same value, the context for the per-step target 
 wiring is measured against later. Anchors, timed in the same process: the codec (the pure kernels, and
 the native ones when installed); the floor, one raw ``AESGCM.encrypt``/``decrypt`` of the same bytes; and
 the envelope body's base64 alone (binascii, both ways), which is most of what `Keyring.seal`/`open` add on
-top of AES-GCM for large values (the rest: the nonce, the associated data, the header).
+top of AES-GCM for large values (the rest: the nonce, the associated data, the header). Both envelope
+forms are timed: text (base64 body) and binary (``seal(..., binary=True)``, raw body, for stores of bytes).
 
 Values: a small one (one chat message, about 200 bytes of codec text) and a 64 KiB one (a tool result
 holding 64 KiB of text). Every figure is the best of many short repeats, in microseconds per value; the
@@ -73,30 +74,38 @@ def main() -> None:
     keyring = Keyring({"k1": KEY}, primary="k1")
     aesgcm = AESGCM(KEY)
     nonce, aad = os.urandom(12), associated_data(PLACE)
-    print(f"Python {sys.version.split()[0]}; us per value, best of {REPEATS}; the ratios are the codec's time with "
-          "the envelope's added, over the codec's alone")
-    print(f"{'value':24} {'codec':6} {'text B':>7} {'stored':>7} {'encode':>8} {'seal':>8} {'AESGCM':>7} {'b64':>7} "
-          f"{'enc+seal':>9} {'decode':>8} {'open':>8} {'AESGCM':>7} {'b64':>7} {'open+dec':>9}")
+    print(f"Python {sys.version.split()[0]}; us per value, best of {REPEATS} short loops. 'enc+seal' is "
+          "(encode + seal) / encode, 'open+dec' (open + decode) / decode")
+    print(f"{'value':24} {'form':6} {'codec':6} {'text B':>7} {'stored':>7} {'encode':>8} {'seal':>8} "
+          f"{'enc+seal':>9} {'decode':>8} {'open':>8} {'open+dec':>9}")
+    floors: list[str] = []
     for name, value in VALUES.items():
         text = _pure.encode(value)
         data = text.encode("utf-8")
-        stored = keyring.seal(text, PLACE)
         sealed = aesgcm.encrypt(nonce, data, aad)
-        assert keyring.open(stored, PLACE) == text
-        seal = per_call_us(lambda: keyring.seal(text, PLACE))
-        raw_seal = per_call_us(lambda: aesgcm.encrypt(nonce, data, aad))
-        opened = per_call_us(lambda: keyring.open(stored, PLACE))
-        raw_open = per_call_us(lambda: aesgcm.decrypt(nonce, sealed, aad))
         body = binascii.b2a_base64(nonce + sealed, newline=False)
-        to_base64 = per_call_us(lambda: binascii.b2a_base64(nonce + sealed, newline=False))
-        from_base64 = per_call_us(lambda: binascii.a2b_base64(body, strict_mode=True))
+        floors.append(
+            f"{name:24} AESGCM encrypt {per_call_us(lambda: aesgcm.encrypt(nonce, data, aad)):7.2f}, "
+            f"decrypt {per_call_us(lambda: aesgcm.decrypt(nonce, sealed, aad)):7.2f}; base64 of the body: "
+            f"encode {per_call_us(lambda: binascii.b2a_base64(nonce + sealed, newline=False)):7.2f}, "
+            f"decode {per_call_us(lambda: binascii.a2b_base64(body, strict_mode=True)):7.2f}"
+        )
+        codec_times: list[tuple[str, float, float]] = []
         for label, codec in codecs():
             assert codec.encode(value) == text and codec.decode(text) == value
             encode = per_call_us(lambda: codec.encode(value))
-            decode = per_call_us(lambda: codec.decode(text))
-            print(f"{name:24} {label:6} {len(data):7} {len(stored):7} {encode:8.2f} {seal:8.2f} {raw_seal:7.2f} "
-                  f"{to_base64:7.2f} {(encode + seal) / encode:8.2f}x {decode:8.2f} {opened:8.2f} {raw_open:7.2f} "
-                  f"{from_base64:7.2f} {(decode + opened) / decode:8.2f}x")
+            codec_times.append((label, encode, per_call_us(lambda: codec.decode(text))))
+        for form, binary in (("text", False), ("binary", True)):
+            stored = keyring.seal(text, PLACE, binary=binary)
+            assert keyring.open(stored, PLACE) == text
+            seal = per_call_us(lambda: keyring.seal(text, PLACE, binary=binary))
+            opened = per_call_us(lambda: keyring.open(stored, PLACE))
+            for label, encode, decode in codec_times:
+                print(f"{name:24} {form:6} {label:6} {len(data):7} {len(stored):7} {encode:8.2f} {seal:8.2f} "
+                      f"{(encode + seal) / encode:8.2f}x {decode:8.2f} {opened:8.2f} "
+                      f"{(decode + opened) / decode:8.2f}x")
+    print("floors, us:")
+    print("\n".join(floors))
 
 
 if __name__ == "__main__":

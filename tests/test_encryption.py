@@ -34,6 +34,7 @@ VECTORS = json.loads((Path(__file__).parent / "vectors" / "encryption.json").rea
 KEYS = {key_id: bytes.fromhex(key) for key_id, key in VECTORS["keys"].items()}
 K1, K2 = KEYS["k1"], KEYS["k2"]
 PLACE = ("checkpoint-message", "run-42", 3)
+Vector = dict[str, Any]
 PROBLEMS = {
     "not_envelope": "not an envelope",
     "malformed": "malformed",
@@ -69,14 +70,14 @@ def implementation(request: Any) -> Implementation:
 
 
 NO_SYNC_PAIR = _unusable("cryptography")
-needs_sync_pair = pytest.mark.skipif(NO_SYNC_PAIR is not None, reason=str(NO_SYNC_PAIR))  # it needs cryptography
+needs_sync_pair = pytest.mark.skipif(NO_SYNC_PAIR is not None, reason=str(NO_SYNC_PAIR))  # seal/open
 
 
 def ring(implementation: Implementation = "cryptography", **kwargs: Any) -> Keyring:
     return Keyring({"k2": K2, "k1": K1}, primary="k2", implementation=implementation, **kwargs)
 
 
-def plaintext_of(vector: dict[str, Any]) -> str | bytes:
+def plaintext_of(vector: Vector) -> str | bytes:
     value = vector["plaintext"]
     return value["text"] if "text" in value else bytes.fromhex(value["hex"])
 
@@ -106,33 +107,44 @@ async def test_raw_aes_gcm_vectors(implementation: Implementation, vector: dict[
 
 
 @pytest.mark.parametrize("vector", VECTORS["associated_data"], ids=lambda v: repr(v["place"]))
-def test_associated_data_vectors(vector: dict[str, Any]) -> None:
+def test_associated_data_vectors(vector: Vector) -> None:
     assert associated_data(vector["place"]) == bytes.fromhex(vector["hex"])
     assert associated_data(tuple(vector["place"])) == bytes.fromhex(vector["hex"])
 
 
 @pytest.mark.parametrize("vector", VECTORS["envelopes"], ids=lambda v: v["name"])
-async def test_each_implementation_seals_the_vector_envelopes(implementation: Implementation, vector: dict[str, Any]) -> None:
+async def test_each_implementation_seals_the_vector_envelopes(
+    implementation: Implementation, vector: Vector
+) -> None:
     key_id, nonce = vector["key_id"], bytes.fromhex(vector["nonce"])
     keyring = Keyring({key_id: KEYS[key_id]}, primary=key_id, implementation=implementation,
                       nonce_source=lambda: nonce)
-    assert await keyring.seal_async(plaintext_of(vector), vector["place"]) == vector["envelope"]
+    plaintext, place, binary = plaintext_of(vector), vector["place"], bytes.fromhex(vector["binary"])
+    assert await keyring.seal_async(plaintext, place) == vector["envelope"]
+    assert await keyring.seal_async(plaintext, place, binary=True) == binary
     if implementation == "cryptography":
-        assert keyring.seal(plaintext_of(vector), vector["place"]) == vector["envelope"]
+        assert keyring.seal(plaintext, place) == vector["envelope"]
+        assert keyring.seal(plaintext, place, binary=True) == binary
 
 
 @pytest.mark.parametrize("vector", VECTORS["envelopes"], ids=lambda v: v["name"])
-async def test_each_implementation_opens_the_vector_envelopes(implementation: Implementation, vector: dict[str, Any]) -> None:
+async def test_each_implementation_opens_the_vector_envelopes(
+    implementation: Implementation, vector: Vector
+) -> None:
     keyring = Keyring(KEYS, primary="k2", implementation=implementation)
-    opened = await keyring.open_async(vector["envelope"], vector["place"])
-    assert opened == plaintext_of(vector) and type(opened) is type(plaintext_of(vector))
-    if implementation == "cryptography":
-        assert keyring.open(vector["envelope"], vector["place"]) == plaintext_of(vector)
-    assert envelope_key_id(vector["envelope"]) == vector["key_id"] and is_envelope(vector["envelope"])
+    binary = bytes.fromhex(vector["binary"])
+    for stored in (vector["envelope"], binary, bytearray(binary), memoryview(binary)):
+        opened = await keyring.open_async(stored, vector["place"])
+        assert opened == plaintext_of(vector) and type(opened) is type(plaintext_of(vector))
+        if implementation == "cryptography":
+            assert keyring.open(stored, vector["place"]) == plaintext_of(vector)
+        assert envelope_key_id(stored) == vector["key_id"] and is_envelope(stored)
 
 
 @pytest.mark.parametrize("vector", VECTORS["refused"], ids=lambda v: v["name"])
-async def test_each_implementation_refuses_the_tampered_values(implementation: Implementation, vector: dict[str, Any]) -> None:
+async def test_each_implementation_refuses_the_tampered_values(
+    implementation: Implementation, vector: Vector
+) -> None:
     keyring = ring(implementation)
     with pytest.raises(DecryptionError) as caught:
         await keyring.open_async(vector["envelope"], vector["place"])
@@ -144,8 +156,20 @@ async def test_each_implementation_refuses_the_tampered_values(implementation: I
             keyring.open(vector["envelope"], vector["place"])
 
 
+@pytest.mark.parametrize("vector", VECTORS["refused_binary"], ids=lambda v: v["name"])
+async def test_each_implementation_refuses_the_tampered_binary_values(
+    implementation: Implementation, vector: Vector
+) -> None:
+    value = bytes.fromhex(vector["hex"])
+    with pytest.raises(DecryptionError) as caught:
+        await ring(implementation).open_async(value, vector["place"])
+    assert PROBLEMS[vector["problem"]] in caught.value.problem
+    assert_names_no_key(caught.value)
+    assert is_envelope(value) is (vector["problem"] in ("unknown_key", "not_authentic"))
+
+
 @pytest.mark.parametrize("vector", VECTORS["refused"], ids=lambda v: v["name"])
-def test_envelope_key_id_reads_the_structure_only(vector: dict[str, Any]) -> None:
+def test_envelope_key_id_reads_the_structure_only(vector: Vector) -> None:
     structural = vector["problem"] in ("unknown_key", "not_authentic")
     assert is_envelope(vector["envelope"]) is structural
     key_id = envelope_key_id(vector["envelope"])
@@ -158,28 +182,31 @@ def test_envelope_key_id_reads_the_structure_only(vector: dict[str, Any]) -> Non
 
 BAD_KEYRINGS: list[tuple[str, Callable[[], Keyring], str]] = [
     ("empty ring", lambda: Keyring({}, primary="k1"), "at least one key"),
-    ("not a mapping", lambda: Keyring([("k1", K1)], primary="k1"), "at least one key"),  # type: ignore[arg-type]
+    ("not a mapping", lambda: Keyring([("k1", K1)], "k1"), "at least one key"),  # type: ignore[arg-type]
     ("16-byte key", lambda: Keyring({"k1": K1[:16]}, primary="k1"), "is 16 bytes"),
     ("31-byte key", lambda: Keyring({"k1": K1[:31]}, primary="k1"), "is 31 bytes"),
     ("33-byte key", lambda: Keyring({"k1": K1 + b"x"}, primary="k1"), "is 33 bytes"),
     ("a str key", lambda: Keyring({"k1": K1.hex()}, primary="k1"), "not str"),  # type: ignore[dict-item]
     ("unknown primary", lambda: Keyring({"k1": K1}, primary="k2"), "'k2' is not in the keyring"),
-    ("primary not a str", lambda: Keyring({"k1": K1}, primary=1), "is not in the keyring"),  # type: ignore[arg-type]
+    ("primary not a str", lambda: Keyring({"k1": K1}, 1), "is not in the keyring"),  # type: ignore[arg-type]
     ("empty key id", lambda: Keyring({"": K1}, primary=""), "cannot be stored"),
     ("a dot in the key id", lambda: Keyring({"k.1": K1}, primary="k.1"), "cannot be stored"),
     ("a space in the key id", lambda: Keyring({"k 1": K1}, primary="k 1"), "cannot be stored"),
     ("non-ASCII key id", lambda: Keyring({"clé": K1}, primary="clé"), "cannot be stored"),
     ("65-character key id", lambda: Keyring({"k" * 65: K1}, primary="k" * 65), "cannot be stored"),
-    ("int key id", lambda: Keyring({1: K1}, primary=1), "of type int cannot be stored"),  # type: ignore[dict-item, arg-type]
+    ("int key id", lambda: Keyring({1: K1}, 1), "of type int cannot be"),  # type: ignore[dict-item, arg-type]
     ("one key, two ids", lambda: Keyring({"k1": K1, "k2": bytearray(K1)}, primary="k1"), "same key"),
-    ("unknown implementation", lambda: Keyring({"k1": K1}, "k1", implementation="openssl"),  # type: ignore[arg-type]
-     "implementation must be"),
-    ("nonce source not callable", lambda: Keyring({"k1": K1}, "k1", nonce_source=b"x" * 12),  # type: ignore[arg-type]
+    ("unknown implementation",
+     lambda: Keyring({"k1": K1}, "k1", implementation="openssl"),  # type: ignore[arg-type]
+     "implementation is one of"),
+    ("nonce source not callable",
+     lambda: Keyring({"k1": K1}, "k1", nonce_source=b"x" * 12),  # type: ignore[arg-type]
      "nonce_source"),
 ]
 
 
-@pytest.mark.parametrize(("build", "message"), [(b, m) for _, b, m in BAD_KEYRINGS], ids=[n for n, _, _ in BAD_KEYRINGS])
+@pytest.mark.parametrize(("build", "message"), [(b, m) for _, b, m in BAD_KEYRINGS],
+                         ids=[n for n, _, _ in BAD_KEYRINGS])
 def test_a_bad_keyring_is_refused_at_construction(build: Callable[[], Keyring], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message) as caught:
         build()
@@ -197,19 +224,31 @@ def test_decryption_error_is_a_durable_agent_error_with_a_stable_code() -> None:
     error = DecryptionError(PLACE, "it is not authentic")
     assert isinstance(error, durable_agent.DurableAgentError) and isinstance(error, ValueError)
     assert error.code == "decryption_failed" and error.place == PLACE
-    assert str(error) == "cannot decrypt the value stored at ('checkpoint-message', 'run-42', 3): it is not authentic"
+    assert str(error) == ("cannot decrypt the value stored at ('checkpoint-message', 'run-42', 3): "
+                          "it is not authentic")
 
 
 @pytest.mark.parametrize("plaintext", ["", "x", '{"role":"user","content":"hello"}', "日本語 🌍\u2028",
                                        b"", b"\x00\xff", bytes(range(256)) * 256, "é" * 40_000],
                          ids=["empty text", "one char", "codec text", "non-ASCII", "empty bytes", "two bytes",
                               "64 KiB bytes", "80 KB text"])
-async def test_round_trip_gives_back_the_same_value_and_type(implementation: Implementation, plaintext: str | bytes) -> None:
+async def test_round_trip_gives_back_the_same_value_and_type(
+    implementation: Implementation, plaintext: str | bytes
+) -> None:
     keyring = ring(implementation)
     stored = await keyring.seal_async(plaintext, PLACE)
     assert envelope_key_id(stored) == "k2" and stored.isascii()
     opened = await keyring.open_async(stored, PLACE)
     assert opened == plaintext and type(opened) is type(plaintext)
+
+
+async def test_the_binary_form_is_the_text_form_without_base64(implementation: Implementation) -> None:
+    keyring = ring(implementation)
+    stored = await keyring.seal_async("a tool result " * 100, PLACE, binary=True)
+    assert isinstance(stored, bytes) and stored.startswith(b"enc1t.k2.")
+    assert len(stored) == len("enc1t.k2.") + 12 + len("a tool result " * 100) + 16
+    text_form = "enc1t.k2." + base64.b64encode(stored[len("enc1t.k2."):]).decode()
+    assert await keyring.open_async(text_form, PLACE) == await keyring.open_async(stored, PLACE)
 
 
 async def test_each_seal_draws_a_fresh_nonce(implementation: Implementation) -> None:
@@ -229,7 +268,9 @@ async def test_the_sync_and_async_pairs_read_each_other() -> None:
 @pytest.mark.parametrize("other", [("checkpoint-message", "run-43", 3), ("checkpoint-message", "run-42", 4),
                                    ("checkpoint-message", "run-42", "3"), ("stream-partial", "run-42", 3),
                                    ("checkpoint-message", "run-42"), ("checkpoint-message", "run-42", 3, 0)])
-async def test_an_envelope_opens_only_at_its_place(implementation: Implementation, other: tuple[str | int, ...]) -> None:
+async def test_an_envelope_opens_only_at_its_place(
+    implementation: Implementation, other: tuple[str | int, ...]
+) -> None:
     keyring = ring(implementation)
     stored = await keyring.seal_async("secret text", PLACE)
     with pytest.raises(DecryptionError, match="not authentic") as caught:
@@ -237,9 +278,11 @@ async def test_an_envelope_opens_only_at_its_place(implementation: Implementatio
     assert caught.value.place == other and "secret text" not in str(caught.value)
 
 
-@pytest.mark.parametrize("place", [(), [], "checkpoint-message", b"ab", None, ("a", True), ("a", 1.5), ("a", None),
+@pytest.mark.parametrize("place", [(), [], "checkpoint-message", b"ab", None, ("a", True), ("a", 1.5),
+                                   ("a", None),
                                    ("a", b"b"), ("\ud800",), ("a", 10**5000)],
-                         ids=["empty tuple", "empty list", "a str", "bytes", "None", "a bool", "a float", "None part",
+                         ids=["empty tuple", "empty list", "a str", "bytes", "None", "a bool", "a float",
+                              "None part",
                               "a bytes part", "a lone surrogate", "a huge int"])
 def test_a_place_that_cannot_be_encoded_is_a_configuration_error(place: Any) -> None:
     keyring = ring()
@@ -251,7 +294,8 @@ def test_a_place_that_cannot_be_encoded_is_a_configuration_error(place: Any) -> 
         keyring.open("enc1t.k2." + "A" * 40, place)
 
 
-@pytest.mark.parametrize("plaintext", [123, None, ["a"], "\ud800"], ids=["int", "None", "list", "lone surrogate"])
+@pytest.mark.parametrize("plaintext", [123, None, ["a"], "\ud800"],
+                         ids=["int", "None", "list", "lone surrogate"])
 def test_a_plaintext_that_is_not_text_or_bytes_is_a_codec_error(plaintext: Any) -> None:
     with pytest.raises(CodecError):
         ring().seal(plaintext, PLACE)
@@ -264,9 +308,10 @@ async def test_rotation_old_envelopes_open_new_ones_use_the_primary(implementati
     assert await rotated.open_async(old, PLACE) == "written before the rotation"
     new = await rotated.seal_async("written after", PLACE)
     assert envelope_key_id(old) == "k1" and envelope_key_id(new) == "k2"
-    rekeyed = await rotated.seal_async(await rotated.open_async(old, PLACE), PLACE)  # what rekey will do per row
+    rekeyed = await rotated.seal_async(await rotated.open_async(old, PLACE), PLACE)  # what rekey will do
     retired = Keyring({"k2": K2}, primary="k2", implementation=implementation)
-    assert [await retired.open_async(v, PLACE) for v in (new, rekeyed)] == ["written after", "written before the rotation"]
+    opened = [await retired.open_async(v, PLACE) for v in (new, rekeyed)]
+    assert opened == ["written after", "written before the rotation"]
     with pytest.raises(DecryptionError, match="key id 'k1', not in this keyring") as caught:
         await retired.open_async(old, PLACE)
     assert_names_no_key(caught.value)
@@ -318,9 +363,11 @@ def b64(key: bytes) -> str:
 
 
 def test_from_env_reads_ids_and_keys_and_the_first_is_primary() -> None:
-    keyring = Keyring.from_env({"DURABLE_AGENT_KEYS": f" k2:{b64(K2)} , k1:{base64.urlsafe_b64encode(K1).decode().rstrip('=')}"})
+    unpadded_url_safe = base64.urlsafe_b64encode(K1).decode().rstrip("=")
+    keyring = Keyring.from_env({"DURABLE_AGENT_KEYS": f" k2:{b64(K2)} , k1:{unpadded_url_safe}"})
     assert keyring.key_ids == ("k2", "k1") and keyring.primary == "k2"
-    explicit = Keyring.from_env({"DURABLE_AGENT_KEYS": f"k2:{b64(K2)},k1:{b64(K1)}", "DURABLE_AGENT_PRIMARY_KEY": "k1"})
+    explicit = Keyring.from_env({"DURABLE_AGENT_KEYS": f"k2:{b64(K2)},k1:{b64(K1)}",
+                                 "DURABLE_AGENT_PRIMARY_KEY": "k1"})
     assert explicit.primary == "k1"
 
 
@@ -339,9 +386,12 @@ def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -
     ({"DURABLE_AGENT_KEYS": f"k1:{b64(K1)},k1:{b64(K2)}"}, "'k1' is listed twice"),
     ({"DURABLE_AGENT_KEYS": f"k1:{b64(K1)[:-2]}!!"}, "the key of 'k1' is not base64"),
     ({"DURABLE_AGENT_KEYS": f"k1:{b64(K1[:16])}"}, "key 'k1' is 16 bytes"),
-    ({"DURABLE_AGENT_KEYS": f"k1:{b64(K1)}", "DURABLE_AGENT_PRIMARY_KEY": "k2"}, "'k2' is not in the keyring"),
-], ids=["unset", "blank", "no id", "bad id", "empty entry", "duplicate id", "not base64", "short key", "unknown primary"])
-def test_from_env_errors_name_the_variable_and_entry_never_a_key(environ: dict[str, str], message: str) -> None:
+    ({"DURABLE_AGENT_KEYS": f"k1:{b64(K1)}", "DURABLE_AGENT_PRIMARY_KEY": "k2"}, "'k2' is not in the"),
+], ids=["unset", "blank", "no id", "bad id", "empty entry", "duplicate id", "not base64", "short key",
+        "unknown primary"])
+def test_from_env_errors_name_the_variable_and_entry_never_a_key(
+    environ: dict[str, str], message: str
+) -> None:
     with pytest.raises(ConfigurationError, match=message) as caught:
         Keyring.from_env(environ)
     assert_names_no_key(caught.value)

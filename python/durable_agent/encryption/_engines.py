@@ -31,7 +31,7 @@ def cryptography_available() -> bool:
 
 
 def webcrypto_available() -> bool:
-    """True under Pyodide (a browser, Node, a Cloudflare Worker) when the JS global ``crypto.subtle`` exists."""
+    """True under Pyodide (a browser, Node, a Cloudflare Worker) when the JS ``crypto.subtle`` exists."""
     if sys.platform != "emscripten":
         return False
     import js
@@ -83,7 +83,7 @@ class WebCryptoEngine:
         key = self._imported.get(key_id)
         if key is None:
             if not webcrypto_available():
-                raise FeatureUnavailableError("WebCrypto (crypto.subtle) exists only under Pyodide, with crypto.subtle")
+                raise FeatureUnavailableError("WebCrypto (crypto.subtle) is reached only under Pyodide")
             import js
             from pyodide.ffi import to_js
 

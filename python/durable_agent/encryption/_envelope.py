@@ -1,7 +1,8 @@
-"""The envelope's text format and the associated data, with no cryptography (docs/encryption.md).
+"""The envelope's format and the associated data, with no cryptography (docs/encryption.md).
 
 ```
-envelope = "enc1" form "." key_id "." base64( nonce[12] || ciphertext || tag[16] )
+envelope = "enc1" form "." key_id "." base64( nonce[12] || ciphertext || tag[16] )      (text)
+         | ASCII( "enc1" form "." key_id "." ) || nonce[12] || ciphertext || tag[16]     (binary)
 form     = "t" (the plaintext was text, stored as UTF-8) | "b" (bytes)
 key_id   = 1 to 64 of A-Z a-z 0-9 - _
 GCM AAD  = ASCII( "enc1" form "." key_id "." ) || associated_data(place)
@@ -10,6 +11,8 @@ GCM AAD  = ASCII( "enc1" form "." key_id "." ) || associated_data(place)
 `base64` is RFC 4648 section 4 (alphabet ``A-Z a-z 0-9 + /``, ``=`` padding), canonical: a reader accepts
 exactly what the writer produces. Not the URL-safe alphabet of the approval tokens: an envelope is stored,
 never put in a URL, and CPython's binascii reads and writes the standard alphabet 2-3x faster (64 KiB values).
+The binary form is the same envelope without the base64 (the same AAD: one converts to the other without
+decrypting), for stores that hold bytes; base64 costs more than AES-GCM itself on large values.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ NONCE_BYTES = 12
 TAG_BYTES = 16
 KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _HEADER = re.compile(r"enc1([tb])\.([A-Za-z0-9_-]{1,64})\.")
+_BINARY_HEADER = re.compile(rb"enc1([tb])\.([A-Za-z0-9_-]{1,64})\.")
 
+Plaintext = str | bytes | bytearray
 Place = tuple[str | int, ...] | list[str | int]
 """Where a value is stored, e.g. ``("checkpoint-message", run_id, seq)``: strs and ints, kind first."""
 
@@ -39,7 +44,8 @@ def associated_data(place: Place) -> bytes:
     cannot encode is a `ConfigurationError`: it is the caller's mistake.
     """
     if (type(place) is not tuple and type(place) is not list) or not place:
-        raise ConfigurationError(f"a place is a non-empty tuple of str and int parts, not {type(place).__name__}")
+        what = f"a {type(place).__name__}" if place else "empty"
+        raise ConfigurationError(f"a place is a non-empty tuple of str and int parts; this one is {what}")
     try:
         return ("[" + ",".join([_part(part) for part in place]) + "]").encode("utf-8")
     except (UnicodeEncodeError, ValueError) as exc:  # a lone surrogate; an int beyond the digit limit
@@ -58,7 +64,7 @@ def header(form: str, key_id: str) -> str:
     return f"{MARKER}{form}.{key_id}."
 
 
-def plaintext_bytes(plaintext: str | bytes | bytearray) -> tuple[str, bytes]:
+def plaintext_bytes(plaintext: Plaintext) -> tuple[str, bytes]:
     """(form, bytes) of a plaintext: text as UTF-8, bytes as they are."""
     if isinstance(plaintext, str):
         try:
@@ -74,7 +80,12 @@ def build(form: str, key_id: str, nonce: bytes, sealed: bytes) -> str:
     return header(form, key_id) + binascii.b2a_base64(nonce + sealed, newline=False).decode("ascii")
 
 
-_BASE64_INDEX = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
+def build_binary(form: str, key_id: str, nonce: bytes, sealed: bytes) -> bytes:
+    return header(form, key_id).encode("ascii") + nonce + sealed
+
+
+_BASE64_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_BASE64_INDEX = {char: i for i, char in enumerate(_BASE64_ALPHABET)}
 
 
 def base64_decode(text: str) -> bytes | None:
@@ -101,25 +112,33 @@ class Envelope(NamedTuple):
 
 
 def parse(value: object) -> Envelope | None:
-    """The envelope `value` holds, or None when it is not one (any other text, a truncated one, a non-str)."""
-    if not isinstance(value, str):
-        return None
-    found = _HEADER.match(value)
-    if found is None:
-        return None
-    body = base64_decode(value[found.end():])
-    if body is None or len(body) < NONCE_BYTES + TAG_BYTES:
-        return None
-    return Envelope(found[1], found[2], found[0], body[:NONCE_BYTES], body[NONCE_BYTES:])
+    """The envelope `value` holds (a str: the text form; bytes: the binary form), or None if none."""
+    if isinstance(value, str):
+        found = _HEADER.match(value)
+        if found is None:
+            return None
+        body = base64_decode(value[found.end():])
+        if body is None or len(body) < NONCE_BYTES + TAG_BYTES:
+            return None
+        return Envelope(found[1], found[2], found[0], body[:NONCE_BYTES], body[NONCE_BYTES:])
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+        binary = _BINARY_HEADER.match(data)
+        if binary is None or len(data) - binary.end() < NONCE_BYTES + TAG_BYTES:
+            return None
+        start = binary.end() + NONCE_BYTES
+        return Envelope(chr(binary[1][0]), binary[2].decode("ascii"), binary[0].decode("ascii"),
+                        data[binary.end():start], data[start:])
+    return None
 
 
 def parse_or_raise(value: object, place: Place) -> Envelope:
     envelope = parse(value)
     if envelope is not None:
         return envelope
-    if not isinstance(value, str):
-        problem = f"it is a {type(value).__name__}, not an envelope (text)"
-    elif value.startswith(MARKER):
+    if not isinstance(value, (str, bytes, bytearray, memoryview)):
+        problem = f"it is of type {type(value).__name__}, not an envelope (text or bytes)"
+    elif (value.startswith(MARKER) if isinstance(value, str) else bytes(value[:4]) == MARKER.encode()):
         problem = "the envelope is malformed (truncated or altered)"
     else:
         problem = f"it is not an envelope (no {MARKER!r} marker: plaintext, or another format)"
@@ -127,7 +146,8 @@ def parse_or_raise(value: object, place: Place) -> Envelope:
 
 
 def envelope_key_id(value: object) -> str | None:
-    """The id of the key that sealed `value` when it is an envelope, else None (plaintext, anything else).
+    """The id of the key that sealed `value` when it is an envelope (text or binary), else None (plaintext,
+    anything else).
 
     Structural only (nothing is decrypted): what rekeying reads to find the rows not yet under the
     primary key, and migrating a plaintext database in place to find the rows not yet sealed.

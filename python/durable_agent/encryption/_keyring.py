@@ -6,7 +6,7 @@ import base64
 import binascii
 import os
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import Literal, overload
 
 from ..errors import ConfigurationError, DecryptionError, FeatureUnavailableError
 from . import _envelope
@@ -17,7 +17,7 @@ from ._engines import (
     cryptography_available,
     webcrypto_available,
 )
-from ._envelope import NONCE_BYTES, Envelope, Place, associated_data
+from ._envelope import NONCE_BYTES, Envelope, Place, Plaintext, associated_data
 
 KEY_BYTES = 32
 ENV_KEYS = "DURABLE_AGENT_KEYS"
@@ -78,7 +78,7 @@ class Keyring:
                     "or use Keyring.from_env)"
                 )
             if len(key) != KEY_BYTES:
-                raise ConfigurationError(f"key {key_id!r} is {len(key)} bytes; an AES-256-GCM key is {KEY_BYTES}")
+                raise ConfigurationError(f"key {key_id!r} is {len(key)} bytes; AES-256 keys are {KEY_BYTES}")
             if bytes(key) in ids_by_key:
                 raise ConfigurationError(
                     f"keys {ids_by_key[bytes(key)]!r} and {key_id!r} are the same key: give a key one id"
@@ -88,7 +88,7 @@ class Keyring:
         if not isinstance(primary, str) or primary not in held:
             raise ConfigurationError(f"the primary key id {primary!r} is not in the keyring ({_ids(held)})")
         if implementation not in IMPLEMENTATIONS:
-            raise ConfigurationError(f"implementation must be one of {IMPLEMENTATIONS}, not {implementation!r}")
+            raise ConfigurationError(f"implementation is one of {IMPLEMENTATIONS}, not {implementation!r}")
         if nonce_source is not None and not callable(nonce_source):
             raise ConfigurationError("nonce_source must be a callable returning 12 bytes")
         self._keys = held
@@ -119,7 +119,8 @@ class Keyring:
             key_id, colon, encoded = entry.strip().partition(":")
             if not colon or not _envelope.valid_key_id(key_id):
                 raise ConfigurationError(
-                    f"{ENV_KEYS}: entry {number} is not 'id:<base64 key>' with an id of 1 to 64 of A-Z a-z 0-9 - _"
+                    f"{ENV_KEYS}: entry {number} is not 'id:<base64 key>' "
+                    "with an id of 1 to 64 of A-Z a-z 0-9 - _"
                 )
             if key_id in keys:
                 raise ConfigurationError(f"{ENV_KEYS}: key id {key_id!r} is listed twice")
@@ -142,13 +143,21 @@ class Keyring:
 
     # --- sealing and opening ---------------------------------------------------------------------------
 
-    def seal(self, plaintext: str | bytes | bytearray, place: Place) -> str:
-        """The envelope of `plaintext` (text or bytes) under the primary key, bound to `place`."""
+    @overload
+    def seal(self, plaintext: Plaintext, place: Place, *, binary: Literal[False] = False) -> str: ...
+    @overload
+    def seal(self, plaintext: Plaintext, place: Place, *, binary: Literal[True]) -> bytes: ...
+
+    def seal(self, plaintext: Plaintext, place: Place, *, binary: bool = False) -> str | bytes:
+        """The envelope of `plaintext` (text or bytes) under the primary key, bound to `place`: a str, or with
+        ``binary=True`` the same envelope as bytes without the base64, for stores that hold bytes."""
         form, data, nonce, aad = self._begin_seal(plaintext, place)
-        return _envelope.build(form, self._primary, nonce, self._sync().encrypt(self._primary, nonce, data, aad))
+        sealed = self._sync().encrypt(self._primary, nonce, data, aad)
+        return (_envelope.build_binary if binary else _envelope.build)(form, self._primary, nonce, sealed)
 
     def open(self, value: object, place: Place) -> str | bytes:
         """The plaintext `value` seals (a str or bytes, as it was sealed), when it was sealed for `place`.
+        `value` is an envelope in either form: a str, or bytes (``seal(..., binary=True)``).
 
         Raises `DecryptionError` when `value` is not an envelope, its key id is not in the ring, or it is not
         authentic (another key, another place, a flipped or missing byte).
@@ -160,7 +169,14 @@ class Keyring:
             raise DecryptionError(tuple(place), AUTHENTICATION_FAILED) from None
         return _plaintext(envelope, data, place)
 
-    async def seal_async(self, plaintext: str | bytes | bytearray, place: Place) -> str:
+    @overload
+    async def seal_async(
+        self, plaintext: Plaintext, place: Place, *, binary: Literal[False] = False
+    ) -> str: ...
+    @overload
+    async def seal_async(self, plaintext: Plaintext, place: Place, *, binary: Literal[True]) -> bytes: ...
+
+    async def seal_async(self, plaintext: Plaintext, place: Place, *, binary: bool = False) -> str | bytes:
         """`seal`, through the implementation the keyring's `implementation` picks for async code."""
         form, data, nonce, aad = self._begin_seal(plaintext, place)
         engine = self._async()
@@ -168,7 +184,7 @@ class Keyring:
             sealed = await engine.encrypt(self._primary, nonce, data, aad)
         else:
             sealed = engine.encrypt(self._primary, nonce, data, aad)
-        return _envelope.build(form, self._primary, nonce, sealed)
+        return (_envelope.build_binary if binary else _envelope.build)(form, self._primary, nonce, sealed)
 
     async def open_async(self, value: object, place: Place) -> str | bytes:
         """`open`, through the implementation the keyring's `implementation` picks for async code."""
@@ -185,7 +201,7 @@ class Keyring:
 
     # --- the shared halves -----------------------------------------------------------------------------
 
-    def _begin_seal(self, plaintext: str | bytes | bytearray, place: Place) -> tuple[str, bytes, bytes, bytes]:
+    def _begin_seal(self, plaintext: Plaintext, place: Place) -> tuple[str, bytes, bytes, bytes]:
         """(form, plaintext bytes, nonce, GCM associated data) of a seal under the primary key."""
         form, data = _envelope.plaintext_bytes(plaintext)
         aad = _envelope.header(form, self._primary).encode("ascii") + associated_data(place)
@@ -198,9 +214,8 @@ class Keyring:
         aad_of_place = associated_data(place)
         envelope = _envelope.parse_or_raise(value, place)
         if envelope.key_id not in self._keys:
-            raise DecryptionError(
-                tuple(place), f"it was sealed with key id {envelope.key_id!r}, not in this keyring ({_ids(self._keys)})"
-            )
+            problem = f"it was sealed with key id {envelope.key_id!r}, not in this keyring"
+            raise DecryptionError(tuple(place), f"{problem} ({_ids(self._keys)})")
         return envelope, envelope.header.encode("ascii") + aad_of_place
 
     def _sync(self) -> CryptographyEngine:
