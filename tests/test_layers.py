@@ -20,7 +20,7 @@ LAYERS: dict[str, int] = {
     "_storage": 2,
     "backends": 3,
     **dict.fromkeys(("models", "tools", "tool_functions", "tool_sources", "tool_calls", "model_call", "loop",
-                     "generate", "options", "results", "retry", "stop", "stream_parts", "structured_output", "transcript",
+                     "generate", "options", "results", "retry", "stop", "stream_parts", "durability", "structured_output", "transcript",
                      "tracing", "parked", "fork", "subagent", "durable_session", "agent"), 4),
     **dict.fromkeys(("providers", "mcp", "http", "cli", "restate", "testing"), 5),
     "__init__": 6,  # the flat public namespace

@@ -1,4 +1,4 @@
-"""`model_call.drain`: a journaled model step runs in its caller's task, its parts streamed as it puts them.
+"""`durability.drain`: a journaled model step runs in its caller's task, its parts streamed as it puts them.
 
 The step is a coroutine driven inside the caller's task (no task of its own per model step);
 these tests hold it to what a task would have given: the parts in order, a failure after the
@@ -15,7 +15,8 @@ import pytest
 
 from durable_agent import StreamRefusal, StreamTextDelta, StreamToolCall, Usage
 from durable_agent.backends import StepCompleted, StepInterrupted
-from durable_agent.model_call import ModelTurn, drain
+from durable_agent.durability import drain
+from durable_agent.model_call import ModelTurn
 
 
 async def collected(parts: deque[Any], step: Any, turn: ModelTurn | None = None) -> list[Any]:

@@ -11,7 +11,8 @@ leaves a state the next call continues from, and a process that lost the lease l
    ``on_interrupted="resume"``, driven on;
 3. **start**: the new run's first checkpoint (history plus prompt), the session's last run,
    and the mark: one commit;
-4. **drive**: the loop; each checkpoint it saves is one commit (`RunCheckpoints`);
+4. **drive**: the loop, durable through the run's scope (`JournaledDurability`); each checkpoint
+   it saves is one commit (`RunCheckpoints`);
 5. **park**: a ``suspended`` checkpoint commits with one awakeable per pending approval and
    the unmark; `resume()` marks the run again (one commit) before it drives the next leg;
 6. **finish**: the ``completed`` checkpoint commits with the unmark.
@@ -36,6 +37,7 @@ from ._storage.protocols import DurableRuntime, RunScope
 from ._storage.records import NO_DEFERRED, DeferredSteps, RunTransition, StepRecord
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage, check_verdict
+from .durability import JournaledDurability
 from .errors import (
     ConfigurationError,
     RunExistsError,
@@ -388,10 +390,10 @@ class DurableSession:
                 await self._join_partials(scope, checkpoints, run_id, spec)
             options = {**spec.options, "approval_responses": list(responses)} if responses else spec.options
             tool_state = dict(await runtime.stores.tool_state(self.session_id).all())
-            run_options = RunOptions.build(spec.model, {"tools": spec.tools, **options},
-                                           store=checkpoints, run_id=run_id, scope=scope,
-                                           suspend_signal=self._suspend, tool_state=tool_state)
-            return await _consume(AgentLoop(run_options, None, resume_run_id=run_id, trace=trace), on_part)
+            durability = JournaledDurability(scope, checkpoints, tool_state=tool_state, suspend_signal=self._suspend)
+            run_options = RunOptions.build(spec.model, {"tools": spec.tools, **options})
+            loop = AgentLoop(run_options, None, durability=durability, resume_run_id=run_id, trace=trace)
+            return await _consume(loop, on_part)
         except RunSuspendedError:
             logger.info("run %s suspended; it stays resumable", run_id)
             raise

@@ -6,8 +6,9 @@ the outcome (messages, steps, usage, finish reason, pending approvals).
 
 A run goes step by step: a model call (`model_call.ModelCaller`: attempts, retries,
 fallbacks), then the tool calls it asked for (`tool_calls.ToolDecider` decides each,
-`tool_calls.ToolRunner` runs them). At every step boundary a durable run saves an
-`AgentCheckpoint`; saving is best-effort (a failing store is logged, the run goes on). When a tool needs a verdict from outside (client-mode approval)
+`tool_calls.ToolRunner` runs them), each a step of the run's `Durability` (`durability`: a
+pass-through, or a durable leg's journal). At every step boundary a durable run saves an
+`AgentCheckpoint` to the durability's checkpoints; saving is best-effort (a failing store is logged, the run goes on). When a tool needs a verdict from outside (client-mode approval)
 or is a client tool, the run *suspends*: the assistant message is kept with its tool calls
 unanswered, plus a ``tool-approval-request`` part for each gated call, and the checkpoint
 says ``suspended``. The next call on that history *settles* the unanswered calls first.
@@ -28,6 +29,7 @@ from typing import Any
 from ._kernels import kernels
 from ._util import maybe_await
 from .checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, Usage
+from .durability import Durability
 from .errors import (
     CheckpointNotFoundError,
     CheckpointVersionError,
@@ -90,19 +92,25 @@ _ENDING_REASONS: dict[str, FinishReason] = {"length": "length", "refusal": "refu
 
 
 class AgentLoop:
-    """One call of the loop. Create, iterate `parts()` once, then read the outcome attributes."""
+    """One call of the loop. Create, iterate `parts()` once, then read the outcome attributes.
+
+    `durability`: how the run is durable (`durability`); by default the pass-through that saves
+    its checkpoints to the call's `store=`, if any.
+    """
 
     def __init__(
         self,
         options: RunOptions,
         messages: Sequence[Message] | None,
         *,
+        durability: Durability | None = None,
         resume_run_id: str | None = None,
         trace: RunTrace | None = None,
     ) -> None:
         if messages is None and resume_run_id is None:
             raise ConfigurationError("messages are required")
         self.options = options
+        self.durability = durability if durability is not None else Durability(options.store)
         self._resume = resume_run_id is not None
         self.run_id: str | None = resume_run_id
         if self.run_id is None and options.durable:
@@ -121,7 +129,7 @@ class AgentLoop:
         self._turn = ModelTurn(step_index=-1)  # the model call of the step in progress: places an error part
         self._recent_batches: list[str] = []
         self.trace = trace if trace is not None else RunTrace()  # `trace`: a leg whose span started before its loop (`DurableSession.run`)
-        self.log = RunLogger(logger, lambda: (self.run_id, self._next_index, getattr(options.scope, "session_id", None)))
+        self.log = RunLogger(logger, lambda: (self.run_id, self._next_index, self.durability.session_id))
         self._output = OutputSpec.build(options.output) if options.output is not None else None
         self._repairs = 0
         self.output: Any = None
@@ -130,9 +138,9 @@ class AgentLoop:
     def _bind(self, options: RunOptions) -> None:
         """Use `options` from now on (a run with tool sources rebinds once their tools are known)."""
         self.options = options
-        self._models = ModelCaller(options, self.run_id, self.trace, self._check_abort)
+        self._models = ModelCaller(options, self.durability, self.run_id, self.trace, self._check_abort)
         self._decider = ToolDecider(options, self.run_id)
-        self._runner = ToolRunner(options, self.run_id, self.trace, self.log, self._check_abort)
+        self._runner = ToolRunner(options, self.durability, self.run_id, self.trace, self.log, self._check_abort)
 
     # ----------------------------------------------------------------- driving
 
@@ -142,7 +150,7 @@ class AgentLoop:
         if not self.trace.started:
             self.trace.start_run(self.run_id, self.options.model, self.options.agent_name, self.options.agent_path)
         try:
-            async with run_tools(self.options, self.run_id) as tools:
+            async with run_tools(self.options, self.durability, self.run_id) as tools:
                 if self.options.mcp_servers:
                     self._bind(replace(self.options, tools=tools))
                 async for part in self._drive():
@@ -169,7 +177,7 @@ class AgentLoop:
                 yield part
 
     async def _start_from_store(self) -> None:
-        store = self.options.store
+        store = self.durability.checkpoints
         if self.run_id is None or store is None:
             return
         if self._resume:
@@ -191,13 +199,13 @@ class AgentLoop:
                 raise RunExistsError(self.run_id, _NOT_ITS_HISTORY)
             self._next_index = checkpoint.step_index + 1
             self.total_usage = checkpoint.usage
-        self.trace.run_loaded(self.run_id, getattr(self.options.scope, "session_id", None), checkpoint)
+        self.trace.run_loaded(self.run_id, self.durability.session_id, checkpoint)
 
     def _check_abort(self) -> None:
         signal = self.options.signal
         if signal is not None and signal.is_set():
             raise RunAbortedError(self.run_id)
-        suspend = self.options.suspend_signal
+        suspend = self.durability.suspend_signal
         if suspend is not None and suspend.is_set():
             raise RunSuspendedError()
 
@@ -409,7 +417,7 @@ class AgentLoop:
     async def _save(
         self, step_index: int, status: RunStatus, pending: tuple[ToolApprovalRequest, ...] | None = None
     ) -> None:
-        store = self.options.store
+        store = self.durability.checkpoints
         if self.run_id is None or store is None:
             return
         checkpoint = AgentCheckpoint(

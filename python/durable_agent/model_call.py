@@ -19,18 +19,16 @@ attempt 1. Without a journal a resumed run simply makes the step's attempts agai
 
 from __future__ import annotations
 
-import asyncio
 import random
-import types
-from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._storage.keys import MODEL_CALL, step_key
-from ._storage.records import StepOutcome, StepRequest
+from ._storage.records import StepRequest
 from ._storage.scope import StepContext, StepLive
 from .checkpoint import Usage
+from .durability import Durability
 from .errors import StepFailedError, is_control_error
 from .models import LanguageModel, ModelRequest
 from .options import RunOptions
@@ -81,53 +79,7 @@ class ModelTurn:
         self.refusal, self.raw_finish_reason = "", None
 
 
-@types.coroutine
-def _forward(awaited: Any) -> Generator[Any, None, None]:
-    """Hand what a driven coroutine awaits on to the task awaiting this (`drain`)."""
-    yield awaited
-
-
-async def drain(parts: deque[StreamPart], step: Awaitable[StepOutcome],
-                turn: ModelTurn) -> AsyncGenerator[StreamPart, None]:
-    """Yield the parts a journaled model step streams while it runs; for a replayed step, its stored ones.
-
-    The step runs in the caller's own task, driven here the way a task drives a coroutine: what
-    it awaits, the caller's task awaits (`_forward`), and the parts it put on `parts` meanwhile
-    are yielded in between. A task per model step, with a hand-off per part, had cost a tenth of
-    the event loop's time at a thousand concurrent runs. A cancellation of the caller reaches the
-    step where it waits; a caller that stops iterating closes it.
-    """
-    driven = step.__await__()
-    thrown: BaseException | None = None
-    failure: BaseException | None = None
-    try:
-        while True:
-            try:
-                awaited = driven.send(None) if thrown is None else driven.throw(thrown)
-            except StopIteration as stop:
-                outcome: StepOutcome = stop.value
-                break
-            except BaseException as exc:  # noqa: BLE001 - the step's own failure, raised once the parts before it are out
-                failure = exc
-                break
-            thrown = None
-            while parts:
-                yield parts.popleft()
-            try:
-                await _forward(awaited)  # a task sends None when what it awaited is done: so do we
-            except BaseException as exc:  # noqa: BLE001 - the caller's cancellation, for the step to meet
-                thrown = exc
-    finally:
-        driven.close()  # a no-op once the step ended
-    while parts:
-        yield parts.popleft()
-    if failure is not None:
-        raise failure
-    if outcome.status != "completed":
-        raise RuntimeError("a model step cannot be interrupted: it is always safe to run again")
-    if outcome.replayed:
-        for part in turn.replay(outcome.value):
-            yield part
+_DEFER_DONE = StepLive(defer_done=True)  # a model step's done record rides on the run's next write (scope docs)
 
 
 def decide(policy: RetryPolicy, attempt: int, error: BaseException, now: int,
@@ -146,9 +98,10 @@ def decide(policy: RetryPolicy, attempt: int, error: BaseException, now: int,
 class ModelCaller:
     """Makes the model call of each step of one loop: attempts, backoff, fallbacks (see the module docs)."""
 
-    def __init__(self, options: RunOptions, run_id: str | None, trace: RunTrace,
+    def __init__(self, options: RunOptions, durability: Durability, run_id: str | None, trace: RunTrace,
                  check_abort: Callable[[], None]) -> None:
         self.options = options
+        self.durability = durability
         self.run_id = run_id
         self.trace = trace
         self.check_abort = check_abort
@@ -192,63 +145,48 @@ class ModelCaller:
     async def _wait_until(self, retry_at: int) -> None:
         """Wait until `retry_at` (ms on the run's clock): the rest of a wait a crash interrupted, on resume."""
         wait = max(0, retry_at - self.options.clock())
-        scope = self.options.scope
         if self.options.retry.sleep is not None:
             await self.options.retry.sleep(wait)
-        elif scope is not None:
-            await scope.sleep(wait, self.options.signal)
-        elif wait:
-            await asyncio.sleep(wait / 1000)
+        else:
+            await self.durability.sleep(wait, self.options.signal)
         self.check_abort()
 
     async def _attempt(self, model: LanguageModel, request: ModelRequest, step_index: int, attempt: int,
                        turn: ModelTurn, tries: int) -> AsyncIterator[StreamPart]:
-        """One attempt, through the run scope's journal when there is one."""
+        """One attempt: a step of the run's durability (on a journal, replayed from its record when it has one)."""
         self.trace.start_model(model)
+        called = []
+
+        async def live(context: StepContext) -> AsyncIterator[StreamPart]:
+            called.append(True)
+            try:
+                async for part in self._stream(model, request, turn, context):
+                    yield part
+            except Exception as error:
+                # The decision is stored with the failed attempt, so a replay decides the same way (an
+                # attribute set on whatever exception it is: hence the ignore); `call` takes it from there.
+                if not is_control_error(error):
+                    error.durable_decision = self._decision_of(error, tries)  # type: ignore[attr-defined]
+                raise
+
+        step_request = StepRequest(step_key(self.run_id or "run", step_index, MODEL_CALL, attempt), "model", "safe",
+                                   {"model": model.model_id})
         try:
-            async for part in self._journaled(model, request, step_index, attempt, turn, tries):
+            async for part in self.durability.streamed_step(step_request, live, turn, _DEFER_DONE):
                 yield part
         except Exception as error:
             self.trace.end_model(None, None, error=error)
             raise
-
-    async def _journaled(self, model: LanguageModel, request: ModelRequest, step_index: int, attempt: int,
-                         turn: ModelTurn, tries: int) -> AsyncIterator[StreamPart]:
-        scope = self.options.scope
-        if scope is None:
-            async for part in self._stream(model, request, turn, None):
-                yield part
-            self.trace.end_model(turn.usage, turn.finish_reason, response=turn.response)
-            return
-        parts: deque[StreamPart] = deque()
-        called = []
-
-        async def live(context: StepContext) -> dict[str, Any]:
-            called.append(True)
-            try:
-                async for part in self._stream(model, request, turn, context):
-                    parts.append(part)
-            except Exception as error:
-                # The decision is stored with the failed attempt, so a replay decides the same way (an
-                # attribute set on whatever exception it is: hence the ignore).
-                error.durable_decision = self._decision_of(error, tries)  # type: ignore[attr-defined]
-                raise
-            return turn.to_json()
-
-        step_request = StepRequest(step_key(self.run_id or "run", step_index, MODEL_CALL, attempt), "model", "safe",
-                                   {"model": model.model_id})
-        deferred = StepLive(defer_done=True)  # its done record rides on the next write (scope docs)
-        async for part in drain(parts, scope.step(step_request, live, deferred), turn):
-            yield part
         self.trace.end_model(turn.usage, turn.finish_reason, replayed=not called, response=turn.response)
 
-    async def _stream(self, model: Any, request: ModelRequest, turn: ModelTurn, context: Any) -> AsyncIterator[StreamPart]:
-        """The model's events as stream parts, collected into `turn` (`context`: the journal's, when journaled)."""
+    async def _stream(self, model: Any, request: ModelRequest, turn: ModelTurn,
+                      context: StepContext) -> AsyncIterator[StreamPart]:
+        """The model's events as stream parts, collected into `turn` (`context`: the step's, progress to its journal)."""
         async for event in model.stream(request):
             self.check_abort()
             if event["type"] == "text-delta":
                 turn.text += event["text"]
-                if context is not None and context.on_progress is not None:
+                if context.on_progress is not None:
                     await context.on_progress({"type": "text", "delta": event["text"]})
                 yield StreamTextDelta(step_index=turn.step_index, attempt=turn.attempt, text=event["text"])
             elif event["type"] == "tool-call":

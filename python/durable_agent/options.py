@@ -20,7 +20,6 @@ from .structured_output import OutputSpec
 from .tools import Tool, ToolSource
 
 if TYPE_CHECKING:
-    from ._storage.protocols import RunScope
     from .signing import ApprovalSigner
 
 logger = logging.getLogger("durable_agent")
@@ -135,9 +134,6 @@ class RunOptions:
     mcp_servers: Sequence[ToolSource] = ()  # their tools join `tools` for each run (`durable_agent.mcp`)
     model_settings: ModelSettings | None = None  # every model call's own settings (over the model's)
     agent_path: tuple[str, ...] = ()  # internal: set for sub-agents
-    scope: RunScope | None = None  # internal: the run scope of a durable runtime (Agent)
-    suspend_signal: AbortSignal | None = None  # internal: Agent.suspend()
-    tool_state: dict[str, Any] = field(default_factory=dict)  # internal: the session's tool state view
 
     @classmethod
     def build(

@@ -82,7 +82,7 @@ def agent_tool(
         if system:
             messages.insert(0, {"role": "system", "content": system})
         resume_id = None
-        store = parent.store
+        store = context.durability.checkpoints  # the parent's: its store=, or a durable leg's fenced commits
         if context.run_id is not None and store is not None:
             run_id = child_run_id(context.run_id, name, context.tool_call_id)
             stored = await maybe_await(store.load(run_id))

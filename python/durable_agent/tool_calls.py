@@ -2,8 +2,8 @@
 
 `ToolDecider` validates each call and settles its approval: it runs, it is refused (an error
 result the model sees), it waits for a client-mode verdict, or it waits for a client tool's
-result. `ToolRunner` runs the calls that run, in parallel up to `max_tool_concurrency`,
-through the run scope's journal when there is one (an unsafe call that started and never
+result. `ToolRunner` runs the calls that run, in parallel up to `max_tool_concurrency`, each
+a step of the run's `Durability` (on a journal, an unsafe call that started and never
 finished comes back as interrupted), and collects a phase: the results in call order, or the
 reasons the run suspends.
 """
@@ -18,9 +18,10 @@ from typing import Any
 
 from ._storage.keys import step_key
 from ._storage.records import StepRequest, apply_tool_state
-from ._storage.scope import StepLive
+from ._storage.scope import StepContext, StepLive
 from ._util import maybe_await
 from .checkpoint import ToolApprovalRequest, ToolApprovalResponse, Usage, check_verdict
+from .durability import Durability
 from .errors import ConfigurationError, is_control_error
 from .options import RunOptions
 from .signing import APPROVAL_TOKEN_DENIED_REASON
@@ -70,6 +71,7 @@ class ToolCallContext:
     progress_sink: Callable[[StreamToolProgress], None] | None = None
     step_index: int = 0
     attempt: int = 0
+    durability: Durability = field(default_factory=Durability, repr=False)  # the run's (a sub-agent's store)
 
     def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         """Stream a `StreamToolProgress` part to the caller now (not stored: a replayed call reports nothing). Only a run with MCP servers
@@ -85,7 +87,7 @@ class ToolCallContext:
 
     @property
     def tool_state(self) -> dict[str, Any]:
-        return self.options.tool_state
+        return self.durability.tool_state
 
     def stage_tool_state(self, ops: Sequence[dict[str, Any]]) -> None:
         for op in ops:
@@ -234,9 +236,10 @@ class ToolDecider:
 class ToolRunner:
     """Runs the calls a `ToolDecider` let through, and collects their phase."""
 
-    def __init__(self, options: RunOptions, run_id: str | None, trace: RunTrace, log: RunLogger,
-                 check_abort: Callable[[], None]) -> None:
+    def __init__(self, options: RunOptions, durability: Durability, run_id: str | None, trace: RunTrace,
+                 log: RunLogger, check_abort: Callable[[], None]) -> None:
         self.options = options
+        self.durability = durability
         self.run_id = run_id
         self.trace = trace
         self.log = log
@@ -286,9 +289,9 @@ class ToolRunner:
 
     async def _begin_tools(self, calls: list[ToolCall], step_index: int) -> None:
         """On a journal: the unsafe calls' intents (and the deferred model answer) durable in one write."""
-        scope = self.options.scope
-        if scope is not None:
-            await scope.begin([self._tool_request(c, step_index) for c in calls if c.result is None and c.tool is not None])
+        await self.durability.begin(
+            [self._tool_request(c, step_index) for c in calls if c.result is None and c.tool is not None]
+        )
 
     def _tool_request(self, call: ToolCall, step_index: int) -> StepRequest:
         assert call.tool is not None
@@ -296,7 +299,7 @@ class ToolRunner:
                            call.tool.replay, {"tool_name": call.tool_name, "tool_call_id": call.tool_call_id})
 
     async def _run_tool(self, call: ToolCall, step_index: int, lone: bool) -> dict[str, Any]:
-        """Run one tool call, through the run scope's journal when there is one.
+        """Run one tool call: a step of the run's durability (on a journal, answered by its record when it has one).
 
         The done record of the batch's only call rides on the checkpoint commit that follows it
         (`StepLive.defer_done`): nothing acts on its result before that commit, which the loop
@@ -304,31 +307,26 @@ class ToolRunner:
         as its call ends: a call still running must not hold back a finished sibling's result.
         """
         assert call.tool is not None
-        scope = self.options.scope
-        if scope is None:
-            return await self._execute_tool(call)
-        outcome = await scope.step(self._tool_request(call, step_index), lambda context: self._execute_tool(call, context),
-                                   _DEFER_DONE if lone else None)
+        outcome = await self.durability.step(self._tool_request(call, step_index),
+                                             lambda context: self._execute_tool(call, context),
+                                             _DEFER_DONE if lone else None)
         if outcome.status == "interrupted":
             return call.outcome(TOOL_INTERRUPTED_MESSAGE, True)
-        apply_tool_state(self.options.tool_state, outcome.tool_state)
+        apply_tool_state(self.durability.tool_state, outcome.tool_state)
         return dict(outcome.value)
 
-    async def _execute_tool(self, call: ToolCall, step: Any = None) -> dict[str, Any]:
-        """Run the tool's own code. `step` is the journal's step context, when the call is journaled."""
+    async def _execute_tool(self, call: ToolCall, step: StepContext) -> dict[str, Any]:
+        """Run the tool's own code as the step `step` (the tool-state ops it stages are the step's)."""
         assert call.tool is not None and call.tool.execute is not None
         context = ToolCallContext(self.options, self.run_id, call.tool_call_id, call.tool_name,
                                   progress_sink=self._progress, step_index=self._step_index,
-                                  attempt=self._attempt)
+                                  attempt=self._attempt, durability=self.durability)
         token = _current_call.set(context)
         try:
             with self.trace.tool(call.tool_name, call.tool_call_id) as span:
                 try:
                     output = await maybe_await(call.tool.execute(call.parsed))
-                    if step is not None:
-                        step.stage_tool_state(context.staged)  # committed with the done record
-                    else:
-                        apply_tool_state(self.options.tool_state, context.staged)
+                    step.stage_tool_state(context.staged)  # committed with the done record, on a journal
                 except Exception as exc:  # a failing tool is a result the model can react to
                     if is_control_error(exc):
                         raise

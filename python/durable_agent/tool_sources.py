@@ -25,6 +25,7 @@ from .errors import ConfigurationError
 from .tools import Tool
 
 if TYPE_CHECKING:
+    from .durability import Durability
     from .options import RunOptions
 
 TOOL_LISTING = "tool-listing"
@@ -37,7 +38,7 @@ _RECORD_WITH_NEXT_WRITE = StepLive(defer_done=True)
 
 
 @asynccontextmanager
-async def run_tools(options: RunOptions, run_id: str | None) -> AsyncIterator[dict[str, Tool]]:
+async def run_tools(options: RunOptions, durability: Durability, run_id: str | None) -> AsyncIterator[dict[str, Tool]]:
     """The run's tools: `options.tools` and its sources' tools, the sources open while the body runs."""
     if not options.mcp_servers:
         yield dict(options.tools)
@@ -45,7 +46,7 @@ async def run_tools(options: RunOptions, run_id: str | None) -> AsyncIterator[di
     async with AsyncExitStack() as stack:
         for source in options.mcp_servers:
             await stack.enter_async_context(source)
-        listings = await _recorded_listings(options, run_id, {s.name: s.listing() for s in options.mcp_servers})
+        listings = await _recorded_listings(durability, run_id, {s.name: s.listing() for s in options.mcp_servers})
         tools: dict[str, Tool] = dict(options.tools)
         for source in options.mcp_servers:
             for name, tool in source.bind(listings.get(source.name, [])).items():
@@ -58,16 +59,13 @@ async def run_tools(options: RunOptions, run_id: str | None) -> AsyncIterator[di
         yield tools
 
 
-async def _recorded_listings(options: RunOptions, run_id: str | None, live: dict[str, Any]) -> Mapping[str, Any]:
+async def _recorded_listings(durability: Durability, run_id: str | None, live: dict[str, Any]) -> Mapping[str, Any]:
     """`live`, recorded as the run's listing step; on a run that recorded one already, the recorded one."""
-    scope = options.scope
-    if scope is None or run_id is None:
-        return live
-    request = StepRequest(step_key(run_id, 0, LISTING_CALL), TOOL_LISTING, "safe")
+    request = StepRequest(step_key(run_id or "run", 0, LISTING_CALL), TOOL_LISTING, "safe")
 
     async def record(_context: Any) -> Any:
         return live
 
-    outcome = await scope.step(request, record, _RECORD_WITH_NEXT_WRITE)
+    outcome = await durability.step(request, record, _RECORD_WITH_NEXT_WRITE)
     recorded = getattr(outcome, "value", None)
     return recorded if isinstance(recorded, Mapping) else live
