@@ -76,7 +76,7 @@ class Agent:
         self._options: dict[str, Any] = dict(options)
         RunOptions.build(model, {"tools": self.tools, **self._options})  # fail early on bad options
         self.history: list[Message] = [{"role": "system", "content": system}] if system else []
-        self.session = DurableSession(durable, session_id) if durable is not None and session_id else None
+        self.session = DurableSession(durable, session_id, self._spec) if durable is not None and session_id else None
         self._servers_open: AsyncExitStack | None = None
 
     async def __aenter__(self) -> Agent:

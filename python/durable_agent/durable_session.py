@@ -22,13 +22,18 @@ between (3) and (5)/(6), and during every later leg, the run is marked and `resu
 continues it; after (5)/(6) it is unmarked, and `resume()` settles a parked run once each of
 its approvals has a verdict (until then it leaves the run parked: `leave_parked`) or returns
 None for a finished one.
+
+The HTTP endpoint's `RunDriver` drives runs through `Agent.run`/`Agent.resume` and asks the
+rest of the lifecycle here too: whether a run has more to do (`unfinished`), the lease held
+while it rebuilds a taken-over run's missed events (`leased`), and the client tool results a
+parked run receives (`edit_parked`: one fenced commit).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,7 +56,7 @@ from .loop import AgentLoop
 from .messages import Message
 from .models import LanguageModel
 from .options import RunOptions, logger, random_id
-from .parked import parked_result, unanswered_approvals
+from .parked import parked_result, unanswered_approvals, waits_for_calls
 from .results import GenerateTextResult
 from .tool_calls import TOOL_INTERRUPTED_MESSAGE
 from .tools import Tool
@@ -195,14 +200,19 @@ class RunCheckpoints:
 
 
 class DurableSession:
-    """One session on one runtime: `run`, `resume`, `suspend`, `abandon_interrupted`, in named phases."""
+    """One session on one runtime: `run`, `resume`, `suspend`, `abandon_interrupted`, in named phases.
 
-    def __init__(self, durable: DurableOptions, session_id: str) -> None:
+    `agent`: the spec of the session's agent now, for the phases a call does not hand one to
+    (the endpoint's: `unfinished`, `leased`, `edit_parked`).
+    """
+
+    def __init__(self, durable: DurableOptions, session_id: str, agent: Callable[[], AgentSpec]) -> None:
         if not session_id or not isinstance(session_id, str):
             raise ConfigurationError("a durable session needs a non-empty str session_id")
         self.durable = durable
         self.runtime: DurableRuntime = durable.runtime
         self.session_id = session_id
+        self._agent = agent
         self._suspend: asyncio.Event | None = None  # created inside the running loop of each run
 
     # ------------------------------------------------------------------ public
@@ -240,8 +250,7 @@ class DurableSession:
         A parked run goes on only with a verdict for each pending approval (given here or on its
         awakeable); otherwise it stays parked and is returned as it parked (`leave_parked`).
         """
-        epoch, marked = await self.claim(spec)
-        try:
+        async with self.leased(spec) as (epoch, marked):
             target = run_id or marked or await self._parked_last_run()
             if target is None:
                 return None
@@ -259,8 +268,6 @@ class DurableSession:
             if target != marked:  # a parked run goes on: marked again, so a crash in this leg is resumable
                 await self.runtime.commit(RunTransition(self.session_id, epoch, mark=target))
             return await self.drive(target, epoch, [*approval_responses, *sent], spec, on_part=on_part)
-        finally:
-            await self._release(epoch)
 
     async def abandon_interrupted(self, spec: AgentSpec) -> str | None:
         """Unmark the session's interrupted run without running or changing anything of it; returns its id.
@@ -268,16 +275,53 @@ class DurableSession:
         The way out of a `SessionStateError`: the run's stored data is kept for inspection,
         and the session's next run starts from the session's last readable history.
         """
-        epoch, marked = await self.claim(spec)
-        try:
+        async with self.leased(spec) as (epoch, marked):
             if marked is not None:
                 await self.runtime.commit(RunTransition(self.session_id, epoch, unmark=True))
                 logger.warning("session %s: run %s abandoned (unmarked; its data is kept)", self.session_id, marked)
             return marked
-        finally:
-            await self._release(epoch)
+
+    async def unfinished(self, run_id: str) -> bool:
+        """Whether the run has more to do: marked in progress, ``running``, or parked with nothing it waits for
+        missing (`all_answered`). What the endpoint takes a run over for (`RunDriver.ensure_driven`)."""
+        checkpoint = await self._stored(run_id)
+        if checkpoint is None or checkpoint.status == "completed":
+            return False
+        if checkpoint.status == "running" or await self.runtime.lease.marked_run(self.session_id) == run_id:
+            return True
+        return await self.all_answered(checkpoint)
+
+    async def all_answered(self, checkpoint: AgentCheckpoint) -> bool:
+        """Whether nothing the parked run waits for is missing (`durable_agent.parked`): no client call or sub-agent
+        waits, and each pending approval's awakeable holds a verdict (the rule `resume` goes on by)."""
+        if waits_for_calls(checkpoint, self._agent().tools):
+            return False
+        verdicts = await self.verdicts_from_awakeables(checkpoint)
+        return not unanswered_approvals(checkpoint, {v.approval_id for v in verdicts})
+
+    async def edit_parked(self, run_id: str, edit: Callable[[AgentCheckpoint | None], AgentCheckpoint]) -> None:
+        """Commit `edit` of the run's stored checkpoint as its checkpoint (one fenced commit), holding the lease.
+
+        How a parked run receives the results of its client tool calls: `edit` checks them against
+        the checkpoint read under the lease, and refuses by raising (nothing is committed).
+        Raises `RunLeaseHeldError` (nothing done) when another live process holds the session.
+        """
+        async with self.leased() as (epoch, _):
+            edited = edit(await self._stored(run_id))
+            await self.runtime.commit(RunTransition(self.session_id, epoch, checkpoint=edited))
 
     # ----------------------------------------------------------------- phases
+
+    @contextlib.asynccontextmanager
+    async def leased(self, spec: AgentSpec | None = None) -> AsyncIterator[tuple[int, str | None]]:
+        """Hold the session's lease for the block: its epoch and the run marked in progress (`claim`); released
+        after. `RunLeaseHeldError` (nothing done) when a live process holds it. `spec`: the call's (default: the
+        agent's), whose clock judges the lease's staleness."""
+        epoch, marked = await self.claim(spec or self._agent())
+        try:
+            yield epoch, marked
+        finally:
+            await self._release(epoch)
 
     async def claim(self, spec: AgentSpec) -> tuple[int, str | None]:
         """Take the session's lease: its epoch, which fences every later write of this call, and the run marked
@@ -466,8 +510,13 @@ class DurableSession:
         return verdicts
 
     async def _load(self, run_id: str) -> AgentCheckpoint | None:
-        checkpoint: AgentCheckpoint | None = await maybe_await(self.runtime.stores.checkpoints.load(run_id))
+        checkpoint = await self._stored(run_id)
         return None if checkpoint is None else checkpoint.refuse_newer()
+
+    async def _stored(self, run_id: str) -> AgentCheckpoint | None:
+        """The run's checkpoint as stored (even one of a newer durable-agent: `_load` refuses those)."""
+        checkpoint: AgentCheckpoint | None = await maybe_await(self.runtime.stores.checkpoints.load(run_id))
+        return checkpoint
 
     async def _session_history(self, spec: AgentSpec) -> list[Message]:
         last = await self.runtime.stores.runs.last(self.session_id)

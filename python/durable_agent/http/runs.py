@@ -15,6 +15,11 @@ watches up to 200 parked runs, within parked/200 seconds beyond (benches/bench_c
 lookup ~0.1 ms on SQLite). A run parked by another server that no reader asked for here is not
 watched: its own server, or the next reader, continues it.
 
+The run's lifecycle is `durable_agent.durable_session`'s, through the run's `Agent`: its legs are
+`Agent.run`/`Agent.resume`, and the session (`Agent.session`) says whether a run has more to do,
+holds the lease while this process rebuilds a run's missed events, and commits the results of
+client tool calls; this module claims no lease and commits nothing itself.
+
 Which process drives a run is the lease's business (`durable_agent._storage.leases`): a reader
 of a run that no live process drives any more (its server was killed) makes this process take
 it over (`ensure_driven`): first the events the stored run proves but the log lacks are
@@ -32,14 +37,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._storage.protocols import DurableRuntime
-from .._storage.records import RunTransition
 from .._util import maybe_await, wall_clock_ms
 from ..agent import Agent, resolve_approval
 from ..checkpoint import AgentCheckpoint, ToolApprovalRequest
-from ..durable_session import approval_key
+from ..durable_session import DurableSession, approval_key
 from ..errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, StaleEpochError
 from ..generate import PartSink
-from ..parked import unanswered_approvals, waits_for_calls
 from ..stream_parts import StreamFinish, StreamPart
 from .asgi import HttpError
 from .client_tools import ClientResult, answered_history, answers_for
@@ -82,6 +85,12 @@ class RunDriver:
             raise ConfigurationError(f"the agent factory built an Agent of session {agent.session_id!r} "
                                      f"when asked for {session_id!r}")
         return agent
+
+    def session(self, session_id: str) -> DurableSession:
+        """The lifecycle of the session's runs (`durable_agent.durable_session`), through its agent."""
+        session = self.agent(session_id).session
+        assert session is not None  # a durable agent (`agent`) has its session
+        return session
 
     def driving(self, run_id: str) -> bool:
         """Whether this process drives `run_id` now."""
@@ -157,17 +166,11 @@ class RunDriver:
                 await self.reconcile(info.run_id)  # parked or finished: only its leg's end can be missing
             await self._note_parked(info.run_id)
             return
-        durable = self.agent(info.session_id).durable
-        assert durable is not None
-        lease = self.runtime.lease
-        claim = await lease.claim(info.session_id, stale_at=wall_clock_ms() - durable.stale_after_ms)
-        if not claim.claimed:
+        try:  # the lease, then handed to Agent.resume's own claim; a process that takes it in between drives the run
+            async with self.session(info.session_id).leased():
+                await self.reconcile(info.run_id)
+        except RunLeaseHeldError:
             return  # a live process drives it (or this one checks it already): its events arrive through the log
-        assert claim.epoch is not None
-        try:
-            await self.reconcile(info.run_id)
-        finally:  # handed to Agent.resume's own claim; a process that takes it in between drives the run instead
-            await lease.release(info.session_id, claim.epoch)
         logger.info("run %s: no live process drives it; taking it over", info.run_id)
         self.resume(info)
 
@@ -268,7 +271,8 @@ class RunDriver:
                                       token=token):
             return False
         checkpoint = await self.checkpoint(info.run_id)
-        if checkpoint is not None and checkpoint.status == "suspended" and await self._all_answered(info, checkpoint):
+        session = self.session(info.session_id)
+        if checkpoint is not None and checkpoint.status == "suspended" and await session.all_answered(checkpoint):
             self.resume(info)
         return True
 
@@ -284,27 +288,22 @@ class RunDriver:
         await self._settle(info.session_id, info.run_id)
         self._check_free(info.session_id, info.run_id)
         agent = self.agent(info.session_id)
-        assert agent.durable is not None
         answers_for(info.run_id, await self.checkpoint(info.run_id), agent.tools, results)  # refused before a claim
         task = self._tasks.get(info.run_id)
         if task is not None:  # parked on these calls, and its leg's task is ending: a claim now would be refused
             await asyncio.wait({task})
+
+        def answered(checkpoint: AgentCheckpoint | None) -> AgentCheckpoint:
+            answers = answers_for(info.run_id, checkpoint, agent.tools, results)  # again, holding the lease
+            assert checkpoint is not None
+            return answered_history(checkpoint, answers, wall_clock_ms())
+
         async with self._answering:
-            lease = self.runtime.lease
-            claim = await lease.claim(info.session_id, stale_at=wall_clock_ms() - agent.durable.stale_after_ms)
-            if not claim.claimed:
-                raise HttpError(409, "session_busy", f"session {info.session_id!r} is driven by another process; "
-                                "nothing was recorded: send the results again")
-            assert claim.epoch is not None
             try:
-                checkpoint = await self.checkpoint(info.run_id)
-                answers = answers_for(info.run_id, checkpoint, agent.tools, results)  # again, holding the lease
-                assert checkpoint is not None
-                edited = answered_history(checkpoint, answers, wall_clock_ms())
-                await self.runtime.commit(RunTransition(info.session_id, claim.epoch, checkpoint=edited))
-            finally:
-                with contextlib.suppress(Exception):
-                    await lease.release(info.session_id, claim.epoch)
+                await self.session(info.session_id).edit_parked(info.run_id, answered)
+            except RunLeaseHeldError:
+                raise HttpError(409, "session_busy", f"session {info.session_id!r} is driven by another process; "
+                                "nothing was recorded: send the results again") from None
         await self.reconcile(info.run_id)
         if await self.continues(info):
             self.resume(info)
@@ -321,23 +320,8 @@ class RunDriver:
     # ----------------------------------------------------------- helpers
 
     async def continues(self, info: RunInfo) -> bool:
-        """Whether the run has more to do: marked in progress, ``running``, or parked with every approval answered."""
-        checkpoint = await self.checkpoint(info.run_id)
-        if checkpoint is None or checkpoint.status == "completed":
-            return False
-        if checkpoint.status == "running" or await self.runtime.lease.marked_run(info.session_id) == info.run_id:
-            return True
-        return await self._all_answered(info, checkpoint)
-
-    async def _all_answered(self, info: RunInfo, checkpoint: AgentCheckpoint) -> bool:
-        """Whether nothing the parked run waits for is missing (`durable_agent.parked`): no client call or sub-agent
-        waits, and each pending approval's awakeable holds a verdict (the rule `Agent.resume` goes on by)."""
-        agent = self.agent(info.session_id)
-        if waits_for_calls(checkpoint, agent.tools):
-            return False
-        assert agent.session is not None
-        verdicts = await agent.session.verdicts_from_awakeables(checkpoint)
-        return not unanswered_approvals(checkpoint, {v.approval_id for v in verdicts})
+        """Whether the run has more to do (`DurableSession.unfinished`)."""
+        return await self.session(info.session_id).unfinished(info.run_id)
 
     async def _settle(self, session_id: str, run_id: str) -> None:
         """Wait for another run of the session whose leg has logged its finish: its task is only ending (releasing
