@@ -49,7 +49,6 @@ from .errors import (
     RunLeaseHeldError,
     RunSuspendedError,
     SessionStateError,
-    is_control_error,
 )
 from .generate import PartSink, _consume
 from .loop import AgentLoop
@@ -188,15 +187,13 @@ class RunCheckpoints:
         """Commit `checkpoint` with the deferred step records. If the commit fails (the loop logs it and
         goes on), the records go back to the scope for its next write; a lost lease stops the run."""
         self._latest = None  # until this commit's outcome is known, the store holds the truth
-        deferred = self._scope.take_deferred()
-        try:
+
+        async def commit(deferred: DeferredSteps) -> None:
             await self._runtime.commit(
                 checkpoint_transition(self._scope.session_id, self._epoch, self._run_id, checkpoint, deferred)
             )
-        except Exception as exc:
-            if deferred.records and not is_control_error(exc):
-                self._scope.give_back(deferred)  # written again, if the commit did land: the same upserts
-            raise
+
+        await self._scope.commit_deferred(commit)
 
 
 class DurableSession:

@@ -60,12 +60,9 @@ class RunScope(Protocol):
         """Make a batch's unsafe intents (and any deferred records) durable before any step of it runs."""
         ...
 
-    def take_deferred(self) -> DeferredSteps:
-        """The records deferred to the next write, handed to a commit outside the scope."""
-        ...
-
-    def give_back(self, deferred: DeferredSteps) -> None:
-        """Take back what `take_deferred` handed to a commit that failed: the scope's next write carries it."""
+    async def commit_deferred(self, write: Callable[[DeferredSteps], Awaitable[None]]) -> None:
+        """Await `write` (a commit outside the scope) carrying the records deferred to the next write: they are
+        durable once it returns; if it fails, the scope's next write carries them."""
         ...
 
     async def awakeable(

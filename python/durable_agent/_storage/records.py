@@ -126,7 +126,7 @@ class LeaseRow:
 @dataclass(frozen=True, slots=True)
 class DeferredSteps:
     """The step records a run's scope deferred to its next write, handed to a commit outside it
-    (`JournalScope.take_deferred`); `streamed`: the keys among them whose step may have stream
+    (`JournalScope.commit_deferred`); `streamed`: the keys among them whose step may have stream
     partials stored (the others have none, so a finished one deletes none); None: any may."""
 
     records: tuple[StepRecord, ...] = ()
@@ -147,7 +147,7 @@ class RunTransition:
     * `last_run`: becomes the session's latest run (its checkpoint holds the session's history);
     * `mark`: the run marked in progress (what `resume()` continues); `unmark` clears the mark;
     * `awakeables`: ``(key, awakeable_id)`` pairs opened for the run to park on (no deadline);
-    * `deferred`: step records the run's scope deferred to this write (`JournalScope.take_deferred`).
+    * `deferred`: step records the run's scope deferred to this write (`JournalScope.commit_deferred`).
     """
 
     session_id: str

@@ -16,7 +16,7 @@ Fewer commits, same rules: a step asked to ``defer_done`` (the model call, and t
 of a batch) keeps its ``done`` record in the scope until the scope's next write, which carries it
 in the same transaction: `begin` (the ``pending`` records of a batch of unsafe tools, written
 together before any tool of the batch runs) or the checkpoint commit that follows
-(`take_deferred`). Its caller acts on the value only after that write: no tool runs before a
+(`commit_deferred`). Its caller acts on the value only after that write: no tool runs before a
 deferred model answer is durable, and the loop streams a deferred tool result only once its
 checkpoint committed. A deferred record lost to a process death means a model step runs again
 and an unsafe tool call is reported interrupted, as when the death comes before its own write.
@@ -217,16 +217,26 @@ class JournalScope:
         self._is_control_error = is_control_error
         self._clock = clock
         self._closed = False
-        self._partial_seq: dict[str, int] = {}
-        # This run's records, read once (None: not yet), then kept as they change; a record this scope
-        # wrote leaves only its key in `_stored` (`_remember`).
+        self._prefix = run_key_prefix(run_id)
+        # What the scope keeps of its run, and what each is true for. All of it holds only while the
+        # lease does (no other process writes the run meanwhile), and each is changed by this class's
+        # own methods alone, whatever order the loop calls them in:
+        # * `_records`: the run's step records, read at the first step asked (`fresh`: known to be none),
+        #   then kept as this scope changes them: a record only this scope has (deferred) is kept whole;
+        #   one it wrote durably is dropped, its key going to `_stored` (`_remember`).
+        # * `_stored`: keys this scope wrote durably; a step asked again reads its record back.
+        # * `_earlier_partials`: keys with stream partials stored before this scope (read with
+        #   `_records`); a finished step's write deletes its partials only when it may have some.
+        # * `_partial_seq`: the next partial's number of each step that streamed in this scope.
+        # * `_deferred`: done records no write carried yet; the next write takes them (`_write`,
+        #   `commit_deferred`), and `close` writes what is left.
+        # * `_begun`: unsafe steps whose pending record `begin` wrote; their `step` writes none.
         self._records: dict[str, StepRecord] | None = {} if fresh else None
         self._stored: set[str] = set()
-        self._handed: tuple[StepRecord, ...] = ()  # what `take_deferred` handed to the last checkpoint commit
-        self._earlier_partials: set[str] = set()  # keys of this run with partials stored before the scope
-        self._prefix = run_key_prefix(run_id)
+        self._earlier_partials: set[str] = set()
+        self._partial_seq: dict[str, int] = {}
         self._deferred: list[StepRecord] = []
-        self._begun: set[str] = set()  # unsafe steps whose pending record `begin` wrote
+        self._begun: set[str] = set()
 
     # ---------------------------------------------------------------- steps
 
@@ -290,21 +300,21 @@ class JournalScope:
         await self._write([self._record_of(r, "pending") for r in fresh])
         self._begun.update(r.key for r in fresh)
 
-    def take_deferred(self) -> DeferredSteps:
-        """Hand the deferred records to a write outside the scope (the checkpoint commit); they are its now."""
-        if self._handed:
-            self._settle_handed()
-        taken, self._deferred = tuple(self._deferred), []
-        if not taken:
-            return NO_DEFERRED
-        self._handed = taken
-        return DeferredSteps(taken, self._streamed(taken))
+    async def commit_deferred(self, write: Callable[[DeferredSteps], Awaitable[None]]) -> None:
+        """Await `write`, a commit outside the scope (the checkpoint's), carrying the records deferred so far.
 
-    def give_back(self, deferred: DeferredSteps) -> None:
-        """Take back what `take_deferred` handed to a commit that failed (a save that fails is logged and
-        the run goes on): the scope's next write carries those records, ahead of any deferred since."""
-        self._deferred[:0] = deferred.records
-        self._handed = ()
+        They are durable once it returns. If it fails (a save that fails is logged and the run goes
+        on), the scope's next write carries them, ahead of any deferred since; if it lost the lease,
+        the run stops, and they are left as they are.
+        """
+        taken, self._deferred = tuple(self._deferred), []
+        try:
+            await write(DeferredSteps(taken, self._streamed(taken)) if taken else NO_DEFERRED)
+        except Exception as exc:
+            if taken and not is_control_error(exc):
+                self._deferred[:0] = taken  # written again, if the commit did land: the same upserts
+            raise
+        self._written(taken)
 
     async def _record(self, key: str) -> StepRecord | None:
         if not key.startswith(self._prefix):  # another run's step: ask the backend
@@ -339,13 +349,6 @@ class JournalScope:
         else:
             self._records[record.key] = record
 
-    def _settle_handed(self) -> None:
-        """The records handed to the last checkpoint commit are durable: the loop awaited that commit
-        before this scope was asked for anything else, and a commit that failed gave them back."""
-        for record in self._handed:
-            self._remember(record, durable=True)
-        self._handed = ()
-
     def _record_of(self, request: StepRequest, status: StepStatus, **fields: Any) -> StepRecord:
         return StepRecord(self.session_id, self.run_id, request.key, request.kind, request.replay,
                           status, request.fingerprint, **fields)
@@ -355,13 +358,15 @@ class JournalScope:
 
     async def _write(self, records: list[StepRecord]) -> None:
         """Write `records` with the deferred ones, in one transaction."""
-        if self._handed:
-            self._settle_handed()
         batch, self._deferred = [*self._deferred, *records], []
         if not batch:
             return
         await self._backend.put_steps(batch, epoch=self.epoch, streamed=self._streamed(batch))
-        for record in batch:
+        self._written(batch)
+
+    def _written(self, records: Iterable[StepRecord]) -> None:
+        """`records` are durable now: a finished one's partials were deleted with it."""
+        for record in records:
             self._remember(record, durable=True)
             if record.status != "pending":
                 self._earlier_partials.discard(record.key)

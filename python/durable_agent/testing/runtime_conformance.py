@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Concatenate, Literal, ParamSpec
 import pytest
 
 from .._storage.keys import step_key
-from .._storage.records import RunOwner, RunTransition, StepKind, StepReplayPolicy, StepRequest
+from .._storage.records import DeferredSteps, RunOwner, RunTransition, StepKind, StepReplayPolicy, StepRequest
 from .._storage.scope import StepContext, StepLive
 from ..errors import (
     RunSuspendedError,
@@ -285,7 +285,14 @@ class DurableRuntimeConformance:
 
         later = step_key(self.run, 1, "model")
         await scope.step(_req(later, "safe", "model"), answer, StepLive(defer_done=True))
-        assert [r.key for r in scope.take_deferred().records] == [later] and scope.take_deferred().records == ()
+        handed: list[DeferredSteps] = []
+
+        async def hand(deferred: DeferredSteps) -> None:
+            handed.append(deferred)
+
+        await scope.commit_deferred(hand)
+        await scope.commit_deferred(hand)
+        assert [r.key for r in handed[0].records] == [later] and handed[1].records == ()
         await scope.step(_req(step_key(self.run, 2, "model"), "safe", "model"), answer, StepLive(defer_done=True))
         await scope.close()  # a closing scope writes what it still defers
         assert step_key(self.run, 2, "model") in [r.key for r in await runtime.inspect.steps(self.run)]
@@ -307,8 +314,8 @@ class DurableRuntimeConformance:
         await scope.step(_req(flushed, "safe"), handler, StepLive(defer_done=True))
         await scope.begin([])  # the deferred record rides on the scope's next write
         await scope.step(_req(committed, "safe"), handler, StepLive(defer_done=True))
-        deferred = scope.take_deferred()  # handed to a checkpoint commit
-        await runtime.commit(RunTransition(self.session, epoch, deferred=deferred))
+        await scope.commit_deferred(  # handed to a checkpoint commit
+            lambda deferred: runtime.commit(RunTransition(self.session, epoch, deferred=deferred)))
         await scope.step(_req(later), handler)
         for n, key in enumerate((written, flushed, committed, later), 1):
             again = await scope.step(_req(key), handler)
@@ -472,9 +479,11 @@ class DurableRuntimeConformance:
         await scope.step(_req(spoke, "safe", "model"), speaks, StepLive(defer_done=True))
         await scope.step(_req(quiet, "safe"), works, StepLive(defer_done=True))  # no intent: nothing flushes
         assert [p.text for p in await runtime.inspect.partials(self.run)] == ["Hi"]
-        deferred = scope.take_deferred()
-        assert [r.key for r in deferred.records] == [spoke, quiet] and deferred.streamed == {spoke}
-        await runtime.commit(RunTransition(self.session, epoch, deferred=deferred))
+        async def commit(deferred: DeferredSteps) -> None:
+            assert [r.key for r in deferred.records] == [spoke, quiet] and deferred.streamed == {spoke}
+            await runtime.commit(RunTransition(self.session, epoch, deferred=deferred))
+
+        await scope.commit_deferred(commit)
         assert await runtime.inspect.partials(self.run) == []
         assert {r.key: r.status for r in await runtime.inspect.steps(self.run)} == {spoke: "done", quiet: "done"}
 

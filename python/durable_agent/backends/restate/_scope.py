@@ -174,12 +174,10 @@ class RestateScope:
         if round_ops:
             await self._runtime.apply_tool_state(round_ops)
 
-    def take_deferred(self) -> DeferredSteps:
-        """Always empty: the engine journals every action's result as it completes (`defer_done` is moot)."""
-        return NO_DEFERRED
-
-    def give_back(self, deferred: DeferredSteps) -> None:
-        """Nothing is ever handed out (`take_deferred`), so nothing comes back."""
+    async def commit_deferred(self, write: Callable[[DeferredSteps], Awaitable[None]]) -> None:
+        """`write` with nothing deferred: the engine journals every action's result as it completes
+        (`defer_done` is moot)."""
+        await write(NO_DEFERRED)
 
     async def stored_steps(self) -> list[StepRecord]:
         return []
