@@ -70,11 +70,10 @@ class Durability:
         value = await run(context)
         return StepCompleted(value, replayed=False, tool_state=tuple(context.staged))
 
-    async def streamed_step(self, request: StepRequest, stream: StreamRun, result: StreamedResult,
-                            live: StepLive | None = None) -> AsyncIterator[StreamPart]:
+    def streamed_step(self, request: StepRequest, stream: StreamRun, result: StreamedResult,
+                      live: StepLive | None = None) -> AsyncIterator[StreamPart]:
         """The parts of `stream`, each as it comes."""
-        async for part in stream(StepContext(request, live.signal if live is not None else None)):
-            yield part
+        return stream(StepContext(request, live.signal if live is not None else None))
 
     async def begin(self, requests: Sequence[StepRequest]) -> None:
         """Announce a batch of steps about to run concurrently (a journal makes their intents durable first)."""
@@ -98,8 +97,8 @@ class JournaledDurability(Durability):
         """Run `run` once for `request`, or answer from its record: the scope's rules (`_storage.scope`)."""
         return await self.scope.step(request, run, live)
 
-    async def streamed_step(self, request: StepRequest, stream: StreamRun, result: StreamedResult,
-                            live: StepLive | None = None) -> AsyncIterator[StreamPart]:
+    def streamed_step(self, request: StepRequest, stream: StreamRun, result: StreamedResult,
+                      live: StepLive | None = None) -> AsyncIterator[StreamPart]:
         """The parts of `stream` as the journaled step puts them (`drain`); a replayed step's, from its record."""
         parts: deque[StreamPart] = deque()
 
@@ -108,8 +107,7 @@ class JournaledDurability(Durability):
                 parts.append(part)
             return result.to_json()
 
-        async for part in drain(parts, self.scope.step(request, run, live), result):
-            yield part
+        return drain(parts, self.scope.step(request, run, live), result)
 
     async def begin(self, requests: Sequence[StepRequest]) -> None:
         await self.scope.begin(requests)

@@ -255,20 +255,24 @@ class ToolRunner:
         `step_index` and the model call's `attempt`)."""
         self._progress, self._step_index, self._attempt = progress, step_index, attempt
         self.check_abort()
-        await self._begin_tools(calls, step_index)
+        requests = [self._tool_request(c, step_index) if c.result is None else None for c in calls]
+        runs = [r for r in requests if r is not None]
+        await self.durability.begin(runs)  # on a journal: the unsafe calls' intents (and a deferred model answer)
         limit = self.options.max_tool_concurrency
         gate = asyncio.Semaphore(limit) if limit else None
-        lone = sum(1 for c in calls if c.result is None) == 1
+        lone = len(runs) == 1
 
-        async def run(call: ToolCall) -> dict[str, Any]:
-            if call.result is not None:
+        async def run(call: ToolCall, request: StepRequest | None) -> dict[str, Any]:
+            if request is None:
+                assert call.result is not None
                 return call.result
             if gate is None:
-                return await self._run_tool(call, step_index, lone)
+                return await self._run_tool(call, request, lone)
             async with gate:
-                return await self._run_tool(call, step_index, lone)
+                return await self._run_tool(call, request, lone)
 
-        outcomes = await asyncio.gather(*(run(c) for c in calls), return_exceptions=True)
+        outcomes = await asyncio.gather(*(run(c, r) for c, r in zip(calls, requests, strict=True)),
+                                        return_exceptions=True)
         phase = ToolPhase()
         for outcome in outcomes:
             if isinstance(outcome, SubAgentSuspended):
@@ -287,18 +291,12 @@ class ToolRunner:
         self.check_abort()
         return phase
 
-    async def _begin_tools(self, calls: list[ToolCall], step_index: int) -> None:
-        """On a journal: the unsafe calls' intents (and the deferred model answer) durable in one write."""
-        await self.durability.begin(
-            [self._tool_request(c, step_index) for c in calls if c.result is None and c.tool is not None]
-        )
-
     def _tool_request(self, call: ToolCall, step_index: int) -> StepRequest:
         assert call.tool is not None
         return StepRequest(step_key(self.run_id or "run", step_index, call.tool_call_id), "tool",
                            call.tool.replay, {"tool_name": call.tool_name, "tool_call_id": call.tool_call_id})
 
-    async def _run_tool(self, call: ToolCall, step_index: int, lone: bool) -> dict[str, Any]:
+    async def _run_tool(self, call: ToolCall, request: StepRequest, lone: bool) -> dict[str, Any]:
         """Run one tool call: a step of the run's durability (on a journal, answered by its record when it has one).
 
         The done record of the batch's only call rides on the checkpoint commit that follows it
@@ -306,9 +304,7 @@ class ToolRunner:
         makes before it hands the result on. In a batch of several, each done record is written
         as its call ends: a call still running must not hold back a finished sibling's result.
         """
-        assert call.tool is not None
-        outcome = await self.durability.step(self._tool_request(call, step_index),
-                                             lambda context: self._execute_tool(call, context),
+        outcome = await self.durability.step(request, lambda context: self._execute_tool(call, context),
                                              _DEFER_DONE if lone else None)
         if outcome.status == "interrupted":
             return call.outcome(TOOL_INTERRUPTED_MESSAGE, True)
