@@ -29,8 +29,7 @@ from ._storage.records import StepCompleted, StepOutcome, StepRequest
 from ._storage.scope import StepContext, StepLive, StepRun
 
 if TYPE_CHECKING:
-    from ._storage.protocols import RunScope
-    from .checkpoint_store import CheckpointStore
+    from ._storage.protocols import CheckpointStore, RunScope
     from .options import AbortSignal
     from .stream_parts import StreamPart
 
