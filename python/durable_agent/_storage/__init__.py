@@ -3,8 +3,9 @@
 Records (`records`), step keys (`keys`), the lease rules (`leases`), the run scope that journals a
 run's steps (`scope`), the runtime adapters written once over a backend's rows (`stored`), the
 stored form of a run's history (`history`, `step_log`), the checks every store applies
-(`validate`), the sync and async faces of a store (`faces`) and the seams as Protocols
-(`protocols`).
+(`validate`), the store rules for the stores that read their run index in Python (`indexed`:
+memory, JSONL, Durable Object), the sync and async faces of a store (`faces`) and the seams as
+Protocols (`protocols`).
 
 The layering rule (docs/layers.md, checked by tests/test_layers.py): this package imports only
 the foundation modules (`errors`, `checkpoint`, `messages`, `_util`, `_kernels`); every backend

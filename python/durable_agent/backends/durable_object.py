@@ -51,19 +51,10 @@ from .._storage.history import (
     new_revision,
     rebuild,
 )
-from .._storage.validate import (
-    check_checkpoint,
-    check_expected,
-    check_list_args,
-    check_prune_args,
-    check_run_id,
-    check_step_index,
-    logger,
-    page,
-    prunable,
-)
-from ..checkpoint import AgentCheckpoint, RunStatus
-from ..errors import CheckpointConflictError, CheckpointCorruptError, ConfigurationError
+from .._storage.indexed import Choose, IndexedStore, guard
+from .._storage.validate import logger
+from ..checkpoint import AgentCheckpoint
+from ..errors import CheckpointCorruptError, ConfigurationError
 
 MAX_ENTRY_BYTES = 2 * 1024 * 1024
 """SQLite-backed Durable Objects: "Key and value combined cannot exceed 2 MB"."""
@@ -144,8 +135,9 @@ def _part_key(base: str, tag: str, index: int, part: int, parts: int) -> str:
     return f"{base}{tag}{index:010d}.{part:04d}/{parts:04d}"
 
 
-class DurableObjectCheckpointStore:
-    """A `CheckpointStore` over `ctx.storage.kv` of a SQLite-backed Durable Object (see the module docs).
+class DurableObjectCheckpointStore(IndexedStore):
+    """A `CheckpointStore` over `ctx.storage.kv` of a SQLite-backed Durable Object (see the module docs;
+    the rules: `IndexedStore`).
 
     `storage` is the object's `ctx.storage`. Several runs may share one object (keys are
     prefixed with `prefix`). `max_entry_bytes` is the storage's limit for key and value
@@ -287,22 +279,14 @@ class DurableObjectCheckpointStore:
 
     # -- the CheckpointStore surface ------------------------------------------------------------
 
-    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
-        """Store `checkpoint` as its run's latest, writing only the messages not stored yet.
-
-        With `expected_step_index`, raise `CheckpointConflictError` (and write nothing) unless
-        the stored checkpoint of this run is at that step.
-        """
-        checkpoint = check_checkpoint(checkpoint)
-        expected = check_expected(expected_step_index)
+    def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
+        """Store `checkpoint` as its run's latest, writing only the messages not stored yet."""
         run_id, messages = checkpoint.run_id, checkpoint.messages
         header = encode_header(checkpoint)  # a CodecError here writes nothing
 
         def work() -> int:
             index = self._index(run_id)[0]
-            actual = None if index is None else index.step_index
-            if expected is not None and actual != expected:
-                raise CheckpointConflictError(run_id, expected, actual)
+            guard(run_id, expected, index)
             base = self._data_prefix(run_id)
             header_entries = self._parts(base, "h", 0, header)
             rewrote_from: int | None = None
@@ -343,9 +327,7 @@ class DurableObjectCheckpointStore:
             raise
         self._cache.remember_save(checkpoint, revision)
 
-    def load(self, run_id: str) -> AgentCheckpoint | None:
-        """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
-        check_run_id(run_id)
+    def _load(self, run_id: str) -> AgentCheckpoint | None:
         index, exists = self._index(run_id)
         if not exists:
             return None
@@ -360,11 +342,7 @@ class DurableObjectCheckpointStore:
         self._cache.remember(run_id, index.revision, checkpoint.messages)
         return checkpoint
 
-    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
-        (the step log's rules: `durable_agent._storage.step_log`)."""
-        check_run_id(run_id)
-        check_step_index(step_index)
+    def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
         index, exists = self._index(run_id)
         value = self._kv.get(f"{self._step_prefix(run_id)}{step_index:012d}")
         if not exists or value is None:
@@ -375,9 +353,7 @@ class DurableObjectCheckpointStore:
         count, header = entry
         return rebuild(run_id, header, self._records(run_id, index)[1][:count])
 
-    def delete(self, run_id: str) -> None:
-        check_run_id(run_id)
-
+    def _delete(self, run_id: str) -> None:
         def work() -> None:
             self._kv.delete(self._run_key(run_id))
             self._delete_data(run_id)
@@ -398,32 +374,13 @@ class DurableObjectCheckpointStore:
             found.append((key[len(start) :], index))
         return found
 
-    def list(
-        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
-    ) -> builtins.list[str]:
-        """Run ids in code-point order, optionally only those whose latest status is `status`."""
-        status, limit, after = check_list_args(status, limit, after)
-        return page((r for r, index in self._indexes() if status is None or index.status == status), limit, after)
+    def _select(self, choose: Choose) -> builtins.list[str]:
+        return choose(self._indexes())
 
-    def prune(
-        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
-    ) -> builtins.list[str]:
-        """Delete runs whose latest checkpoint was created before `before` (epoch ms); returns their ids.
-
-        Suspended runs (awaiting approval) are kept unless `include_suspended=True`.
-        """
-        before, status, include_suspended = check_prune_args(before, status, include_suspended)
-        doomed = page(
-            (
-                r
-                for r, index in self._indexes()
-                if prunable(index.status, index.created_at, before, status, include_suspended)
-            ),
-            None,
-            None,
-        )
+    def _prune_runs(self, choose: Choose) -> builtins.list[str]:
+        doomed = choose(self._indexes())
         for run_id in doomed:
-            self.delete(run_id)
+            self._delete(run_id)
         return doomed
 
     def close(self) -> None:

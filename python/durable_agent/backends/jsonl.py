@@ -57,19 +57,10 @@ from .._storage.history import (
     new_revision,
     rebuild_decoded,
 )
+from .._storage.indexed import Choose, IndexedStore, guard
 from .._storage.step_log import StepLog
-from .._storage.validate import (
-    check_checkpoint,
-    check_expected,
-    check_list_args,
-    check_prune_args,
-    check_run_id,
-    check_step_index,
-    page,
-    prunable,
-)
-from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
-from ..errors import CheckpointConflictError, CheckpointCorruptError, CodecError, ConfigurationError
+from ..checkpoint import RUN_STATUSES, AgentCheckpoint
+from ..errors import CheckpointCorruptError, CodecError, ConfigurationError
 from ._files import NOFOLLOW, PRIVATE, file_path
 
 try:  # absent on Windows and Pyodide: then one process only (documented above)
@@ -86,20 +77,27 @@ _CHUNK = 1 << 20
 class _Run:
     """What the index knows of one run: its latest header and where its live messages are."""
 
+    header: dict[str, Any]  # checked by `_record_problem`
     revision: int | None = None
     count: int = 0
-    header: dict[str, Any] | None = None
     segments: list[list[int]] = field(default_factory=list)  # [offset, length, messages taken]
     corrupt: str | None = None
     steps: StepLog[dict[str, Any]] = field(default_factory=StepLog)
 
     @property
-    def status(self) -> str | None:
-        return None if self.header is None else self.header.get("status")
+    def status(self) -> str:
+        status: str = self.header["status"]
+        return status
 
     @property
-    def step_index(self) -> int | None:
-        return None if self.header is None else self.header.get("step_index")
+    def step_index(self) -> int:
+        step_index: int = self.header["step_index"]
+        return step_index
+
+    @property
+    def created_at(self) -> int:
+        created_at: int = self.header["created_at"]
+        return created_at
 
     def keep_only(self, keep: int) -> None:
         """Drop messages from index `keep` on, trimming the segments that held them."""
@@ -146,8 +144,8 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-class JsonlCheckpointStore:
-    """Checkpoints of every run in one append-only JSON-lines file; synchronous methods."""
+class JsonlCheckpointStore(IndexedStore):
+    """Checkpoints of every run in one append-only JSON-lines file; synchronous methods (the rules: `IndexedStore`)."""
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True, cache_runs: int = 256) -> None:
         if type(fsync) is not bool:
@@ -279,7 +277,7 @@ class JsonlCheckpointStore:
         keep, prev = record["keep"], record["prev"]
         run = self._runs.get(run_id)
         if keep == 0 or run is None:
-            run = self._runs[run_id] = _Run()
+            run = self._runs[run_id] = _Run(record["header"])
             if keep > 0:
                 run.corrupt = f"the save at byte {offset} extends a history this file does not hold"
         elif run.corrupt is None and (run.revision != prev or keep > run.count):
@@ -372,21 +370,12 @@ class JsonlCheckpointStore:
 
     # -- the CheckpointStore surface ------------------------------------------------------
 
-    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
-        """Append `checkpoint`'s new messages and header as one line.
-
-        With `expected_step_index`, raise `CheckpointConflictError` (and write nothing) unless
-        the stored checkpoint of this run is at that step.
-        """
-        checkpoint = check_checkpoint(checkpoint)
-        expected = check_expected(expected_step_index)
+    def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
+        """Append `checkpoint`'s new messages and header as one line."""
         run_id, messages = checkpoint.run_id, checkpoint.messages
         with self._write_lock():
             run = self._runs.get(run_id)
-            if expected is not None:
-                actual = None if run is None else run.step_index
-                if actual != expected:
-                    raise CheckpointConflictError(run_id, expected, actual)
+            guard(run_id, expected, run)
             keep = 0
             if run is not None and run.corrupt is None:
                 known = self._cache.kept(run_id, run.revision, messages)
@@ -418,9 +407,7 @@ class JsonlCheckpointStore:
             raise CheckpointCorruptError(run.corrupt, run_id=run_id)
         return run
 
-    def load(self, run_id: str) -> AgentCheckpoint | None:
-        """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
-        check_run_id(run_id)
+    def _load(self, run_id: str) -> AgentCheckpoint | None:
         with self._mutex:
             run = self._current(run_id)
             if run is None:
@@ -430,11 +417,8 @@ class JsonlCheckpointStore:
             self._cache.remember(run_id, run.revision, checkpoint.messages)
             return checkpoint
 
-    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
-        (the step log's rules: `durable_agent._storage.step_log`; `compact()` keeps only the latest step)."""
-        check_run_id(run_id)
-        check_step_index(step_index)
+    def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
+        """The step log is the file's save lines: after `compact()` only each run's latest step is left."""
         with self._mutex:
             run = self._current(run_id)
             found = None if run is None else run.steps.at(step_index)
@@ -443,8 +427,7 @@ class JsonlCheckpointStore:
             count, header = found
             return rebuild_decoded(run_id, header, self._messages(run_id, run)[:count])
 
-    def delete(self, run_id: str) -> None:
-        check_run_id(run_id)
+    def _delete(self, run_id: str) -> None:
         with self._write_lock():
             if run_id in self._runs:
                 line = kernels.encode({"run_id": run_id, "op": "delete"}).encode("utf-8") + b"\n"
@@ -452,39 +435,14 @@ class JsonlCheckpointStore:
                 del self._runs[run_id]
         self._cache.forget(run_id)
 
-    def list(
-        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
-    ) -> builtins.list[str]:
-        """Run ids in code-point order, optionally only those whose latest status is `status`.
-
-        Page with `limit` and `after` (the last id of the previous page).
-        """
-        status, limit, after = check_list_args(status, limit, after)
+    def _select(self, choose: Choose) -> builtins.list[str]:
         with self._mutex:
             self._refresh()
-            return page(
-                (r for r, run in self._runs.items() if status is None or run.status == status), limit, after
-            )
+            return choose(self._runs.items())
 
-    def prune(
-        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
-    ) -> builtins.list[str]:
-        """Delete runs whose latest checkpoint was created before `before` (epoch ms); returns their ids.
-
-        Suspended runs (awaiting approval) are kept unless `include_suspended=True`.
-        """
-        before, status, include_suspended = check_prune_args(before, status, include_suspended)
+    def _prune_runs(self, choose: Choose) -> builtins.list[str]:
         with self._write_lock():
-            doomed = page(
-                (
-                    r
-                    for r, run in self._runs.items()
-                    if run.header is not None
-                    and prunable(str(run.status), run.header["created_at"], before, status, include_suspended)
-                ),
-                None,
-                None,
-            )
+            doomed = choose(self._runs.items())
             if doomed:
                 lines = b"".join(
                     kernels.encode({"run_id": r, "op": "delete"}).encode("utf-8") + b"\n" for r in doomed
