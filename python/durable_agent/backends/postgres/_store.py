@@ -11,15 +11,20 @@ lock; `durable_agent_schema_version` records the version.
 Connections come from a `psycopg_pool` pool (`min_size`/`max_size`), or pass your own `pool=`.
 A connection lost mid-save rolls the transaction back; the next save finds the stored state
 and heals (no gap, no duplicate message). Any failed save makes the store forget its view of
-that run, so a stray or damaged row costs one failed save, never every later one. Install with ``pip install 'durable-agent[postgres]'``.
+that run, so a stray or damaged row costs one failed save, never every later one. The two stores
+run one implementation of the logic (`_PostgresStore`, the pattern of `durable_agent._storage.faces`):
+the sync one on a sync pool, on the caller's thread, the async one on an async pool. Install with
+``pip install 'durable-agent[postgres]'``.
 """
 
 from __future__ import annotations
 
 import builtins
+from abc import abstractmethod
 from collections.abc import Callable
 from typing import Any
 
+from ..._storage.faces import AsyncFace, StoreLogic, SyncFace
 from ..._storage.history import PrefixCache
 from ..._storage.validate import (
     check_checkpoint,
@@ -30,7 +35,7 @@ from ..._storage.validate import (
     check_step_index,
 )
 from ..._util import pool_connection
-from ...checkpoint import AgentCheckpoint, RunStatus
+from ...checkpoint import AgentCheckpoint
 from ...errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from .._sql import checkpoints as _sql
 from .._sql.plan import POSTGRES, Plan, T
@@ -69,48 +74,12 @@ def _check_pool_options(psycopg: Any, conninfo: Any, min_size: Any, max_size: An
             raise ConfigurationError(f"bad Postgres port {port!r} (1-65535)")
 
 
-class _Common:
-    """Argument checks and plans shared by the sync and async stores (they differ only in I/O)."""
+class _PostgresStore(StoreLogic):
+    """The store's logic, written once as coroutines over `_run_once` (one plan in one transaction).
 
-    _cache: PrefixCache
-
-    _operational_error: type[Exception]
-
-    def _init_common(self, conninfo: Any, pool: Any, min_size: Any, max_size: Any, cache_runs: int) -> Any:
-        psycopg_pool = _pool_module()
-        import psycopg
-
-        if pool is None:
-            _check_pool_options(psycopg, conninfo, min_size, max_size)
-
-        self._operational_error = psycopg.OperationalError
-        self._cache = PrefixCache(cache_runs)
-        self._migrated = False
-        return psycopg_pool
-
-    def _save(
-        self, checkpoint: Any, expected_step_index: Any
-    ) -> tuple[AgentCheckpoint, Callable[[], Plan[int]]]:
-        checked = check_checkpoint(checkpoint)
-        expected = check_expected(expected_step_index)
-        return checked, lambda: _sql.save_plan(self._cache, checked, expected, DIALECT)
-
-    @staticmethod
-    def _load_step(run_id: str, step_index: int) -> Callable[[], Plan[AgentCheckpoint | None]]:
-        check_run_id(run_id)
-        check_step_index(step_index)
-        return lambda: _sql.load_step_plan(run_id, step_index)
-
-    def _pruned(self, doomed: builtins.list[str]) -> builtins.list[str]:
-        for run_id in doomed:
-            self._cache.forget(run_id)
-        return doomed
-
-
-class PostgresCheckpointStore(_Common):
-    """Checkpoints in Postgres; synchronous methods, safe for many processes.
-
-    `conninfo` is a libpq URL or DSN. Call `close()` (or use `with`) to close the pool.
+    `PostgresCheckpointStore` runs its plans on a sync pool's connection on the caller's thread
+    (they never suspend: its methods drive the logic with `run_now`), `AsyncPostgresCheckpointStore`
+    on an async pool's.
     """
 
     def __init__(
@@ -122,26 +91,87 @@ class PostgresCheckpointStore(_Common):
         max_size: int = 4,
         cache_runs: int = 256,
     ) -> None:
-        psycopg_pool = self._init_common(conninfo, pool, min_size, max_size, cache_runs)
-        self._own_pool = pool is None
-        self._pool = (
-            psycopg_pool.ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=True)
-            if pool is None
-            else pool
-        )
+        psycopg_pool = _pool_module()
+        import psycopg
 
-    def _run(self, make_plan: Callable[[], Plan[T]], *, snapshot: bool = False) -> T:
+        if pool is None:
+            _check_pool_options(psycopg, conninfo, min_size, max_size)
+        self._operational_error: type[Exception] = psycopg.OperationalError
+        self._cache = PrefixCache(cache_runs)
+        self._migrated = False
+        self._own_pool = pool is None
+        self._pool = self._open_pool(psycopg_pool, conninfo, min_size, max_size) if pool is None else pool
+
+    @abstractmethod
+    def _open_pool(self, psycopg_pool: Any, conninfo: str, min_size: int, max_size: int) -> Any:
+        """The store's own pool of `conninfo` (when no `pool=` was given)."""
+
+    @abstractmethod
+    async def _run_once(self, plan: Plan[T], snapshot: bool) -> T:
+        """Run `plan` in one transaction (REPEATABLE READ when `snapshot`), migrating the schema on first use."""
+
+    async def _run(self, make_plan: Callable[[], Plan[T]], *, snapshot: bool = False) -> T:
         """Run a fresh plan in one transaction, once more on a new connection if the first one was dead.
 
         Every plan is safe to run again: a save whose commit was lost in the failure finds a
         revision it does not know and re-reads the stored rows.
         """
         try:
-            return self._run_once(make_plan(), snapshot)
+            return await self._run_once(make_plan(), snapshot)
         except self._operational_error:
-            return self._run_once(make_plan(), snapshot)
+            return await self._run_once(make_plan(), snapshot)
 
-    def _run_once(self, plan: Plan[T], snapshot: bool) -> T:
+    async def _save(self, checkpoint: AgentCheckpoint, expected_step_index: int | None) -> None:
+        checkpoint = check_checkpoint(checkpoint)
+        expected = check_expected(expected_step_index)
+        try:
+            revision = await self._run(lambda: _sql.save_plan(self._cache, checkpoint, expected, DIALECT))
+        except BaseException:
+            self._cache.forget(checkpoint.run_id)  # the rows are unknown now: the next save re-reads them
+            raise
+        self._cache.remember_save(checkpoint, revision)
+
+    async def _load(self, run_id: str) -> AgentCheckpoint | None:
+        check_run_id(run_id)
+        try:
+            found = await self._run(lambda: _sql.load_plan(run_id), snapshot=True)
+        except CheckpointCorruptError:
+            self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
+            raise
+        return _sql.remembered(self._cache, run_id, found)
+
+    async def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
+        check_run_id(run_id)
+        check_step_index(step_index)
+        return await self._run(lambda: _sql.load_step_plan(run_id, step_index), snapshot=True)
+
+    async def _delete(self, run_id: str) -> None:
+        check_run_id(run_id)
+        await self._run(lambda: _sql.delete_plan(run_id))
+        self._cache.forget(run_id)
+
+    async def _list(self, status: Any, limit: Any, after: Any) -> builtins.list[str]:
+        args = check_list_args(status, limit, after)
+        return await self._run(lambda: _sql.list_plan(*args))
+
+    async def _prune(self, before: Any, status: Any, include_suspended: Any) -> builtins.list[str]:
+        args = check_prune_args(before, status, include_suspended)
+        doomed: builtins.list[str] = await self._run(lambda: _sql.prune_plan(*args))
+        for run_id in doomed:
+            self._cache.forget(run_id)
+        return doomed
+
+
+class PostgresCheckpointStore(_PostgresStore, SyncFace):
+    """Checkpoints in Postgres; synchronous methods, safe for many processes.
+
+    `conninfo` is a libpq URL or DSN. Call `close()` (or use `with`) to close the pool.
+    """
+
+    def _open_pool(self, psycopg_pool: Any, conninfo: str, min_size: int, max_size: int) -> Any:
+        return psycopg_pool.ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=True)
+
+    async def _run_once(self, plan: Plan[T], snapshot: bool) -> T:
         with self._pool.connection() as conn:
             if not self._migrated:
                 with conn.transaction(), conn.cursor() as cur:
@@ -152,100 +182,26 @@ class PostgresCheckpointStore(_Common):
                     cur.execute(_READ_SNAPSHOT)
                 return _sql.run_sync(cur, DIALECT, plan)
 
-    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
-        """Store `checkpoint` as the latest of its run, writing only the messages not stored yet.
-
-        With `expected_step_index`, raise `CheckpointConflictError` (and write nothing) unless
-        the stored checkpoint of this run is at that step.
-        """
-        checkpoint, plan = self._save(checkpoint, expected_step_index)
-        try:
-            revision = self._run(plan)
-        except BaseException:
-            self._cache.forget(checkpoint.run_id)  # the rows are unknown now: the next save re-reads them
-            raise
-        self._cache.remember_save(checkpoint, revision)
-
-    def load(self, run_id: str) -> AgentCheckpoint | None:
-        """The latest checkpoint of `run_id`, or None. Raises `CheckpointCorruptError` for a damaged run."""
-        try:
-            found = self._run(lambda: _sql.load_plan(check_run_id(run_id)), snapshot=True)
-        except CheckpointCorruptError:
-            self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
-            raise
-        return _sql.remembered(self._cache, run_id, found)
-
-    def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        """The checkpoint saved at `step_index` of `run_id`, or None when the store no longer holds it
-        (the step log's rules: `durable_agent._storage.step_log`)."""
-        return self._run(self._load_step(run_id, step_index), snapshot=True)
-
-    def delete(self, run_id: str) -> None:
-        self._run(lambda: _sql.delete_plan(check_run_id(run_id)))
-        self._cache.forget(run_id)
-
-    def list(
-        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
-    ) -> builtins.list[str]:
-        """Run ids in code-point order, optionally only those whose latest status is `status`."""
-        args = check_list_args(status, limit, after)
-        return self._run(lambda: _sql.list_plan(*args))
-
-    def prune(
-        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
-    ) -> builtins.list[str]:
-        """Delete runs whose latest checkpoint was created before `before` (epoch ms); returns their ids.
-
-        Suspended runs (awaiting approval) are kept unless `include_suspended=True`.
-        """
-        args = check_prune_args(before, status, include_suspended)
-        return self._pruned(self._run(lambda: _sql.prune_plan(*args)))
-
     def close(self) -> None:
         if self._own_pool:
             self._pool.close()
         self._cache.clear()
 
-    def __enter__(self) -> PostgresCheckpointStore:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class AsyncPostgresCheckpointStore(_Common):
+class AsyncPostgresCheckpointStore(_PostgresStore, AsyncFace):
     """`PostgresCheckpointStore` with coroutine methods (psycopg's async pool), for asyncio servers.
 
-    The pool opens on first use, inside the running event loop; `await store.close()` closes it.
+    The pool opens on first use, inside the running event loop; `await store.close()` (or
+    ``async with``) closes it.
     """
 
-    def __init__(
-        self,
-        conninfo: str = "",
-        *,
-        pool: Any = None,
-        min_size: int = 1,
-        max_size: int = 4,
-        cache_runs: int = 256,
-    ) -> None:
-        psycopg_pool = self._init_common(conninfo, pool, min_size, max_size, cache_runs)
-        self._own_pool = pool is None
-        self._pool = (
-            psycopg_pool.AsyncConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=False)
-            if pool is None
-            else pool
-        )
-        self._opened = not self._own_pool
+    _opened = False  # whether the store's own pool was opened (a pool given with `pool=` is the caller's)
 
-    async def _run(self, make_plan: Callable[[], Plan[T]], *, snapshot: bool = False) -> T:
-        """See `PostgresCheckpointStore._run`."""
-        try:
-            return await self._run_once(make_plan(), snapshot)
-        except self._operational_error:
-            return await self._run_once(make_plan(), snapshot)
+    def _open_pool(self, psycopg_pool: Any, conninfo: str, min_size: int, max_size: int) -> Any:
+        return psycopg_pool.AsyncConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=False)
 
     async def _run_once(self, plan: Plan[T], snapshot: bool) -> T:
-        if not self._opened:
+        if self._own_pool and not self._opened:
             await self._pool.open()
             self._opened = True
         async with pool_connection(self._pool) as conn:
@@ -257,47 +213,6 @@ class AsyncPostgresCheckpointStore(_Common):
                 if snapshot:
                     await cur.execute(_READ_SNAPSHOT)
                 return await _sql.run_async(cur, DIALECT, plan)
-
-    async def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
-        """See `PostgresCheckpointStore.save`."""
-        checkpoint, plan = self._save(checkpoint, expected_step_index)
-        try:
-            revision = await self._run(plan)
-        except BaseException:
-            self._cache.forget(checkpoint.run_id)
-            raise
-        self._cache.remember_save(checkpoint, revision)
-
-    async def load(self, run_id: str) -> AgentCheckpoint | None:
-        """See `PostgresCheckpointStore.load`."""
-        try:
-            found = await self._run(lambda: _sql.load_plan(check_run_id(run_id)), snapshot=True)
-        except CheckpointCorruptError:
-            self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
-            raise
-        return _sql.remembered(self._cache, run_id, found)
-
-    async def load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        """See `PostgresCheckpointStore.load_step`."""
-        return await self._run(self._load_step(run_id, step_index), snapshot=True)
-
-    async def delete(self, run_id: str) -> None:
-        await self._run(lambda: _sql.delete_plan(check_run_id(run_id)))
-        self._cache.forget(run_id)
-
-    async def list(
-        self, *, status: RunStatus | None = None, limit: int | None = None, after: str | None = None
-    ) -> builtins.list[str]:
-        """See `PostgresCheckpointStore.list`."""
-        args = check_list_args(status, limit, after)
-        return await self._run(lambda: _sql.list_plan(*args))
-
-    async def prune(
-        self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
-    ) -> builtins.list[str]:
-        """See `PostgresCheckpointStore.prune`."""
-        args = check_prune_args(before, status, include_suspended)
-        return self._pruned(await self._run(lambda: _sql.prune_plan(*args)))
 
     async def close(self) -> None:
         if self._own_pool and self._opened:
