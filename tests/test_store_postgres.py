@@ -172,3 +172,43 @@ def test_a_row_numbered_below_zero_is_removed_by_the_heal(conninfo: str, store: 
     store.save(healed)
     assert store.load("r") == healed
     assert _sql(conninfo, "SELECT seq FROM durable_agent_messages ORDER BY seq") == [(i,) for i in range(4)]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_pool_given_with_pool_stays_the_callers_and_the_stores_own_pool_closes_with_it(
+    conninfo: str, asynchronous: bool
+) -> None:
+    """`pool=` is used as it is (never opened nor closed by the store); a store's own pool closes on
+    leaving its ``with`` / ``async with`` block, after which the store refuses to work."""
+    import asyncio
+
+    import psycopg_pool
+
+    from durable_agent.backends.postgres import AsyncPostgresCheckpointStore, PostgresCheckpointStore
+
+    async def sync_scenario() -> None:
+        with psycopg_pool.ConnectionPool(conninfo, min_size=1, max_size=2, open=True) as pool:
+            with PostgresCheckpointStore(pool=pool) as store:
+                store.save(make_checkpoint("r", 1))
+            assert not pool.closed
+            with PostgresCheckpointStore(pool=pool) as again:
+                assert again.load("r") == make_checkpoint("r", 1)
+        with PostgresCheckpointStore(conninfo, max_size=1) as own:
+            own.save(make_checkpoint("r", 2))
+        with pytest.raises(psycopg_pool.PoolClosed):
+            own.load("r")
+
+    async def async_scenario() -> None:
+        async with psycopg_pool.AsyncConnectionPool(conninfo, min_size=1, max_size=2, open=False) as pool:
+            async with AsyncPostgresCheckpointStore(pool=pool) as store:
+                await store.save(make_checkpoint("r", 1))
+            assert not pool.closed
+            async with AsyncPostgresCheckpointStore(pool=pool) as again:
+                assert await again.load("r") == make_checkpoint("r", 1)
+        async with AsyncPostgresCheckpointStore(conninfo, max_size=1) as own:
+            await own.save(make_checkpoint("r", 2))
+        with pytest.raises(psycopg_pool.PoolClosed):
+            await own.load("r")
+
+    asyncio.run(async_scenario() if asynchronous else sync_scenario())
+    assert _sql(conninfo, "SELECT step_index FROM durable_agent_runs") == [(2,)]
