@@ -22,7 +22,7 @@ async def maybe_await(value: Any) -> Any:
 def run_now(coro: Coroutine[Any, Any, T]) -> T:
     """The result of `coro`, which must finish without suspending.
 
-    A sync API over a logic written once as coroutines (the SQLite and Redis checkpoint stores):
+    A sync API over a logic written once as coroutines (the SQLite, Redis and Postgres checkpoint stores):
     its sync flavour awaits only I/O that is done at once, on the caller's thread.
     """
     try:

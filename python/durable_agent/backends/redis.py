@@ -56,18 +56,7 @@ from .._storage.history import (
     new_revision,
     rebuild,
 )
-from .._storage.validate import (
-    check_checkpoint,
-    check_expected,
-    check_list_args,
-    check_prune_args,
-    check_run_id,
-    check_step_index,
-    logger,
-    page,
-    prunable,
-    readable_ids,
-)
+from .._storage.validate import logger, page, prunable, readable_ids
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
 from ..errors import (
     CheckpointConflictError,
@@ -270,9 +259,7 @@ class _RedisStore(StoreLogic):
             return {}, [], f"a key of the run holds another type ({wrong})"
         return head, bodies, None
 
-    async def _save(self, checkpoint: AgentCheckpoint, expected_step_index: int | None) -> None:
-        checkpoint = check_checkpoint(checkpoint)
-        expected = check_expected(expected_step_index)
+    async def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
         run_id, messages = checkpoint.run_id, checkpoint.messages
         header = encode_header(checkpoint)
         cached = self._cache.revision(run_id)
@@ -318,7 +305,6 @@ class _RedisStore(StoreLogic):
             self._cache.forget(run_id)
 
     async def _load(self, run_id: str) -> AgentCheckpoint | None:
-        check_run_id(run_id)
         head, bodies, wrong = await self._read(run_id)
         if wrong is not None:
             self._cache.forget(run_id)
@@ -341,8 +327,6 @@ class _RedisStore(StoreLogic):
         return checkpoint
 
     async def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        check_run_id(run_id)
-        check_step_index(step_index)
         keys = self._keys(run_id)
         exists, entries, bodies = await self._pipeline(
             True, ("exists", (keys[0],)), ("lrange", (keys[6], 0, -1)), ("lrange", (keys[1], 0, -1))
@@ -367,7 +351,6 @@ class _RedisStore(StoreLogic):
         return None
 
     async def _delete(self, run_id: str) -> None:
-        check_run_id(run_id)
         await self._eval(self._delete_script, self._keys(run_id), [run_id, ""])
         self._cache.forget(run_id)
 
@@ -376,12 +359,10 @@ class _RedisStore(StoreLogic):
         key = f"{self._prefix}{'runs' if status is None else 'status:' + status}"
         return await self._range(key, b"-" if after is None else b"(" + after, limit)
 
-    async def _list(self, status: Any, limit: Any, after: Any) -> builtins.list[str]:
-        status, limit, after = check_list_args(status, limit, after)
+    async def _list(self, status: RunStatus | None, limit: int | None, after: str | None) -> builtins.list[str]:
         return readable_ids(await self._members(status, limit, None if after is None else after.encode("utf-8")))
 
-    async def _prune(self, before: Any, status: Any, include_suspended: Any) -> builtins.list[str]:
-        before, status, include_suspended = check_prune_args(before, status, include_suspended)
+    async def _prune(self, before: int, status: RunStatus | None, include_suspended: bool) -> builtins.list[str]:
         doomed: builtins.list[str] = []
         after = None
         while members := await self._members(None, 500, after):

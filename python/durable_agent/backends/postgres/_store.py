@@ -26,16 +26,8 @@ from typing import Any
 
 from ..._storage.faces import AsyncFace, StoreLogic, SyncFace
 from ..._storage.history import PrefixCache
-from ..._storage.validate import (
-    check_checkpoint,
-    check_expected,
-    check_list_args,
-    check_prune_args,
-    check_run_id,
-    check_step_index,
-)
 from ..._util import pool_connection
-from ...checkpoint import AgentCheckpoint
+from ...checkpoint import AgentCheckpoint, RunStatus
 from ...errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from .._sql import checkpoints as _sql
 from .._sql.plan import POSTGRES, Plan, T
@@ -121,9 +113,7 @@ class _PostgresStore(StoreLogic):
         except self._operational_error:
             return await self._run_once(make_plan(), snapshot)
 
-    async def _save(self, checkpoint: AgentCheckpoint, expected_step_index: int | None) -> None:
-        checkpoint = check_checkpoint(checkpoint)
-        expected = check_expected(expected_step_index)
+    async def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
         try:
             revision = await self._run(lambda: _sql.save_plan(self._cache, checkpoint, expected, DIALECT))
         except BaseException:
@@ -132,7 +122,6 @@ class _PostgresStore(StoreLogic):
         self._cache.remember_save(checkpoint, revision)
 
     async def _load(self, run_id: str) -> AgentCheckpoint | None:
-        check_run_id(run_id)
         try:
             found = await self._run(lambda: _sql.load_plan(run_id), snapshot=True)
         except CheckpointCorruptError:
@@ -141,22 +130,17 @@ class _PostgresStore(StoreLogic):
         return _sql.remembered(self._cache, run_id, found)
 
     async def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        check_run_id(run_id)
-        check_step_index(step_index)
         return await self._run(lambda: _sql.load_step_plan(run_id, step_index), snapshot=True)
 
     async def _delete(self, run_id: str) -> None:
-        check_run_id(run_id)
         await self._run(lambda: _sql.delete_plan(run_id))
         self._cache.forget(run_id)
 
-    async def _list(self, status: Any, limit: Any, after: Any) -> builtins.list[str]:
-        args = check_list_args(status, limit, after)
-        return await self._run(lambda: _sql.list_plan(*args))
+    async def _list(self, status: RunStatus | None, limit: int | None, after: str | None) -> builtins.list[str]:
+        return await self._run(lambda: _sql.list_plan(status, limit, after))
 
-    async def _prune(self, before: Any, status: Any, include_suspended: Any) -> builtins.list[str]:
-        args = check_prune_args(before, status, include_suspended)
-        doomed: builtins.list[str] = await self._run(lambda: _sql.prune_plan(*args))
+    async def _prune(self, before: int, status: RunStatus | None, include_suspended: bool) -> builtins.list[str]:
+        doomed: builtins.list[str] = await self._run(lambda: _sql.prune_plan(before, status, include_suspended))
         for run_id in doomed:
             self._cache.forget(run_id)
         return doomed

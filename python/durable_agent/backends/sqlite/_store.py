@@ -41,15 +41,7 @@ from typing import Any, Literal
 
 from ..._storage.faces import AsyncFace, StoreLogic, SyncFace
 from ..._storage.history import PrefixCache
-from ..._storage.validate import (
-    check_checkpoint,
-    check_expected,
-    check_list_args,
-    check_prune_args,
-    check_run_id,
-    check_step_index,
-)
-from ...checkpoint import AgentCheckpoint
+from ...checkpoint import AgentCheckpoint, RunStatus
 from ...errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from .._files import connect_sqlite, file_path
 from .._sql import checkpoints as _sql
@@ -180,9 +172,7 @@ class _SqliteStore(StoreLogic):
                 raise
             raise CheckpointCorruptError(f"the database file is damaged ({exc})", run_id=run_id) from exc
 
-    async def _save(self, checkpoint: AgentCheckpoint, expected_step_index: int | None) -> None:
-        checkpoint = check_checkpoint(checkpoint)
-        expected = check_expected(expected_step_index)
+    async def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
         try:
             revision = await self._run(
                 True, lambda: _sql.save_plan(self._cache, checkpoint, expected, _DIALECT), checkpoint.run_id,
@@ -194,7 +184,6 @@ class _SqliteStore(StoreLogic):
         self._cache.remember_save(checkpoint, revision)
 
     async def _load(self, run_id: str) -> AgentCheckpoint | None:
-        check_run_id(run_id)
         try:
             found = await self._run(False, lambda: _sql.load_plan(run_id), run_id)
         except CheckpointCorruptError:
@@ -208,21 +197,16 @@ class _SqliteStore(StoreLogic):
         return checkpoint
 
     async def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        check_run_id(run_id)
-        check_step_index(step_index)
         return await self._run(False, lambda: _sql.load_step_plan(run_id, step_index), run_id)
 
     async def _delete(self, run_id: str) -> None:
-        check_run_id(run_id)
         await self._run(True, lambda: _sql.delete_plan(run_id))
         self._cache.forget(run_id)
 
-    async def _list(self, status: Any, limit: Any, after: Any) -> builtins.list[str]:
-        status, limit, after = check_list_args(status, limit, after)
+    async def _list(self, status: RunStatus | None, limit: int | None, after: str | None) -> builtins.list[str]:
         return await self._run(False, lambda: _sql.list_plan(status, limit, after))
 
-    async def _prune(self, before: Any, status: Any, include_suspended: Any) -> builtins.list[str]:
-        before, status, include_suspended = check_prune_args(before, status, include_suspended)
+    async def _prune(self, before: int, status: RunStatus | None, include_suspended: bool) -> builtins.list[str]:
         doomed: builtins.list[str] = await self._run(True, lambda: _sql.prune_plan(before, status, include_suspended))
         for run_id in doomed:
             self._cache.forget(run_id)
