@@ -189,12 +189,7 @@ class _SqliteStore(StoreLogic):
         except CheckpointCorruptError:
             self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
             raise
-        if found is None:
-            return None
-        checkpoint, revision = found
-        if type(revision) is int:
-            self._cache.remember(run_id, revision, checkpoint.messages)
-        return checkpoint
+        return _sql.remembered(self._cache, run_id, found)
 
     async def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
         return await self._run(False, lambda: _sql.load_step_plan(run_id, step_index), run_id)
