@@ -175,6 +175,22 @@ class _Saved:
     count: int
 
 
+class _Forgetting:
+    """`PrefixCache.forgetting`: a context manager, as a class (cheaper than a generator's, at every save)."""
+
+    __slots__ = ("_cache", "_errors", "_run_id")
+
+    def __init__(self, cache: PrefixCache, run_id: str, errors: type[BaseException]) -> None:
+        self._cache, self._run_id, self._errors = cache, run_id, errors
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: object) -> None:
+        if kind is not None and issubclass(kind, self._errors):
+            self._cache.forget(self._run_id)
+
+
 class PrefixCache:
     """Per run: the revision and message objects of this process's last save, in two parts.
 
@@ -252,6 +268,15 @@ class PrefixCache:
     def remember_save(self, checkpoint: AgentCheckpoint, revision: int) -> None:
         """Remember a store's save of `checkpoint` at `revision`; a running one stays until its leg ends."""
         self.remember(checkpoint.run_id, revision, checkpoint.messages, live=checkpoint.status == "running")
+
+    def forgetting(self, run_id: str, errors: type[BaseException] = BaseException) -> _Forgetting:
+        """A ``with`` block that makes the cache forget `run_id` when it raises `errors`.
+
+        The stores' rule for their cache: a save that failed (any error, a cancellation too: what it
+        stored is unknown) or a load that found the run damaged (`CheckpointCorruptError`) leaves the
+        stored data unknown, so the run's next save re-reads it instead of trusting this view.
+        """
+        return _Forgetting(self, run_id, errors)
 
     def forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)

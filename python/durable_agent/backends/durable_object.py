@@ -320,25 +320,19 @@ class DurableObjectCheckpointStore(IndexedStore):
             self._log_step(run_id, checkpoint.step_index, len(messages), rewrote_from, header)
             return revision
 
-        try:
+        with self._cache.forgetting(run_id):
             revision = self._atomic(work)
-        except BaseException:
-            self._cache.forget(run_id)
-            raise
         self._cache.remember_save(checkpoint, revision)
 
     def _load(self, run_id: str) -> AgentCheckpoint | None:
         index, exists = self._index(run_id)
         if not exists:
             return None
-        try:
+        with self._cache.forgetting(run_id, CheckpointCorruptError):
             if index is None:
                 raise CheckpointCorruptError("the run's index entry is unreadable", run_id=run_id)
             header, bodies = self._records(run_id, index)
             checkpoint = rebuild(run_id, header, bodies)
-        except CheckpointCorruptError:
-            self._cache.forget(run_id)
-            raise
         self._cache.remember(run_id, index.revision, checkpoint.messages)
         return checkpoint
 

@@ -306,12 +306,11 @@ class _RedisStore(StoreLogic):
 
     async def _load(self, run_id: str) -> AgentCheckpoint | None:
         head, bodies, wrong = await self._read(run_id)
-        if wrong is not None:
-            self._cache.forget(run_id)
-            raise CheckpointCorruptError(wrong, run_id=run_id)
-        if not head:
-            return None
-        try:
+        with self._cache.forgetting(run_id, CheckpointCorruptError):
+            if wrong is not None:
+                raise CheckpointCorruptError(wrong, run_id=run_id)
+            if not head:
+                return None
             revision, count = head.get(b"revision", b""), head.get(b"count", b"")
             if not (revision.isdigit() and count.isdigit()):
                 raise CheckpointCorruptError("the header's revision/count are not numbers", run_id=run_id)
@@ -320,9 +319,6 @@ class _RedisStore(StoreLogic):
                     f"header counts {int(count)} messages, the list holds {len(bodies)}", run_id=run_id
                 )
             checkpoint = rebuild(run_id, _text(head.get(b"header"), run_id, "header"), _texts(bodies, run_id))
-        except CheckpointCorruptError:
-            self._cache.forget(run_id)  # so the next save re-reads and repairs the run
-            raise
         self._cache.remember(run_id, int(revision), checkpoint.messages)
         return checkpoint
 

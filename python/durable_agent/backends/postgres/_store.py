@@ -114,19 +114,13 @@ class _PostgresStore(StoreLogic):
             return await self._run_once(make_plan(), snapshot)
 
     async def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
-        try:
+        with self._cache.forgetting(checkpoint.run_id):
             revision = await self._run(lambda: _sql.save_plan(self._cache, checkpoint, expected, DIALECT))
-        except BaseException:
-            self._cache.forget(checkpoint.run_id)  # the rows are unknown now: the next save re-reads them
-            raise
         self._cache.remember_save(checkpoint, revision)
 
     async def _load(self, run_id: str) -> AgentCheckpoint | None:
-        try:
+        with self._cache.forgetting(run_id, CheckpointCorruptError):
             found = await self._run(lambda: _sql.load_plan(run_id), snapshot=True)
-        except CheckpointCorruptError:
-            self._cache.forget(run_id)  # so the next save re-reads the rows and repairs the run
-            raise
         return _sql.remembered(self._cache, run_id, found)
 
     async def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
