@@ -28,12 +28,19 @@ def free_port() -> int:
 
 @dataclass
 class Server:
-    """``uvicorn --factory http_server_app:create`` on a free port, over `db`; `kill()` is a SIGKILL."""
+    """``uvicorn --factory http_server_app:create`` on a free port, over `db`; `kill()` is a SIGKILL.
+
+    `app` (a ``module:attribute`` in `app_dir`, a factory unless `factory=False`) serves another app;
+    the process runs in `db`'s directory.
+    """
 
     db: Path
     ledger: Path
     delay: float = 0.0
     postgres: str | None = None  # a conninfo: serve on the Postgres runtime and event log
+    app: str = "http_server_app:create"
+    app_dir: Path = ROOT / "tests"
+    factory: bool = True
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
@@ -46,9 +53,9 @@ class Server:
         self.log = self.db.with_name(f"server-{self.port}.log")
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "--factory", "http_server_app:create", "--app-dir",
-                 str(ROOT / "tests"), "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"],
-                env=env, stdout=out, stderr=subprocess.STDOUT,
+                [sys.executable, "-m", "uvicorn", *(["--factory"] if self.factory else []), self.app, "--app-dir",
+                 str(self.app_dir), "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"],
+                env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.db.parent,
             )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
