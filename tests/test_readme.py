@@ -97,8 +97,9 @@ def snippets() -> list[Snippet]:
 
 
 def the_snippet(title_prefix: str) -> Snippet:
-    (found,) = [s for s in snippets() if s.title.startswith(title_prefix)]
-    return found
+    found = [s for s in snippets() if s.title.startswith(title_prefix)]
+    assert len(found) == 1, f"README.md should have one python block whose first line starts {title_prefix!r}: {found}"
+    return found[0]
 
 
 def require(snippet: Snippet) -> None:
