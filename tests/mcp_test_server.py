@@ -8,7 +8,7 @@ independent of any journal: a crash test counts effects in it. ``MCP_TEST_PAUSE`
 default 0) is how long `charge` waits before its effect and again after it, so a test can
 kill the client in either window; `balance` (read-only) takes three times as long, so it is
 still running in both. ``MCP_TEST_TOOLS=extra`` offers one more tool (a server
-that changed its tools).
+that changed its tools); so does a call of `grow`, which also announces the change.
 """
 
 from __future__ import annotations
@@ -95,11 +95,24 @@ async def exit_now() -> str:
     os._exit(3)
 
 
+async def extra() -> str:
+    """Only offered when MCP_TEST_TOOLS=extra, or once `grow` ran."""
+    log(event="extra")
+    return "extra"
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Adds the tool `extra` and announces the change (``notifications/tools/list_changed``)."""
+    if "extra" not in {tool.name for tool in await server.list_tools()}:
+        server.add_tool(extra)
+    await ctx.session.send_tool_list_changed()
+    log(event="grow")
+    return "grown"
+
+
 if os.environ.get("MCP_TEST_TOOLS") == "extra":
-    @server.tool()
-    async def extra() -> str:
-        """Only offered when MCP_TEST_TOOLS=extra."""
-        return "extra"
+    server.add_tool(extra)
 
 
 if __name__ == "__main__":

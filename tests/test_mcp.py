@@ -265,6 +265,53 @@ async def test_a_resumed_run_offers_the_recorded_listing_and_a_vanished_tool_is_
     assert len(effects(ledger, "charge")) == 1
 
 
+@pytest.mark.requires_sqlite
+async def test_a_server_that_announces_new_tools_offers_them_from_the_next_step_recorded_once_per_change(
+        tmp_path: Path) -> None:
+    from durable_agent._storage.keys import parse_step_key
+    from durable_agent.backends.sqlite import SqliteRuntime
+
+    ledger = tmp_path / "ledger.jsonl"
+    model = Recorder(reply("", call("grow", {}, "g")), reply("", call("extra", {}, "e")),
+                     reply("", call("balance", {"account": "a"}, "b")), reply("done"))
+    with SqliteRuntime(tmp_path / "runs.db") as runtime:
+        agent = Agent(model=model.model, durable=DurableOptions(runtime), session_id="s",
+                      mcp_servers=[server(ledger, name="bank")])
+        done = await agent.run("go", run_id="r")
+        listings = [(parse_step_key(r.key).turn, r.result["bank"]) for r in await runtime.inspect.steps("r")
+                    if r.kind == "tool-listing"]
+    assert done.text == "done" and results_of(done.messages)["e"]["output"] == {"result": "extra"}
+    assert "extra" not in model.offered(0)
+    assert all("extra" in model.offered(n) for n in (1, 2, 3))  # from the step after the announcement on
+    assert [sorted(t["name"] for t in listing) for _turn, listing in sorted(listings)] == [
+        sorted(model.offered(0)), sorted(model.offered(1))]  # once per change, not per step
+
+
+async def test_generate_text_offers_a_servers_new_tools_from_the_next_step(tmp_path: Path) -> None:
+    model = Recorder(reply("", call("grow", {}, "g")), reply("", call("extra", {}, "e")), reply("done"))
+    done = await generate_text(model=model.model, messages=USER, mcp_servers=[server(tmp_path / "ledger.jsonl")])
+    assert done.text == "done" and results_of(done.messages)["e"]["output"] == {"result": "extra"}
+    assert "extra" not in model.offered(0) and "extra" in model.offered(1)
+
+
+@pytest.mark.requires_sqlite
+async def test_a_run_resumed_without_a_server_its_listing_names_is_a_configuration_error(tmp_path: Path) -> None:
+    from durable_agent.backends.sqlite import SqliteRuntime
+
+    ledger = tmp_path / "ledger.jsonl"
+    with SqliteRuntime(tmp_path / "runs.db") as runtime:
+        agent = Agent(model=Recorder(reply("", call("charge", {"account": "a", "amount": 1}, "c"))).model,
+                      durable=DurableOptions(runtime), session_id="s",
+                      mcp_servers=[server(ledger, name="bank", needs_approval=True)])
+        parked = await agent.run("go")
+        assert parked.finish_reason == "suspended"
+        other = Agent(model=Recorder(reply("never")).model, durable=DurableOptions(runtime), session_id="s",
+                      mcp_servers=[server(ledger, name="shop")])
+        with pytest.raises(ConfigurationError, match=r"MCP server\(s\) 'bank'.*lacks"):
+            await other.resume(approval_responses=[ToolApprovalResponse(parked.pending_approvals[0].approval_id, True)])
+    assert effects(ledger, "charge") == []
+
+
 def http_transport(client: str) -> Any:
     """None: the SDK's client; else durable-agent's own client over the package's stdlib transport (what
     runs under Pyodide, over fetch)."""

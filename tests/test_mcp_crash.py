@@ -26,8 +26,8 @@ WORKER = str(Path(__file__).resolve().parent / "mcp_crash_worker.py")
 PAUSE = "1.5"
 
 
-def worker(mode: str, runtime: str, ledger: Path, where: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, WORKER, mode, runtime, str(ledger), where], stdout=subprocess.PIPE,
+def worker(mode: str, runtime: str, ledger: Path, where: str, scenario: str = "bank") -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, WORKER, mode, runtime, str(ledger), where, scenario], stdout=subprocess.PIPE,
                             text=True, env={**os.environ, "MCP_TEST_PAUSE": PAUSE if mode == "start" else "0"})
 
 
@@ -38,8 +38,8 @@ def kill_when(process: subprocess.Popen[str], ledger: Path, event: str) -> None:
     assert process.wait(30) == -signal.SIGKILL
 
 
-def resumed(runtime: str, ledger: Path, where: str) -> dict[str, Any]:
-    process = worker("resume", runtime, ledger, where)
+def resumed(runtime: str, ledger: Path, where: str, scenario: str = "bank") -> dict[str, Any]:
+    process = worker("resume", runtime, ledger, where, scenario)
     out, _ = process.communicate(timeout=120)
     assert process.returncode == 0, out
     outcome: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
@@ -79,3 +79,22 @@ def killed_then_resumed(runtime: str, ledger: Path, where: str, kill_at: str) ->
     if kill_at == "charge":
         assert charges == 1
     assert processes_naming(str(ledger)) == [] or where == "http"
+
+
+def test_a_listing_changed_mid_run_is_what_a_run_resumed_in_another_process_offers(tmp_path: Path) -> None:
+    """The server adds `extra` and announces it; the next step offers it; the worker is SIGKILLed in the charge
+    after that; the resuming process's server (a new one) lacks `extra`, yet the run offers the recorded
+    listing, with `extra`, and its call is an error result, not a crash."""
+    ledger = tmp_path / "ledger.jsonl"
+    with journal_spec("sqlite", tmp_path, "mcp") as runtime:
+        start = worker("start", runtime, ledger, "stdio", "grow")
+        kill_when(start, ledger, "charge-start")
+        assert wait_until(lambda: processes_naming(str(ledger)) == [], 30), processes_naming(str(ledger))
+        outcome = resumed(runtime, ledger, "stdio", "grow")
+    assert outcome["finish_reason"] == "stop" and outcome["text"] == "Done."
+    assert outcome["offered_extra"] == [True, True]  # the resumed steps offer what the model saw before the kill
+    results = outcome["results"]
+    assert results["grow-1"]["output"] == {"result": "grown"}
+    assert results["charge-1"] == {"output": TOOL_INTERRUPTED_MESSAGE, "is_error": True}
+    assert results["extra-1"]["is_error"] and "no longer offers the tool 'extra'" in results["extra-1"]["output"]
+    assert len(effects(ledger, "grow")) == 1 and effects(ledger, "charge") == [] and effects(ledger, "extra") == []

@@ -25,8 +25,8 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ._storage.records import StepCompleted, StepOutcome, StepRequest
-from ._storage.scope import StepContext, StepLive, StepRun
+from ._storage.records import StepCompleted, StepOutcome, StepRecord, StepRequest
+from ._storage.scope import JournalScope, StepContext, StepLive, StepRun
 
 if TYPE_CHECKING:
     from ._storage.protocols import CheckpointStore, RunScope
@@ -74,6 +74,14 @@ class Durability:
         """The parts of `stream`, each as it comes."""
         return stream(StepContext(request, live.signal if live is not None else None))
 
+    replays_by_position = False
+    """True on a journal that replays its entries by position (Restate): a replay must meet the same steps in
+    the same order, so a step that only sometimes happens (a tool-listing change) is recorded every time."""
+
+    async def recorded_steps(self) -> list[StepRecord]:
+        """The run's step records so far (none without a journal)."""
+        return []
+
     async def begin(self, requests: Sequence[StepRequest]) -> None:
         """Announce a batch of steps about to run concurrently (a journal makes their intents durable first)."""
 
@@ -91,6 +99,10 @@ class JournaledDurability(Durability):
         super().__init__(checkpoints, session_id=scope.session_id, tool_state=tool_state,
                          suspend_signal=suspend_signal)
         self.scope = scope
+        self.replays_by_position = not isinstance(scope, JournalScope)  # Restate's scope (`backends.restate`)
+
+    async def recorded_steps(self) -> list[StepRecord]:
+        return await self.scope.stored_steps()
 
     async def step(self, request: StepRequest, run: StepRun, live: StepLive | None = None) -> StepOutcome:
         """Run `run` once for `request`, or answer from its record: the scope's rules (`_storage.scope`)."""

@@ -59,7 +59,7 @@ from .stream_parts import (
 )
 from .structured_output import REPAIR_PROMPT, OutputSpec
 from .tool_calls import ToolCall, ToolDecider, ToolPhase, ToolRunner
-from .tool_sources import run_tools
+from .tool_sources import RunTools, run_tools
 from .tracing import RunLogger, RunTrace
 from .transcript import assistant_message, tool_message, unresolved_calls
 
@@ -133,6 +133,7 @@ class AgentLoop:
         self._output = OutputSpec.build(options.output) if options.output is not None else None
         self._repairs = 0
         self.output: Any = None
+        self._tool_set: RunTools | None = None
         self._bind(options)
 
     def _bind(self, options: RunOptions) -> None:
@@ -152,7 +153,8 @@ class AgentLoop:
         try:
             async with run_tools(self.options, self.durability, self.run_id) as tools:
                 if self.options.mcp_servers:
-                    self._bind(replace(self.options, tools=tools))
+                    self._bind(replace(self.options, tools=tools.tools))
+                self._tool_set = tools
                 async for part in self._drive():
                     yield part
         except Exception as exc:  # noqa: BLE001 - every failure is reported as an error part
@@ -214,6 +216,8 @@ class AgentLoop:
     async def _step(self) -> AsyncIterator[StreamPart]:
         self._check_abort()
         step_index = self._next_index
+        if self._tool_set is not None and (tools := await self._tool_set.at_step(step_index)) is not None:
+            self._bind(replace(self.options, tools=tools))  # a tool source changed its tools
         self.trace.start_step(step_index, "model")
         overrides = await self._prepare(step_index)
         model = overrides.model or self.options.model

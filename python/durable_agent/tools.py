@@ -152,9 +152,10 @@ class ToolSource(Protocol):
 
     A run enters each source (``async with``; entering one already open only counts a user),
     asks its `listing` (plain data: what the model is offered), and turns a listing into tools
-    with `bind`. A durable run records the listing once, at its start, and a resumed run binds
-    the recorded one: the model is offered what it was offered before the crash, and a call to
-    a tool the source no longer has is an error result.
+    with `bind`. When the source says its tools `changed`, the run's next step `refresh`es it and
+    offers the new listing. A durable run records the listing at its start and at each change, and
+    a resumed run binds the last recorded one: the model is offered what it was offered before the
+    crash, and a call to a tool the source no longer has is an error result.
     """
 
     @property
@@ -165,6 +166,15 @@ class ToolSource(Protocol):
     async def __aenter__(self) -> Any: ...
 
     async def __aexit__(self, *exc_info: object) -> Any: ...
+
+    @property
+    def changed(self) -> bool:
+        """The source's tools changed since it last listed them (a run then calls `refresh` before its next step)."""
+        ...
+
+    async def refresh(self) -> None:
+        """Take the source's tools again: `listing` answers with the new ones."""
+        ...
 
     def listing(self) -> list[dict[str, Any]]:
         """The tools offered now, as JSON-compatible data `bind` takes back."""

@@ -19,9 +19,11 @@ step of the run like a local tool's:
   (default 300 s; the SDK sends the server ``notifications/cancelled``) is an error result the
   model sees; text, structured content, images, audio and resources are kept (`_results`);
 * the server's progress notifications stream to the caller as ``tool-progress`` parts;
-* a durable run records its tool listing once, at its start, and a resumed run (in any process)
-  offers the recorded one (`durable_agent.tool_sources`); a tool the server dropped since
-  answers with an error result;
+* a server's ``notifications/tools/list_changed`` makes the run list its tools again before
+  its next step; a durable run records its tool listing at its start and at each change, and a
+  resumed run (in any process) offers the last recorded one (`durable_agent.tool_sources`); a
+  tool the server dropped since answers with an error result, and a server the recorded listing
+  names that the resuming run is not given is a `ConfigurationError`;
 * a server that cannot be started, exits, or does not answer ``initialize`` within
   `connect_timeout` (default 10 s) raises `MCPServerError` (naming the command or URL) before
   the model is called, once its process is gone: at once for a server that exits when its stdin

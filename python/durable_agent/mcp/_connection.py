@@ -46,8 +46,14 @@ class ServerConnection(Protocol):
 
     label: str
     broken: bool
+    tools_changed: bool
+    """The server announced ``notifications/tools/list_changed`` since the tools were last listed."""
 
     async def open(self, timeout: float) -> list[dict[str, Any]]: ...
+
+    async def relist(self, timeout: float) -> list[dict[str, Any]]:
+        """List the tools again (within `timeout` seconds; `MCPServerError` otherwise), clearing `tools_changed`."""
+        ...
 
     async def call(self, name: str, arguments: dict[str, Any], timeout: float | None,
                    progress: Progress | None) -> Wire: ...
@@ -66,6 +72,7 @@ class Connection:
         self._closing = asyncio.Event()
         self._owner: asyncio.Task[None] | None = None
         self.broken = False  # the server went away: the next run opens a new connection
+        self.tools_changed = False
 
     async def open(self, timeout: float) -> list[dict[str, Any]]:
         """Connect, initialize and list the tools, within `timeout` seconds; `MCPServerError` otherwise.
@@ -91,11 +98,12 @@ class Connection:
         try:
             async with AsyncExitStack() as stack:
                 read, write = await stack.enter_async_context(self._transport())
-                session = await stack.enter_async_context(ClientSession(read, write))
+                session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._notified))
                 try:
                     with anyio.fail_after(timeout):
                         await session.initialize()
                         tools = [_wire(tool) async for tool in _listed(session)]
+                        self.tools_changed = False
                 except TimeoutError:
                     raise MCPServerError(self.label, f"did not answer initialize within {timeout:g} s") from None
                 self._session = session
@@ -110,6 +118,29 @@ class Connection:
                 logger.warning("MCP server %s: the connection ended: %r", self.label, _leaf(exc))
         finally:
             self._session = None
+
+    async def _notified(self, message: Any) -> None:
+        """The session's message handler: notes a change of the server's tools (other messages need nothing)."""
+        from mcp.types import ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification):
+            self.tools_changed = True
+
+    async def relist(self, timeout: float) -> list[dict[str, Any]]:
+        """List the tools again, after the server announced a change (`ServerConnection.relist`)."""
+        session = self._session
+        if session is None:
+            self.broken = True
+            raise MCPServerError(self.label, "is not connected (its tools could not be listed again)")
+        self.tools_changed = False  # a change announced while listing lists again at the next step
+        try:
+            async with asyncio.timeout(timeout):
+                return [_wire(tool) async for tool in _listed(session)]
+        except TimeoutError:
+            raise MCPServerError(self.label, f"did not list its tools within {timeout:g} s") from None
+        except Exception as exc:
+            self.broken = True
+            raise _server_error(self.label, "failed listing its tools again", exc) from exc
 
     async def call(self, name: str, arguments: dict[str, Any], timeout: float | None,
                    progress: Progress | None) -> Wire:

@@ -5,7 +5,8 @@ POSTs only: each JSON-RPC message is one POST; the answer is a JSON body or a se
 stream that carries the call's progress notifications before its response; the session id the
 server hands out on ``initialize`` (``Mcp-Session-Id``) and the negotiated protocol version go
 on every later request. A call past its timeout is sent ``notifications/cancelled``. Not done
-here: the optional GET stream (server-initiated messages: sampling, elicitation, list changes),
+here: the optional GET stream (server-initiated messages: sampling, elicitation, list changes not
+sent on a call's stream),
 resuming a cut stream, and the closing DELETE (the server's idle timeout ends the session).
 """
 
@@ -47,6 +48,7 @@ class PlainHttpConnection:
     def __init__(self, label: str, url: str, headers: Mapping[str, str], transport: HttpTransport) -> None:
         self.label = label
         self.broken = False
+        self.tools_changed = False  # set by a list change announced on a call's stream (there is no GET stream)
         self._url = url
         self._headers = dict(headers)
         self._transport = transport
@@ -62,18 +64,34 @@ class PlainHttpConnection:
                                                             "clientInfo": CLIENT_INFO})
                 self._protocol = str(answer.get("protocolVersion") or PROTOCOL_VERSION)
                 await self._notify("notifications/initialized", None)
-                tools: list[dict[str, Any]] = []
-                cursor: str | None = None
-                while True:
-                    page = await self._request("tools/list", {"cursor": cursor} if cursor else {})
-                    tools.extend(page.get("tools") or ())
-                    cursor = page.get("nextCursor")
-                    if not cursor:
-                        return tools
+                return await self._listed()
         except TimeoutError:
             raise MCPServerError(self.label, f"did not answer initialize within {timeout:g} s") from None
         except (OSError, RemoteError, ValueError) as exc:
             raise MCPServerError(self.label, f"could not connect: {exc}") from exc
+
+    async def relist(self, timeout: float) -> list[dict[str, Any]]:
+        """List the tools again (as `Connection.relist`)."""
+        self.tools_changed = False
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._listed()
+        except TimeoutError:
+            raise MCPServerError(self.label, f"did not list its tools within {timeout:g} s") from None
+        except (OSError, RemoteError, ValueError) as exc:
+            self.broken = True
+            raise MCPServerError(self.label, f"failed listing its tools again: {exc}") from exc
+
+    async def _listed(self) -> list[dict[str, Any]]:
+        """Every tool the server lists, page by page."""
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            page = await self._request("tools/list", {"cursor": cursor} if cursor else {})
+            tools.extend(page.get("tools") or ())
+            cursor = page.get("nextCursor")
+            if not cursor:
+                return tools
 
     async def call(self, name: str, arguments: dict[str, Any], timeout: float | None,
                    progress: Progress | None) -> Wire:
@@ -112,7 +130,9 @@ class PlainHttpConnection:
                         message = json.loads(event.data) if event.data.strip() else {}
                         if message.get("id") == request_id and ("result" in message or "error" in message):
                             return _answer(message)
-                        if message.get("method") == "notifications/progress" and progress is not None:
+                        if message.get("method") == "notifications/tools/list_changed":
+                            self.tools_changed = True
+                        elif message.get("method") == "notifications/progress" and progress is not None:
                             note = message.get("params") or {}
                             await progress(note.get("progress", 0), note.get("total"), note.get("message"))
                 raise ConnectionError(f"the answer stream of {method} ended without a response")

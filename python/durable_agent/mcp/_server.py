@@ -150,6 +150,17 @@ class Server:
         """The tools offered now, by the name the model calls them (the server must be open)."""
         return self.bind(self.listing())
 
+    @property
+    def changed(self) -> bool:
+        """The server announced a change of its tools (``notifications/tools/list_changed``) since they were listed."""
+        return self._connection is not None and self._connection.tools_changed
+
+    async def refresh(self) -> None:
+        """List the tools again (`listing` gives the new ones); bounded by `connect_timeout`."""
+        if self._connection is None:
+            raise MCPServerError(self._label, "is not open (enter it with `async with`, or pass it in mcp_servers=)")
+        self._listed = await self._connection.relist(self.connect_timeout)
+
     def listing(self) -> list[dict[str, Any]]:
         """The tools offered now, as data: name, the server's name for it, description, input schema, read-only."""
         if self._connection is None:
