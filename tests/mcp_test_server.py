@@ -90,8 +90,9 @@ async def stats(account: str) -> dict[str, int]:
 
 @server.tool()
 async def exit_now() -> str:
-    """The server process dies mid-call."""
+    """The server process dies mid-call, saying why on its stderr."""
     log(event="exit")
+    os.write(2, b"exit_now: the ledger server gives up\n")
     os._exit(3)
 
 

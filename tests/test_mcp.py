@@ -133,11 +133,25 @@ async def test_a_server_that_cannot_start_fails_the_run_before_the_model_is_call
     assert processes_naming("4242") == []
 
 
+async def test_a_stdio_server_that_crashes_at_start_shows_the_end_of_its_stderr_in_the_error() -> None:
+    crash = "import sys; sys.stderr.write('x' * 10_000 + '\\n'); raise RuntimeError('no database configured (4244)')"
+    model = Recorder(reply("never"))
+    with pytest.raises(MCPServerError) as caught:
+        await asyncio.wait_for(generate_text(model=model.model, messages=USER,
+                                             mcp_servers=[StdioServer(sys.executable, ["-c", crash])]), 60)
+    error = caught.value
+    assert error.stderr.endswith("RuntimeError: no database configured (4244)")  # the server's traceback, its end
+    assert "Traceback (most recent call last)" in error.stderr and len(error.stderr.encode()) <= 2048  # bounded
+    assert str(error).endswith(error.stderr) and sys.executable in str(error)
+    assert model.requests == [] and processes_naming("4244") == []
+
+
 async def test_a_server_that_dies_mid_call_stops_the_run_with_a_typed_error(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.jsonl"
     model = Recorder(reply("", call("exit_now", {}, "x")), reply("never"))
-    with pytest.raises(MCPServerError, match="closed the connection during a call of tool 'exit_now'"):
+    with pytest.raises(MCPServerError, match="closed the connection during a call of tool 'exit_now'") as caught:
         await asyncio.wait_for(generate_text(model=model.model, messages=USER, mcp_servers=[server(ledger)]), 60)
+    assert caught.value.stderr.endswith("exit_now: the ledger server gives up")  # why, from the server's stderr
     assert len(effects(ledger, "exit")) == 1 and len(model.requests) == 1
     assert processes_naming(str(ledger)) == []
 

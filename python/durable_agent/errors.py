@@ -278,10 +278,12 @@ class MCPServerError(DurableAgentError, ConnectionError):
     durable_control = True
     code = "mcp_server"
 
-    def __init__(self, server: str, problem: str) -> None:
-        super().__init__(f"MCP server {server}: {problem}")
+    def __init__(self, server: str, problem: str, *, stderr: str = "") -> None:
+        """`stderr`: the end of a stdio server's stderr (its last 2 KB: a Python server's traceback, say)."""
+        super().__init__(f"MCP server {server}: {problem}" + (f"; its stderr ends with:\n{stderr}" if stderr else ""))
         self.server = server
         self.problem = problem
+        self.stderr = stderr
 
 
 def is_control_error(error: BaseException) -> bool:

@@ -25,8 +25,9 @@ step of the run like a local tool's:
   tool the server dropped since answers with an error result, and a server the recorded listing
   names that the resuming run is not given is a `ConfigurationError`;
 * a server that cannot be started, exits, or does not answer ``initialize`` within
-  `connect_timeout` (default 10 s) raises `MCPServerError` (naming the command or URL) before
-  the model is called, once its process is gone: at once for a server that exits when its stdin
+  `connect_timeout` (default 10 s) raises `MCPServerError` (naming the command or URL, and
+  carrying the last 2 KB of a stdio server's stderr, which still reaches ours) before the model
+  is called, once its process is gone: at once for a server that exits when its stdin
   closes, else the SDK SIGTERMs its process group 2 s later (and SIGKILLs it 2 s after that);
   a server that goes away during a call stops the run the same way, as a process death would,
   so resuming it (which reconnects) reports an unsafe call interrupted and re-runs a safe one.

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from mcp import ClientSession, types
 
     from ._results import Wire
+    from ._stderr import StderrTail
 
 
 
@@ -65,9 +66,11 @@ class Connection:
     """An MCP session over `transport`, named `label` in errors. `open()` once, `call` any number of times,
     `close()` once."""
 
-    def __init__(self, label: str, transport: Transport) -> None:
+    def __init__(self, label: str, transport: Transport, stderr: StderrTail | None = None) -> None:
+        """`stderr`: the server process's stderr, whose end explains its failures (a stdio server)."""
         self.label = label
         self._transport = transport
+        self._stderr = stderr
         self._session: ClientSession | None = None
         self._closing = asyncio.Event()
         self._owner: asyncio.Task[None] | None = None
@@ -84,7 +87,10 @@ class Connection:
             return await asyncio.wait_for(asyncio.shield(ready), timeout + CLOSE_TIMEOUT)
         except TimeoutError:  # the transport itself hung (the owner's deadline covers the rest)
             await self.close()
-            raise MCPServerError(self.label, f"did not connect within {timeout:g} s") from None
+            raise await self._explained(MCPServerError(self.label, f"did not connect within {timeout:g} s")) from None
+        except MCPServerError as exc:
+            await self.close()
+            raise await self._explained(exc) from exc.__cause__
         except BaseException:
             await self.close()
             raise
@@ -140,7 +146,7 @@ class Connection:
             raise MCPServerError(self.label, f"did not list its tools within {timeout:g} s") from None
         except Exception as exc:
             self.broken = True
-            raise _server_error(self.label, "failed listing its tools again", exc) from exc
+            raise await self._explained(_server_error(self.label, "failed listing its tools again", exc)) from exc
 
     async def call(self, name: str, arguments: dict[str, Any], timeout: float | None,
                    progress: Progress | None) -> Wire:
@@ -162,14 +168,20 @@ class Connection:
             if exc.code != CONNECTION_CLOSED:
                 return error_result(f"MCP error {exc.code}: {exc.message}")
             self.broken = True
-            raise MCPServerError(self.label, f"closed the connection during a call of tool {name!r}") from exc
+            closed = MCPServerError(self.label, f"closed the connection during a call of tool {name!r}")
+            raise await self._explained(closed) from exc
         except Exception as exc:
             # a pipe or socket error, or anyio's closed or broken stream: the server is gone
             if not isinstance(exc, OSError | EOFError) and not type(exc).__module__.startswith("anyio"):
                 raise
             self.broken = True
-            raise _server_error(self.label, f"failed during a call of tool {name!r}", exc) from exc
+            raise await self._explained(_server_error(self.label, f"failed during a call of tool {name!r}", exc)) from exc
         return _wire(result)
+
+    async def _explained(self, error: MCPServerError) -> MCPServerError:
+        """`error`, with the end of the server's stderr when it wrote some (a stdio server)."""
+        stderr = await self._stderr.tail() if self._stderr is not None else ""
+        return MCPServerError(error.server, error.problem, stderr=stderr) if stderr else error
 
     async def close(self) -> None:
         """End the session and its transport (the server process, for stdio); bounded, idempotent. A caller

@@ -20,6 +20,7 @@ from ._results import tool_result
 if TYPE_CHECKING:
     from .._transport import HttpTransport
     from ._connection import Progress
+    from ._stderr import StderrTail
 
 ApprovalRule = bool | Collection[str] | Callable[[str, Any], "bool | Awaitable[bool]"]
 """Which calls need approval: all or none, the server's names of the tools that do, or a function of
@@ -262,7 +263,8 @@ class StdioServer(Server):
     """An MCP server started as a subprocess (`command` with `args`), spoken to over its stdin/stdout.
 
     `env` is added to the few variables the SDK passes on (HOME, PATH, ...); `cwd` is where it
-    runs. Its stderr goes to ours. The process is started in its own process group, and the whole
+    runs. Its stderr goes on to ours, and its last 2 KB explain an `MCPServerError` (`.stderr`):
+    a server that fails to start or dies shows why (a Python server's traceback). The process is started in its own process group, and the whole
     group is ended when the connection closes.
     """
 
@@ -286,10 +288,22 @@ class StdioServer(Server):
         super().__init__(f"`{shlex.join([command, *self.args])}`", **options)
 
     def _connect(self) -> ServerConnection:
+        from ._stderr import StderrTail
+
+        stderr = StderrTail()
+        return Connection(self._label, lambda: self._stdio_transport(stderr), stderr)
+
+    @asynccontextmanager
+    async def _stdio_transport(self, stderr: StderrTail) -> AsyncIterator[Any]:
         from mcp import StdioServerParameters, stdio_client
 
         parameters = StdioServerParameters(command=self.command, args=self.args, env=self.env, cwd=self.cwd)
-        return Connection(self._label, lambda: stdio_client(parameters))
+        try:
+            async with stdio_client(parameters, errlog=stderr.writer) as streams:
+                stderr.spawned()
+                yield streams
+        finally:
+            stderr.spawned()
 
 
 class HttpServer(Server):
