@@ -34,6 +34,7 @@ from durable_agent import (
     current_tool_call,
     reply,
 )
+from durable_agent.mcp import StdioServer
 from durable_agent.restate import RestateRuntime, agent_services, serve
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
 
@@ -238,6 +239,31 @@ busy = Agent(model=LedgerModel(overloaded_once), max_steps=2,
              retry=RetryPolicy(attempts=3, initial_delay_ms=100, max_delay_ms=100, jitter=False))
 
 
+MCP_LEDGER = LEDGER / "mcp-ledger.jsonl"
+"""The MCP test server's own ledger (tests/mcp_test_server.py): its effects, counted across SIGKILLs."""
+
+
+async def mcp_turns(request: ModelRequest) -> Any:
+    """The MCP server adds the tool `extra` (announcing it), then the unsafe `charge` (the test SIGKILLs the
+    process while it runs), then the new tool, then an answer. Notes whether each request offered `extra`."""
+    who = session_of(request)
+    note("offered", who, "extra" in {spec.name for spec in request.tools})
+    parts: list[Any] = [p for m in request.messages if m["role"] == "tool" for p in m["content"]]
+    answered = {p["tool_call_id"] for p in parts}
+    if "grow-1" not in answered:
+        return reply("", call("grow", {}, "grow-1"))
+    if "charge-1" not in answered:
+        return reply("", call("charge", {"account": who, "amount": 7}, "charge-1"))
+    if "extra-1" not in answered:
+        return reply("", call("extra", {}, "extra-1"))
+    return reply("mcp done")
+
+
+bank = StdioServer(sys.executable, [str(Path(__file__).resolve().parent / "mcp_test_server.py"), str(MCP_LEDGER)],
+                   name="bank", connect_timeout=60, env={"MCP_TEST_PAUSE": "1.5"})
+mcp_agent = Agent(model=LedgerModel(mcp_turns), max_steps=6, mcp_servers=[bank])
+
+
 class ReplayConformance(DurableRuntimeConformance):
     mode = "replay"
 
@@ -286,7 +312,9 @@ def app() -> Any:
                 *agent_services(busy, name="busy", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(parallel, name="parallel", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
                 *agent_services(rounds, name="rounds", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
-                *agent_services(gated, name="gated", retry_policy=RETRY, inactivity_timeout=INACTIVITY)]
+                *agent_services(gated, name="gated", retry_policy=RETRY, inactivity_timeout=INACTIVITY),
+                # An MCP server connects and calls for seconds on a loaded machine: the attempt is kept meanwhile.
+                *agent_services(mcp_agent, name="mcp", retry_policy=RETRY, inactivity_timeout=timedelta(minutes=1))]
     return restate.app(services)
 
 

@@ -351,3 +351,32 @@ async def finished(service: ServiceProcess, client: RestateIngress, invocation: 
     if row["status"] != "completed":
         return None
     return await client.output(invocation)
+
+
+async def test_an_agent_with_an_mcp_server_completes_and_a_sigkill_mid_call_never_runs_the_unsafe_effect_twice(
+    service: ServiceProcess,
+) -> None:
+    """The served agent's tools are a stdio MCP server's (tests/mcp_test_server.py, its own ledger). The server
+    adds a tool and announces it; the next step offers it; the service is SIGKILLed while the server's `charge`
+    runs, after its effect. Restate retries the invocation on a new process with a new server (which lacks the
+    added tool): the replay matches the journal (the listing change included), the charge is reported
+    interrupted, not run again, the added tool's call is an error result, and the run completes."""
+    from mcp_kit import effects
+
+    client, session = ingress("mcp"), session_id()
+    mcp_ledger = service.workdir / "mcp-ledger.jsonl"
+    invocation = await client.send(session, f"{session} charge me")
+    await until(lambda: asyncio.to_thread(lambda: any(e["account"] == session for e in effects(mcp_ledger, "charge"))),
+                "the MCP server's charge effect", 120)
+    service.kill()
+    log_from = len(service_log(service))
+    service.start()  # Restate retries the invocation on the new process, which starts its own MCP server
+    result = await until(lambda: finished(service, client, invocation, log_from), "the replayed run to finish", 120)
+    assert (result["finish_reason"], result["text"]) == ("stop", "mcp done")
+    assert len([e for e in effects(mcp_ledger, "charge") if e["account"] == session]) == 1  # once, never again
+    outputs = {p["tool_call_id"]: p for m in result["messages"] if m["role"] == "tool" for p in m["content"]}
+    assert outputs["grow-1"]["output"] == {"result": "grown"}
+    assert (outputs["charge-1"]["output"], outputs["charge-1"]["is_error"]) == (TOOL_INTERRUPTED_MESSAGE, True)
+    assert outputs["extra-1"]["is_error"] and "no longer offers the tool 'extra'" in outputs["extra-1"]["output"]
+    offered = [line.split()[-1] for line in ledger(service) if line.startswith(f"offered {session} ")]
+    assert offered == ["False", "True", "True", "True"]  # from the step after the announcement on, replayed too
