@@ -308,6 +308,22 @@ async def test_generate_text_offers_a_servers_new_tools_from_the_next_step(tmp_p
     assert "extra" not in model.offered(0) and "extra" in model.offered(1)
 
 
+async def test_a_run_with_only_a_checkpoint_store_resumes_on_the_live_listing(tmp_path: Path) -> None:
+    """Documented: without a runtime nothing is journaled, the listing included; `resume_from_checkpoint` offers what
+    the servers offer now, and a pending call to a tool a server dropped is an error result, not a crash."""
+    ledger, store = tmp_path / "ledger.jsonl", InMemoryCheckpointStore()
+    first = Recorder(reply("", call("extra", {}, "e")))
+    grown = server(ledger, env={"MCP_TEST_TOOLS": "extra"}, needs_approval=["extra"])
+    parked = await generate_text(model=first.model, messages=USER, mcp_servers=[grown], store=store, run_id="r")
+    (request,) = parked.pending_approvals
+    second = Recorder(reply("done"))
+    done = await resume_from_checkpoint(store, "r", model=second.model, mcp_servers=[server(ledger)],
+                                        approval_responses=[ToolApprovalResponse(request.approval_id, True)])
+    assert done.text == "done" and "extra" in first.offered() and "extra" not in second.offered()
+    dropped = results_of(done.messages)["e"]
+    assert dropped["is_error"] and "Unknown tool 'extra'" in dropped["output"] and effects(ledger, "extra") == []
+
+
 @pytest.mark.requires_sqlite
 async def test_a_run_resumed_without_a_server_its_listing_names_is_a_configuration_error(tmp_path: Path) -> None:
     from durable_agent.backends.sqlite import SqliteRuntime

@@ -16,6 +16,10 @@ process continues it and whatever the servers offer now: a tool a server dropped
 offered and its call is an error result, and a server the recorded listing names that the
 resuming process does not give is a `ConfigurationError` (its tools cannot be offered).
 
+Without a runtime (a checkpoint store alone) nothing is journaled, the listing neither: a checkpoint
+keeps messages only, so a run resumed from one offers its sources' live listing, and a pending call
+to a tool a source dropped is an unknown tool's error result.
+
 A checkpoint-mode journal looks records up by key, so only a change is recorded. A replay-mode
 journal (Restate) replays its entries by position, so a run with sources records a change check
 at every step (an empty value when nothing changed): a replay must meet the same entries
