@@ -127,7 +127,7 @@ async def _recorded_listings(options: RunOptions, durability: Durability, run_id
     recorded = getattr(outcome, "value", None)
     if not isinstance(recorded, Mapping):
         return live
-    if outcome.replayed:
+    if getattr(outcome, "replayed", False):
         recorded = _last_listing(await durability.recorded_steps(), recorded)
         _check_sources(options.mcp_servers, recorded, run_id or "run")
     return recorded
