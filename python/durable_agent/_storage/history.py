@@ -175,12 +175,15 @@ class _Saved:
     count: int
 
 
+Errors = type[BaseException] | tuple[type[BaseException], ...]
+
+
 class _Forgetting:
     """`PrefixCache.forgetting`: a context manager, as a class (cheaper than a generator's, at every save)."""
 
     __slots__ = ("_cache", "_errors", "_run_id")
 
-    def __init__(self, cache: PrefixCache, run_id: str, errors: type[BaseException]) -> None:
+    def __init__(self, cache: PrefixCache, run_id: str, errors: Errors) -> None:
         self._cache, self._run_id, self._errors = cache, run_id, errors
 
     def __enter__(self) -> None:
@@ -269,7 +272,7 @@ class PrefixCache:
         """Remember a store's save of `checkpoint` at `revision`; a running one stays until its leg ends."""
         self.remember(checkpoint.run_id, revision, checkpoint.messages, live=checkpoint.status == "running")
 
-    def forgetting(self, run_id: str, errors: type[BaseException] = BaseException) -> _Forgetting:
+    def forgetting(self, run_id: str, errors: Errors = BaseException) -> _Forgetting:
         """A ``with`` block that makes the cache forget `run_id` when it raises `errors`.
 
         The stores' rule for their cache: a save that failed (any error, a cancellation too: what it

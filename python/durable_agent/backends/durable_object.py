@@ -43,17 +43,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .._storage.history import (
-    PrefixCache,
-    encode_header,
-    encode_messages,
-    kept_by_encoding,
-    new_revision,
-    rebuild,
-)
+from .._storage.history import PrefixCache, kept_by_encoding, new_revision
 from .._storage.indexed import Choose, IndexedStore, guard
+from .._storage.sealing import DAMAGE, row_sealer
 from .._storage.validate import logger
 from ..checkpoint import AgentCheckpoint
+from ..encryption import Keyring
 from ..errors import CheckpointCorruptError, ConfigurationError
 
 MAX_ENTRY_BYTES = 2 * 1024 * 1024
@@ -141,7 +136,9 @@ class DurableObjectCheckpointStore(IndexedStore):
 
     `storage` is the object's `ctx.storage`. Several runs may share one object (keys are
     prefixed with `prefix`). `max_entry_bytes` is the storage's limit for key and value
-    together (lower it only to test the splitting).
+    together (lower it only to test the splitting). `encryption`: a `durable_agent.encryption.Keyring`
+    that seals every message and header entry (README, "Encryption at rest"; its synchronous
+    `seal`/`open` need the `cryptography` package, which a Worker loads as a Pyodide package).
     """
 
     def __init__(
@@ -151,6 +148,7 @@ class DurableObjectCheckpointStore(IndexedStore):
         prefix: str = "checkpoint:",
         max_entry_bytes: int = MAX_ENTRY_BYTES,
         cache_runs: int = 256,
+        encryption: Keyring | None = None,
     ) -> None:
         kv = getattr(storage, "kv", None)
         if kv is None:
@@ -167,6 +165,7 @@ class DurableObjectCheckpointStore(IndexedStore):
         self._prefix = prefix
         self._max = max_entry_bytes
         self._cache = PrefixCache(cache_runs)
+        self._sealer = row_sealer(encryption)
 
     # -- keys and entries ------------------------------------------------------------------
 
@@ -200,7 +199,7 @@ class DurableObjectCheckpointStore(IndexedStore):
         except CheckpointCorruptError:  # damaged: the save replaces every message
             self._delete_data(run_id)
             return 0
-        return kept_by_encoding(stored, messages)
+        return kept_by_encoding(self._sealer.comparable(run_id, stored), messages)
 
     def _records(self, run_id: str, index: _Index) -> tuple[str, builtins.list[str]]:
         """The header and message texts of a run, checked part by part against its index."""
@@ -282,7 +281,7 @@ class DurableObjectCheckpointStore(IndexedStore):
     def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
         """Store `checkpoint` as its run's latest, writing only the messages not stored yet."""
         run_id, messages = checkpoint.run_id, checkpoint.messages
-        header = encode_header(checkpoint)  # a CodecError here writes nothing
+        header = self._sealer.header_row(checkpoint)  # a CodecError here writes nothing
 
         def work() -> int:
             index = self._index(run_id)[0]
@@ -302,7 +301,7 @@ class DurableObjectCheckpointStore(IndexedStore):
                 if index.header_parts != len(header_entries):  # else the new parts overwrite the old
                     for part in range(index.header_parts):
                         self._kv.delete(_part_key(base, "h", 0, part, index.header_parts))
-            for i, body in enumerate(encode_messages(messages, keep)):
+            for i, body in enumerate(self._sealer.message_rows(run_id, messages, keep)):
                 for key, value in self._parts(base, "m", keep + i, body):
                     self._kv.put(key, value)
             for key, value in header_entries:
@@ -328,11 +327,11 @@ class DurableObjectCheckpointStore(IndexedStore):
         index, exists = self._index(run_id)
         if not exists:
             return None
-        with self._cache.forgetting(run_id, CheckpointCorruptError):
+        with self._cache.forgetting(run_id, DAMAGE):
             if index is None:
                 raise CheckpointCorruptError("the run's index entry is unreadable", run_id=run_id)
             header, bodies = self._records(run_id, index)
-            checkpoint = rebuild(run_id, header, bodies)
+            checkpoint = self._sealer.rebuild(run_id, index.step_index, header, bodies)
         self._cache.remember(run_id, index.revision, checkpoint.messages)
         return checkpoint
 
@@ -345,7 +344,7 @@ class DurableObjectCheckpointStore(IndexedStore):
         if index is None or entry is None or entry[0] > index.count:
             raise CheckpointCorruptError(f"the step log entry of step {step_index} is unreadable", run_id=run_id)
         count, header = entry
-        return rebuild(run_id, header, self._records(run_id, index)[1][:count])
+        return self._sealer.rebuild(run_id, step_index, header, self._records(run_id, index)[1][:count])
 
     def _delete(self, run_id: str) -> None:
         def work() -> None:

@@ -58,8 +58,10 @@ from .._storage.history import (
     rebuild_decoded,
 )
 from .._storage.indexed import Choose, IndexedStore, guard
+from .._storage.sealing import DAMAGE, row_sealer
 from .._storage.step_log import StepLog
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint
+from ..encryption import Keyring
 from ..errors import CheckpointCorruptError, CodecError, ConfigurationError
 from ._files import NOFOLLOW, PRIVATE, file_path
 
@@ -145,15 +147,28 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class JsonlCheckpointStore(IndexedStore):
-    """Checkpoints of every run in one append-only JSON-lines file; synchronous methods (the rules: `IndexedStore`)."""
+    """Checkpoints of every run in one append-only JSON-lines file; synchronous methods (the rules: `IndexedStore`).
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True, cache_runs: int = 256) -> None:
+    `encryption`: a `durable_agent.encryption.Keyring` that seals each message and the header of every
+    save line (its status, step index and created_at stay beside the envelope, in plaintext, for the
+    index; README, "Encryption at rest"); None stores them in plaintext.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        cache_runs: int = 256,
+        encryption: Keyring | None = None,
+    ) -> None:
         if type(fsync) is not bool:
             raise ConfigurationError(f"fsync must be a bool, got {fsync!r}")
         self.path = Path(file_path(path, "JSONL store"))
         self._fsync = fsync
         self._mutex = threading.RLock()
         self._cache = PrefixCache(cache_runs)
+        self._sealer = row_sealer(encryption)
         self._fd = -1
         self._open()
 
@@ -290,7 +305,12 @@ class JsonlCheckpointStore(IndexedStore):
         run.revision = record["rev"]
         run.header = record["header"]
 
-    def _messages(self, run_id: str, run: _Run) -> builtins.list[Any]:
+    def _messages(self, run_id: str, run: _Run, count: int | None = None) -> builtins.list[Any]:
+        """The run's messages (its first `count`), opened when they are sealed."""
+        return self._sealer.open_messages(run_id, self._stored_messages(run_id, run)[:count])
+
+    def _stored_messages(self, run_id: str, run: _Run) -> builtins.list[Any]:
+        """The run's messages as its lines store them (sealed or not)."""
         segments = run.segments
         lines = self._read(segments)
 
@@ -380,9 +400,8 @@ class JsonlCheckpointStore(IndexedStore):
             if run is not None and run.corrupt is None:
                 known = self._cache.kept(run_id, run.revision, messages)
                 if known is None:
-                    known = kept_by_encoding(
-                        [kernels.encode(m) for m in self._messages(run_id, run)], messages
-                    )
+                    stored = self._sealer.comparable(run_id, self._stored_messages(run_id, run))
+                    known = kept_by_encoding([m if isinstance(m, str) else kernels.encode(m) for m in stored], messages)
                 keep = known
             revision = new_revision()
             record = {
@@ -391,8 +410,8 @@ class JsonlCheckpointStore(IndexedStore):
                 "rev": revision,
                 "prev": None if run is None else run.revision,
                 "keep": keep,
-                "messages": list(messages[keep:]),
-                "header": checkpoint.to_dict(messages=False),
+                "messages": self._sealer.message_values(run_id, messages, keep),
+                "header": self._sealer.header_value(checkpoint),
             }
             line = kernels.encode(record).encode("utf-8") + b"\n"
             offset = self._append(line)
@@ -412,7 +431,10 @@ class JsonlCheckpointStore(IndexedStore):
             run = self._current(run_id)
             if run is None:
                 return None
-            checkpoint = rebuild_decoded(run_id, run.header, self._messages(run_id, run))
+            with self._cache.forgetting(run_id, DAMAGE):  # the next save re-reads the rows and replaces them
+                checkpoint = rebuild_decoded(
+                    run_id, self._sealer.open_header(run_id, run.header), self._messages(run_id, run)
+                )
             assert run.revision is not None
             self._cache.remember(run_id, run.revision, checkpoint.messages)
             return checkpoint
@@ -425,7 +447,7 @@ class JsonlCheckpointStore(IndexedStore):
             if run is None or found is None:
                 return None
             count, header = found
-            return rebuild_decoded(run_id, header, self._messages(run_id, run)[:count])
+            return rebuild_decoded(run_id, self._sealer.open_header(run_id, header), self._messages(run_id, run, count))
 
     def _delete(self, run_id: str) -> None:
         with self._write_lock():
@@ -489,7 +511,7 @@ class JsonlCheckpointStore(IndexedStore):
                         "rev": run.revision,
                         "prev": None,
                         "keep": 0,
-                        "messages": self._messages(run_id, run),
+                        "messages": self._stored_messages(run_id, run),  # as stored: sealed rows stay sealed
                         "header": run.header,
                     }
                     _write_all(fd, kernels.encode(record).encode("utf-8") + b"\n")

@@ -48,16 +48,11 @@ from abc import abstractmethod
 from typing import Any
 
 from .._storage.faces import AsyncFace, StoreLogic, SyncFace
-from .._storage.history import (
-    PrefixCache,
-    encode_header,
-    encode_messages,
-    kept_by_encoding,
-    new_revision,
-    rebuild,
-)
+from .._storage.history import PrefixCache, kept_by_encoding, new_revision
+from .._storage.sealing import DAMAGE, row_sealer
 from .._storage.validate import logger, page, prunable, readable_ids
 from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
+from ..encryption import Keyring
 from ..errors import (
     CheckpointConflictError,
     CheckpointCorruptError,
@@ -159,6 +154,11 @@ def _texts(bodies: list[Any], run_id: str) -> list[str]:
         return [_text(body, run_id, f"message {seq}") for seq, body in enumerate(bodies)]
 
 
+def _int(value: Any) -> int | None:
+    """A stored decimal number (bytes), or None when it is not one."""
+    return int(value) if isinstance(value, bytes) and re.fullmatch(rb"-?[0-9]+", value) else None
+
+
 def _limit(limit: int | None) -> tuple[int, ...]:
     """ZRANGEBYLEX's LIMIT arguments (offset, count), none for no limit."""
     return () if limit is None else (0, limit)
@@ -193,6 +193,7 @@ class _RedisStore(StoreLogic):
         client: Any = None,
         prefix: str = "durable_agent:",
         cache_runs: int = 256,
+        encryption: Keyring | None = None,
     ) -> None:
         redis = _redis(self._module)
         if (url is None) == (client is None):
@@ -212,6 +213,7 @@ class _RedisStore(StoreLogic):
         self._save_script = self._client.register_script(_SAVE)
         self._delete_script = self._client.register_script(_DELETE)
         self._cache = PrefixCache(cache_runs)
+        self._sealer = row_sealer(encryption)
 
     # The calls, one implementation per client kind.
 
@@ -261,7 +263,7 @@ class _RedisStore(StoreLogic):
 
     async def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
         run_id, messages = checkpoint.run_id, checkpoint.messages
-        header = encode_header(checkpoint)
+        header = self._sealer.header_row(checkpoint)
         cached = self._cache.revision(run_id)
         keep = None if cached is None else self._cache.kept(run_id, cached, messages)
         known: bytes = b"" if cached is None else str(cached).encode()
@@ -271,7 +273,7 @@ class _RedisStore(StoreLogic):
                 raw = head.get(b"revision")
                 known = raw or b""  # compared as stored: a damaged revision must not make every try stale
                 stored = [body.decode("utf-8", "replace") for body in bodies]
-                keep = kept_by_encoding(stored, messages) if raw is not None else 0
+                keep = kept_by_encoding(self._sealer.comparable(run_id, stored), messages) if raw is not None else 0
             revision = new_revision()
             outcome, actual = await self._eval(
                 self._save_script,
@@ -286,7 +288,7 @@ class _RedisStore(StoreLogic):
                     checkpoint.status,
                     checkpoint.created_at,
                     header,
-                    *encode_messages(messages, keep),
+                    *self._sealer.message_rows(run_id, messages, keep),
                 ],
             )
             if outcome == b"conflict":
@@ -306,7 +308,7 @@ class _RedisStore(StoreLogic):
 
     async def _load(self, run_id: str) -> AgentCheckpoint | None:
         head, bodies, wrong = await self._read(run_id)
-        with self._cache.forgetting(run_id, CheckpointCorruptError):
+        with self._cache.forgetting(run_id, DAMAGE):
             if wrong is not None:
                 raise CheckpointCorruptError(wrong, run_id=run_id)
             if not head:
@@ -318,7 +320,10 @@ class _RedisStore(StoreLogic):
                 raise CheckpointCorruptError(
                     f"header counts {int(count)} messages, the list holds {len(bodies)}", run_id=run_id
                 )
-            checkpoint = rebuild(run_id, _text(head.get(b"header"), run_id, "header"), _texts(bodies, run_id))
+            checkpoint = self._sealer.rebuild(
+                run_id, _int(head.get(b"step_index")), _text(head.get(b"header"), run_id, "header"),
+                _texts(bodies, run_id),
+            )
         self._cache.remember(run_id, int(revision), checkpoint.messages)
         return checkpoint
 
@@ -339,8 +344,9 @@ class _RedisStore(StoreLogic):
                 count = int(found[2])
                 if count > len(bodies):
                     raise CheckpointCorruptError(f"step {step_index} counts {count} messages", run_id=run_id)
-                return rebuild(
+                return self._sealer.rebuild(
                     run_id,
+                    step_index,
                     _text(entry[found.end() :], run_id, f"the header of step {step_index}"),
                     _texts(bodies[:count], run_id),
                 )
@@ -381,7 +387,8 @@ class RedisCheckpointStore(_RedisStore, SyncFace):
 
     Give a `url` (``redis://host:port/db``) or a ready `client` (a `redis.Redis` with
     ``decode_responses=False``). `prefix` namespaces the keys. A run saved again while `prune`
-    runs (its revision changed) is left alone. In an asyncio server use
+    runs (its revision changed) is left alone. `encryption`: a `durable_agent.encryption.Keyring` that
+    seals every message and header value (README, "Encryption at rest"); None stores them in plaintext. In an asyncio server use
     `AsyncRedisCheckpointStore`: this store's calls wait for Redis on the caller's thread.
     """
 

@@ -19,14 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..._storage.history import (
-    PrefixCache,
-    encode_header,
-    encode_messages,
-    kept_by_encoding,
-    new_revision,
-    rebuild,
-)
+from ..._storage.history import PrefixCache, kept_by_encoding, new_revision
+from ..._storage.sealing import PLAINTEXT, RowSealer
 from ..._storage.validate import page, prunable, readable_id, readable_ids
 from ...checkpoint import AgentCheckpoint, RunStatus
 from ...errors import CheckpointConflictError, CheckpointCorruptError
@@ -107,11 +101,13 @@ def save_plan(
     expected_step_index: int | None,
     dialect: Dialect,
     guard: Guard | None = None,
+    sealer: RowSealer = PLAINTEXT,
 ) -> Plan[int]:
     """Write `checkpoint` appending only its new messages; returns the revision written.
 
     `guard`: a condition checked inside the save's header write, its first write (the SQLite
     runtime's lease fence): when it fails, the plan raises `guard.refused` having written nothing.
+    `sealer`: builds the rows (`durable_agent._storage.sealing`: sealed under the store's keyring, or not).
 
     The caller runs this inside one transaction and, after the commit, tells the cache
     (`cache.remember(run_id, revision, messages)`). When the plan or the commit fails, the
@@ -125,7 +121,7 @@ def save_plan(
     messages = checkpoint.messages
     if dialect.lock_run is not None:
         yield Query(dialect.lock_run, (run_id,))
-    appended = yield from _append_plan(cache, checkpoint, expected_step_index, guard)
+    appended = yield from _append_plan(cache, checkpoint, expected_step_index, guard, sealer)
     if appended is not None:
         return appended
     head = yield Query(
@@ -140,11 +136,11 @@ def save_plan(
         rows = yield Query(
             f"SELECT seq, body FROM {MESSAGES} WHERE run_id = ? ORDER BY seq", (run_id,), "all"
         )
-        keep = kept_by_encoding(_bodies(rows), messages)
+        keep = kept_by_encoding(sealer.comparable(run_id, _bodies(rows)), messages)
         stored_count = len(rows)
-    bodies = encode_messages(messages, keep)
+    bodies = sealer.message_rows(run_id, messages, keep)
     revision = new_revision()
-    header = encode_header(checkpoint)
+    header = sealer.header_row(checkpoint)
     values = (run_id, checkpoint.step_index, checkpoint.status, checkpoint.created_at, len(messages), revision, header)
     upsert = (
         " ON CONFLICT (run_id) DO UPDATE SET"
@@ -173,7 +169,11 @@ def save_plan(
 
 
 def _append_plan(
-    cache: PrefixCache, checkpoint: AgentCheckpoint, expected_step_index: int | None, guard: Guard | None
+    cache: PrefixCache,
+    checkpoint: AgentCheckpoint,
+    expected_step_index: int | None,
+    guard: Guard | None,
+    sealer: RowSealer,
 ) -> Plan[int | None]:
     """`save_plan` for the common case, in one statement fewer: its revision, or None (nothing written).
 
@@ -182,7 +182,7 @@ def _append_plan(
     checks all of it (and the guard) and says whether it applied; only then are the new messages
     and the step-log row written. Anything else, `save_plan` reads the head and decides.
     """
-    append = SaveRow.of(cache, checkpoint)
+    append = SaveRow.of(cache, checkpoint, sealer)
     if append is None:
         return None
     checks = " AND step_index = ?" if expected_step_index is not None else ""
@@ -219,29 +219,33 @@ class SaveRow:
         return int(self.header_row[5])
 
     @classmethod
-    def following(cls, checkpoint: AgentCheckpoint, stored_revision: int | None, stored_count: int) -> SaveRow:
+    def following(
+        cls, checkpoint: AgentCheckpoint, stored_revision: int | None, stored_count: int, sealer: RowSealer = PLAINTEXT
+    ) -> SaveRow:
         """`checkpoint` written after the stored head (`stored_revision`, `stored_count`), at a fresh revision."""
         messages = checkpoint.messages
         row = (checkpoint.run_id, checkpoint.step_index, checkpoint.status, checkpoint.created_at, len(messages),
-               new_revision(), encode_header(checkpoint))
-        return cls(row, encode_messages(messages, stored_count), stored_revision, stored_count)
+               new_revision(), sealer.header_row(checkpoint))
+        return cls(row, sealer.message_rows(checkpoint.run_id, messages, stored_count), stored_revision, stored_count)
 
     @classmethod
-    def of(cls, cache: PrefixCache, checkpoint: AgentCheckpoint) -> SaveRow | None:
+    def of(cls, cache: PrefixCache, checkpoint: AgentCheckpoint, sealer: RowSealer = PLAINTEXT) -> SaveRow | None:
         """The append `checkpoint` makes to this process's last save of its run; None when the cache cannot vouch."""
         vouched = cache.appended(checkpoint.run_id, checkpoint.messages)
-        return None if vouched is None else cls.following(checkpoint, *vouched)
+        return None if vouched is None else cls.following(checkpoint, *vouched, sealer)
 
 
-def merge_row(cache: PrefixCache, checkpoint: AgentCheckpoint, expected_step_index: int | None) -> SaveRow | None:
+def merge_row(
+    cache: PrefixCache, checkpoint: AgentCheckpoint, expected_step_index: int | None, sealer: RowSealer = PLAINTEXT
+) -> SaveRow | None:
     """What a merged save writes for `checkpoint` (`merged_saves`): an append to this process's last save
     of its run, or a new run's first save (the cache knows nothing of it); None when the save
     must run its own plan (the cache knows the run but the history is rewritten, or a new run
     is saved with an expected step)."""
-    append = SaveRow.of(cache, checkpoint)
+    append = SaveRow.of(cache, checkpoint, sealer)
     if append is not None or cache.revision(checkpoint.run_id) is not None or expected_step_index is not None:
         return append
-    return SaveRow.following(checkpoint, None, 0)
+    return SaveRow.following(checkpoint, None, 0, sealer)
 
 
 MERGED_SAVES = 256  # saves per merged header statement (a power of 2: `chunks`): 10 parameters each
@@ -308,6 +312,7 @@ class MergeableSave:
     cache: PrefixCache
     checkpoint: AgentCheckpoint
     expected_step_index: int | None
+    sealer: RowSealer = PLAINTEXT
 
     @property
     def key(self) -> str:
@@ -317,7 +322,7 @@ class MergeableSave:
     def merged(saves: Sequence[MergeableSave]) -> Plan[list[Any] | None]:
         """`saves` as a few statements: their revisions (`ALONE` for one `merge_row` leaves to its own plan),
         or None when `merged_saves` found a run not as expected."""
-        rows = [merge_row(save.cache, save.checkpoint, save.expected_step_index) for save in saves]
+        rows = [merge_row(save.cache, save.checkpoint, save.expected_step_index, save.sealer) for save in saves]
         merged = [(row, save.expected_step_index) for row, save in zip(rows, saves, strict=True) if row is not None]
         if not (yield from merged_saves(merged)):
             return None
@@ -365,14 +370,14 @@ def _step_log_row(checkpoint: AgentCheckpoint, header: str) -> Query:
     )
 
 
-def load_plan(run_id: str) -> Plan[tuple[AgentCheckpoint, Any] | None]:
+def load_plan(run_id: str, sealer: RowSealer = PLAINTEXT) -> Plan[tuple[AgentCheckpoint, Any] | None]:
     """The stored checkpoint of `run_id` (None when absent); run inside one read snapshot."""
     head = yield Query(
-        f"SELECT header, message_count, revision FROM {RUNS} WHERE run_id = ?", (run_id,), "one"
+        f"SELECT header, message_count, revision, step_index FROM {RUNS} WHERE run_id = ?", (run_id,), "one"
     )
     if head is None:
         return None
-    header, count, revision = head
+    header, count, revision, step_index = head
     rows = yield Query(f"SELECT seq, body FROM {MESSAGES} WHERE run_id = ? ORDER BY seq", (run_id,), "all")
     if type(count) is not int or count < 0:
         raise CheckpointCorruptError(f"message_count is {count!r}", run_id=run_id)
@@ -381,7 +386,7 @@ def load_plan(run_id: str) -> Plan[tuple[AgentCheckpoint, Any] | None]:
             f"header counts {count} messages, rows hold {len(rows)} (contiguous from 0: {len(_bodies(rows))})",
             run_id=run_id,
         )
-    return rebuild(run_id, header, [row[1] for row in rows]), revision
+    return sealer.rebuild(run_id, step_index, header, [row[1] for row in rows]), revision
 
 
 def remembered(cache: PrefixCache, run_id: str, found: tuple[AgentCheckpoint, Any] | None) -> AgentCheckpoint | None:
@@ -394,7 +399,7 @@ def remembered(cache: PrefixCache, run_id: str, found: tuple[AgentCheckpoint, An
     return checkpoint
 
 
-def load_step_plan(run_id: str, step_index: int) -> Plan[AgentCheckpoint | None]:
+def load_step_plan(run_id: str, step_index: int, sealer: RowSealer = PLAINTEXT) -> Plan[AgentCheckpoint | None]:
     """The checkpoint saved at `step_index` of `run_id` (None when no step row holds it)."""
     head = yield Query(f"SELECT message_count FROM {RUNS} WHERE run_id = ?", (run_id,), "one")
     row = yield Query(
@@ -411,7 +416,7 @@ def load_step_plan(run_id: str, step_index: int) -> Plan[AgentCheckpoint | None]
     bodies = _bodies(rows)
     if len(bodies) != count:
         raise CheckpointCorruptError(f"step {step_index} needs {count} messages, rows hold {len(bodies)}", run_id=run_id)
-    return rebuild(run_id, header, bodies)
+    return sealer.rebuild(run_id, step_index, header, bodies)
 
 
 def delete_plan(run_id: str) -> Plan[None]:

@@ -26,9 +26,11 @@ from typing import Any
 
 from ..._storage.faces import AsyncFace, StoreLogic, SyncFace
 from ..._storage.history import PrefixCache
+from ..._storage.sealing import DAMAGE, row_sealer
 from ..._util import pool_connection
 from ...checkpoint import AgentCheckpoint, RunStatus
-from ...errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
+from ...encryption import Keyring
+from ...errors import ConfigurationError, FeatureUnavailableError
 from .._sql import checkpoints as _sql
 from .._sql.plan import POSTGRES, Plan, T
 
@@ -82,6 +84,7 @@ class _PostgresStore(StoreLogic):
         min_size: int = 1,
         max_size: int = 4,
         cache_runs: int = 256,
+        encryption: Keyring | None = None,
     ) -> None:
         psycopg_pool = _pool_module()
         import psycopg
@@ -90,6 +93,7 @@ class _PostgresStore(StoreLogic):
             _check_pool_options(psycopg, conninfo, min_size, max_size)
         self._operational_error: type[Exception] = psycopg.OperationalError
         self._cache = PrefixCache(cache_runs)
+        self._sealer = row_sealer(encryption)
         self._migrated = False
         self._own_pool = pool is None
         self._pool = self._open_pool(psycopg_pool, conninfo, min_size, max_size) if pool is None else pool
@@ -115,16 +119,16 @@ class _PostgresStore(StoreLogic):
 
     async def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
         with self._cache.forgetting(checkpoint.run_id):
-            revision = await self._run(lambda: _sql.save_plan(self._cache, checkpoint, expected, DIALECT))
+            revision = await self._run(lambda: _sql.save_plan(self._cache, checkpoint, expected, DIALECT, sealer=self._sealer))
         self._cache.remember_save(checkpoint, revision)
 
     async def _load(self, run_id: str) -> AgentCheckpoint | None:
-        with self._cache.forgetting(run_id, CheckpointCorruptError):
-            found = await self._run(lambda: _sql.load_plan(run_id), snapshot=True)
+        with self._cache.forgetting(run_id, DAMAGE):
+            found = await self._run(lambda: _sql.load_plan(run_id, self._sealer), snapshot=True)
         return _sql.remembered(self._cache, run_id, found)
 
     async def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        return await self._run(lambda: _sql.load_step_plan(run_id, step_index), snapshot=True)
+        return await self._run(lambda: _sql.load_step_plan(run_id, step_index, self._sealer), snapshot=True)
 
     async def _delete(self, run_id: str) -> None:
         await self._run(lambda: _sql.delete_plan(run_id))
@@ -143,7 +147,9 @@ class _PostgresStore(StoreLogic):
 class PostgresCheckpointStore(_PostgresStore, SyncFace):
     """Checkpoints in Postgres; synchronous methods, safe for many processes.
 
-    `conninfo` is a libpq URL or DSN. Call `close()` (or use `with`) to close the pool.
+    `conninfo` is a libpq URL or DSN. Call `close()` (or use `with`) to close the pool. `encryption`: a
+    `durable_agent.encryption.Keyring` that seals every message and header row (README, "Encryption at
+    rest"); None stores them in plaintext.
     """
 
     def _open_pool(self, psycopg_pool: Any, conninfo: str, min_size: int, max_size: int) -> Any:

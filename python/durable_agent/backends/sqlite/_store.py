@@ -41,7 +41,9 @@ from typing import Any, Literal
 
 from ..._storage.faces import AsyncFace, StoreLogic, SyncFace
 from ..._storage.history import PrefixCache
+from ..._storage.sealing import DAMAGE, row_sealer
 from ...checkpoint import AgentCheckpoint, RunStatus
+from ...encryption import Keyring
 from ...errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
 from .._files import connect_sqlite, file_path
 from .._sql import checkpoints as _sql
@@ -127,6 +129,7 @@ class _SqliteStore(StoreLogic):
         busy_timeout_ms: int = 10_000,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         cache_runs: int = 256,
+        encryption: Keyring | None = None,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ConfigurationError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
@@ -135,6 +138,7 @@ class _SqliteStore(StoreLogic):
         sqlite3 = _sqlite3()
         self.path = file_path(path, "SQLite database")
         self._cache = PrefixCache(cache_runs)
+        self._sealer = row_sealer(encryption)
         # page_size only takes effect on a new, empty file. Message rows are ~1-3 KB: 8 KiB pages pack
         # them with ~7% overhead where the default 4 KiB pages waste ~35% (benches/bench_stores.py).
         self._conn = connect_sqlite(
@@ -175,18 +179,18 @@ class _SqliteStore(StoreLogic):
     async def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
         with self._cache.forgetting(checkpoint.run_id):
             revision = await self._run(
-                True, lambda: _sql.save_plan(self._cache, checkpoint, expected, _DIALECT), checkpoint.run_id,
-                _sql.MergeableSave(self._cache, checkpoint, expected),
+                True, lambda: _sql.save_plan(self._cache, checkpoint, expected, _DIALECT, sealer=self._sealer),
+                checkpoint.run_id, _sql.MergeableSave(self._cache, checkpoint, expected, self._sealer),
             )
         self._cache.remember_save(checkpoint, revision)
 
     async def _load(self, run_id: str) -> AgentCheckpoint | None:
-        with self._cache.forgetting(run_id, CheckpointCorruptError):
-            found = await self._run(False, lambda: _sql.load_plan(run_id), run_id)
+        with self._cache.forgetting(run_id, DAMAGE):
+            found = await self._run(False, lambda: _sql.load_plan(run_id, self._sealer), run_id)
         return _sql.remembered(self._cache, run_id, found)
 
     async def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
-        return await self._run(False, lambda: _sql.load_step_plan(run_id, step_index), run_id)
+        return await self._run(False, lambda: _sql.load_step_plan(run_id, step_index, self._sealer), run_id)
 
     async def _delete(self, run_id: str) -> None:
         await self._run(True, lambda: _sql.delete_plan(run_id))
@@ -209,7 +213,9 @@ class SqliteCheckpointStore(_SqliteStore, SyncFace):
     """Checkpoints in one SQLite file; synchronous methods, safe for several processes and threads.
 
     `path` is a file path (created when missing) or ":memory:". `busy_timeout_ms` is how long
-    a writer waits for another process's write transaction before failing. In an asyncio
+    a writer waits for another process's write transaction before failing. `encryption`: a
+    `durable_agent.encryption.Keyring` that seals every message and header row (README,
+    "Encryption at rest"); None stores them in plaintext. In an asyncio
     server use `AsyncSqliteCheckpointStore`: this store's calls run on the caller's thread.
     """
 

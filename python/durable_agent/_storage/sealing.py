@@ -1,0 +1,189 @@
+"""The one seam where a checkpoint store's rows are built and read back, sealed or not (encryption at rest).
+
+Every persistent checkpoint store writes a run as a header row plus one row per message
+(`history`), and builds those rows here, from a `RowSealer` it gets once from its `encryption`
+option (`row_sealer`):
+
+* `PLAINTEXT` (no keyring): the codec's text, as before; each method is the `history` call itself.
+* `KeyringSealer` (``encryption=keyring``): the same text sealed into an envelope bound to the row's
+  place (`durable_agent.encryption`): ``("checkpoint-message", run_id, seq)`` for message `seq`,
+  ``("checkpoint-header", run_id, step_index)`` for the header saved at `step_index` (the run's
+  latest header and its step-log entry hold the same envelope). A row copied to another run, another
+  seq or another step does not open: `DecryptionError` naming the place.
+
+So a backend writes and reads rows through its sealer and has no branch of its own on encryption.
+What is sealed: each message (contents, tool inputs and outputs), the header (usage, pending
+approvals and their tokens, agent path, trace context). What a backend keeps beside them in
+plaintext, to index and list runs: the run id, status, step index, created_at, message count,
+revision. A stored value that does not start with the envelope marker is read as plaintext: a
+row written before encryption was turned on (the codec's text never starts with ``enc1``), so an
+existing database keeps loading and can be rewritten under the keyring later.
+
+Two forms: text rows (`header_row`, `message_rows`, `rebuild`: SQL, Redis, Durable Object) and
+value rows for a store that keeps messages as JSON values inside a bigger record (`header_value`,
+`message_values`, `open_*`: JSONL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._kernels import kernels
+from ..checkpoint import AgentCheckpoint
+from ..encryption import Keyring
+from ..encryption._envelope import MARKER
+from ..errors import CheckpointCorruptError, CodecError, ConfigurationError, DecryptionError
+from ..messages import Message
+from .history import decode_messages, encode_header, encode_messages, rebuild
+
+HEADER = "checkpoint-header"
+MESSAGE = "checkpoint-message"
+SEALED = "sealed"  # the key of a value-form header's envelope (`KeyringSealer.header_value`)
+
+
+class RowSealer:
+    """The rows of a checkpoint store, in plaintext (`PLAINTEXT`); `KeyringSealer` seals them."""
+
+    encrypted = False
+
+    # -- text rows ---------------------------------------------------------------------------------
+
+    def header_row(self, checkpoint: AgentCheckpoint) -> str:
+        """The stored header of `checkpoint` (the checkpoint without its messages)."""
+        return encode_header(checkpoint)
+
+    def message_rows(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[str]:
+        """The stored rows of `messages[start:]`, message `start` first. Raises `CodecError`."""
+        return encode_messages(messages, start)
+
+    def rebuild(self, run_id: str, step_index: object, header: Any, bodies: Sequence[Any]) -> AgentCheckpoint:
+        """The checkpoint stored as `header` (saved at `step_index`, as the row says) and message `bodies` 0, 1...
+
+        Raises `CheckpointCorruptError` for damaged rows, `DecryptionError` for a sealed row that does not open.
+        """
+        return rebuild(run_id, header, bodies)
+
+    def comparable(self, run_id: str, bodies: Sequence[Any]) -> Sequence[Any]:
+        """`bodies` (message rows 0, 1...) as codec text to compare with a new history (`kept_by_encoding`);
+        a row that cannot be read is None there (it differs from any message: the save replaces it)."""
+        return bodies
+
+    # -- value rows (a JSON record holding the header and messages as values) -------------------------
+
+    def header_value(self, checkpoint: AgentCheckpoint) -> dict[str, Any]:
+        """The stored header of `checkpoint` as a JSON object holding at least its status, step index and
+        created_at in plaintext."""
+        return checkpoint.to_dict(messages=False)
+
+    def message_values(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[Any]:
+        """The stored values of `messages[start:]`."""
+        return list(messages[start:])
+
+    def open_header(self, run_id: str, header: dict[str, Any]) -> dict[str, Any]:
+        """The checkpoint header a `header_value` holds."""
+        return header
+
+    def open_messages(self, run_id: str, values: list[Any]) -> list[Any]:
+        """The messages `message_values` 0, 1... hold."""
+        return values
+
+
+PLAINTEXT = RowSealer()
+
+
+def _sealed(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(MARKER)
+
+
+class KeyringSealer(RowSealer):
+    """`RowSealer` whose rows are envelopes of `keyring` (sealed with its primary key) bound to their place."""
+
+    encrypted = True
+
+    def __init__(self, keyring: Keyring) -> None:
+        self.keyring = keyring
+
+    def _open(self, value: Any, place: tuple[str | int, ...]) -> Any:
+        """The text `value` seals at `place`; a value that is not sealed is read as plaintext (module docs)."""
+        return self.keyring.open(value, place) if _sealed(value) else value
+
+    def _open_header(self, run_id: str, step_index: object, header: Any) -> Any:
+        if not _sealed(header):
+            return header
+        if type(step_index) is not int:
+            raise CheckpointCorruptError(f"the header's step index is {step_index!r}, not an int", run_id=run_id)
+        return self.keyring.open(header, (HEADER, run_id, step_index))
+
+    def header_row(self, checkpoint: AgentCheckpoint) -> str:
+        return self.keyring.seal(encode_header(checkpoint), (HEADER, checkpoint.run_id, checkpoint.step_index))
+
+    def message_rows(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[str]:
+        seal = self.keyring.seal
+        return [seal(text, (MESSAGE, run_id, seq)) for seq, text in enumerate(encode_messages(messages, start), start)]
+
+    def rebuild(self, run_id: str, step_index: object, header: Any, bodies: Sequence[Any]) -> AgentCheckpoint:
+        texts = [self._open(body, (MESSAGE, run_id, seq)) for seq, body in enumerate(bodies)]
+        return rebuild(run_id, self._open_header(run_id, step_index, header), texts)
+
+    def comparable(self, run_id: str, bodies: Sequence[Any]) -> Sequence[Any]:
+        texts: list[Any] = []
+        for seq, body in enumerate(bodies):
+            try:
+                texts.append(self._open(body, (MESSAGE, run_id, seq)))
+            except DecryptionError:
+                texts.append(None)
+        return texts
+
+    def header_value(self, checkpoint: AgentCheckpoint) -> dict[str, Any]:
+        return {
+            "step_index": checkpoint.step_index,
+            "status": checkpoint.status,
+            "created_at": checkpoint.created_at,
+            SEALED: self.header_row(checkpoint),
+        }
+
+    def message_values(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[Any]:
+        return self.message_rows(run_id, messages, start)
+
+    def open_header(self, run_id: str, header: dict[str, Any]) -> dict[str, Any]:
+        if SEALED not in header:
+            return header
+        data = _decoded(self._open_header(run_id, header.get("step_index"), header[SEALED]), run_id, "header")
+        if not isinstance(data, dict):
+            raise CheckpointCorruptError(f"header is not an object ({type(data).__name__})", run_id=run_id)
+        return data
+
+    def open_messages(self, run_id: str, values: list[Any]) -> list[Any]:
+        sealed = [seq for seq, value in enumerate(values) if _sealed(value)]
+        if not sealed:
+            return values
+        texts = [self.keyring.open(values[seq], (MESSAGE, run_id, seq)) for seq in sealed]
+        opened = list(values)
+        for seq, message in zip(sealed, decode_messages(texts, run_id), strict=True):
+            opened[seq] = message
+        return opened
+
+
+def _decoded(text: Any, run_id: str, what: str) -> Any:
+    if not isinstance(text, str):
+        return text
+    try:
+        return kernels.decode(text)
+    except CodecError as exc:
+        raise CheckpointCorruptError(f"{what} cannot be decoded: {exc}", run_id=run_id) from None
+
+
+def row_sealer(encryption: object) -> RowSealer:
+    """The sealer of a store's `encryption` option: `PLAINTEXT` for None, a `KeyringSealer` for a `Keyring`."""
+    if encryption is None:
+        return PLAINTEXT
+    if not isinstance(encryption, Keyring):
+        raise ConfigurationError(
+            f"encryption must be a durable_agent.encryption.Keyring or None, not {type(encryption).__name__}"
+        )
+    return KeyringSealer(encryption)
+
+
+DAMAGE = (CheckpointCorruptError, DecryptionError)
+"""What a load raises for a run whose stored rows cannot be trusted: its store forgets the run (`PrefixCache.forgetting`)."""
