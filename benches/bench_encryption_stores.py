@@ -1,0 +1,113 @@
+"""Encryption at rest in a checkpoint store: per-save time and load (decode) time with and without a keyring.
+
+The SQLite checkpoint store, the fixture of benches/bench_stores.py (each step adds an assistant message with a
+tool call and the tool's ~2 KB result). Two figures, each side by side, plaintext vs ``encryption=keyring``:
+
+* per save: a run of `STEPS` steps saved one step at a time (each save appends two message rows, writes the
+  header and its step-log entry), median microseconds per save over the run; with ``synchronous=FULL``
+  (the default: an fsync per commit) and ``NORMAL`` (no fsync: the CPU cost shows);
+* load: a fresh handle loading a 1,000-step run (2,001 messages), best of `LOADS`; and the decoding alone
+  (the rows already read: `RowSealer.rebuild`), best of `LOADS`.
+
+Targets (issue 24): a step of an `Agent` on the SQLite runtime <= 1.15x (the runtime is wired later: the store's
+save stands in for it here), decoding a 1,000-step checkpoint <= 1.3x.
+
+Run: ``.venv/bin/python benches/bench_encryption_stores.py`` (needs ``pip install 'durable-agent[crypto]'``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_stores import checkpoint, step_messages
+
+from durable_agent._storage.sealing import RowSealer, row_sealer
+from durable_agent.backends.sqlite import SqliteCheckpointStore
+from durable_agent.encryption import Keyring
+
+STEPS = 300
+LOAD_STEPS = 1_000
+LOADS = 7
+KEYRING = Keyring({"k1": bytes(range(32))}, primary="k1")
+
+
+def history(steps: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "find the invoices"}]
+    for step in range(1, steps + 1):
+        messages += step_messages(step)
+    return messages
+
+
+def per_save_us(path: Path, keyring: Keyring | None, synchronous: str) -> float:
+    """Median time of one save over a run of `STEPS` steps, each appending one step to the same history."""
+    store = SqliteCheckpointStore(path, encryption=keyring, synchronous=synchronous)  # type: ignore[arg-type]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "find the invoices"}]
+    times = []
+    for step in range(1, STEPS + 1):
+        messages = [*messages, *step_messages(step)]
+        cp = checkpoint("run", step, messages)
+        start = time.perf_counter()
+        store.save(cp)
+        times.append(time.perf_counter() - start)
+    store.close()
+    return statistics.median(times) * 1e6
+
+
+def best_ms(fn: Callable[[], Any]) -> float:
+    times = []
+    for _ in range(LOADS):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times) * 1e3
+
+
+def load_ms(path: Path, keyring: Keyring | None) -> tuple[float, float]:
+    """(load by a fresh handle, decoding alone) of a `LOAD_STEPS`-step run, in ms."""
+    cp = checkpoint("big", LOAD_STEPS, history(LOAD_STEPS))
+    store = SqliteCheckpointStore(path, encryption=keyring)
+    store.save(cp)
+    store.close()
+
+    def load() -> None:
+        fresh = SqliteCheckpointStore(path, encryption=keyring)
+        assert fresh.load("big") == cp
+        fresh.close()
+
+    sealer: RowSealer = row_sealer(keyring)
+    header, bodies = sealer.header_row(cp), sealer.message_rows("big", cp.messages)
+    assert sealer.rebuild("big", LOAD_STEPS, header, bodies) == cp
+    return best_ms(load), best_ms(lambda: sealer.rebuild("big", LOAD_STEPS, header, bodies))
+
+
+def main() -> None:
+    print(f"Python {sys.version.split()[0]}; SQLite checkpoint store; plaintext vs encryption=keyring (AES-256-GCM)")
+    with tempfile.TemporaryDirectory() as tmp:
+        for synchronous in ("FULL", "NORMAL"):
+            figures: dict[str, list[float]] = {"plain": [], "sealed": []}
+            for round_ in range(3):  # interleaved, so a busy moment of the machine hits both
+                for name, keyring in (("plain", None), ("sealed", KEYRING)):
+                    figures[name].append(per_save_us(Path(tmp, f"s-{synchronous}-{name}-{round_}.db"), keyring,
+                                                     synchronous))
+            plain, sealed = min(figures["plain"]), min(figures["sealed"])
+            print(f"per save ({STEPS} steps, synchronous={synchronous}): plaintext {plain:8.1f} us, "
+                  f"encrypted {sealed:8.1f} us: {sealed / plain:.2f}x")
+        plain_load, plain_decode = load_ms(Path(tmp, "load-plain.db"), None)
+        sealed_load, sealed_decode = load_ms(Path(tmp, "load-sealed.db"), KEYRING)
+        print(f"load of a {LOAD_STEPS}-step run ({2 * LOAD_STEPS + 1} messages): plaintext {plain_load:7.1f} ms, "
+              f"encrypted {sealed_load:7.1f} ms: {sealed_load / plain_load:.2f}x")
+        print(f"  decoding alone: plaintext {plain_decode:7.1f} ms, encrypted {sealed_decode:7.1f} ms: "
+              f"{sealed_decode / plain_decode:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
