@@ -427,3 +427,22 @@ class TestEncryptedDurableObject(CheckpointStoreConformance):
     def make_store(self) -> Callable[[], Any]:
         backend = DurableObject()
         return lambda: backend.store()
+
+
+def test_the_async_sqlite_store_seals_the_saves_it_merges_into_one_commit(tmp_path: Path) -> None:
+    """`AsyncSqliteCheckpointStore` writes concurrent saves together (`MergeableSave`): sealed as the others."""
+    import asyncio
+
+    from durable_agent.backends import open_store
+
+    async def main() -> None:
+        store = open_store(f"sqlite+async:///{tmp_path}/runs.db", encryption=RING)
+        for step in (0, 1):  # a first save of each run, then an append to each
+            await asyncio.gather(*(store.save(marked(f"run-{i}", step)) for i in range(20)))
+        assert [await store.load(f"run-{i}") for i in range(20)] == [marked(f"run-{i}", 1) for i in range(20)]
+        await store.close()
+
+    asyncio.run(main())
+    backend = Sqlite(tmp_path)
+    assert MARK.encode() not in backend.raw() and load(backend, "run-7") == marked("run-7", 1)
+    assert {envelope_key_id(backend.get(f"run-{i}", row)) for i in range(20) for row in (HEADER, 0, 2)} == {"k1"}
