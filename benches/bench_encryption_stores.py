@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,9 +47,9 @@ def history(steps: int) -> list[dict[str, Any]]:
     return messages
 
 
-def per_save_us(path: Path, keyring: Keyring | None, synchronous: str) -> float:
+def per_save_us(path: Path, keyring: Keyring | None, synchronous: Literal["FULL", "NORMAL"]) -> float:
     """Median time of one save over a run of `STEPS` steps, each appending one step to the same history."""
-    store = SqliteCheckpointStore(path, encryption=keyring, synchronous=synchronous)  # type: ignore[arg-type]
+    store = SqliteCheckpointStore(path, encryption=keyring, synchronous=synchronous)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "find the invoices"}]
     times = []
     for step in range(1, STEPS + 1):
@@ -92,7 +92,7 @@ def load_ms(path: Path, keyring: Keyring | None) -> tuple[float, float]:
 def main() -> None:
     print(f"Python {sys.version.split()[0]}; SQLite checkpoint store; plaintext vs encryption=keyring (AES-256-GCM)")
     with tempfile.TemporaryDirectory() as tmp:
-        for synchronous in ("FULL", "NORMAL"):
+        for synchronous in ("FULL", "NORMAL"):  # type: Literal["FULL", "NORMAL"]
             figures: dict[str, list[float]] = {"plain": [], "sealed": []}
             for round_ in range(3):  # interleaved, so a busy moment of the machine hits both
                 for name, keyring in (("plain", None), ("sealed", KEYRING)):

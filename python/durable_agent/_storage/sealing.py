@@ -45,8 +45,6 @@ SEALED = "sealed"  # the key of a value-form header's envelope (`KeyringSealer.h
 class RowSealer:
     """The rows of a checkpoint store, in plaintext (`PLAINTEXT`); `KeyringSealer` seals them."""
 
-    encrypted = False
-
     # -- text rows ---------------------------------------------------------------------------------
 
     def header_row(self, checkpoint: AgentCheckpoint) -> str:
@@ -98,8 +96,6 @@ def _sealed(value: object) -> bool:
 
 class KeyringSealer(RowSealer):
     """`RowSealer` whose rows are envelopes of `keyring` (sealed with its primary key) bound to their place."""
-
-    encrypted = True
 
     def __init__(self, keyring: Keyring) -> None:
         self.keyring = keyring
