@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -246,10 +247,19 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         with postgres_schema("e") as conninfo:
             yield Postgres(conninfo)
     else:
-        from durable_agent.testing.services import REDIS_URL_VAR, service_url
+        with redis_backend() as redis:
+            yield redis
 
-        redis = Redis(service_url(REDIS_URL_VAR, "Redis"), f"e{secrets.token_hex(5)}:")
+
+@contextmanager
+def redis_backend() -> Iterator[Redis]:
+    """A `Redis` backend under a fresh key prefix, its keys deleted afterwards."""
+    from durable_agent.testing.services import REDIS_URL_VAR, service_url
+
+    redis = Redis(service_url(REDIS_URL_VAR, "Redis"), f"e{secrets.token_hex(5)}:")
+    try:
         yield redis
+    finally:
         keys = list(redis.client.scan_iter(match=redis.prefix + "*"))
         if keys:
             redis.client.delete(*keys)
@@ -446,3 +456,22 @@ def test_the_async_sqlite_store_seals_the_saves_it_merges_into_one_commit(tmp_pa
     backend = Sqlite(tmp_path)
     assert MARK.encode() not in backend.raw() and load(backend, "run-7") == marked("run-7", 1)
     assert {envelope_key_id(backend.get(f"run-{i}", row)) for i in range(20) for row in (HEADER, 0, 2)} == {"k1"}
+
+
+class TestEncryptedAsyncPostgres(CheckpointStoreConformance):
+    @pytest.fixture
+    def make_store(self) -> Iterator[Callable[[], Any]]:
+        from durable_agent.backends.postgres import AsyncPostgresCheckpointStore
+        from durable_agent.testing.services import postgres_schema
+
+        with postgres_schema("e") as conninfo:
+            yield lambda: AsyncPostgresCheckpointStore(conninfo, max_size=2, encryption=RING)
+
+
+class TestEncryptedAsyncRedis(CheckpointStoreConformance):
+    @pytest.fixture
+    def make_store(self) -> Iterator[Callable[[], Any]]:
+        from durable_agent.backends.redis import AsyncRedisCheckpointStore
+
+        with redis_backend() as redis:
+            yield lambda: AsyncRedisCheckpointStore(redis.url, prefix=redis.prefix, encryption=RING)
