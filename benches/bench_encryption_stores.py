@@ -36,7 +36,7 @@ from durable_agent.encryption import Keyring
 
 STEPS = 300
 LOAD_STEPS = 1_000
-LOADS = 7
+LOADS = 15
 KEYRING = Keyring({"k1": bytes(range(32))}, primary="k1")
 
 
