@@ -5,6 +5,7 @@ MCP cancellation, the recorded tool listing, and failures that end in `MCPServer
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,9 @@ pytestmark = pytest.mark.host_only("starts MCP servers (the mcp SDK) as subproce
 
 USER: list[Message] = [{"role": "user", "content": "go"}]
 SECRET = "s" * 32
+# In every command line of the cannot-start test, so its process-table check sees only this pytest's processes
+# (scripts/test runs the native and the pure pass at once, on one process table). Also `sleep`'s argument.
+MARK = f"4242.{os.getpid()}"
 
 
 def server(ledger: Path, **options: Any) -> StdioServer:
@@ -117,9 +121,10 @@ async def test_an_agent_used_as_a_context_manager_keeps_its_servers_open_across_
 
 
 @pytest.mark.parametrize("command, args, why", [
-    ("no-such-mcp-command-4242", [], "command was not found"),
-    ("sleep", ["4242"], "did not answer initialize within 1 s"),
-    (sys.executable, ["-c", "import sys; sys.exit(4242)"], "closed the connection (exited?) before answering"),
+    (f"no-such-mcp-command-{MARK}", [], "command was not found"),
+    ("sleep", [MARK], "did not answer initialize within 1 s"),
+    (sys.executable, ["-c", f"import sys; sys.exit(42)  # {MARK}"],
+     "closed the connection (exited?) before answering"),
 ])
 async def test_a_server_that_cannot_start_fails_the_run_before_the_model_is_called(
         command: str, args: list[str], why: str) -> None:
@@ -130,7 +135,7 @@ async def test_a_server_that_cannot_start_fails_the_run_before_the_model_is_call
     assert why in str(caught.value) and command in str(caught.value)
     assert caught.value.code == "mcp_server"
     assert model.requests == []
-    assert processes_naming("4242") == []
+    assert processes_naming(MARK) == []
 
 
 async def test_a_stdio_server_that_crashes_at_start_shows_the_end_of_its_stderr_in_the_error() -> None:
