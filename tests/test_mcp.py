@@ -432,6 +432,7 @@ def test_the_readme_mcp_example_runs(tmp_path: Path) -> None:
     assert processes_naming(str(tmp_path)) == []
 
 
+@pytest.mark.kernel_independent  # durable_agent runs in Pyodide (pure kernels only); the server is the SDK's
 def test_the_plain_http_client_runs_inside_pyodide(tmp_path: Path) -> None:
     """The Pyodide claim, checked: the run above inside Pyodide in Node (fetch, no SDK), against uvicorn."""
     import json

@@ -17,7 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PYODIDE_DIR = ROOT / "pyodide"
 RUNNER = PYODIDE_DIR / "run-pytest.mjs"
 
-pytestmark = pytest.mark.host_only("runs Node.js and Pyodide in a subprocess")
+pytestmark = [
+    pytest.mark.host_only("runs Node.js and Pyodide in a subprocess"),
+    pytest.mark.kernel_independent,  # the runner on a project of its own, without durable_agent nor its env
+]
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,12 @@ from jsonschema import Draft202012Validator
 
 from durable_agent._schema import compile_schema
 
-pytestmark = pytest.mark.host_only(
-    "jsonschema needs rpds-py, a Rust extension that publishes no wheel for either Pyodide runtime"
-)
+pytestmark = [
+    pytest.mark.host_only(
+        "jsonschema needs rpds-py, a Rust extension that publishes no wheel for either Pyodide runtime"
+    ),
+    pytest.mark.kernel_independent,  # durable_agent._schema imports only the stdlib and durable_agent.errors
+]
 
 KEYS = ["a", "b", "a_x"]
 DEFS = {"A": "A", "a/b": "a~1b", "c~d": "c~0d", "e f": "e%20f"}  # name -> how a $ref spells it
