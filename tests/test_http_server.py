@@ -469,6 +469,42 @@ def test_use_chat_add_tool_result_continues_the_run(server: Server) -> None:
     assert chat_chunks(server, body) == second  # a retried request: nothing recorded twice, the same stream
 
 
+def test_use_chat_native_approval_continues_the_run(server: Server) -> None:
+    """The stream asks with ai 7's own ``tool-approval-request`` chunk; the message ``addToolApprovalResponse`` leaves
+    (the tool part in state ``approval-responded``, the chunk's signature kept) is the verdict, and the run goes on."""
+    from ui_message_stream_schema import check_chunk
+
+    user = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "deploy it"}]}
+    first = chat_chunks(server, {"id": "chat-ok", "trigger": "submit-message", "messages": [user]})
+    for chunk in first:
+        check_chunk(chunk)
+    run_id = first[0]["messageId"]
+    call = next(c for c in first if c["type"] == "tool-input-available")
+    asked = next(c for c in first if c["type"] == "tool-approval-request")
+    assert asked["toolCallId"] == call["toolCallId"] and ApprovalSigner(SECRET).verify(asked["signature"])
+    assert first[-1]["messageMetadata"]["finishReason"] == "suspended"
+
+    def answered(approved: bool, signature: str) -> dict[str, Any]:
+        part = {"type": "tool-deploy", "toolCallId": call["toolCallId"], "state": "approval-responded",
+                "input": call["input"], "approval": {"id": asked["approvalId"], "approved": approved,
+                                                     "signature": signature}}
+        return {"id": "chat-ok", "trigger": "submit-message", "messages": [
+            user, {"id": run_id, "role": "assistant", "parts": [{"type": "step-start"}, part]}]}
+
+    status, _, error = server.request("POST", "/chat", answered(True, "forged"))
+    assert status == 403 and error["error"]["code"] == "token_refused"
+    second = chat_chunks(server, answered(True, asked["signature"]))
+    for chunk in second:
+        check_chunk(chunk)
+    assert second[0] == {"type": "start", "messageId": run_id}
+    assert next(c for c in second if c["type"] == "tool-output-available")["output"]["done"] == "deploy"
+    assert "".join(c["delta"] for c in second if c["type"] == "text-delta") == "Deployed."
+    assert second[-1]["messageMetadata"]["finishReason"] == "stop"
+    assert chat_chunks(server, answered(True, asked["signature"])) == second  # a retry: nothing recorded twice
+    _, _, view = server.request("GET", f"/runs/{run_id}")
+    assert view["status"] == "completed"
+
+
 def chat_chunks(server: Server, body: Any) -> list[Any]:
     """POST /chat; the UI message stream's chunks (checked to end with [DONE])."""
     import http.client

@@ -1,4 +1,4 @@
-"""The AI SDK UI message stream (v5) chunks this endpoint emits, as the protocol's strict schema has them.
+"""The AI SDK UI message stream (v5, and ai 7's ``tool-approval-request``) chunks this endpoint emits, as the protocol's strict schema has them.
 
 Written from the AI SDK's stream protocol documentation (ai-sdk.dev, "Stream Protocols",
 data stream protocol): each chunk type with its required and optional fields. The
@@ -22,6 +22,8 @@ CHUNKS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "tool-output-available": (frozenset({"toolCallId", "output"}),
                               frozenset({"providerExecuted", "dynamic", "preliminary"})),
     "tool-output-error": (frozenset({"toolCallId", "errorText"}), frozenset({"providerExecuted", "dynamic"})),
+    "tool-approval-request": (frozenset({"approvalId", "toolCallId"}),
+                              frozenset({"approvalDescriptor", "inputSchemaInput", "reason", "isAutomatic", "signature"})),
     "finish-step": (frozenset(), frozenset()),
     "finish": (frozenset(), frozenset({"messageMetadata"})),
     "error": (frozenset({"errorText"}), frozenset()),
@@ -37,5 +39,5 @@ def check_chunk(chunk: Any) -> None:
     fields = set(chunk) - {"type"}
     assert required <= fields, f"{kind}: missing {required - fields}"
     assert fields <= required | optional, f"{kind}: fields the schema rejects: {fields - required - optional}"
-    for name in fields & {"id", "delta", "toolCallId", "toolName", "errorText", "messageId"}:
+    for name in fields & {"id", "delta", "toolCallId", "toolName", "errorText", "messageId", "approvalId", "signature"}:
         assert isinstance(chunk[name], str), f"{kind}.{name} must be a string"

@@ -15,7 +15,7 @@ from urllib.parse import unquote
 from .._kernels import kernels
 from .._storage.protocols import DurableRuntime, EndpointRuntime, EndpointStores
 from .._util import maybe_await
-from ..checkpoint import AgentCheckpoint
+from ..checkpoint import AgentCheckpoint, ToolApprovalRequest
 from ..errors import ConfigurationError, RunLeaseHeldError, SessionStateError, SubmissionConflictError
 from ..messages import Message, final_text
 from ..options import random_id
@@ -40,6 +40,7 @@ from .client_tools import ClientResult, parse_results, ui_tool_results
 from .events import EventLog, RunEvent, RunInfo
 from .progress import TERMINAL
 from .runs import AgentFactory, RunDriver
+from .ui_approvals import UiVerdict, ui_tool_approvals
 from .ui_stream import UI_MESSAGE_STREAM_HEADER, UiMessageStream
 
 logger = logging.getLogger("durable_agent.http")
@@ -281,24 +282,28 @@ class ChatEndpoint:
         pending = next((r for r in checkpoint.pending_approvals or () if r.approval_id == approval_id), None)
         if pending is None:
             raise HttpError(409, "not_pending", f"approval {approval_id!r} is not pending on run {info.run_id!r}")
+        if not await self._verdict(info, checkpoint, pending, approved=approved, reason=reason, token=token):
+            raise HttpError(409, "already_answered", f"approval {approval_id!r} has a verdict already")
+        await send_json(send, 202, {"run_id": info.run_id, "approval_id": approval_id, "approved": approved})
+
+    async def _verdict(self, info: RunInfo, checkpoint: AgentCheckpoint, pending: ToolApprovalRequest, *,
+                       approved: bool, reason: str | None, token: str | None) -> bool:
+        """Record the verdict on `pending` (its token checked as the agent's signer wants); False: answered already."""
         options = self.driver.agent(info.session_id).options
         signer = options.get("approval_signer")
         # a sub-agent's request is bound to the sub-agent's run, which checks that binding when it resumes
         bound_to = None if pending.agent_path else info.run_id
         if approved and signer is not None and not signer.check_approval(
-            token, approval_id=approval_id, tool_call_id=pending.tool_call_id, tool_name=pending.tool_name,
+            token, approval_id=pending.approval_id, tool_call_id=pending.tool_call_id, tool_name=pending.tool_name,
             input=pending.input, run_id=bound_to, max_age_ms=options.get("approval_max_age_ms"),
         ):
             raise HttpError(403, "token_refused", "the approval token is missing, invalid, expired or for another run")
         try:
-            answered = await self.driver.approve(info, pending, checkpoint.step_index, approved=approved,
-                                                 reason=reason, token=token)
+            return await self.driver.approve(info, pending, checkpoint.step_index, approved=approved,
+                                             reason=reason, token=token)
         except RunLeaseHeldError as exc:
             raise HttpError(409, "session_busy", f"session {info.session_id!r} is running another run; "
                             "nothing was recorded: send the verdict again when it ends") from exc
-        if not answered:
-            raise HttpError(409, "already_answered", f"approval {approval_id!r} has a verdict already")
-        await send_json(send, 202, {"run_id": info.run_id, "approval_id": approval_id, "approved": approved})
 
     async def _tool_results(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
         """The results of client tool calls the parked run waits for (202); it resumes once nothing else waits."""
@@ -331,7 +336,11 @@ class ChatEndpoint:
         messages = field_of(body, "messages", list)
         last = messages[-1] if messages and isinstance(messages[-1], dict) else None
         if last is not None and last.get("role") == "assistant" and isinstance(last.get("parts"), list):
-            await self._chat_tool_results(request, session_id, last, receive, send)
+            verdicts = ui_tool_approvals(last)
+            if verdicts:
+                await self._chat_approvals(request, session_id, verdicts, receive, send)
+            else:
+                await self._chat_tool_results(request, session_id, last, receive, send)
             return
         if last is None or last.get("role") != "user" or not isinstance(last.get("parts"), list):
             raise HttpError(422, "bad_body", "the last message must be a user message with parts")
@@ -372,6 +381,37 @@ class ChatEndpoint:
             raise HttpError(409, "not_pending", f"the latest run of chat {session_id!r} waits for none of these "
                             "tool calls")
         await self._stream(info, str(min(seqs) - 1), True, receive, send)
+
+    async def _chat_approvals(self, request: Request, session_id: str, verdicts: Sequence[UiVerdict],
+                              receive: Receive, send: Send) -> None:
+        """``addToolApprovalResponse``'s request: the assistant message with verdicts; the run's next leg out.
+
+        The verdicts on approvals the session's latest run asked for are recorded as on ``POST
+        /runs/{run}/approvals`` (tokens checked the same way); a verdict recorded already (a
+        retried request, or one sent again in a later message) is not recorded twice. The answer
+        streams the run from the end of the leg that asked, so a retry gets the same stream.
+        """
+        run_id = await self.runtime.stores.runs.last(session_id)
+        info = await self.events.run_info(run_id) if run_id else None
+        if info is None:
+            raise HttpError(404, "unknown_run", f"chat {session_id!r} has no run waiting for approvals")
+        await self._check("approve", request, session_id, info)
+        logged = await self.events.read(info.run_id)
+        asked = {event.key: event.seq for event in logged}
+        ours = [v for v in verdicts if f"approval/{v.approval_id}" in asked]
+        if not ours:
+            raise HttpError(409, "not_pending", f"the latest run of chat {session_id!r} asked for none of these "
+                            "approvals")
+        for verdict in ours:
+            checkpoint = await self.driver.checkpoint(info.run_id)
+            pending = next((r for r in (checkpoint.pending_approvals or ()) if r.approval_id == verdict.approval_id),
+                           None) if checkpoint is not None and checkpoint.status == "suspended" else None
+            if checkpoint is not None and pending is not None:
+                await self._verdict(info, checkpoint, pending, approved=verdict.approved, reason=verdict.reason,
+                                    token=verdict.token)
+        first = min(asked[f"approval/{v.approval_id}"] for v in ours)
+        leg_end = next((e.seq for e in logged if e.seq > first and e.data.get("type") in TERMINAL), first)
+        await self._stream(info, str(leg_end), True, receive, send)
 
     async def _chat_resume(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
         """``useChat``'s stream resumption: the leg in flight of the session's latest run, or 204 when none runs.

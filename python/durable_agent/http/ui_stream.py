@@ -1,4 +1,4 @@
-"""The run's events spoken as the AI SDK UI message stream (data stream protocol v5), for `useChat`.
+"""The run's events spoken as the AI SDK UI message stream (the ``ai`` package 6/7's protocol), for `useChat`.
 
 A response in this format carries the header ``x-vercel-ai-ui-message-stream: v1``; each
 chunk is one SSE ``data:`` line holding a JSON object, and the stream ends with
@@ -15,10 +15,12 @@ first event of a leg         ``start`` (``messageId``) before the event's own ch
 ``tool-call``                ``tool-input-available`` (``toolCallId``, ``toolName``, ``input``)
 ``tool-result``              ``tool-output-available`` (``output``), or ``tool-output-error``
                              (``errorText``) when ``is_error``
-``tool-approval-request``    ``data-tool-approval-request`` (``id``: the approval id; ``data``:
-                             ``approvalId``, ``toolCallId``, ``toolName``, ``input``,
-                             ``agentPath``, ``token``): v5 has no approval chunk, and a data
-                             part is kept in the message for the UI to render
+``tool-approval-request``    ``tool-approval-request`` (``approvalId``, ``toolCallId``, and
+                             ``signature``: the signed approval token when the agent signs),
+                             after a ``tool-input-available`` for a call the stream has not
+                             shown (a sub-agent's): ``useChat`` puts the tool part in state
+                             ``approval-requested``, and ``addToolApprovalResponse`` sends it
+                             back with the verdict and the signature (`ui_tool_approvals`)
 ``step-retry``               ``data-step-retry`` (``data``: ``stepIndex``, ``attempt``, ``error``,
                              ``delayMs``, ``textId``: the failed attempt's text block, which the UI
                              should drop; v5 has no chunk that removes text)
@@ -57,6 +59,7 @@ class UiMessageStream:
         self.run_id = run_id
         self._open_text: str | None = None
         self._in_leg = False
+        self._calls: frozenset[str] = frozenset()  # replaced, never changed: a copy of the fold is its own
 
     def chunks(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         """The chunks of the next event of the run."""
@@ -77,8 +80,7 @@ class UiMessageStream:
         if kind == "step-start":
             out.append({"type": "start-step"})
         elif kind == "tool-call":
-            out.append({"type": "tool-input-available", "toolCallId": event["tool_call_id"],
-                        "toolName": event["tool_name"], "input": event["input"]})
+            self._call(event, out)
         elif kind == "tool-result":
             if event.get("is_error"):
                 output = event.get("output")
@@ -88,11 +90,13 @@ class UiMessageStream:
                 out.append({"type": "tool-output-available", "toolCallId": event["tool_call_id"],
                             "output": event.get("output")})
         elif kind == "tool-approval-request":
-            out.append({"type": "data-tool-approval-request", "id": event["approval_id"], "data": {
-                "approvalId": event["approval_id"], "toolCallId": event["tool_call_id"],
-                "toolName": event["tool_name"], "input": event["input"], "agentPath": event.get("agent_path"),
-                "token": event.get("token"),
-            }})
+            if event["tool_call_id"] not in self._calls:
+                self._call(event, out)  # the client has a tool part only for a call it was shown
+            request = {"type": "tool-approval-request", "approvalId": event["approval_id"],
+                       "toolCallId": event["tool_call_id"]}
+            if isinstance(event.get("token"), str):
+                request["signature"] = event["token"]
+            out.append(request)
         elif kind == "step-retry":
             step, attempt = event["step_index"], event["attempt"]
             out.append({"type": "data-step-retry", "id": f"{self.run_id}-{step}-retry-{attempt}", "data": {
@@ -111,6 +115,11 @@ class UiMessageStream:
             out.append({"type": "error", "errorText": event.get("message", "the run failed")})
             self._in_leg = False
         return out
+
+    def _call(self, event: dict[str, Any], out: list[dict[str, Any]]) -> None:
+        self._calls = self._calls | {event["tool_call_id"]}
+        out.append({"type": "tool-input-available", "toolCallId": event["tool_call_id"],
+                    "toolName": event["tool_name"], "input": event["input"]})
 
     def _text_id(self, step: int, attempt: int) -> str:
         return f"{self.run_id}-{step}" if attempt == 0 else f"{self.run_id}-{step}-{attempt}"
