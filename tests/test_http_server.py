@@ -505,6 +505,21 @@ def test_use_chat_native_approval_continues_the_run(server: Server) -> None:
     assert view["status"] == "completed"
 
 
+def test_use_chat_regenerate_starts_a_new_run(server: Server) -> None:
+    """``regenerate()`` sends the same last user message with ``trigger: "regenerate-message"``: a new run answers it,
+    where a retried ``submit-message`` gets the run it started."""
+    user = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hello again"}]}
+    first = chat_chunks(server, {"id": "chat-regen", "trigger": "submit-message", "messages": [user]})
+    retried = chat_chunks(server, {"id": "chat-regen", "trigger": "submit-message", "messages": [user]})
+    assert retried[0]["messageId"] == first[0]["messageId"]
+    again = chat_chunks(server, {"id": "chat-regen", "trigger": "regenerate-message", "messages": [user]})
+    assert again[0]["messageId"] != first[0]["messageId"]
+    assert "".join(c["delta"] for c in again if c["type"] == "text-delta") == "You said: hello again"
+    assert again[-1]["messageMetadata"]["finishReason"] == "stop"
+    _, _, view = server.request("GET", f"/runs/{again[0]['messageId']}")
+    assert view["status"] == "completed" and view["session_id"] == "chat-regen"
+
+
 def chat_chunks(server: Server, body: Any) -> list[Any]:
     """POST /chat; the UI message stream's chunks (checked to end with [DONE])."""
     import http.client

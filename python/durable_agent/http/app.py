@@ -330,7 +330,11 @@ class ChatEndpoint:
         await self._stream(info, cursor, ui, receive, send)
 
     async def _chat(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
-        """``useChat``'s default transport: {id, messages} in, the new run's UI message stream out."""
+        """``useChat``'s default transport: {id, messages, trigger} in, the new run's UI message stream out.
+
+        The last user message's id is the run's idempotency key (a retried request gets the same
+        run), except for ``trigger: "regenerate-message"``: each `regenerate()` starts a new run.
+        """
         body = await read_json(receive)
         session_id = field_of(body, "id", str, what=" (the chat id)")
         messages = field_of(body, "messages", list)
@@ -349,6 +353,8 @@ class ChatEndpoint:
         if not prompt:
             raise HttpError(422, "bad_body", "the last user message has no text part")
         key = last.get("id") if isinstance(last.get("id"), str) and last.get("id") else None
+        if body.get("trigger") == "regenerate-message":
+            key = None  # `regenerate()` asks for a new answer to the same message: a new run, never the old one's
         await self._check("start", request, session_id, None)
         run_id, _ = await self._start_run(session_id, prompt, key)
         await self._stream(await self._run(run_id), "0", True, receive, send)
