@@ -837,3 +837,28 @@ async def test_a_new_run_right_after_a_leg_logged_its_finish_waits_for_that_leg_
     assert status == 201, body
     run_id = json.loads(body)["run_id"]
     assert data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])[-1]["finish_reason"] == "stop"
+
+
+async def test_a_stopped_parked_run_takes_no_verdict_and_its_session_starts_the_next_run() -> None:
+    """A run parked on an approval is driven by no process: its stop is the log's ``run_aborted`` error, written under
+    the session's lease; a verdict after it is refused unrecorded, and the tool never runs."""
+    from agent_kit import Ledger
+    from durable_agent import call
+
+    ledger = Ledger()
+    model = ScriptedModel([reply("", call("rm", {"path": "x"}, "c1")), "hello"])
+    app, _ = client_tool_app(model, rm=ledger.tool("rm", needs_approval=True))
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    leg1 = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events"))[1])
+    request = next(e for e in leg1 if e["type"] == "tool-approval-request")
+    status, body = await asgi(app, "POST", f"/runs/{run_id}/cancel")
+    assert (status, json.loads(body)) == (202, {"run_id": run_id, "status": "aborted"})
+    status, body = await asgi(app, "POST", f"/runs/{run_id}/approvals",
+                              {"approval_id": request["approval_id"], "approved": True})
+    assert (status, json.loads(body)["error"]["code"]) == (409, "run_ended")
+    assert (await asgi(app, "POST", f"/runs/{run_id}/cancel"))[0] == 409
+    tail = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1])
+    assert [(e["type"], e["code"]) for e in tail] == [("error", "run_aborted")]
+    assert ledger.entries == []
+    status, body = await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "y"})
+    assert status == 201

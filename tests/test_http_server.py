@@ -520,6 +520,54 @@ def test_use_chat_regenerate_starts_a_new_run(server: Server) -> None:
     assert view["status"] == "completed" and view["session_id"] == "chat-regen"
 
 
+def test_a_stopped_chat_run_ends_as_aborted_and_the_chat_goes_on(paths: tuple[Path, Path]) -> None:
+    """``POST /chat/{id}/stop`` (what the stop button calls besides ``useChat``'s ``stop()``): the run stops at its next
+    check, before its tool ran, its stream ends with an ``error`` (``run_aborted``), no reader or server continues it,
+    and the chat's next message starts a run."""
+    import http.client
+
+    db, ledger = paths
+    srv = Server(db, ledger, delay=0.05).start()
+    try:
+        user = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "please lookup"}]}
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+        conn.request("POST", "/chat", body=json.dumps({"id": "chat-stop", "messages": [user]}),
+                     headers={"content-type": "application/json"})
+        response = conn.getresponse()
+        chunks = []
+        for raw in response:
+            line = raw.decode().strip()
+            if line.startswith("data: {"):
+                chunks.append(json.loads(line[6:]))
+                if chunks[-1]["type"] == "text-delta":
+                    break  # the model streams: the user presses stop
+        run_id = chunks[0]["messageId"]
+        status, _, body = srv.request("POST", "/chat/chat-stop/stop", headers={"authorization": "Bearer intruder"})
+        assert status == 403
+        status, _, body = srv.request("POST", "/chat/chat-stop/stop")
+        assert (status, body) == (202, {"run_id": run_id, "status": "aborted"})
+        rest = [json.loads(line.decode()[6:]) for line in response if line.startswith(b"data: {")]
+        conn.close()
+        assert rest[-1]["type"] == "error" and "RunAbortedError" in rest[-1]["errorText"]
+        assert ledger_lines(ledger) == []  # the lookup tool never ran
+        assert srv.request("POST", f"/runs/{run_id}/cancel")[0] == 409  # stopped already: nothing left to do
+        assert srv.request("GET", "/chat/chat-stop/stream")[0] == 204  # nothing to resume
+        logged = list(srv.events(f"/runs/{run_id}/events").frames())
+        assert logged[-1].data["type"] == "error" and logged[-1].data["code"] == "run_aborted"
+    finally:
+        srv.stop()
+    second = Server(db, ledger).start()  # a restarted server does not take the stopped run over
+    try:
+        assert [f.data for f in second.events(f"/runs/{run_id}/events").frames()] == [f.data for f in logged]
+        user2 = {"id": "m2", "role": "user", "parts": [{"type": "text", "text": "hi again"}]}
+        after = chat_chunks(second, {"id": "chat-stop", "messages": [user, user2]})
+        assert "".join(c["delta"] for c in after if c["type"] == "text-delta") == "You said: hi again"
+        _, _, view = second.request("GET", f"/runs/{run_id}")
+        assert view["status"] == "running" and not view["driven_here"]  # kept as stored at its last checkpoint
+    finally:
+        second.stop()
+
+
 def chat_chunks(server: Server, body: Any) -> list[Any]:
     """POST /chat; the UI message stream's chunks (checked to end with [DONE])."""
     import http.client

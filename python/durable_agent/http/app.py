@@ -50,7 +50,8 @@ __all__ = ["AuthRequest", "Authorize", "ChatEndpoint"]
 
 @dataclass(frozen=True, slots=True)
 class AuthRequest:
-    """What the auth hook decides on: the `action` (``start``, ``read``, ``approve``, ``answer``), the request, the run.
+    """What the auth hook decides on: the `action` (``start``, ``read``, ``approve``, ``answer``, ``cancel``), the
+    request, the run.
 
     `session_id` is the session the request acts on (from the body for ``start``, from the
     stored run otherwise); `run` is None for ``start``.
@@ -305,6 +306,31 @@ class ChatEndpoint:
             raise HttpError(409, "session_busy", f"session {info.session_id!r} is running another run; "
                             "nothing was recorded: send the verdict again when it ends") from exc
 
+    async def _cancel(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
+        """Stop the run for good (202; `RunDriver.cancel`): what a UI's stop button calls besides aborting its fetch."""
+        await self._stop(request, await self._run(params["run"]), send)
+
+    async def _chat_stop(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
+        """Stop the chat's latest run for good (202): ``useChat``'s ``stop()`` only aborts its fetch, and a durable
+        run goes on without a reader (a reload resumes it), so the app's stop button calls this too."""
+        run_id = await self.runtime.stores.runs.last(params["session"])
+        info = await self.events.run_info(run_id) if run_id else None
+        if info is None:
+            raise HttpError(404, "unknown_run", f"chat {params['session']!r} has no run")
+        await self._stop(request, info, send)
+
+    async def _stop(self, request: Request, info: RunInfo, send: Send) -> None:
+        await self._check("cancel", request, info.session_id, info)
+        try:
+            stopped = await self.driver.cancel(info)
+        except RunLeaseHeldError as exc:
+            raise HttpError(409, "session_busy", f"run {info.run_id!r} is driven by another process; "
+                            "nothing was done: ask that process's endpoint") from exc
+        if not stopped:
+            raise HttpError(409, "not_running", f"run {info.run_id!r} has nothing left to do (finished, failed "
+                            "or stopped)")
+        await send_json(send, 202, {"run_id": info.run_id, "status": "aborted"})
+
     async def _tool_results(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
         """The results of client tool calls the parked run waits for (202); it resumes once nothing else waits."""
         info = await self._run(params["run"])
@@ -551,8 +577,10 @@ _ROUTES: tuple[_Route, ...] = (
     _Route("GET", re.compile(r"/runs/(?P<run>[^/]+)/events/?"), ChatEndpoint._events),
     _Route("POST", re.compile(r"/runs/(?P<run>[^/]+)/approvals/?"), ChatEndpoint._approval),
     _Route("POST", re.compile(r"/runs/(?P<run>[^/]+)/tool-results/?"), ChatEndpoint._tool_results),
+    _Route("POST", re.compile(r"/runs/(?P<run>[^/]+)/cancel/?"), ChatEndpoint._cancel),
     _Route("POST", re.compile(r"/chat/?"), ChatEndpoint._chat),
     _Route("GET", re.compile(r"/chat/(?P<session>[^/]+)/stream/?"), ChatEndpoint._chat_resume),
+    _Route("POST", re.compile(r"/chat/(?P<session>[^/]+)/stop/?"), ChatEndpoint._chat_stop),
 )
 """The endpoint's routes, path → handler (`durable_agent.http` documents them); the first match serves."""
 

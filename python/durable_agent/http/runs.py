@@ -41,8 +41,15 @@ from .._util import maybe_await, wall_clock_ms
 from ..agent import Agent, resolve_approval
 from ..checkpoint import AgentCheckpoint, ToolApprovalRequest
 from ..durable_session import DurableSession, approval_key
-from ..errors import ConfigurationError, RunLeaseHeldError, RunSuspendedError, StaleEpochError
+from ..errors import (
+    ConfigurationError,
+    RunAbortedError,
+    RunLeaseHeldError,
+    RunSuspendedError,
+    StaleEpochError,
+)
 from ..generate import PartSink
+from ..options import AbortSignal
 from ..stream_parts import StreamFinish, StreamPart
 from .asgi import HttpError
 from .client_tools import ClientResult, answered_history, answers_for
@@ -75,6 +82,7 @@ class RunDriver:
         self._starting: dict[str, asyncio.Future[None]] = {}  # runs whose start is not committed yet
         self._answering = asyncio.Lock()  # one client-result commit at a time: a second claim here would be refused
         self._parked: dict[str, tuple[str, list[str]]] = {}  # run -> its session, the awakeables it may still wait on
+        self._stops: dict[str, asyncio.Event] = {}  # run -> the abort signal of the leg this process drives
 
     def agent(self, session_id: str) -> Agent:
         """The session's agent, checked to run on this endpoint's runtime."""
@@ -111,7 +119,7 @@ class RunDriver:
         if starting is not None:  # the same run asked twice at once (a retried request): one start
             await asyncio.shield(starting)
             return
-        agent = self.agent(session_id)
+        agent = self._abortable(self.agent(session_id), run_id)
         await self._settle(session_id, run_id)
         self._check_free(session_id, run_id)
         started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -135,7 +143,7 @@ class RunDriver:
         Raises `RunLeaseHeldError` when this process drives another run of the session (its lease
         claim would be refused; refusing here spawns nothing).
         """
-        agent = self.agent(info.session_id)
+        agent = self._abortable(self.agent(info.session_id), info.run_id)
         self._check_free(info.session_id, info.run_id)
         earlier = self._tasks.get(info.run_id)
 
@@ -263,6 +271,8 @@ class RunDriver:
         """
         await self._settle(info.session_id, info.run_id)
         self._check_free(info.session_id, info.run_id)
+        if await self._ended(info.run_id):
+            raise HttpError(409, "run_ended", f"run {info.run_id!r} was stopped (or failed): nothing was recorded")
         key = approval_key(info.run_id, step_index, request.approval_id)
         record = await self.runtime.find_awakeable(info.session_id, key)
         if record is None or record.resolved:
@@ -308,6 +318,47 @@ class RunDriver:
         if await self.continues(info):
             self.resume(info)
 
+    async def cancel(self, info: RunInfo) -> bool:
+        """Stop the run for good (a UI's stop button); False when it has nothing left to do (finished, failed, stopped).
+
+        A leg this process drives gets its abort signal: the loop stops at its next check (the
+        next streamed chunk, or before the step's tools run: a tool is never cut mid-call), the
+        interrupted step is not checkpointed, and the leg's ``error`` event (code
+        ``run_aborted``) ends the log. A run no live process drives (parked, or its server
+        died) gets that event under the session's lease. A run whose log ends with an
+        ``error`` is never taken over again (`ensure_driven`) nor resumed by a verdict
+        (`approve`), and the session is unmarked so its next run can start. Raises
+        `RunLeaseHeldError` (nothing done) while another live process drives the run.
+        """
+        task, stop = self._tasks.get(info.run_id), self._stops.get(info.run_id)
+        if task is not None and (stop is None or info.run_id in self._ending):
+            await asyncio.wait({task})  # its leg logged its end already: the run is parked or done when it ends
+            task = None
+        if task is not None and stop is not None:
+            stop.set()
+            await asyncio.wait({task})
+        elif await self._ended(info.run_id) or not await self._stoppable(info):
+            return False
+        else:
+            async with self.session(info.session_id).leased():
+                if await self._ended(info.run_id):
+                    return False
+                await self.log.append(info.run_id, [error_event(RunAbortedError(info.run_id),
+                                                                f"{wall_clock_ms()}-abort")])
+            self._parked.pop(info.run_id, None)
+        if await self.runtime.lease.marked_run(info.session_id) == info.run_id:
+            await self.agent(info.session_id).abandon_interrupted()
+        return await self._ended(info.run_id)
+
+    async def _stoppable(self, info: RunInfo) -> bool:
+        checkpoint = await self.checkpoint(info.run_id)
+        return checkpoint is None or checkpoint.status != "completed"
+
+    async def _ended(self, run_id: str) -> bool:
+        """Whether the run's log ends with an ``error``: a failed or stopped run, which no one continues."""
+        logged = await self.log.read(run_id)
+        return bool(logged) and logged[-1].data.get("type") == "error"
+
     async def stop(self) -> None:
         """Cancel the runs in flight (server shutdown): they stay resumable, and the next server takes them over."""
         tasks = list(self._tasks.values())
@@ -336,6 +387,12 @@ class RunDriver:
         if busy is not None and busy != run_id:
             raise RunLeaseHeldError(session_id, self.runtime.owner)
 
+    def _abortable(self, agent: Agent, run_id: str) -> Agent:
+        """`agent` with an abort signal `cancel` sets for `run_id`'s leg (besides the app's own ``signal``)."""
+        assert agent.durable is not None and agent.session_id is not None  # `agent` checked it
+        stop = self._stops[run_id] = asyncio.Event()
+        return agent.durable_copy(agent.durable, agent.session_id, signal=_Either(stop, agent.options.get("signal")))
+
     def _spawn(self, run_id: str, session_id: str, work: Any) -> asyncio.Task[BaseException | None]:
         task = asyncio.ensure_future(self._guarded(run_id, work))
         self._tasks[run_id] = task
@@ -345,6 +402,7 @@ class RunDriver:
         def done(_: object) -> None:
             if self._tasks.get(run_id) is task:
                 del self._tasks[run_id]
+                self._stops.pop(run_id, None)
                 self._ending.discard(run_id)
                 if self._sessions.get(session_id) == run_id:
                     del self._sessions[session_id]
@@ -396,3 +454,13 @@ class RunDriver:
                 started.set_result(None)
 
         return on_part
+
+
+class _Either:
+    """An abort signal set when the endpoint's or the app's own is."""
+
+    def __init__(self, mine: AbortSignal, apps: AbortSignal | None) -> None:
+        self.mine, self.apps = mine, apps
+
+    def is_set(self) -> bool:
+        return self.mine.is_set() or (self.apps is not None and self.apps.is_set())
