@@ -527,7 +527,7 @@ def test_a_stopped_chat_run_ends_as_aborted_and_the_chat_goes_on(paths: tuple[Pa
     import http.client
 
     db, ledger = paths
-    srv = Server(db, ledger, delay=0.05).start()
+    srv = Server(db, ledger, delay=0.2).start()  # the tool starts 1.4 s after the first word: the stop comes before
     try:
         user = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "please lookup"}]}
         conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
@@ -603,3 +603,57 @@ def test_an_approval_from_the_cli_wakes_the_serving_process(server: Server, path
     assert view["text"] == "Deployed."
     assert [json.loads(line) for line in ledger.read_text().splitlines()] == [["deploy", {"env": "prod",
                                                                                           "ticket": "#cli"}]]
+
+
+AI_SDK = Path(__file__).resolve().parent / "aisdk"
+
+
+def use_chat(srv: Server, scenario: str) -> Any:
+    """Run the `ai` package's own chat client (tests/aisdk/use_chat.mjs, `ai` pinned in its package-lock.json)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("node") is None:
+        pytest.fail("needs Node.js (and `npm ci` in tests/aisdk/, which this test runs when node_modules is missing)")
+    if not (AI_SDK / "node_modules" / "ai" / "package.json").exists():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=AI_SDK, check=True,
+                       timeout=600)
+    done = subprocess.run(["node", str(AI_SDK / "use_chat.mjs"), f"http://127.0.0.1:{srv.port}", scenario],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_ai_packages_chat_answers_an_approval_with_add_tool_approval_response(server: Server) -> None:
+    got = use_chat(server, "approve")
+    assert got["asked"] == {"type": "tool-deploy", "state": "approval-requested", "signed": True}
+    assert (got["status"], got["errors"]) == ("ready", [])
+    assert [m["role"] for m in got["messages"]] == ["user", "assistant"]  # the next leg continued the same message
+    answer = got["messages"][1]
+    assert answer["text"] == "Deployed." and answer["id"].startswith("run-")
+    assert answer["tools"] == [{"type": "tool-deploy", "state": "output-available",
+                                "output": {"done": "deploy", "args": {"env": "prod"}}}]
+
+
+def test_the_ai_packages_chat_stop_and_the_stop_route_end_the_run(paths: tuple[Path, Path]) -> None:
+    srv = Server(*paths, delay=0.05).start()
+    try:
+        got = use_chat(srv, "stop")
+        run_id = got["stop"]["runId"]
+        assert got["stop"]["status"] == 202 and got["stop"]["body"] == {"run_id": run_id, "status": "aborted"}
+        assert (got["afterResume"], got["errors"]) == ("ready", [])
+        assert LONG_ANSWER not in got["messages"][-1]["text"]
+        logged = list(srv.events(f"/runs/{run_id}/events").frames())
+        assert logged[-1].data["type"] == "error" and logged[-1].data["code"] == "run_aborted"
+        assert all(f.data["type"] != "text-delta" or f.data["step_index"] == 1 for f in logged)  # no step after it
+    finally:
+        srv.stop()
+
+
+def test_the_ai_packages_chat_regenerate_gets_a_new_run(server: Server) -> None:
+    got = use_chat(server, "regenerate")
+    assert got["regenerated"]["second"] != got["regenerated"]["first"]
+    assert [(m["role"], m["text"]) for m in got["messages"]] == [("user", "hello there"),
+                                                                 ("assistant", "You said: hello there")]
+    _, _, view = server.request("GET", f"/runs/{got['regenerated']['second']}")
+    assert view["status"] == "completed"

@@ -1,0 +1,71 @@
+// A stock AI SDK chat client (the `ai` package's AbstractChat with its DefaultChatTransport, as useChat builds it)
+// against the chat endpoint at argv[2]; argv[3] names the scenario. Prints what the chat holds as one JSON line.
+import {
+  AbstractChat,
+  DefaultChatTransport,
+  lastAssistantMessageIsCompleteWithApprovalResponses,
+} from "ai";
+
+class PlainState {
+  status = "ready";
+  error = undefined;
+  messages = [];
+  pushMessage = (message) => { this.messages = [...this.messages, message]; };
+  popMessage = () => { this.messages = this.messages.slice(0, -1); };
+  replaceMessage = (index, message) => { this.messages = this.messages.map((m, i) => (i === index ? message : m)); };
+  snapshot = (thing) => structuredClone(thing);
+}
+
+class Chat extends AbstractChat {
+  constructor(init) { super({ ...init, state: new PlainState() }); }
+}
+
+const [base, scenario] = process.argv.slice(2);
+
+async function until(what, test) {
+  for (let i = 0; i < 2000; i++) {  // a bound for a stuck run (20 s), not a speed check
+    if (test()) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+const text = (message) => message.parts.filter((p) => p.type === "text").map((p) => p.text).join("");
+const errors = [];
+const chat = new Chat({
+  id: `chat-${scenario}`,
+  transport: new DefaultChatTransport({ api: `${base}/chat` }),
+  sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+  onError: (error) => errors.push(String(error)),
+});
+const out = { scenario };
+
+if (scenario === "approve") {
+  await chat.sendMessage({ text: "deploy it" });
+  const asked = chat.lastMessage.parts.find((p) => p.state === "approval-requested");
+  out.asked = { type: asked.type, state: asked.state, signed: typeof asked.approval.signature === "string" };
+  await chat.addToolApprovalResponse({ id: asked.approval.id, approved: true });
+  await until("the answer after the approval", () => chat.status === "ready" && text(chat.lastMessage).includes("Deployed."));
+} else if (scenario === "stop") {
+  const sending = chat.sendMessage({ text: "please lookup" });
+  await until("streamed text", () => chat.lastMessage?.role === "assistant" && text(chat.lastMessage).length > 0);
+  const runId = chat.lastMessage.id;
+  await chat.stop();  // aborts the fetch: the durable run would go on without it
+  const stopped = await fetch(`${base}/chat/${chat.id}/stop`, { method: "POST" });
+  out.stop = { status: stopped.status, body: await stopped.json(), runId };
+  await sending;
+  await chat.resumeStream();  // what a reload does: nothing to resume (204)
+  out.afterResume = chat.status;
+} else if (scenario === "regenerate") {
+  await chat.sendMessage({ text: "hello there" });
+  const first = chat.lastMessage.id;
+  await chat.regenerate();
+  out.regenerated = { first, second: chat.lastMessage.id };
+} else {
+  throw new Error(`unknown scenario ${scenario}`);
+}
+out.status = chat.status;
+out.errors = errors;
+out.messages = chat.messages.map((m) => ({ id: m.id, role: m.role, text: text(m),
+  tools: m.parts.filter((p) => p.type.startsWith("tool-")).map((p) => ({ type: p.type, state: p.state, output: p.output })) }));
+console.log(JSON.stringify(out));
