@@ -38,16 +38,22 @@ Routes (JSON bodies; errors are ``{"error": {"code", "message"}}``, never a trac
 * ``POST /runs/{id}/tool-results`` ``{"results": [{"tool_call_id", "output", "is_error"?}]}``:
   the results of client tool calls (tools without ``execute``) the parked run waits for (202);
   recorded in one lease-fenced commit, and the run resumes once nothing else waits.
+* ``POST /runs/{id}/cancel``: stops the run for good (202 ``{"run_id", "status": "aborted"}``):
+  the leg driven here stops at its next check (never inside a tool call), the interrupted step
+  is not checkpointed, and the log ends with an ``error`` (code ``run_aborted``) that no
+  reader, server or later verdict continues; 409 ``not_running`` when it has nothing left to do.
 * ``POST /chat`` and ``GET /chat/{id}/stream``: what ``useChat``'s default transport calls
-  (send a message, or the assistant message holding ``addToolResult``'s outputs; resume the
-  stream after a reload). The chat id is the session id, the last user message's id the
-  idempotency key.
+  (send a message; the assistant message holding ``addToolResult``'s outputs or
+  ``addToolApprovalResponse``'s verdicts; resume the stream after a reload). The chat id is the
+  session id, the last user message's id the idempotency key (``trigger: "regenerate-message"``
+  starts a new run). ``POST /chat/{id}/stop``: cancel the chat's latest run (``stop()`` only
+  aborts the fetch, which a durable run outlives).
 * ``EventLog.forget(run_ids)`` / ``prune(before=)`` drop runs and their events (``durable-agent
   runs prune`` calls ``forget`` for the runs it deletes); a pruned run is a 404.
 
 Statuses: 404 unknown (or pruned) run or route, 405 wrong method, 409 conflict (the session runs
 another run, an idempotency key reused with another prompt, an approval or client tool call not
-pending or answered),
+pending or answered, a run stopped or with nothing left to stop),
 413 body too large, 422 bad body or event id, 403 refused by the auth hook (`authorize`), by
 CORS (a preflight from an origin not in `CorsSettings`), or a bad approval token.
 
