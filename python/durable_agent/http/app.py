@@ -9,7 +9,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 from urllib.parse import unquote
 
 from .._kernels import kernels
@@ -190,6 +190,20 @@ class ChatEndpoint:
         if not await maybe_await(self.authorize(AuthRequest(action, request, session_id, run))):
             raise HttpError(403, "refused", f"this request may not {action} here")
 
+    @overload
+    async def _latest(self, session_id: str) -> RunInfo | None: ...
+
+    @overload
+    async def _latest(self, session_id: str, missing: str) -> RunInfo: ...
+
+    async def _latest(self, session_id: str, missing: str | None = None) -> RunInfo | None:
+        """The chat's latest run; None when it has none, or 404 ``unknown_run`` "chat ... `missing`" when asked."""
+        run_id = await self.runtime.stores.runs.last(session_id)
+        info = await self.events.run_info(run_id) if run_id else None
+        if info is None and missing is not None:
+            raise HttpError(404, "unknown_run", f"chat {session_id!r} {missing}")
+        return info
+
     async def _run(self, run_id: str) -> RunInfo:
         info = await self.events.run_info(run_id)
         if info is None:
@@ -313,11 +327,7 @@ class ChatEndpoint:
     async def _chat_stop(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
         """Stop the chat's latest run for good (202): ``useChat``'s ``stop()`` only aborts its fetch, and a durable
         run goes on without a reader (a reload resumes it), so the app's stop button calls this too."""
-        run_id = await self.runtime.stores.runs.last(params["session"])
-        info = await self.events.run_info(run_id) if run_id else None
-        if info is None:
-            raise HttpError(404, "unknown_run", f"chat {params['session']!r} has no run")
-        await self._stop(request, info, send)
+        await self._stop(request, await self._latest(params["session"], "has no run"), send)
 
     async def _stop(self, request: Request, info: RunInfo, send: Send) -> None:
         await self._check("cancel", request, info.session_id, info)
@@ -393,10 +403,7 @@ class ChatEndpoint:
         retried request) are not sent again. The answer streams the run from its first recorded
         client result of the message on, so a retry gets the same stream.
         """
-        run_id = await self.runtime.stores.runs.last(session_id)
-        info = await self.events.run_info(run_id) if run_id else None
-        if info is None:
-            raise HttpError(404, "unknown_run", f"chat {session_id!r} has no run waiting for tool results")
+        info = await self._latest(session_id, "has no run waiting for tool results")
         await self._check("answer", request, session_id, info)
         tools = self.driver.agent(session_id).tools
         posted = [result for name, result in ui_tool_results(message) if name in tools and tools[name].is_client_tool]
@@ -423,10 +430,7 @@ class ChatEndpoint:
         retried request, or one sent again in a later message) is not recorded twice. The answer
         streams the run from the end of the leg that asked, so a retry gets the same stream.
         """
-        run_id = await self.runtime.stores.runs.last(session_id)
-        info = await self.events.run_info(run_id) if run_id else None
-        if info is None:
-            raise HttpError(404, "unknown_run", f"chat {session_id!r} has no run waiting for approvals")
+        info = await self._latest(session_id, "has no run waiting for approvals")
         await self._check("approve", request, session_id, info)
         logged = await self.events.read(info.run_id)
         asked = {event.key: event.seq for event in logged}
@@ -452,8 +456,7 @@ class ChatEndpoint:
         earlier legs are in it), as it does after the request that started the leg.
         """
         session_id = params["session"]
-        run_id = await self.runtime.stores.runs.last(session_id)
-        info = await self.events.run_info(run_id) if run_id else None
+        info = await self._latest(session_id)
         await self._check("read", request, session_id, info)
         if info is None:
             await send_empty(send, 204)

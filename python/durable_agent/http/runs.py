@@ -119,9 +119,10 @@ class RunDriver:
         if starting is not None:  # the same run asked twice at once (a retried request): one start
             await asyncio.shield(starting)
             return
-        agent = self._abortable(self.agent(session_id), run_id)
+        agent = self.agent(session_id)
         await self._settle(session_id, run_id)
         self._check_free(session_id, run_id)
+        agent = self._abortable(agent, run_id)
         started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._starting[run_id] = started
         try:
@@ -143,8 +144,9 @@ class RunDriver:
         Raises `RunLeaseHeldError` when this process drives another run of the session (its lease
         claim would be refused; refusing here spawns nothing).
         """
-        agent = self._abortable(self.agent(info.session_id), info.run_id)
+        agent = self.agent(info.session_id)
         self._check_free(info.session_id, info.run_id)
+        agent = self._abortable(agent, info.run_id)
         earlier = self._tasks.get(info.run_id)
 
         async def work() -> None:
