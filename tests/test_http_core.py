@@ -862,3 +862,22 @@ async def test_a_stopped_parked_run_takes_no_verdict_and_its_session_starts_the_
     assert ledger.entries == []
     status, body = await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "y"})
     assert status == 201
+
+
+def test_a_sub_agents_approval_shows_its_call_first_so_the_sdk_has_a_tool_part_to_ask_on() -> None:
+    """ai 7 sets the state of the tool part named by ``toolCallId``; a sub-agent's call never streamed in the parent's
+    log, so its approval request brings the call along (once, and a copy of the fold counts the same chunks)."""
+    import copy
+
+    request = {"type": "tool-approval-request", "approval_id": "a9", "tool_call_id": "sub-c1", "tool_name": "shell",
+               "input": {"cmd": "ls"}, "agent_path": ["coder"], "token": None}
+    folder = UiMessageStream("run-1")
+    folder.chunks({"type": "step-start", "step_index": 1})
+    assert len(copy.copy(folder).chunks(request)) == 2
+    chunks = folder.chunks(request)
+    assert chunks == [{"type": "tool-input-available", "toolCallId": "sub-c1", "toolName": "shell",
+                       "input": {"cmd": "ls"}},
+                      {"type": "tool-approval-request", "approvalId": "a9", "toolCallId": "sub-c1"}]
+    for chunk in chunks:
+        check_chunk(chunk)
+    assert folder.chunks(request) == [chunks[1]]  # the call is shown once
