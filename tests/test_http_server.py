@@ -635,6 +635,14 @@ def test_the_ai_packages_chat_answers_an_approval_with_add_tool_approval_respons
                                 "output": {"done": "deploy", "args": {"env": "prod"}}}]
 
 
+def test_the_ai_packages_chat_denies_with_add_tool_approval_response(server: Server,
+                                                                    paths: tuple[Path, Path]) -> None:
+    got = use_chat(server, "deny")
+    assert (got["status"], got["errors"]) == ("ready", [])
+    assert got["messages"][1]["tools"] == [{"type": "tool-deploy", "state": "output-error", "errorText": "not now"}]
+    assert ledger_lines(paths[1]) == []  # denied: the tool never ran
+
+
 def test_the_ai_packages_chat_stop_and_the_stop_route_end_the_run(paths: tuple[Path, Path]) -> None:
     srv = Server(*paths, delay=0.05).start()
     try:

@@ -40,12 +40,14 @@ const chat = new Chat({
 });
 const out = { scenario };
 
-if (scenario === "approve") {
+if (scenario === "approve" || scenario === "deny") {
   await chat.sendMessage({ text: "deploy it" });
   const asked = chat.lastMessage.parts.find((p) => p.state === "approval-requested");
   out.asked = { type: asked.type, state: asked.state, signed: typeof asked.approval.signature === "string" };
-  await chat.addToolApprovalResponse({ id: asked.approval.id, approved: true });
-  await until("the answer after the approval", () => chat.status === "ready" && text(chat.lastMessage).includes("Deployed."));
+  await chat.addToolApprovalResponse({ id: asked.approval.id, approved: scenario === "approve", reason: "not now" });
+  const settled = (p) => p.state === "output-available" || p.state === "output-error";
+  await until("the answer after the verdict", () => chat.status === "ready" && chat.lastMessage.parts.some(settled)
+    && text(chat.lastMessage).length > 0);
 } else if (scenario === "stop") {
   const sending = chat.sendMessage({ text: "please lookup" });
   await until("streamed text", () => chat.lastMessage?.role === "assistant" && text(chat.lastMessage).length > 0);
@@ -67,5 +69,6 @@ if (scenario === "approve") {
 out.status = chat.status;
 out.errors = errors;
 out.messages = chat.messages.map((m) => ({ id: m.id, role: m.role, text: text(m),
-  tools: m.parts.filter((p) => p.type.startsWith("tool-")).map((p) => ({ type: p.type, state: p.state, output: p.output })) }));
+  tools: m.parts.filter((p) => p.type.startsWith("tool-")).map((p) => ({ type: p.type, state: p.state, output: p.output,
+    errorText: p.errorText })) }));
 console.log(JSON.stringify(out));
