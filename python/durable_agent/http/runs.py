@@ -419,8 +419,11 @@ class RunDriver:
         except (StaleEpochError, RunLeaseHeldError, RunSuspendedError) as exc:
             logger.info("run %s stopped in this process: %s", run_id, exc)
             return exc
-        except Exception as exc:  # a failed run is an event its readers get, never a crash
-            logger.exception("run %s failed", run_id)
+        except Exception as exc:  # a failed (or stopped: `cancel`) run is an event its readers get, never a crash
+            if isinstance(exc, RunAbortedError):
+                logger.info("run %s stopped: %s", run_id, exc)
+            else:
+                logger.exception("run %s failed", run_id)
             if await self.log.run_info(run_id) is not None:
                 await self.log.append(run_id, [error_event(exc, f"{wall_clock_ms()}-{id(exc)}")])
             return exc
