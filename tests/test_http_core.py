@@ -860,6 +860,7 @@ async def test_a_stopped_parked_run_takes_no_verdict_and_its_session_starts_the_
     tail = data_lines((await asgi(app, "GET", f"/runs/{run_id}/events?after={leg1[-1]['seq']}"))[1])
     assert [(e["type"], e["code"]) for e in tail] == [("error", "run_aborted")]
     assert ledger.entries == []
+    assert json.loads((await asgi(app, "GET", f"/runs/{run_id}"))[1])["status"] == "aborted"
     status, body = await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "y"})
     assert status == 201
 

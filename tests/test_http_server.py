@@ -563,7 +563,7 @@ def test_a_stopped_chat_run_ends_as_aborted_and_the_chat_goes_on(paths: tuple[Pa
         after = chat_chunks(second, {"id": "chat-stop", "messages": [user, user2]})
         assert "".join(c["delta"] for c in after if c["type"] == "text-delta") == "You said: hi again"
         _, _, view = second.request("GET", f"/runs/{run_id}")
-        assert view["status"] == "running" and not view["driven_here"]  # kept as stored at its last checkpoint
+        assert view["status"] == "aborted" and not view["driven_here"]  # kept as stored at its last checkpoint
     finally:
         second.stop()
 

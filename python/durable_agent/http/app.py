@@ -270,7 +270,8 @@ class ChatEndpoint:
         return {
             "run_id": info.run_id,
             "session_id": info.session_id,
-            "status": checkpoint.status if checkpoint is not None else "starting",
+            "status": "aborted" if events and events[-1].data.get("code") == "run_aborted"
+            else checkpoint.status if checkpoint is not None else "starting",
             "driven_here": self.driver.driving(info.run_id),
             "step_index": checkpoint.step_index if checkpoint is not None else None,
             "text": _answer(checkpoint.messages) if checkpoint is not None else "",
