@@ -509,13 +509,14 @@ def test_a_server_lost_mid_command_is_exit_7() -> None:
 
 def test_a_fork_of_an_agents_run_is_approved_by_resuming_it_never_through_its_originals_awakeable(
         tmp_path: Path, ledger: Path) -> None:
-    """A fork copies the checkpoint, not the journal, and its pending approvals get fresh ids: the original's id is
-    not pending on it, and approving the fork must never resolve the original's awakeable (that approved the original
-    run); the fork's verdict goes with a resume (--agent)."""
+    """A fork made in the store (without --runtime) copies the checkpoint, not the journal, and its pending approvals
+    get fresh ids: the original's id is not pending on it, and approving the fork must never resolve the original's
+    awakeable (that approved the original run); the fork has no awakeable, so its verdict goes with a resume
+    (--agent)."""
     from durable_agent.backends.sqlite import SqliteRuntime
 
     run_id, original, runtime, env = journal_run(tmp_path)
-    forked = cli("--runtime", runtime, "--json", "runs", "fork", run_id, "--to", "fork-1", env=env)
+    forked = cli("--store", runtime, "--json", "runs", "fork", run_id, "--to", "fork-1", env=env)
     assert forked.returncode == 0, forked.stderr
     (approval,) = json.loads(forked.stdout)["pending_approvals"]
     assert approval != original
@@ -540,6 +541,61 @@ def test_a_fork_of_an_agents_run_is_approved_by_resuming_it_never_through_its_or
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["finish_reason"] == "stop" and ledger.read_text() == "paid inv-7\n"
     assert not original_resolved() and stored(runtime, run_id).status == "suspended"
+
+
+def test_a_fork_made_on_the_runtime_is_approved_and_denied_with_the_runtime_alone(tmp_path: Path, ledger: Path) -> None:
+    """`runs fork --runtime` parks the fork on awakeables of its own, in its original's session: `runs approve`
+    (or `deny`) with `--runtime` alone stores the verdict there, never on the original's, and any resume of that
+    session (`runs resume --agent`, which is `Agent.resume`) settles it."""
+    from durable_agent.backends.sqlite import SqliteRuntime
+    from durable_agent.durable_session import approval_key
+
+    run_id, original, runtime, env = journal_run(tmp_path)
+    agent = ("--agent", "cli_agent:journal_agent")
+
+    def awakeables() -> dict[tuple[str, str], tuple[str, bool, Any]]:
+        async def go() -> dict[tuple[str, str], tuple[str, bool, Any]]:
+            journal = SqliteRuntime(env["CLI_JOURNAL"])
+            try:
+                return {(a.session_id, a.key): (a.id, a.resolved, a.value) for a in await journal.inspect.awakeables()}
+            finally:
+                journal.close()
+
+        return asyncio.run(go())
+
+    parked = stored(runtime, run_id)
+    forks = {}
+    for fork in ("fork-1", "fork-2"):
+        made = cli("--runtime", runtime, "--json", "runs", "fork", run_id, "--to", fork, env=env)
+        assert made.returncode == 0, made.stderr
+        (forks[fork],) = json.loads(made.stdout)["pending_approvals"]
+    step = parked.step_index
+    assert awakeables() == {("chat-1", approval_key(run_id, step, original)): (original, False, None),
+                            **{("chat-1", approval_key(f, step, a)): (a, False, None) for f, a in forks.items()}}
+
+    approved = cli("--runtime", runtime, "runs", "approve", "fork-1", forks["fork-1"], env=env)
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout.startswith(f"approved {forks['fork-1']};"), approved.stdout
+    denied = cli("--runtime", runtime, "runs", "deny", "fork-2", forks["fork-2"], "--reason", "not this one", env=env)
+    assert denied.returncode == 0, denied.stderr
+    now = awakeables()
+    assert now[("chat-1", approval_key(run_id, step, original))] == (original, False, None)  # the original's: untouched
+    assert now[("chat-1", approval_key("fork-1", step, forks["fork-1"]))][1:] == (
+        True, {"approved": True, "reason": None, "token": None})
+    assert now[("chat-1", approval_key("fork-2", step, forks["fork-2"]))][1:] == (
+        True, {"approved": False, "reason": "not this one", "token": None})
+    assert ledger.read_text() == ""  # stored, not resumed yet
+
+    done = cli("--runtime", runtime, "--json", "runs", "resume", "fork-1", *agent, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["finish_reason"] == "stop" and ledger.read_text() == "paid inv-7\n"
+    done = cli("--runtime", runtime, "--json", "runs", "resume", "fork-2", *agent, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["finish_reason"] == "stop" and ledger.read_text() == "paid inv-7\n"  # denied
+    denial = stored(runtime, "fork-2").messages[len(parked.messages)]["content"][0]  # the verdict settled
+    assert denial["tool_call_id"] == parked.pending_approvals[0].tool_call_id and "not this one" in str(denial)
+    assert stored(runtime, run_id) == parked  # the original still waits on its own approval
+    assert awakeables()[("chat-1", approval_key(run_id, step, original))] == (original, False, None)
 
 
 def test_colour_on_a_terminal_only_and_never_with_no_color(tmp_path: Path) -> None:

@@ -62,6 +62,9 @@ from .tools import Tool
 from .tracing import RunTrace
 from .transcript import assistant_message, tool_message, unresolved_calls
 
+STALE_AFTER_MS = 30_000
+"""`DurableOptions.stale_after_ms`'s default: a lease not renewed for this long counts as lapsed."""
+
 
 @dataclass(frozen=True, slots=True)
 class DurableOptions:
@@ -79,7 +82,7 @@ class DurableOptions:
 
     runtime: DurableRuntime
     on_interrupted: Literal["heal", "resume"] = "heal"
-    stale_after_ms: int = 30_000
+    stale_after_ms: int = STALE_AFTER_MS
 
     def __post_init__(self) -> None:
         if self.on_interrupted not in ("heal", "resume"):
@@ -120,15 +123,67 @@ def checkpoint_transition(
     * ``running`` → the checkpoint alone.
     """
     own = checkpoint.run_id == run_id
-    parked: tuple[tuple[str, str], ...] = ()
-    if own and checkpoint.status == "suspended":
-        parked = tuple(
-            (approval_key(run_id, checkpoint.step_index, r.approval_id), r.approval_id)
-            for r in checkpoint.pending_approvals or ()
-        )
+    parked = parked_awakeables(checkpoint) if own else ()
     finishes = own and checkpoint.status in ("completed", "suspended")
     return RunTransition(session_id, epoch, checkpoint=checkpoint, unmark=finishes, awakeables=parked,
                          deferred=deferred)
+
+
+def parked_awakeables(checkpoint: AgentCheckpoint) -> tuple[tuple[str, str], ...]:
+    """The ``(key, awakeable_id)`` pairs a ``suspended`` checkpoint parks on: one per pending approval, its id the
+    approval id (for `resolve_approval`); none for a checkpoint of another status."""
+    if checkpoint.status != "suspended":
+        return ()
+    return tuple((approval_key(checkpoint.run_id, checkpoint.step_index, r.approval_id), r.approval_id)
+                 for r in checkpoint.pending_approvals or ())
+
+
+FORK_CALL = "fork"
+"""The `call` of a fork's origin record (turn 0, which no step of the loop uses: its first model call is turn 1)."""
+
+
+async def session_of(runtime: DurableRuntime, run_id: str) -> str | None:
+    """The session whose journal holds `run_id` (its steps, or the origin record of a fork made on the runtime);
+    None for a run the runtime never journaled (a store's run, a fork made without the runtime)."""
+    steps = await runtime.inspect.steps(run_id)
+    return steps[0].session_id if steps else None
+
+
+async def commit_fork(runtime: DurableRuntime, session_id: str, forked: AgentCheckpoint, source_run: str,
+                      *, stale_at: int) -> None:
+    """Commit the new run `forked` (a fork of `source_run`, `durable_agent.fork`) into session `session_id`: its
+    checkpoint, the awakeables of its pending approvals and its origin record, one transaction fenced by the
+    session's lease (held for the commit only: `RunLeaseHeldError`, nothing done, while a live process holds it).
+
+    So the fork is parked like any run of the session: `resolve_approval` of its ids lands on its own awakeables, and
+    the session's `resume(run_id=...)` settles them. The origin record (``{run}:0:fork:0``, kind ``fork``) is what
+    names the fork's session to a process that knows only its run id (`session_of`). The session's mark and last
+    run are left alone: the fork is not the session's conversation, and a run in progress stays resumable.
+    """
+    epoch, _ = await claim_lease(runtime, session_id, stale_at)
+    origin = StepRecord(session_id, forked.run_id, step_key(forked.run_id, 0, FORK_CALL), FORK_CALL, "safe", "done",
+                        result={"run_id": source_run, "step_index": forked.step_index})
+    try:
+        await runtime.commit(RunTransition(session_id, epoch, checkpoint=forked, awakeables=parked_awakeables(forked),
+                                           deferred=DeferredSteps((origin,), streamed=frozenset())))
+    finally:
+        await release_lease(runtime, session_id, epoch)
+
+
+async def claim_lease(runtime: DurableRuntime, session_id: str, stale_at: int) -> tuple[int, str | None]:
+    """Take `session_id`'s lease: its epoch, which fences every later write of the caller, and the run marked in
+    progress (which only the caller's writes change from now on). `RunLeaseHeldError` when a live process holds it."""
+    claim = await runtime.lease.claim(session_id, stale_at=stale_at)
+    if not claim.claimed:
+        raise RunLeaseHeldError(session_id, claim.owner)
+    assert claim.epoch is not None
+    return claim.epoch, claim.marked
+
+
+async def release_lease(runtime: DurableRuntime, session_id: str, epoch: int) -> None:
+    """Hand `session_id`'s lease back (a failure is left to the lease's staleness)."""
+    with contextlib.suppress(Exception):
+        await runtime.lease.release(session_id, epoch)
 
 
 def is_model_call(key: str, run_id: str, turn: int) -> bool:
@@ -323,11 +378,7 @@ class DurableSession:
     async def claim(self, spec: AgentSpec) -> tuple[int, str | None]:
         """Take the session's lease: its epoch, which fences every later write of this call, and the run marked
         in progress (which only this call's writes change from now on)."""
-        claim = await self.runtime.lease.claim(self.session_id, stale_at=self._stale_at(spec))
-        if not claim.claimed:
-            raise RunLeaseHeldError(self.session_id, claim.owner)
-        assert claim.epoch is not None
-        return claim.epoch, claim.marked
+        return await claim_lease(self.runtime, self.session_id, self._stale_at(spec))
 
     async def _claim_listed(self, spec: AgentSpec) -> tuple[int, str | None, set[str]]:
         """Claim the lease, with the session's runs that were resumable just before the claim (``"resume"``
@@ -526,8 +577,7 @@ class DurableSession:
         return last if checkpoint is not None and checkpoint.status == "suspended" else None
 
     async def _release(self, epoch: int) -> None:
-        with contextlib.suppress(Exception):
-            await self.runtime.lease.release(self.session_id, epoch)
+        await release_lease(self.runtime, self.session_id, epoch)
 
     async def _renew(self, epoch: int, leg_over: asyncio.Event) -> None:
         """Renew the lease every third of `stale_after_ms` until `leg_over` is set (or the lease is lost).

@@ -41,10 +41,23 @@ so a fork holding its original's ids would have its verdicts land on the origina
 (approving the original run and leaving the fork parked), and the original's on the fork.
 Renaming in the fork keeps `resolve_approval`'s signature and every parked run's journal as
 they are. A fork copies the checkpoint, not the journal: it has no awakeable until it parks
-again, so approve it by resuming it with the verdict (``agent.resume(run_id=...,
-approval_responses=...)``); `resolve_approval` of its id answers False meanwhile. `update_run`
-keeps the run's ids: they are still that run's own. Forks made before this rule share their
-original's ids: approve them by resuming too, never through `resolve_approval`.
+again (unless made on the runtime, below), so approve it by resuming it with the verdict
+(``agent.resume(run_id=..., approval_responses=...)``); `resolve_approval` of its id answers
+False meanwhile. `update_run` keeps the run's ids: they are still that run's own. Forks made
+before this rule share their original's ids: approve them by resuming too, never through
+`resolve_approval`.
+
+**Forks on a runtime.** ``fork_run(store, run_id, new_run_id=..., runtime=runtime)`` (the CLI's
+``runs fork --runtime``) parks the fork like any run of a session: its checkpoint, one awakeable
+per pending approval (keyed by the fork's run id, its id the fork's fresh approval id) and an
+origin record (``{fork}:0:fork:0``, kind ``fork``: `run_id` and the step) are one transaction,
+fenced by the session's lease (`durable_session.commit_fork`). The session is `session_id`, by
+default the original's (the session whose journal holds `run_id`): so `resolve_approval(runtime,
+fork_approval_id)` (``runs approve FORK ID --runtime``) stores the verdict on the fork's own
+awakeable, and that session's ``agent.resume(run_id=fork)`` settles it. The original's
+awakeables, mark and checkpoint are untouched, and the fork does not become the session's last
+run (its conversation). `store` is read (the runtime's checkpoints, or a store on the runtime's
+database for an earlier step: only stores keep a step log).
 
 **Signed approvals.** An approval token binds its run id and approval id, so a token of the
 first run is refused in a fork. Pass `approval_signer=` to sign the fork's pending requests
@@ -63,9 +76,11 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
+from ._storage.protocols import DurableRuntime
 from ._storage.validate import check_run_id, check_step_index
 from ._util import maybe_await, wall_clock_ms
 from .checkpoint import AgentCheckpoint, ToolApprovalRequest
+from .durable_session import STALE_AFTER_MS, commit_fork, session_of
 from .errors import CheckpointConflictError, CheckpointNotFoundError, ConfigurationError, StepNotFoundError
 from .messages import Message
 from .options import random_id
@@ -119,6 +134,8 @@ async def fork_run(
     approval_signer: ApprovalSigner | None = None,
     clock: Callable[[], int] = wall_clock_ms,
     generate_id: Callable[[], str] = random_id,
+    runtime: DurableRuntime | None = None,
+    session_id: str | None = None,
 ) -> AgentCheckpoint:
     """Start run `new_run_id` from the state of `run_id` at step `at_step` (the latest when None).
 
@@ -126,10 +143,13 @@ async def fork_run(
     and status of that step (its `created_at` is now; a suspended one is ``running`` when
     nothing of it waits any more, see the module docs: `tools` are the run's tools); it is
     saved and returned. Its pending approvals get fresh ids from `generate_id` (see "Approval
-    ids" in the module docs). Raises
+    ids" in the module docs). With `runtime` (an `Agent`'s run), the fork is read from `store` and
+    committed through the runtime into session `session_id` (default: `run_id`'s session), parked
+    on awakeables of its own: see "Forks on a runtime" in the module docs. Raises
     `CheckpointNotFoundError`, `StepNotFoundError`, and `CheckpointConflictError` when
     `new_run_id` already holds a run (checked before the save: two forks racing to one new id
-    are not told apart).
+    are not told apart); with `runtime`, `ConfigurationError` when no session is given and the
+    runtime never journaled `run_id`, `RunLeaseHeldError` while a live process holds the session.
     """
     check_run_id(new_run_id, "new_run_id")
     if new_run_id == run_id:
@@ -140,8 +160,18 @@ async def fork_run(
         raise CheckpointConflictError(
             new_run_id, None, existing.step_index, f"run {new_run_id!r} exists already (at step {existing.step_index})"
         )
+    if runtime is None and session_id is not None:
+        raise ConfigurationError("session_id= names the fork's session in a runtime: pass runtime= with it")
+    if runtime is not None and session_id is None:
+        session_id = await session_of(runtime, run_id)
+        if session_id is None:
+            raise ConfigurationError(f"run {run_id!r} has no journal in the runtime: name the session the fork"
+                                     " joins (session_id=, the session of the Agent that resumes it)")
     forked = _edited(source, edit, new_run_id, tools, approval_signer, clock, generate_id)
-    await maybe_await(store.save(forked))
+    if runtime is None or session_id is None:
+        await maybe_await(store.save(forked))
+    else:
+        await commit_fork(runtime, session_id, forked, run_id, stale_at=clock() - STALE_AFTER_MS)
     return forked
 
 

@@ -5,12 +5,14 @@
     durable-agent --store sqlite:///runs.db runs approve run-42 APPROVAL_ID --agent myapp.agents:billing
     durable-agent --runtime postgresql://... runs approve run-42 APPROVAL_ID   # an Agent's run
     durable-agent --store sqlite:///runs.db runs fork run-42 --at 3 --to run-42b
+    durable-agent --runtime postgresql://... runs fork run-42 --to run-42b   # approved with --runtime alone
     durable-agent --store sqlite:///a.db runs export > runs.jsonl
     durable-agent --store postgresql://... runs import runs.jsonl
 
 `--store URL` takes every `open_store` URL; `--runtime URL` (``sqlite:///journal.db`` or
 ``postgresql://...``) is an `Agent`'s journal: it adds the journal steps to ``show``, sends
-verdicts to the run's awakeables, and without `--store` the store is opened on the runtime's database (the
+verdicts to the run's awakeables, forks an Agent's run into its session with awakeables of its own (so the fork
+is approved with `--runtime` alone, as any parked run), and without `--store` the store is opened on the runtime's database (the
 runtime keeps its checkpoints in the checkpoint store's tables).
 ``runs prune`` also drops the deleted runs' events from the chat endpoint's event log
 (`durable_agent.http`): ``--events URL`` (``sqlite:///...`` or ``postgresql://...``), by default the
@@ -127,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--events", metavar="URL", help="the chat endpoint's event log, whose events of the deleted "
                      "runs go too (default: the store's database when it is SQLite or Postgres)")
 
-    sub = command("fork", c.runs_fork, "start a new run from a step boundary of a run")
+    sub = command("fork", c.runs_fork, "start a new run from a step boundary of a run (with --runtime, an Agent's"
+                  " run is forked into its session, parked on approvals of its own)")
     sub.add_argument("run")
     sub.add_argument("--at", type=int, metavar="STEP", help="the step boundary (default: the latest)")
     sub.add_argument("--to", required=True, metavar="NEW_RUN")

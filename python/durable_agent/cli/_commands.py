@@ -15,7 +15,7 @@ from typing import Any
 
 from .._util import maybe_await, wall_clock_ms
 from ..checkpoint import AgentCheckpoint, ToolApprovalResponse, deserialize_checkpoint, serialize_checkpoint
-from ..durable_session import approval_key
+from ..durable_session import approval_key, session_of
 from ..errors import (
     CheckpointCorruptError,
     CheckpointNotFoundError,
@@ -127,23 +127,23 @@ async def runs_verdict(args: argparse.Namespace, b: Backends) -> int:
         raise CliError(USAGE, f"run {args.run!r} also waits on {', '.join(left)}: a resume denies every approval"
                        " left unanswered, so name them all")
     if args.agent is None:
-        where = ("has no awakeable in the runtime (a fork has none: it copies the checkpoint, not the journal)"
-                 if b.runtime is not None else "is in a store (for an Agent's run, pass --runtime URL)")
+        where = ("has no awakeable in the runtime (a fork made without --runtime has none: it copies the checkpoint,"
+                 " not the journal)" if b.runtime is not None else "is in a store (for an Agent's run, pass --runtime URL)")
         raise CliError(USAGE, f"run {args.run!r} {where}: it is approved by resuming it, pass --agent module:factory")
     return await _resume(args, b, responses)
 
 
 async def _parked_in_journal(runtime: Any, checkpoint: AgentCheckpoint, approval_ids: list[str]) -> bool:
     """Whether the runtime's journal parked `checkpoint`'s run on these approvals: an awakeable of each, under its
-    run id. A fork has none (it copies the checkpoint, not the journal): it is approved by resuming it. Forks made
-    before `fork_run` gave them fresh approval ids hold their original's, whose awakeables must not get their
-    verdicts."""
-    steps = await runtime.inspect.steps(checkpoint.run_id)
-    if not steps:
+    run id, in its session (`session_of`: a fork made with ``--runtime`` is in its original's). A fork made in the
+    store has none (it copies the checkpoint, not the journal): it is approved by resuming it. Forks made before
+    `fork_run` gave them fresh approval ids hold their original's, whose awakeables must not get their verdicts."""
+    session = await session_of(runtime, checkpoint.run_id)
+    if session is None:
         return False
     for approval_id in approval_ids:
         key = approval_key(checkpoint.run_id, checkpoint.step_index, approval_id)
-        if await runtime.find_awakeable(steps[0].session_id, key) is None:
+        if await runtime.find_awakeable(session, key) is None:
             return False
     return True
 
@@ -253,7 +253,11 @@ async def runs_prune(args: argparse.Namespace, b: Backends) -> int:
 
 
 async def runs_fork(args: argparse.Namespace, b: Backends) -> int:
-    forked = await fork_run(b.store, args.run, new_run_id=args.to, at_step=args.at)
+    """With ``--runtime``, an Agent's run is forked into its session, parked on awakeables of its own (approved with
+    ``--runtime`` alone); a run the runtime never journaled is forked in the store, as without it."""
+    session = await session_of(b.runtime, args.run) if b.runtime is not None else None
+    forked = await fork_run(b.store, args.run, new_run_id=args.to, at_step=args.at,
+                            runtime=b.runtime if session is not None else None, session_id=session)
     waits = [p.approval_id for p in forked.pending_approvals or ()]  # fresh ids: the original's are not the fork's
     _said(args, {**r.summary_json(forked), "pending_approvals": waits},
           f"forked {args.run} at step {forked.step_index} to {forked.run_id} ({forked.status},"
