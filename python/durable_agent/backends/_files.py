@@ -30,7 +30,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, FeatureUnavailableError
 
 PRIVATE = 0o600
 # Refuse to follow a symlink planted where a new file is created (absent on Windows).
@@ -38,6 +38,18 @@ NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 MEMORY = ":memory:"
 
 _CREATING = threading.Lock()
+
+
+def sqlite3_module(who: str) -> ModuleType:
+    """The standard library's `sqlite3`, or `FeatureUnavailableError` naming `who` needs it (Pyodide 0.28 lacks it)."""
+    try:
+        import sqlite3
+    except ImportError as exc:
+        raise FeatureUnavailableError(
+            f"{who} needs the sqlite3 module, which this Python lacks "
+            "(on Pyodide 0.28 it is a separate package): " + str(exc)
+        ) from exc
+    return sqlite3
 
 
 def file_path(path: Any, what: str) -> str:

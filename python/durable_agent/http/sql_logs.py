@@ -85,11 +85,9 @@ class SqliteEventLog(_SqlEventLog):
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 10_000, poll_interval_ms: int = 50,
                  clock: Callable[[], int] = wall_clock_ms) -> None:
         super().__init__(clock, poll_interval_ms)
-        try:
-            import sqlite3
-        except ImportError as exc:  # Pyodide 0.28 without its sqlite3 package
-            raise FeatureUnavailableError(f"SqliteEventLog needs the sqlite3 module: {exc}") from exc
-        from ..backends._files import connect_sqlite
+        from ..backends._files import connect_sqlite, sqlite3_module
+
+        sqlite3 = sqlite3_module("SqliteEventLog")
 
         self.path = os.fspath(path)
         self._lock = threading.Lock()

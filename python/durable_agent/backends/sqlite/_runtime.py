@@ -23,12 +23,11 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from types import ModuleType
 from typing import Literal
 
 from ..._util import wall_clock_ms
-from ...errors import ConfigurationError, FeatureUnavailableError
-from .._files import connect_sqlite
+from ...errors import ConfigurationError
+from .._files import connect_sqlite, sqlite3_module
 from .._sql.journal_schema import schema_plan
 from .._sql.plan import SQLITE, Mergeable, Plan, T
 from .._sql.runtime import SqlRuntime
@@ -37,16 +36,6 @@ from ._group_commit import GroupCommitSqlite, InlineSqlite
 DIALECT = SQLITE  # no row locks: BEGIN IMMEDIATE already keeps every other writer out
 
 
-def _sqlite3() -> ModuleType:
-    try:
-        import sqlite3
-    except ImportError as exc:
-        raise FeatureUnavailableError(
-            "SqliteRuntime needs the sqlite3 module, which this Python lacks "
-            "(on Pyodide 0.28 it is a separate package): " + str(exc)
-        ) from exc
-    return sqlite3
-
 
 class _SqliteDriver:
     """Runs journal plans on one connection: on its own thread with group commit, or inline under Pyodide."""
@@ -54,7 +43,7 @@ class _SqliteDriver:
     dialect = DIALECT
 
     def __init__(self, path: str, *, busy_timeout_ms: int, synchronous: str, poll_interval_ms: int) -> None:
-        sqlite3 = _sqlite3()
+        sqlite3 = sqlite3_module("SqliteRuntime")
         self._poll = poll_interval_ms / 1000
         self._conn = connect_sqlite(
             sqlite3, path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous,

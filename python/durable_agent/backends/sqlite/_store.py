@@ -36,7 +36,6 @@ import threading
 from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import ModuleType
 from typing import Any, Literal
 
 from ..._storage.faces import AsyncFace, StoreLogic, SyncFace
@@ -44,8 +43,8 @@ from ..._storage.history import PrefixCache
 from ..._storage.sealing import DAMAGE, row_sealer
 from ...checkpoint import AgentCheckpoint, RunStatus
 from ...encryption import Keyring
-from ...errors import CheckpointCorruptError, ConfigurationError, FeatureUnavailableError
-from .._files import connect_sqlite, file_path
+from ...errors import CheckpointCorruptError, ConfigurationError
+from .._files import connect_sqlite, file_path, sqlite3_module
 from .._sql import checkpoints as _sql
 from .._sql.plan import Mergeable, Plan, T
 from ._group_commit import GroupCommitSqlite, InlineSqlite
@@ -78,16 +77,6 @@ def _reading_bytes(conn: Any, plan: _sql.Plan) -> _sql.Plan:
         conn.text_factory = str
         cur.close()
 
-
-def _sqlite3() -> ModuleType:
-    try:
-        import sqlite3
-    except ImportError as exc:
-        raise FeatureUnavailableError(
-            "SqliteCheckpointStore needs the sqlite3 module, which this Python lacks "
-            "(on Pyodide 0.28 it is a separate package): " + str(exc)
-        ) from exc
-    return sqlite3
 
 
 @contextmanager
@@ -135,7 +124,7 @@ class _SqliteStore(StoreLogic):
             raise ConfigurationError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
         if type(busy_timeout_ms) is not int or busy_timeout_ms < 0:
             raise ConfigurationError(f"busy_timeout_ms must be a non-negative int, got {busy_timeout_ms!r}")
-        sqlite3 = _sqlite3()
+        sqlite3 = sqlite3_module("SqliteCheckpointStore")
         self.path = file_path(path, "SQLite database")
         self._cache = PrefixCache(cache_runs)
         self._sealer = row_sealer(encryption)
