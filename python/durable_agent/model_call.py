@@ -26,7 +26,7 @@ from typing import Any
 
 from ._storage.keys import MODEL_CALL, step_key
 from ._storage.records import StepRequest
-from ._storage.scope import StepContext, StepLive
+from ._storage.scope import DEFER_DONE, StepContext
 from .checkpoint import Usage
 from .durability import Durability
 from .errors import StepFailedError, is_control_error
@@ -77,9 +77,6 @@ class ModelTurn:
         self.text, self.tool_calls, self.usage, self.finish_reason, self.reasoning = "", [], Usage(), "stop", []
         self.response = {}
         self.refusal, self.raw_finish_reason = "", None
-
-
-_DEFER_DONE = StepLive(defer_done=True)  # a model step's done record rides on the run's next write (scope docs)
 
 
 def decide(policy: RetryPolicy, attempt: int, error: BaseException, now: int,
@@ -172,7 +169,7 @@ class ModelCaller:
         step_request = StepRequest(step_key(self.run_id or "run", step_index, MODEL_CALL, attempt), "model", "safe",
                                    {"model": model.model_id})
         try:
-            async for part in self.durability.streamed_step(step_request, live, turn, _DEFER_DONE):
+            async for part in self.durability.streamed_step(step_request, live, turn, DEFER_DONE):
                 yield part
         except Exception as error:
             self.trace.end_model(None, None, error=error)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ._storage.keys import step_key
 from ._storage.records import StepRequest, apply_tool_state
-from ._storage.scope import StepContext, StepLive
+from ._storage.scope import DEFER_DONE, StepContext
 from ._util import maybe_await
 from .checkpoint import ToolApprovalRequest, ToolApprovalResponse, Usage, check_verdict
 from .durability import Durability
@@ -97,7 +97,6 @@ class ToolCallContext:
 
 
 _current_call: contextvars.ContextVar[ToolCallContext] = contextvars.ContextVar("durable_agent_tool_call")
-_DEFER_DONE = StepLive(defer_done=True)  # see `ToolRunner._run_tool`
 
 
 def current_tool_call() -> ToolCallContext | None:
@@ -305,7 +304,7 @@ class ToolRunner:
         as its call ends: a call still running must not hold back a finished sibling's result.
         """
         outcome = await self.durability.step(request, lambda context: self._execute_tool(call, context),
-                                             _DEFER_DONE if lone else None)
+                                             DEFER_DONE if lone else None)
         if outcome.status == "interrupted":
             return call.outcome(TOOL_INTERRUPTED_MESSAGE, True)
         apply_tool_state(self.durability.tool_state, outcome.tool_state)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._storage.keys import parse_step_key, step_key
 from ._storage.records import StepRecord, StepRequest
-from ._storage.scope import StepLive
+from ._storage.scope import DEFER_DONE
 from .errors import ConfigurationError
 from .tools import Tool, ToolSource
 
@@ -53,8 +53,6 @@ CHANGE_CALL = "@tools-changed"
 
 Listings = Mapping[str, Sequence[Mapping[str, Any]]]
 """Each source's listing, by the source's name."""
-
-_RECORD_WITH_NEXT_WRITE = StepLive(defer_done=True)
 
 
 class RunTools:
@@ -94,7 +92,7 @@ class RunTools:
             return {**self._listings, **{source.name: source.listing() for source in changed}} if changed else None
 
         request = StepRequest(step_key(self._run_id or "run", turn, CHANGE_CALL), TOOL_LISTING, "safe")
-        listings = getattr(await self._durability.step(request, relist, _RECORD_WITH_NEXT_WRITE), "value", None)
+        listings = getattr(await self._durability.step(request, relist, DEFER_DONE), "value", None)
         if not isinstance(listings, Mapping):
             return None
         self._listings = dict(listings)
@@ -123,7 +121,7 @@ async def _recorded_listings(options: RunOptions, durability: Durability, run_id
     async def record(_context: Any) -> Any:
         return live
 
-    outcome = await durability.step(request, record, _RECORD_WITH_NEXT_WRITE)
+    outcome = await durability.step(request, record, DEFER_DONE)
     recorded = getattr(outcome, "value", None)
     if not isinstance(recorded, Mapping):
         return live

@@ -87,6 +87,11 @@ class StepLive:
     defer_done: bool = False  # keep the done record for the scope's next write (see the module docs)
 
 
+DEFER_DONE = StepLive(defer_done=True)
+"""The live half of a step whose done record rides on the run's next write, with no commit of its own
+(a model call, a lone tool call, a tool listing)."""
+
+
 StepRun = Callable[[StepContext], Awaitable[Any]]
 """What a step runs when no record answers it: the model call or the tool's own code."""
 
