@@ -43,7 +43,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from durable_agent import AgentCheckpoint, InMemoryCheckpointStore, Usage, serialize_checkpoint
-from durable_agent.messages import History, extended
+from durable_agent._messages import History, extended
 
 MARKS = (10, 100, 1_000, 10_000)
 WINDOW = 30

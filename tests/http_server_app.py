@@ -25,6 +25,7 @@ from durable_agent import (
     call,
     reply,
 )
+from durable_agent._messages import content_parts
 from durable_agent.backends.sqlite import SqliteRuntime
 from durable_agent.http import (
     AuthRequest,
@@ -34,7 +35,6 @@ from durable_agent.http import (
     PostgresEventLog,
     SqliteEventLog,
 )
-from durable_agent.messages import content_parts
 
 SECRET = "http-test-secret-0123456789abcdef0123456789"
 LONG_ANSWER = ("The answer, after a careful study of many old and dusty books in the library, "

@@ -547,8 +547,8 @@ def test_a_fork_made_on_the_runtime_is_approved_and_denied_with_the_runtime_alon
     """`runs fork --runtime` parks the fork on awakeables of its own, in its original's session: `runs approve`
     (or `deny`) with `--runtime` alone stores the verdict there, never on the original's, and any resume of that
     session (`runs resume --agent`, which is `Agent.resume`) settles it."""
+    from durable_agent._durable_session import approval_key
     from durable_agent.backends.sqlite import SqliteRuntime
-    from durable_agent.durable_session import approval_key
 
     run_id, original, runtime, env = journal_run(tmp_path)
     agent = ("--agent", "cli_agent:journal_agent")

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from durable_agent import errors
+from durable_agent import _errors as errors
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "codec.json").read_text("utf-8"))
 

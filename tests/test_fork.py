@@ -154,7 +154,7 @@ def test_a_fork_gets_fresh_approval_ids_and_tokens_signed_for_it_or_none() -> No
     """No two runs share an approval id (`resolve_approval` finds an awakeable by that id alone); a token binds its
     run and approval id, so the fork's are signed anew with a signer and dropped without one (no secret to re-sign)."""
     from durable_agent import ApprovalSigner, ConfigurationError
-    from durable_agent.transcript import unresolved_calls
+    from durable_agent._transcript import unresolved_calls
 
     signer = ApprovalSigner("fork-test-secret-0123456789abcdefghij")
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from durable_agent import AgentCheckpoint, Usage
-from durable_agent.messages import History, Message, extended
+from durable_agent._messages import History, Message, extended
 
 
 def test_extended_names_its_base_weakly() -> None:

@@ -47,8 +47,8 @@ from durable_agent.http import (
     SqliteEventLog,
     UiMessageStream,
 )
-from durable_agent.http.asgi import sse_frame
-from durable_agent.http.progress import ProgressKeys, missing_events
+from durable_agent.http._asgi import sse_frame
+from durable_agent.http._progress import ProgressKeys, missing_events
 from ui_message_stream_schema import check_chunk
 
 VECTORS = Path(__file__).parent / "vectors"
@@ -716,7 +716,7 @@ async def test_results_for_a_run_this_process_drives_do_not_fence_it_out() -> No
 
 
 def test_the_tool_outputs_of_a_ui_message_are_read_as_use_chat_writes_them() -> None:
-    from durable_agent.http.client_tools import ClientResult, ui_tool_results
+    from durable_agent.http._client_tools import ClientResult, ui_tool_results
 
     message = {"role": "assistant", "parts": [
         {"type": "text", "text": "hi"},

@@ -15,13 +15,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "python" / "durable_agent"
 
 LAYERS: dict[str, int] = {
-    **dict.fromkeys(("errors", "checkpoint", "messages", "signing", "_util", "_kernels", "_pure", "_codec_pure",
+    **dict.fromkeys(("_errors", "_checkpoint", "_messages", "_signing", "_util", "_kernels", "_pure", "_codec_pure",
                      "_token_pure", "_schema", "_version", "_transport", "encryption"), 1),
     "_storage": 2,
     "backends": 3,
-    **dict.fromkeys(("models", "tools", "tool_functions", "tool_sources", "tool_calls", "model_call", "loop",
-                     "generate", "options", "results", "retry", "stop", "stream_parts", "durability", "structured_output", "transcript",
-                     "tracing", "parked", "fork", "subagent", "durable_session", "agent"), 4),
+    **dict.fromkeys(("_models", "_tools", "_tool_functions", "_tool_sources", "_tool_calls", "_model_call", "_loop",
+                     "_generate", "_options", "_results", "_retry", "_stop", "stream_parts", "_durability", "_structured_output", "_transcript",
+                     "tracing", "_parked", "_fork", "_subagent", "_durable_session", "_agent"), 4),
     **dict.fromkeys(("providers", "mcp", "http", "cli", "restate", "testing"), 5),
     "__init__": 6,  # the flat public namespace
 }

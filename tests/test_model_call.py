@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from durable_agent import StreamRefusal, StreamTextDelta, StreamToolCall, Usage
+from durable_agent._durability import drain
+from durable_agent._model_call import ModelTurn
 from durable_agent.backends import StepCompleted, StepInterrupted
-from durable_agent.durability import drain
-from durable_agent.model_call import ModelTurn
 
 
 async def collected(parts: deque[Any], step: Any, turn: ModelTurn | None = None) -> list[Any]:

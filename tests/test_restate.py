@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("restate", reason="needs restate-sdk: pip install 'durable-agent[restate]'")
 
 from durable_agent import resolve_approval
+from durable_agent._tool_calls import TOOL_INTERRUPTED_MESSAGE
 from durable_agent.restate import RestateIngress, RestateIngressError
 from durable_agent.testing.restate import (
     ServiceProcess,
@@ -28,7 +29,6 @@ from durable_agent.testing.restate import (
     restate_urls,
 )
 from durable_agent.testing.runtime_conformance import CHECKPOINT_ONLY, DurableRuntimeConformance
-from durable_agent.tool_calls import TOOL_INTERRUPTED_MESSAGE
 
 SERVICE = Path(__file__).resolve().parent / "restate_service.py"
 pytestmark = pytest.mark.host_only("a real restate-server and a service process")

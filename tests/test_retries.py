@@ -23,7 +23,7 @@ from durable_agent import (
     step_key,
     stream_chat,
 )
-from durable_agent.model_call import decide
+from durable_agent._model_call import decide
 from test_agent import runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
 from test_runtime_postgres import conninfo, opened  # noqa: F401
 
@@ -156,8 +156,8 @@ async def test_on_a_journal_each_attempt_is_a_step_and_a_resume_takes_the_stored
 
 def test_healing_takes_the_answer_of_whichever_attempt_finished() -> None:
     from durable_agent import AgentCheckpoint
+    from durable_agent._durable_session import healed_history
     from durable_agent.backends import StepRecord
-    from durable_agent.durable_session import healed_history
 
     checkpoint = AgentCheckpoint(run_id="r", step_index=0, status="running", usage=Usage(), created_at=1,
                                  messages=[{"role": "user", "content": "hi"}])

@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 from durable_agent import ApprovalSigningError, CodecError, ConfigurationError, ToolApprovalRequest
 from durable_agent._codec_pure import decode, encode
-from durable_agent.signing import (
+from durable_agent._signing import (
     APPROVAL_TOKEN_DENIED_REASON,
     ApprovalSigner,
     key_id_for,
@@ -512,7 +512,7 @@ import os, sys, secrets, random, uuid
 def boom(*a, **k): raise RuntimeError("entropy touched at import")
 os.urandom = boom; secrets.token_bytes = boom; uuid.uuid4 = boom; random.seed = boom
 before = set(sys.modules)
-import durable_agent.signing
+import durable_agent._signing
 outside = sorted(
     name for name in set(sys.modules) - before
     if name.split(".")[0] not in sys.stdlib_module_names and name.split(".")[0] != "durable_agent"

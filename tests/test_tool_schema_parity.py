@@ -20,7 +20,7 @@ pytestmark = [
     pytest.mark.host_only(
         "jsonschema needs rpds-py, a Rust extension that publishes no wheel for either Pyodide runtime"
     ),
-    pytest.mark.kernel_independent,  # durable_agent._schema imports only the stdlib and durable_agent.errors
+    pytest.mark.kernel_independent,  # durable_agent._schema imports only the stdlib and durable_agent._errors
 ]
 
 KEYS = ["a", "b", "a_x"]

@@ -30,9 +30,9 @@ from durable_agent import (  # noqa: E402
     call,
     reply,
 )
+from durable_agent._errors import ConfigurationError  # noqa: E402
+from durable_agent._messages import content_parts  # noqa: E402
 from durable_agent.backends.durable_object import DurableObjectCheckpointStore  # noqa: E402
-from durable_agent.errors import ConfigurationError  # noqa: E402
-from durable_agent.messages import content_parts  # noqa: E402
 from durable_object_fake import FakeDurableObjectStorage  # noqa: E402
 
 SECRET = "a-test-secret-of-at-least-32-bytes!!"

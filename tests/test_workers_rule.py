@@ -173,9 +173,9 @@ def test_every_module_of_the_package_imports_without_entropy(rule: WorkersEntrop
     assert failed == {}, failed
     assert rule.denied == []
     # The walk found the package's parts, including the ones whose drivers are optional.
-    for expected in ("durable_agent.checkpoint", "durable_agent.backends.memory", "durable_agent.signing",
+    for expected in ("durable_agent._checkpoint", "durable_agent.backends.memory", "durable_agent._signing",
                      "durable_agent.backends.sqlite", "durable_agent.backends.postgres",
-                     "durable_agent.backends.jsonl", "durable_agent.loop"):
+                     "durable_agent.backends.jsonl", "durable_agent._loop"):
         assert expected in names, expected
 
 

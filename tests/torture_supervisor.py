@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import torture_worker
+from durable_agent._tool_calls import TOOL_INTERRUPTED_MESSAGE
 from durable_agent._util import maybe_await
-from durable_agent.tool_calls import TOOL_INTERRUPTED_MESSAGE
 
 WORKER = Path(__file__).resolve().parent / "torture_worker.py"
 

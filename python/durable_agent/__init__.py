@@ -6,14 +6,8 @@ standard library and touches no entropy source (Cloudflare Workers forbid it at 
 
 from __future__ import annotations
 
-from ._kernels import NATIVE
-from ._storage.keys import MODEL_CALL, nested_call, parse_step_key, step_key
-from ._storage.protocols import CheckpointStore
-from ._version import __version__
-from .agent import Agent, resolve_approval
-from .backends import open_store
-from .backends.memory import InMemoryCheckpointStore, MemoryDurableState, MemoryRuntime
-from .checkpoint import (
+from ._agent import Agent, resolve_approval
+from ._checkpoint import (
     CHECKPOINT_VERSION,
     AgentCheckpoint,
     ToolApprovalRequest,
@@ -22,8 +16,8 @@ from .checkpoint import (
     deserialize_checkpoint,
     serialize_checkpoint,
 )
-from .durable_session import AgentSpec, DurableOptions, DurableSession
-from .errors import (
+from ._durable_session import AgentSpec, DurableOptions, DurableSession
+from ._errors import (
     RUN_TAKEN_OVER_MESSAGE,
     ApprovalSigningError,
     CheckpointConflictError,
@@ -48,16 +42,17 @@ from .errors import (
     StepKeyError,
     StepNotFoundError,
 )
-from .fork import checkpoint_at_step, fork_run, update_run
-from .generate import (
+from ._fork import checkpoint_at_step, fork_run, update_run
+from ._generate import (
     StreamChatResult,
     generate_text,
     resume_from_checkpoint,
     resume_stream_from_checkpoint,
     stream_chat,
 )
-from .messages import Message
-from .models import (
+from ._kernels import NATIVE
+from ._messages import Message
+from ._models import (
     LanguageModel,
     ModelRequest,
     ModelSettings,
@@ -70,11 +65,20 @@ from .models import (
     call,
     reply,
 )
-from .options import AbortSignal, PrepareStepContext, StepOverrides
-from .results import GenerateTextResult, StepResult
-from .retry import RetryPolicy
-from .signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
-from .stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_tokens_exceed
+from ._options import AbortSignal, PrepareStepContext, StepOverrides
+from ._results import GenerateTextResult, StepResult
+from ._retry import RetryPolicy
+from ._signing import APPROVAL_TOKEN_DENIED_REASON, ApprovalSigner, payload_matches_call
+from ._stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_tokens_exceed
+from ._storage.keys import MODEL_CALL, nested_call, parse_step_key, step_key
+from ._storage.protocols import CheckpointStore
+from ._subagent import agent_tool
+from ._tool_calls import CLIENT_TOOL_PLACEHOLDER, ToolCallContext, current_tool_call
+from ._tool_functions import tool
+from ._tools import Tool, ToolResult, ToolSource
+from ._version import __version__
+from .backends import open_store
+from .backends.memory import InMemoryCheckpointStore, MemoryDurableState, MemoryRuntime
 from .stream_parts import (
     StreamError,
     StreamFinish,
@@ -89,10 +93,6 @@ from .stream_parts import (
     StreamToolProgress,
     StreamToolResult,
 )
-from .subagent import agent_tool
-from .tool_calls import CLIENT_TOOL_PLACEHOLDER, ToolCallContext, current_tool_call
-from .tool_functions import tool
-from .tools import Tool, ToolResult, ToolSource
 
 __all__ = [
     "APPROVAL_TOKEN_DENIED_REASON",

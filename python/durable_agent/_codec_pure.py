@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from itertools import accumulate
 from typing import Any, NoReturn
 
-from .errors import CodecError
+from ._errors import CodecError
 
 BYTES_TAG = "$bytes"
 ESCAPE_TAG = "$esc"

@@ -20,8 +20,8 @@ import warnings
 from typing import Any, Protocol
 
 from . import _pure
+from ._errors import ConfigurationError, FeatureUnavailableError
 from ._version import __version__
-from .errors import ConfigurationError, FeatureUnavailableError
 
 ENV_VAR = "DURABLE_AGENT_NATIVE"
 MODES = ("auto", "0", "1")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ._codec_pure import decode, encode
+from ._errors import CodecError
 from ._token_pure import b64url_decode, b64url_encode, hmac_sha256, token_sign, token_verify
-from .errors import CodecError
 
 __all__ = [
     "b64url_decode",

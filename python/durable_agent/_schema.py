@@ -44,7 +44,7 @@ from fractions import Fraction
 from typing import Any
 from urllib.parse import unquote
 
-from .errors import ConfigurationError
+from ._errors import ConfigurationError
 
 Check = Callable[[Any, str, "_Errors"], None]  # (value, path, errors): appends what is wrong
 Where = tuple[str, ...]  # a JSON pointer's tokens

@@ -39,7 +39,7 @@ fields as a dict, for code that wants a mapping.
 ==============================  ===========================  =======================================================
 
 The endpoint (`durable_agent.http`) stores each part as an event of its own JSON shape
-(`durable_agent.http.progress`); these classes are the in-process form.
+(`durable_agent.http._progress`); these classes are the in-process form.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal
 
-from .checkpoint import ToolApprovalRequest, Usage
-from .messages import FilePart, ImagePart
-from .results import FinishReason
+from ._checkpoint import ToolApprovalRequest, Usage
+from ._messages import FilePart, ImagePart
+from ._results import FinishReason
 
 __all__ = [
     "StreamError",

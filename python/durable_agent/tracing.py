@@ -34,7 +34,7 @@ of the OpenTelemetry GenAI semantic conventions:
   ``gen_ai.operation.name`` ``execute_tool``, ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
   ``gen_ai.tool.type`` ``function``; a tool that raised has status ERROR and ``error.type``.
 
-A model's attributes are what its ``telemetry_attributes()`` returns (`durable_agent.models`;
+A model's attributes are what its ``telemetry_attributes()`` returns (`durable_agent._models`;
 the provider adapters give ``gen_ai.provider.name``, ``gen_ai.request.model``, ``server.address``,
 ``server.port`` and the ``gen_ai.request.*`` settings that are set), over
 ``gen_ai.provider.name = "_OTHER"`` and ``gen_ai.request.model = model_id``.
@@ -70,8 +70,8 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import Any
 
-from .checkpoint import AgentCheckpoint, Usage
-from .errors import is_control_error
+from ._checkpoint import AgentCheckpoint, Usage
+from ._errors import is_control_error
 
 _UNSET: Any = object()
 _tracer: Any = _UNSET
@@ -137,7 +137,7 @@ def _usage_attributes(usage: Usage) -> dict[str, int]:
 
 def model_attributes(model: Any) -> dict[str, Any]:
     """The GenAI attributes of `model`'s requests: its own (``telemetry_attributes()``, see
-    `durable_agent.models`) over ``gen_ai.provider.name = "_OTHER"`` and its `model_id`."""
+    `durable_agent._models`) over ``gen_ai.provider.name = "_OTHER"`` and its `model_id`."""
     attributes: dict[str, Any] = {"gen_ai.provider.name": "_OTHER", "gen_ai.request.model": model.model_id}
     own = getattr(model, "telemetry_attributes", None)
     if callable(own):

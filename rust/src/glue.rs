@@ -1,6 +1,6 @@
 //! PyO3 glue: moves values between Python and the kernels. No format logic lives here: the
 //! kernels decide every byte of output and every accept/reject; this file only maps Python
-//! types to kernel calls and kernel faults to `durable_agent.errors.CodecError`.
+//! types to kernel calls and kernel faults to `durable_agent.CodecError`.
 
 use crate::codec::{self, Builder, DictFrame, Encoder, Fault};
 use crate::keycache::{self, KeyCache};
@@ -28,10 +28,10 @@ const KEEP_BUFFER: usize = 64 << 20;
 /// Texts at least this long are decoded with the cyclic GC paused (see `decode`).
 const PAUSE_GC_FROM: usize = 8 * 1024;
 
-/// `durable_agent.errors.CodecError`, the one class codec faults are raised as.
+/// `durable_agent.CodecError` (its public name), the one class codec faults are raised as.
 fn codec_error(py: Python<'_>, message: String) -> PyErr {
     match CODEC_ERROR.get_or_try_init(py, || -> PyResult<Py<PyType>> {
-        let class = py.import("durable_agent.errors")?.getattr("CodecError")?;
+        let class = py.import("durable_agent")?.getattr("CodecError")?;
         Ok(class.cast_into::<PyType>()?.unbind())
     }) {
         Ok(class) => PyErr::from_type(class.bind(py).clone(), message),

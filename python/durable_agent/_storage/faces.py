@@ -12,8 +12,8 @@ import builtins
 from abc import ABC, abstractmethod
 from typing import Self
 
+from .._checkpoint import AgentCheckpoint, RunStatus
 from .._util import run_now
-from ..checkpoint import AgentCheckpoint, RunStatus
 from .validate import (
     check_checkpoint,
     check_expected,

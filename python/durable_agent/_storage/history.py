@@ -36,10 +36,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._checkpoint import AgentCheckpoint
+from .._errors import CheckpointCorruptError, CheckpointVersionError, CodecError, ConfigurationError
 from .._kernels import kernels
-from ..checkpoint import AgentCheckpoint
-from ..errors import CheckpointCorruptError, CheckpointVersionError, CodecError, ConfigurationError
-from ..messages import Message
+from .._messages import Message
 
 _revisions: random.Random | None = None  # seeded from os.urandom at the first save, never at import
 
@@ -212,7 +212,7 @@ class PrefixCache:
     It keeps a reference to the saved sequence, not a copy (a copy would cost O(history)
     per save), with its length at save time: a list appended to in place and saved again
     (against the contract) still gets its new messages stored. A message mutated in place
-    cannot be seen; the contract forbids it (`durable_agent.messages`).
+    cannot be seen; the contract forbids it (`durable_agent._messages`).
     """
 
     def __init__(self, capacity: int = 256) -> None:

@@ -17,8 +17,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from ..checkpoint import AgentCheckpoint, RunStatus
-from ..errors import CheckpointConflictError
+from .._checkpoint import AgentCheckpoint, RunStatus
+from .._errors import CheckpointConflictError
 from .validate import (
     check_checkpoint,
     check_expected,

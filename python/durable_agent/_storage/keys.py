@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from ..errors import StepKeyError
+from .._errors import StepKeyError
 
 MODEL_CALL = "model"
 """The `call` of a turn's model request."""

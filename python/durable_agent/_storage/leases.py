@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Literal
 
-from ..errors import StaleEpochError
+from .._errors import StaleEpochError
 from .keys import run_key_prefix
 from .records import LeaseRow, RunOwner
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..checkpoint import AgentCheckpoint
-from ..errors import StaleEpochError
+from .._checkpoint import AgentCheckpoint
+from .._errors import StaleEpochError
 from .records import (
     AwakeableRecord,
     DeferredSteps,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from collections.abc import Collection
 
-    from ..checkpoint import AgentCheckpoint
+    from .._checkpoint import AgentCheckpoint
 
 StepStatus = Literal["pending", "done", "failed"]
 StepReplayPolicy = Literal["safe", "unsafe"]

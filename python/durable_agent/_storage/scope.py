@@ -42,8 +42,8 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .._errors import CodecError, ScopeClosedError, StepFailedError, is_control_error
 from .._kernels import kernels
-from ..errors import CodecError, ScopeClosedError, StepFailedError, is_control_error
 from .keys import run_key_prefix
 from .records import (
     NO_DEFERRED,

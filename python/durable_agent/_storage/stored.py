@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from ..errors import StaleEpochError, SubmissionConflictError, is_control_error
+from .._errors import StaleEpochError, SubmissionConflictError, is_control_error
 from .leases import Fences, OwnedRuntime, claimed_row, is_listed_resumable, may_claim
 from .records import (
     AwakeableRecord,

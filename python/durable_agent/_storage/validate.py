@@ -6,8 +6,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
-from ..errors import ConfigurationError
+from .._checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
+from .._errors import ConfigurationError
 
 logger = logging.getLogger("durable_agent")
 

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..errors import ConfigurationError
+from .._errors import ConfigurationError
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from ..errors import ConfigurationError, FeatureUnavailableError
+from .._errors import ConfigurationError, FeatureUnavailableError
 
 PRIVATE = 0o600
 # Refuse to follow a symlink planted where a new file is created (absent on Windows).

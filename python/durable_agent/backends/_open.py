@@ -9,7 +9,7 @@ import inspect
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from ..errors import ConfigurationError
+from .._errors import ConfigurationError
 
 SCHEMES = (
     "memory",

@@ -21,7 +21,7 @@ header. A message or header too large for one entry is split into parts. Keys, u
   ``$bytes``). Each part holds at most `MAX_ENTRY_BYTES` minus its key minus a 1 KiB margin for
   the storage's own encoding, counted in UTF-8 (never less than what the storage counts).
 * ``{prefix}step:{len(run_id)}:{run_id}:{step_index:012d}`` — the step log (`load_step`, for
-  `durable_agent.fork`): JSON ``{"n": message count, "h": header}`` of the save at that step,
+  `durable_agent._fork`): JSON ``{"n": message count, "h": header}`` of the save at that step,
   under the rules of `durable_agent._storage.step_log`. A header too large for one entry is not
   logged (that step cannot be read back; the latest step always can).
 
@@ -43,13 +43,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .._checkpoint import AgentCheckpoint
+from .._errors import CheckpointCorruptError, ConfigurationError
 from .._storage.history import PrefixCache, kept_by_encoding, new_revision
 from .._storage.indexed import Choose, IndexedStore, guard
 from .._storage.sealing import DAMAGE, row_sealer
 from .._storage.validate import logger
-from ..checkpoint import AgentCheckpoint
 from ..encryption import Keyring
-from ..errors import CheckpointCorruptError, ConfigurationError
 
 MAX_ENTRY_BYTES = 2 * 1024 * 1024
 """SQLite-backed Durable Objects: "Key and value combined cannot exceed 2 MB"."""

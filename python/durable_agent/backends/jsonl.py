@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._checkpoint import RUN_STATUSES, AgentCheckpoint
+from .._errors import CheckpointCorruptError, CodecError, ConfigurationError
 from .._kernels import kernels
 from .._storage.history import (
     PrefixCache,
@@ -60,9 +62,7 @@ from .._storage.history import (
 from .._storage.indexed import Choose, IndexedStore, guard
 from .._storage.sealing import DAMAGE, row_sealer
 from .._storage.step_log import StepLog
-from ..checkpoint import RUN_STATUSES, AgentCheckpoint
 from ..encryption import Keyring
-from ..errors import CheckpointCorruptError, CodecError, ConfigurationError
 from ._files import NOFOLLOW, PRIVATE, file_path
 
 try:  # absent on Windows and Pyodide: then one process only (documented above)

@@ -6,7 +6,7 @@ logic (`_RedisStore`) over the same keys and scripts, and may share a prefix.
 Keys, under `prefix` (default ``durable_agent:``): ``run:<id>`` a hash (header, revision, step,
 status, created_at, count), ``msgs:<id>`` a list of encoded messages, ``runs`` and
 ``status:<status>`` sorted sets (all scores 0, so ranges are lexicographic) for `list`, and
-``steps:<id>`` the step log (`load_step`, for `durable_agent.fork`): a list of
+``steps:<id>`` the step log (`load_step`, for `durable_agent._fork`): a list of
 ``"<step_index> <message count> <header>"`` entries ordered by step, kept by the save script
 under the rules of `durable_agent._storage.step_log` (it pops from the end: O(1) amortized).
 
@@ -47,18 +47,18 @@ import re
 from abc import abstractmethod
 from typing import Any
 
-from .._storage.faces import AsyncFace, StoreLogic, SyncFace
-from .._storage.history import PrefixCache, kept_by_encoding, new_revision
-from .._storage.sealing import DAMAGE, row_sealer
-from .._storage.validate import logger, page, prunable, readable_ids
-from ..checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
-from ..encryption import Keyring
-from ..errors import (
+from .._checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
+from .._errors import (
     CheckpointConflictError,
     CheckpointCorruptError,
     ConfigurationError,
     FeatureUnavailableError,
 )
+from .._storage.faces import AsyncFace, StoreLogic, SyncFace
+from .._storage.history import PrefixCache, kept_by_encoding, new_revision
+from .._storage.sealing import DAMAGE, row_sealer
+from .._storage.validate import logger, page, prunable, readable_ids
+from ..encryption import Keyring
 
 # KEYS: head, msgs, runs, status:running, status:suspended, status:completed, steps
 # ARGV: run_id, expected step ('' = no check), known revision ('' = absent), keep, revision,

@@ -51,9 +51,8 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
-from .._version import __version__
-from ..checkpoint import RUN_STATUSES
-from ..errors import (
+from .._checkpoint import RUN_STATUSES
+from .._errors import (
     CheckpointConflictError,
     CheckpointNotFoundError,
     ConfigurationError,
@@ -63,6 +62,7 @@ from ..errors import (
     StaleEpochError,
     StepNotFoundError,
 )
+from .._version import __version__
 from . import _commands as c
 from ._backends import Backends, CliError, is_outage
 from ._render import RED, paint

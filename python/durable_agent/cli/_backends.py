@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._errors import ConfigurationError
 from .._util import maybe_await
 from ..backends._open import _file_path, open_store
-from ..errors import ConfigurationError
 
 
 class CliError(Exception):
@@ -44,11 +44,11 @@ def open_event_log(url: str) -> Any:
     """
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "sqlite":
-        from ..http.sql_logs import SqliteEventLog
+        from ..http._sql_logs import SqliteEventLog
 
         return SqliteEventLog(_file_path(url, scheme))
     if scheme in ("postgresql", "postgres"):
-        from ..http.sql_logs import PostgresEventLog
+        from ..http._sql_logs import PostgresEventLog
 
         return PostgresEventLog(url)
     return None
@@ -189,7 +189,7 @@ async def load_factory(spec: str) -> Any:
     if not callable(target):
         raise CliError(2, f"--agent {spec} is not callable")
     made = await maybe_await(target())
-    from ..agent import Agent
+    from .._agent import Agent
 
     if not isinstance(made, (Agent, Mapping)):
         raise CliError(2, f"--agent {spec} returned {type(made).__name__}: expected an Agent or a dict of options")

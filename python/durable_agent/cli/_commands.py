@@ -13,18 +13,18 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .._util import maybe_await, wall_clock_ms
-from ..checkpoint import AgentCheckpoint, ToolApprovalResponse, deserialize_checkpoint, serialize_checkpoint
-from ..durable_session import approval_key, session_of
-from ..errors import (
+from .._checkpoint import AgentCheckpoint, ToolApprovalResponse, deserialize_checkpoint, serialize_checkpoint
+from .._durable_session import approval_key, session_of
+from .._errors import (
     CheckpointCorruptError,
     CheckpointNotFoundError,
     CheckpointVersionError,
     ConfigurationError,
 )
-from ..fork import checkpoint_at_step, fork_run
-from ..parked import parked_result, unanswered_approvals
-from ..results import GenerateTextResult
+from .._fork import checkpoint_at_step, fork_run
+from .._parked import parked_result, unanswered_approvals
+from .._results import GenerateTextResult
+from .._util import maybe_await, wall_clock_ms
 from . import _render as r
 from ._backends import Backends, CliError, load_factory, open_event_log, require_file
 
@@ -110,7 +110,7 @@ async def runs_verdict(args: argparse.Namespace, b: Backends) -> int:
         for a in args.approval_id
     ]
     if b.runtime is not None and await _parked_in_journal(b.runtime, cp, args.approval_id):
-        from ..agent import resolve_approval
+        from .._agent import resolve_approval
 
         for response in responses:
             if not await resolve_approval(b.runtime, response.approval_id, approved=approved,
@@ -193,7 +193,7 @@ async def _next_leg(made: Any, b: Backends, run_id: str, responses: Any) -> Gene
         options["approval_responses"] = [*options.get("approval_responses", ()), *responses]
     if unanswered_approvals(checkpoint, {r.approval_id for r in options.get("approval_responses", ())}):
         return parked_result(checkpoint, options.get("tools"))
-    from ..generate import resume_from_checkpoint
+    from .._generate import resume_from_checkpoint
 
     return await resume_from_checkpoint(b.store, run_id, **options)
 

@@ -18,9 +18,9 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from .._checkpoint import AgentCheckpoint, ToolApprovalRequest, Usage
 from .._kernels import kernels
-from ..checkpoint import AgentCheckpoint, ToolApprovalRequest, Usage
-from ..messages import Message, content_parts
+from .._messages import Message, content_parts
 
 WIDTH = 160  # a value longer than this is cut in tables and transcripts (`--json` never cuts)
 BOLD, RED = "1", "31"

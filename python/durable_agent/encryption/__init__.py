@@ -22,7 +22,7 @@ when a key is first used, and WebCrypto is reached through Pyodide's ``js`` modu
 
 from __future__ import annotations
 
-from ..errors import DecryptionError
+from .._errors import DecryptionError
 from ._envelope import Place, associated_data, envelope_key_id, is_envelope
 from ._keyring import ENV_KEYS, ENV_PRIMARY, Keyring
 

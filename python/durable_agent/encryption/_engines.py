@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import FeatureUnavailableError
+from .._errors import FeatureUnavailableError
 
 INSTALL_HINT = "pip install 'durable-agent[crypto]'"
 

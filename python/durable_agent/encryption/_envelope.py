@@ -22,7 +22,7 @@ import re
 from json.encoder import encode_basestring
 from typing import NamedTuple
 
-from ..errors import CodecError, ConfigurationError, DecryptionError
+from .._errors import CodecError, ConfigurationError, DecryptionError
 
 MARKER = "enc1"
 NONCE_BYTES = 12

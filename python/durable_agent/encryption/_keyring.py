@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Literal, overload
 
-from ..errors import ConfigurationError, DecryptionError, FeatureUnavailableError
+from .._errors import ConfigurationError, DecryptionError, FeatureUnavailableError
 from . import _envelope
 from ._engines import (
     AuthenticationFailed,

@@ -30,7 +30,7 @@ Routes (JSON bodies; errors are ``{"error": {"code", "message"}}``, never a trac
   waits for a verdict or a client result) gets 204, so a browser ``EventSource`` stops
   reconnecting; an id the run never sent (past its last event) is a 422.
   ``?format=ui-message-stream`` speaks the AI SDK UI message stream instead
-  (`durable_agent.http.ui_stream` documents the mapping).
+  (`durable_agent.http._ui_stream` documents the mapping).
 * ``POST /runs/{id}/approvals`` ``{"approval_id", "approved", "reason"?, "token"?}``: a verdict
   for a parked run (202); the run resumes once every pending approval has one. With an
   ``approval_signer`` on the agent an approval needs the request's token (403 otherwise;
@@ -59,7 +59,7 @@ CORS (a preflight from an origin not in `CorsSettings`), or a bad approval token
 
 **Why no event is lost or sent twice.** Events are durable before they are sent: the driver
 appends each part the loop streams to the event log (`EventLog`), keyed by the run's durable
-progress (`durable_agent.http.progress`: ``step/3/text/12`` is the text of step 3 from its
+progress (`durable_agent.http._progress`: ``step/3/text/12`` is the text of step 3 from its
 12th character), and readers only ever read the log. The runtime itself makes every part
 durable before the loop yields it (each text delta is a stored stream partial, each tool
 result a step record), so when a server dies and another process resumes the run, the step in
@@ -72,12 +72,12 @@ The pure core (events, progress keys, UI mapping, the ASGI app) uses the standar
 
 from __future__ import annotations
 
-from .app import Authorize, AuthRequest, ChatEndpoint
-from .asgi import CorsSettings, Request
-from .events import EventLog, MemoryEventLog, RunEvent, RunInfo
-from .runs import AgentFactory
-from .sql_logs import PostgresEventLog, SqliteEventLog
-from .ui_stream import UiMessageStream
+from ._app import Authorize, AuthRequest, ChatEndpoint
+from ._asgi import CorsSettings, Request
+from ._events import EventLog, MemoryEventLog, RunEvent, RunInfo
+from ._runs import AgentFactory
+from ._sql_logs import PostgresEventLog, SqliteEventLog
+from ._ui_stream import UiMessageStream
 
 __all__ = [
     "AgentFactory",

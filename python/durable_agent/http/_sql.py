@@ -13,7 +13,7 @@ from typing import Any
 
 from .._kernels import kernels
 from ..backends._sql.plan import Dialect, Plan, Query
-from .events import RunEvent, RunInfo, finished
+from ._events import RunEvent, RunInfo, finished
 
 RUNS = "durable_agent_http_runs"
 EVENTS = "durable_agent_http_events"

@@ -21,7 +21,7 @@ step of the run like a local tool's:
 * the server's progress notifications stream to the caller as ``tool-progress`` parts;
 * a server's ``notifications/tools/list_changed`` makes the run list its tools again before
   its next step; a durable run records its tool listing at its start and at each change, and a
-  resumed run (in any process) offers the last recorded one (`durable_agent.tool_sources`); a
+  resumed run (in any process) offers the last recorded one (`durable_agent._tool_sources`); a
   tool the server dropped since answers with an error result, and a server the recorded listing
   names that the resuming run is not given is a `ConfigurationError`;
 * a server that cannot be started, exits, or does not answer ``initialize`` within
@@ -39,7 +39,7 @@ its HTTP transport (`_plain_http`: fetch there); `StdioServer` needs the SDK.
 
 from __future__ import annotations
 
-from ..errors import MCPServerError
+from .._errors import MCPServerError
 from ._server import ApprovalRule, HttpServer, Server, ServerOptions, StdioServer, ToolFilter
 
 __all__ = ["ApprovalRule", "HttpServer", "MCPServerError", "Server", "ServerOptions", "StdioServer", "ToolFilter"]

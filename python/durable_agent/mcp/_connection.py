@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import MCPServerError
+from .._errors import MCPServerError
 from ._results import error_result, timed_out
 
 if TYPE_CHECKING:

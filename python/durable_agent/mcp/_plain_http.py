@@ -18,8 +18,8 @@ import itertools
 import json
 from typing import TYPE_CHECKING, Any
 
+from .._errors import MCPServerError
 from .._transport import HttpRequest, HttpTransport, Timeouts
-from ..errors import MCPServerError
 from ..providers._sse import SSEDecoder
 from ._results import error_result, timed_out
 

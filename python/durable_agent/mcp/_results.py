@@ -15,10 +15,10 @@ import base64
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..tools import ToolResult
+from .._tools import ToolResult
 
 if TYPE_CHECKING:
-    from ..messages import FilePart, ImagePart
+    from .._messages import FilePart, ImagePart
 
 Wire = Mapping[str, Any]
 """An MCP message part as JSON (camelCase keys), whichever client carried it."""

@@ -11,9 +11,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack
 
-from ..errors import ConfigurationError, MCPServerError
-from ..tool_calls import current_tool_call
-from ..tools import Tool, ToolResult
+from .._errors import ConfigurationError, MCPServerError
+from .._tool_calls import current_tool_call
+from .._tools import Tool, ToolResult
 from ._connection import Connection, ServerConnection
 from ._results import tool_result
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._models import ModelSettings
 from .._transport import HttpRequest, HttpResponse, HttpTransport, Timeouts, default_transport
-from ..models import ModelSettings
+from ._anthropic import AnthropicModel
 from ._base import HttpModel
-from .anthropic import AnthropicModel
-from .openai_chat import OpenAIChatModel
-from .openai_responses import OpenAIResponsesModel
+from ._openai_chat import OpenAIChatModel
+from ._openai_responses import OpenAIResponsesModel
 
 if TYPE_CHECKING:
     from .._transport import FetchTransport, HttpxTransport, StdlibTransport

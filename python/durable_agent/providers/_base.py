@@ -19,10 +19,10 @@ from contextlib import aclosing
 from dataclasses import fields, replace
 from typing import Any, Self, TypedDict
 
+from .._errors import ConfigurationError, ModelCallError
+from .._messages import FilePart, ImagePart
+from .._models import ModelEvent, ModelRequest, ModelSettings
 from .._transport import HttpRequest, HttpTransport, Timeouts, default_transport
-from ..errors import ConfigurationError, ModelCallError
-from ..messages import FilePart, ImagePart
-from ..models import ModelEvent, ModelRequest, ModelSettings
 from ._sse import SSEEvent
 from ._wire import sse_events
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import ModelCallError
+from .._errors import ModelCallError
 
 STATUS_KINDS: Mapping[int, str] = {
     400: "bad_request",

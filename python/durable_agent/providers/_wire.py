@@ -19,8 +19,8 @@ import asyncio
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
 
+from .._errors import ModelCallError
 from .._transport import HttpRequest, HttpResponse, HttpTransport
-from ..errors import ModelCallError
 from ._errors import transport_error
 from ._sse import SSEDecoder, SSEEvent
 

@@ -9,8 +9,8 @@ without it, and `import durable_agent` never touches it.
 from __future__ import annotations
 
 from ..backends.restate import RestateRuntime, RestateScope
-from .client import RestateIngress, RestateIngressError
-from .service import agent_app, agent_services, approvals_name, result_json, run_agent, serve
+from ._client import RestateIngress, RestateIngressError
+from ._service import agent_app, agent_services, approvals_name, result_json, run_agent, serve
 
 __all__ = [
     "RestateIngress",

@@ -36,7 +36,7 @@ The semantics checked, which every durable-agent backend implements:
   `include_suspended=True`; `status="suspended"` without it is a `ConfigurationError`.
 * Bad arguments (not a checkpoint, an empty or NUL-containing run id, a negative limit)
   raise `ConfigurationError`.
-* Fork and time travel (`durable_agent.fork`): `fork_run` at the latest step works on every
+* Fork and time travel (`durable_agent._fork`): `fork_run` at the latest step works on every
   store. A store with a step log (`load_step(run_id, step_index)`; set `keeps_step_log = False`
   on one without) returns the checkpoint saved at every boundary, drops the steps after a save
   at an earlier step and the steps whose messages a save rewrote, and never returns anything
@@ -54,16 +54,16 @@ from typing import Any
 
 import pytest
 
-from .._storage.validate import MAX_RUN_ID_BYTES
-from ..checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, Usage
-from ..errors import (
+from .._checkpoint import AgentCheckpoint, RunStatus, ToolApprovalRequest, Usage
+from .._errors import (
     CheckpointConflictError,
     CheckpointNotFoundError,
     CodecError,
     ConfigurationError,
     StepNotFoundError,
 )
-from ..fork import checkpoint_at_step, fork_run, update_run
+from .._fork import checkpoint_at_step, fork_run, update_run
+from .._storage.validate import MAX_RUN_ID_BYTES
 
 
 def message(i: int) -> Any:

@@ -20,16 +20,16 @@ from typing import Any, ClassVar, Concatenate, Literal, ParamSpec
 
 import pytest
 
-from .._storage.keys import step_key
-from .._storage.records import DeferredSteps, RunOwner, RunTransition, StepKind, StepReplayPolicy, StepRequest
-from .._storage.scope import StepContext, StepLive
-from ..errors import (
+from .._errors import (
     RunSuspendedError,
     ScopeClosedError,
     StaleEpochError,
     StepFailedError,
     SubmissionConflictError,
 )
+from .._storage.keys import step_key
+from .._storage.records import DeferredSteps, RunOwner, RunTransition, StepKind, StepReplayPolicy, StepRequest
+from .._storage.scope import StepContext, StepLive
 
 RuntimeFactory = Callable[[Callable[[], int]], Any]
 P = ParamSpec("P")

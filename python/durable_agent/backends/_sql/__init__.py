@@ -7,5 +7,5 @@
 
 The connections, transactions and threads are the callers': `durable_agent.backends.sqlite`,
 `durable_agent.backends.postgres`, `durable_agent.backends.sqlite`, `durable_agent.backends.postgres`
-and `durable_agent.http.sql_logs`.
+and `durable_agent.http._sql_logs`.
 """

@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..._checkpoint import AgentCheckpoint, RunStatus
+from ..._errors import CheckpointConflictError, CheckpointCorruptError
 from ..._storage.history import PrefixCache, kept_by_encoding, new_revision
 from ..._storage.sealing import PLAINTEXT, RowSealer
 from ..._storage.validate import page, prunable, readable_id, readable_ids
-from ...checkpoint import AgentCheckpoint, RunStatus
-from ...errors import CheckpointConflictError, CheckpointCorruptError
 from .plan import ALONE, Dialect, Guard, Plan, Query, chunks, flat, migrate_plan, run_async, run_sync
 
 __all__ = [  # the plan machinery too: the checkpoint stores import this module as their `_sql`

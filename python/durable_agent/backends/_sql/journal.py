@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..._errors import StaleEpochError
 from ..._kernels import kernels
 from ..._storage.history import PrefixCache
 from ..._storage.records import (
@@ -36,7 +37,6 @@ from ..._storage.records import (
     StreamPartialRecord,
     ToolStateOp,
 )
-from ...errors import StaleEpochError
 from .journal_schema import AWAKEABLES, LAST_RUNS, LEASES, PARTIALS, QUEUES, STEPS, SUBMISSIONS, TOOL_STATE
 from .plan import Dialect, Plan, Query
 from .writes import FencedWrites, RowWrite, delete, fenced_plan, insert, merged, update, upsert

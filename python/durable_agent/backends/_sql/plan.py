@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ...errors import FeatureUnavailableError
+from ..._errors import FeatureUnavailableError
 
 if TYPE_CHECKING:  # a bare `Plan` is `Plan[Any]` (PEP 696 defaults; `typing` has them from Python 3.13)
     from typing_extensions import TypeVar

@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..._errors import ConfigurationError, StaleEpochError
 from ..._storage.leases import Fences
 from ..._storage.records import (
     AwakeableRecord,
@@ -23,7 +24,6 @@ from ..._storage.records import (
 )
 from ..._storage.stored import StoredInspector, StoredRuntime
 from ..._util import wall_clock_ms
-from ...errors import ConfigurationError, StaleEpochError
 from ._store import InMemoryCheckpointStore
 
 __all__ = ["MemoryDurableState", "MemoryRuntime"]

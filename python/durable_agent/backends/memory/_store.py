@@ -10,9 +10,9 @@ from __future__ import annotations
 import builtins
 import dataclasses
 
+from ..._checkpoint import AgentCheckpoint
 from ..._storage.indexed import Choose, IndexedStore, guard
 from ..._storage.step_log import StepLog, common_prefix
-from ...checkpoint import AgentCheckpoint
 
 
 class InMemoryCheckpointStore(IndexedStore):
@@ -21,7 +21,7 @@ class InMemoryCheckpointStore(IndexedStore):
     It passes `durable_agent.testing.CheckpointStoreConformance`, so it also shows the full store
     surface the persistent backends offer: the optimistic `expected_step_index` guard,
     paged and filtered `list`, `prune`, and `load_step` (the state at an earlier step
-    boundary, for `durable_agent.fork`). The rules of that surface are `IndexedStore`'s; this
+    boundary, for `durable_agent._fork`). The rules of that surface are `IndexedStore`'s; this
     class keeps the dicts.
     """
 

@@ -24,13 +24,13 @@ from abc import abstractmethod
 from collections.abc import Callable
 from typing import Any
 
+from ..._checkpoint import AgentCheckpoint, RunStatus
+from ..._errors import ConfigurationError, FeatureUnavailableError
 from ..._storage.faces import AsyncFace, StoreLogic, SyncFace
 from ..._storage.history import PrefixCache
 from ..._storage.sealing import DAMAGE, row_sealer
 from ..._util import pool_connection
-from ...checkpoint import AgentCheckpoint, RunStatus
 from ...encryption import Keyring
-from ...errors import ConfigurationError, FeatureUnavailableError
 from .._sql import checkpoints as _sql
 from .._sql.plan import POSTGRES, Plan, T
 

@@ -22,6 +22,8 @@ import socket
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..._checkpoint import AgentCheckpoint, deserialize_checkpoint, serialize_checkpoint
+from ..._errors import ConfigurationError, SubmissionConflictError, is_control_error
 from ..._storage.records import (
     AwakeableRecord,
     LeaseClaim,
@@ -34,8 +36,6 @@ from ..._storage.records import (
     apply_tool_state,
 )
 from ..._util import wall_clock_ms
-from ...checkpoint import AgentCheckpoint, deserialize_checkpoint, serialize_checkpoint
-from ...errors import ConfigurationError, SubmissionConflictError, is_control_error
 from ._scope import RestateScope
 from ._sdk import codec_run, decoded, encoded, raw_serde, sdk
 
@@ -223,7 +223,7 @@ class RestateRuntime:
 
     Build one per invocation, `await start()` it, and hand it to `DurableOptions`; pass
     `clock` and `uuid` as the agent's ``clock`` and ``generate_id`` so everything the run
-    writes is the same on a replay (`durable_agent.restate.service` does all of this).
+    writes is the same on a replay (`durable_agent.restate._service` does all of this).
     `approvals` names the Virtual Object that maps approval ids to awakeable ids (None: parked
     approvals are not registered, so only the awakeable ids resolve them).
     """

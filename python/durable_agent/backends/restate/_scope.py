@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..._errors import ScopeClosedError, is_control_error
 from ..._storage.records import (
     NO_DEFERRED,
     DeferredSteps,
@@ -60,7 +61,6 @@ from ..._storage.scope import (
     rebuilt_error,
 )
 from ..._util import wall_clock_ms
-from ...errors import ScopeClosedError, is_control_error
 from ._sdk import codec_run, decoded, encoded, sdk
 
 if TYPE_CHECKING:

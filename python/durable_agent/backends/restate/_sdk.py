@@ -5,8 +5,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from ..._errors import FeatureUnavailableError
 from ..._kernels import kernels
-from ...errors import FeatureUnavailableError
 
 
 def sdk() -> ModuleType:

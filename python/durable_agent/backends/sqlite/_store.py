@@ -38,12 +38,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
+from ..._checkpoint import AgentCheckpoint, RunStatus
+from ..._errors import CheckpointCorruptError, ConfigurationError
 from ..._storage.faces import AsyncFace, StoreLogic, SyncFace
 from ..._storage.history import PrefixCache
 from ..._storage.sealing import DAMAGE, row_sealer
-from ...checkpoint import AgentCheckpoint, RunStatus
 from ...encryption import Keyring
-from ...errors import CheckpointCorruptError, ConfigurationError
 from .._files import connect_sqlite, file_path, sqlite3_module
 from .._sql import checkpoints as _sql
 from .._sql.plan import Mergeable, Plan, T
