@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from durable_agent import InMemoryCheckpointStore, Tool
-from durable_agent._messages import Message, ToolResultPart, content_parts
+from durable_agent import Message, ToolResultPart, content_parts
 
 NUMBERS = {
     "type": "object",

@@ -25,7 +25,7 @@ from durable_agent import (
     call,
     reply,
 )
-from durable_agent._messages import content_parts
+from durable_agent import content_parts
 from durable_agent.backends.sqlite import SqliteRuntime
 from durable_agent.http import (
     AuthRequest,

@@ -40,7 +40,7 @@ from durable_agent import (
     stream_chat,
     total_tokens_exceed,
 )
-from durable_agent._messages import Message, content_parts
+from durable_agent import Message, content_parts
 
 
 class RecordingStore(InMemoryCheckpointStore):

@@ -38,7 +38,7 @@ from durable_agent import (
     resume_from_checkpoint,
     total_tokens_exceed,
 )
-from durable_agent._messages import content_parts, message_text
+from durable_agent import content_parts, message_text
 from durable_agent._storage.records import RunOwner, RunTransition
 from durable_agent._util import maybe_await
 from test_agent import Crash, agent_on, runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres

@@ -30,7 +30,7 @@ from durable_agent import (
     stream_chat,
     total_tokens_exceed,
 )
-from durable_agent._messages import ImagePart
+from durable_agent import ImagePart
 
 
 async def test_a_tool_may_return_an_error_result_with_attachments_and_they_survive_a_checkpoint() -> None:

@@ -287,7 +287,7 @@ async def test_a_resumed_run_offers_the_recorded_listing_and_a_vanished_tool_is_
 @pytest.mark.requires_sqlite
 async def test_a_server_that_announces_new_tools_offers_them_from_the_next_step_recorded_once_per_change(
         tmp_path: Path) -> None:
-    from durable_agent._storage.keys import parse_step_key
+    from durable_agent import parse_step_key
     from durable_agent.backends.sqlite import SqliteRuntime
 
     ledger = tmp_path / "ledger.jsonl"

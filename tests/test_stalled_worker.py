@@ -30,7 +30,7 @@ from durable_agent import (
     call,
     reply,
 )
-from durable_agent._messages import Message, content_parts, message_text
+from durable_agent import Message, content_parts, message_text
 from durable_agent._util import maybe_await, wall_clock_ms
 from durable_agent.backends import RunOwner
 from durable_agent.backends.memory import MemoryDurableState, MemoryRuntime

@@ -43,7 +43,7 @@ from durable_agent import (
     reply,
     resume_from_checkpoint,
 )
-from durable_agent._messages import message_text
+from durable_agent import message_text
 from durable_agent.backends.durable_object import DurableObjectCheckpointStore
 from durable_agent.providers import FetchTransport, OpenAIChatModel
 
