@@ -187,7 +187,7 @@ def count_statements(runtime: Any, counter: list[int]) -> Any:
     def traced(sql: str) -> None:
         counter[0] += 1
 
-    runtime._driver._conn.set_trace_callback(traced)
+    runtime._executor._conn.set_trace_callback(traced)
     return runtime
 
 

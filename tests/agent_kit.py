@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from durable_agent import InMemoryCheckpointStore, Tool
-from durable_agent import Message, ToolResultPart, content_parts
+from durable_agent import InMemoryCheckpointStore, Message, Tool, ToolResultPart, content_parts
 
 NUMBERS = {
     "type": "object",

@@ -23,9 +23,9 @@ from durable_agent import (
     ScriptedResponse,
     Tool,
     call,
+    content_parts,
     reply,
 )
-from durable_agent import content_parts
 from durable_agent.backends.sqlite import SqliteRuntime
 from durable_agent.http import (
     AuthRequest,

@@ -21,6 +21,7 @@ from durable_agent import (
     CheckpointVersionError,
     ConfigurationError,
     InMemoryCheckpointStore,
+    Message,
     RunExistsError,
     ScriptedModel,
     ScriptedResponse,
@@ -31,6 +32,7 @@ from durable_agent import (
     Usage,
     call,
     checkpoint_at_step,
+    content_parts,
     deserialize_checkpoint,
     generate_text,
     reply,
@@ -40,7 +42,6 @@ from durable_agent import (
     stream_chat,
     total_tokens_exceed,
 )
-from durable_agent import Message, content_parts
 
 
 class RecordingStore(InMemoryCheckpointStore):

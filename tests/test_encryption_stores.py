@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from durable_agent import ConfigurationError
-from durable_agent import AgentCheckpoint, ToolApprovalRequest, Usage
+from durable_agent import AgentCheckpoint, ConfigurationError, ToolApprovalRequest, Usage
 from durable_agent.encryption import DecryptionError, Keyring, envelope_key_id
 from durable_agent.testing import CheckpointStoreConformance, conversation, make_checkpoint
 from durable_object_fake import FakeDurableObjectStorage

@@ -32,13 +32,14 @@ from durable_agent import (
     Usage,
     agent_tool,
     call,
+    content_parts,
     generate_text,
+    message_text,
     reply,
     resolve_approval,
     resume_from_checkpoint,
     total_tokens_exceed,
 )
-from durable_agent import content_parts, message_text
 from durable_agent._storage.records import RunOwner, RunTransition
 from durable_agent._util import maybe_await
 from test_agent import Crash, agent_on, runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
@@ -237,10 +238,10 @@ async def test_a_stale_owner_lands_no_lifecycle_write(agent_on: Callable[..., Ag
     last = await thief.stores.runs.last("chat-1")
     stored = await maybe_await(thief.stores.checkpoints.load(last))
     assert stored.step_index == 0 and stored.status == "running"  # the start commit only
-    assert await thief.lease.marked_run("chat-1") == last
+    assert await thief.lease.resumable_run("chat-1") == last
     with pytest.raises(StaleEpochError):  # every other lifecycle write of the old epoch is refused too
         await runtime.commit(RunTransition("chat-1", stolen[0] - 1, unmark=True))
-    assert await thief.lease.marked_run("chat-1") == last
+    assert await thief.lease.resumable_run("chat-1") == last
 
 
 async def test_resume_of_a_completed_run_returns_none_without_a_model_call(

@@ -10,6 +10,7 @@ import pytest
 from agent_kit import Ledger, add_tool, tool_results, user
 from durable_agent import (
     ConfigurationError,
+    ImagePart,
     InMemoryCheckpointStore,
     ModelPrice,
     ModelRequest,
@@ -30,7 +31,6 @@ from durable_agent import (
     stream_chat,
     total_tokens_exceed,
 )
-from durable_agent import ImagePart
 
 
 async def test_a_tool_may_return_an_error_result_with_attachments_and_they_survive_a_checkpoint() -> None:

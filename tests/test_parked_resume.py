@@ -56,7 +56,7 @@ async def test_resume_without_every_verdict_leaves_the_run_parked(
     assert await stored(runtime, first.run_id) == parked  # nothing settled, nothing denied
     assert {a.id: a.resolved for a in await runtime.inspect.awakeables()} == {pay.approval_id: False,
                                                                              ship.approval_id: False}
-    assert await runtime.lease.marked_run("parked") is None  # parked, not in progress
+    assert await runtime.lease.resumable_run("parked") is None  # parked, not in progress
 
     # a verdict for one of the two: kept on its awakeable, and the run waits for the other
     half = await startup_loop.agent(runtime_on(), "parked", ledger).resume(
@@ -91,12 +91,12 @@ async def test_a_leg_that_died_before_settling_leaves_the_run_parked_again(
     with pytest.raises(Crash):
         await startup_loop.agent(runtime_on(), "parked", ledger, pay=dies_paying).resume(approval_responses=verdicts)
     runtime = runtime_on()
-    assert await runtime.lease.marked_run("parked") == first.run_id  # the dead leg left it in progress
+    assert await runtime.lease.resumable_run("parked") == first.run_id  # the dead leg left it in progress
     again = await startup_loop.agent(runtime_on(), "parked", ledger).resume()
     assert again is not None and again.finish_reason == "suspended"
     assert again.pending_approvals == first.pending_approvals
     assert sorted(ledger_of(ledger)) == ["pay inv-7", "ship inv-7"]  # the dead leg's round: pay died, ship finished
-    assert await runtime.lease.marked_run("parked") is None
+    assert await runtime.lease.resumable_run("parked") is None
     for request in first.pending_approvals:
         assert await resolve_approval(runtime, request.approval_id, approved=True, token=request.token)
     done = await startup_loop.agent(runtime_on(), "parked", ledger).resume()

@@ -27,8 +27,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from durable_agent import MODEL_CALL, Agent, DurableOptions, RetryPolicy, Tool, parse_step_key
-from durable_agent import content_parts
+from durable_agent import MODEL_CALL, Agent, DurableOptions, RetryPolicy, Tool, content_parts, parse_step_key
 from durable_agent._util import wall_clock_ms
 from durable_agent.providers import HttpTransport, HttpxTransport, OpenAIChatModel, StdlibTransport
 from replay import ReplayServer, load

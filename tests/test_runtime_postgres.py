@@ -220,7 +220,7 @@ async def test_a_journal_write_and_an_appending_transition_are_one_statement_eac
     assert [(r.key, r.status) for r in await runtime.inspect.steps("r")] == [(pending.key, "done")]
     assert await runtime.stores.tool_state(SESSION).all() == {"k": 1}
     assert (await runtime.stores.checkpoints.load("r")).messages == checkpoint(["a", "b"], 1).messages
-    assert await runtime.stores.runs.last(SESSION) == "r" and await runtime.lease.marked_run(SESSION) == "r"
+    assert await runtime.stores.runs.last(SESSION) == "r" and await runtime.lease.resumable_run(SESSION) == "r"
 
 
 async def test_a_run_cancelled_as_the_pool_hands_it_a_connection_ends_cancelled(conninfo: str) -> None:

@@ -167,7 +167,7 @@ class SqlJournalChecks:
                                            last_run="r-2", unmark=True, awakeables=(("k", "aw-1"),),
                                            deferred=DeferredSteps((record,))))
         assert await new.stores.checkpoints.load(RUN) == saved
-        assert await new.stores.runs.last(SESSION) == RUN and await new.lease.marked_run(SESSION) == RUN
+        assert await new.stores.runs.last(SESSION) == RUN and await new.lease.resumable_run(SESSION) == RUN
         assert await new.inspect.steps() == [] and await new.inspect.awakeables() == []
 
     async def test_a_stale_checkpoint_commit_lands_nothing(self, make_runtime: Any) -> None:
@@ -281,7 +281,7 @@ async def test_a_step_and_its_checkpoint_read_no_fence_row_and_delete_nothing_th
     statements are what a busy server pays for."""
     runtime = opened()
     statements: list[str] = []
-    runtime._driver._conn.set_trace_callback(statements.append)  # the runtime's one connection
+    runtime._executor._conn.set_trace_callback(statements.append)  # the runtime's one connection
     epoch = (await runtime.lease.claim(SESSION, stale_at=0)).epoch
     await runtime.commit(RunTransition(SESSION, epoch, checkpoint=_checkpoint(["hi"], 0), last_run=RUN, mark=RUN))
     scope = await runtime.open_run(session_id=SESSION, run_id=RUN)
@@ -302,7 +302,7 @@ async def test_a_lone_tool_result_committed_with_its_checkpoint_deletes_no_parti
 
     runtime = opened()
     statements: list[str] = []
-    runtime._driver._conn.set_trace_callback(statements.append)
+    runtime._executor._conn.set_trace_callback(statements.append)
     ledger = Ledger()
     model = ScriptedModel([reply("", call("charge", {"n": n})) for n in range(3)] + ["charged thrice"])
     agent = Agent(model=model, tools={"charge": ledger.tool("charge")}, durable=DurableOptions(runtime),
@@ -493,7 +493,7 @@ async def test_the_step_records_and_checkpoints_of_many_sessions_share_their_sta
     s7 = _tool_done("s7")
     await runtime.backend.add_partial(StreamPartialRecord("s7", "r-s7", s7.key, 0, "strea"), epoch=epochs["s7"])
     statements: list[str] = []
-    runtime._driver._conn.set_trace_callback(statements.append)
+    runtime._executor._conn.set_trace_callback(statements.append)
     ops = ({"op": "set", "key": "k", "value": 5},)
     results = await queued_together(db, [
         runtime.backend.put_steps([_tool_done(s, ops if s == "s5" else None)], epoch=epochs[s],
@@ -548,14 +548,14 @@ async def test_runs_started_and_finished_together_share_their_statements(db: Pat
     epochs = {s: (await runtime.lease.claim(s, stale_at=0)).epoch for s in SESSIONS}
     hi = [{"role": "user", "content": "hi"}]
     statements: list[str] = []
-    runtime._driver._conn.set_trace_callback(statements.append)
+    runtime._executor._conn.set_trace_callback(statements.append)
     started = await queued_together(db, [
         runtime.commit(RunTransition(s, epochs[s], checkpoint=_run_checkpoint(f"r-{s}", hi, 0), last_run=f"r-{s}",
                                      mark=f"r-{s}"))
         for s in SESSIONS
     ])
     assert started == [None] * len(SESSIONS)
-    assert [await runtime.lease.marked_run(s) for s in SESSIONS] == [f"r-{s}" for s in SESSIONS]
+    assert [await runtime.lease.resumable_run(s) for s in SESSIONS] == [f"r-{s}" for s in SESSIONS]
     finished = await queued_together(db, [
         runtime.commit(RunTransition(s, epochs[s], checkpoint=_answered(s), unmark=True,
                                      awakeables=(("approve", "aw-s4"),) if s == "s4" else ()))
@@ -569,7 +569,7 @@ async def test_runs_started_and_finished_together_share_their_statements(db: Pat
     fresh = opened()
     for session in SESSIONS:
         assert await fresh.stores.runs.last(session) == f"r-{session}"
-        assert await fresh.lease.marked_run(session) is None
+        assert await fresh.lease.resumable_run(session) is None
         assert await fresh.stores.checkpoints.load(f"r-{session}") == _answered(session)
     assert [(a.id, a.session_id, a.key) for a in await fresh.inspect.awakeables()] == [("aw-s4", "s4", "approve")]
     from durable_agent.backends.sqlite import SqliteCheckpointStore
@@ -593,7 +593,7 @@ async def test_runs_parked_together_share_their_awakeables_and_tool_state_statem
     parked = {s: _tool_done(s, ({"op": "set", "key": "k", "value": s}, {"op": "delete", "key": "old"}))
               for s in SESSIONS}
     statements: list[str] = []
-    runtime._driver._conn.set_trace_callback(statements.append)
+    runtime._executor._conn.set_trace_callback(statements.append)
     results = await queued_together(db, [
         runtime.commit(RunTransition(s, epochs[s], checkpoint=_answered(s), awakeables=(("approve", f"aw-{s}"),),
                                      deferred=DeferredSteps((parked[s],))))

@@ -22,15 +22,17 @@ from durable_agent import (
     Agent,
     DurableOptions,
     GenerateTextResult,
+    Message,
     ModelRequest,
     PrepareStepContext,
     ScriptedModel,
     StaleEpochError,
     Tool,
     call,
+    content_parts,
+    message_text,
     reply,
 )
-from durable_agent import Message, content_parts, message_text
 from durable_agent._util import maybe_await, wall_clock_ms
 from durable_agent.backends import RunOwner
 from durable_agent.backends.memory import MemoryDurableState, MemoryRuntime

@@ -165,7 +165,7 @@ async def prompts_answered(runtime: Any, session: str) -> int:
     if stored is None:
         return 0
     asked = sum(1 for m in stored.messages if m["role"] == "user")
-    finished = stored.status == "completed" and await runtime.lease.marked_run(session) is None
+    finished = stored.status == "completed" and await runtime.lease.resumable_run(session) is None
     return asked if finished else asked - 1
 
 

@@ -177,7 +177,7 @@ async def claim_lease(runtime: DurableRuntime, session_id: str, stale_at: int) -
     if not claim.claimed:
         raise RunLeaseHeldError(session_id, claim.owner)
     assert claim.epoch is not None
-    return claim.epoch, claim.marked
+    return claim.epoch, claim.resumable_run
 
 
 async def release_lease(runtime: DurableRuntime, session_id: str, epoch: int) -> None:
@@ -339,7 +339,7 @@ class DurableSession:
         checkpoint = await self._stored(run_id)
         if checkpoint is None or checkpoint.status == "completed":
             return False
-        if checkpoint.status == "running" or await self.runtime.lease.marked_run(self.session_id) == run_id:
+        if checkpoint.status == "running" or await self.runtime.lease.resumable_run(self.session_id) == run_id:
             return True
         return await self.all_answered(checkpoint)
 

@@ -1,6 +1,6 @@
 """Tool calls: what the loop decides for each call of a step, and how the calls that run are run.
 
-`ToolDecider` validates each call and settles its approval: it runs, it is refused (an error
+`ToolDecider` validates each call and decides its approval: it runs, it is refused (an error
 result the model sees), it waits for a client-mode verdict, or it waits for a client tool's
 result. `ToolRunner` runs the calls that run, in parallel up to `max_tool_concurrency`, each
 a step of the run's `Durability` (on a journal, an unsafe call that started and never
@@ -154,7 +154,7 @@ class ToolDecider:
         self._responses = {r.approval_id: r for r in options.approval_responses}
 
     async def decide(self, calls: list[ToolCall], *, settling: bool, approval_ids: dict[str, str] | None = None) -> None:
-        """Validate each call and settle its approval, marking what runs, what is refused, what waits."""
+        """Validate each call and decide its approval, marking what runs, what is refused, what waits."""
         for call in calls:
             tool = self.options.tools.get(call.tool_name)
             if tool is None:

@@ -93,7 +93,7 @@ class DurableLease(Protocol):
 
     async def release(self, session_id: str, epoch: int) -> None: ...
 
-    async def marked_run(self, session_id: str) -> str | None: ...
+    async def resumable_run(self, session_id: str) -> str | None: ...
 
     async def resumable(self, *, stale_at: int, session_id: str | None = None) -> list[ResumableRun]: ...
 
@@ -104,7 +104,7 @@ class DurableSubmissionStore(Protocol):
 
     async def claim(self, session_id: str, request_id: str, fingerprint: str) -> tuple[bool, Any]: ...
 
-    async def settle(self, session_id: str, request_id: str, result: Any) -> None: ...
+    async def complete(self, session_id: str, request_id: str, result: Any) -> None: ...
 
 
 @runtime_checkable
@@ -132,7 +132,7 @@ class DurableStores(Protocol):
 
 @runtime_checkable
 class EndpointStores(DurableStores, Protocol):
-    """`DurableStores` plus the submissions the HTTP endpoint's idempotent POST claims and settles."""
+    """`DurableStores` plus the submissions the HTTP endpoint's idempotent POST claims and completes."""
 
     @property
     def submissions(self) -> DurableSubmissionStore: ...

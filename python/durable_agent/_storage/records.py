@@ -93,14 +93,14 @@ class RunOwner:
 class LeaseClaim:
     """Answer of a lease claim: the new epoch, or who still holds the lease.
 
-    `marked`: the session's run marked in progress as the claim took the lease (a claimed lease
+    `resumable_run`: the session's run marked in progress as the claim took the lease (a claimed lease
     only). It stays so while the lease is held: only the holder's fenced writes change the mark.
     """
 
     claimed: bool
     epoch: int | None = None
     owner: RunOwner | None = None
-    marked: str | None = None
+    resumable_run: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

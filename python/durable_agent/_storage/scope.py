@@ -459,7 +459,7 @@ class JournalScope:
 
     @staticmethod
     async def race(*aws: Awaitable[Any]) -> Any:
-        """The first to settle; the others are cancelled (`Promise.race`)."""
+        """The first to finish; the others are cancelled (`Promise.race`)."""
         tasks = [asyncio.ensure_future(a) for a in aws]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

@@ -56,7 +56,7 @@ class RuntimeRows(JournalBackend, Protocol):
         """Record a send: None when it is new, else the earlier send's (fingerprint, result)."""
         ...
 
-    async def settle_submission(self, session_id: str, request_id: str, result: Any) -> None:
+    async def complete_submission(self, session_id: str, request_id: str, result: Any) -> None:
         """Store a send's result; None drops the send."""
         ...
 
@@ -117,7 +117,7 @@ class StoredLease:
         if not claimed:
             return LeaseClaim(False, owner=row.owner)
         fences.claimed(session_id, row.epoch, on_stale, sent_at=sent_at, stale_after_ms=max(0, now - stale_at))
-        return LeaseClaim(True, epoch=row.epoch, marked=row.resumable_run)
+        return LeaseClaim(True, epoch=row.epoch, resumable_run=row.resumable_run)
 
     async def renew(self, session_id: str, epoch: int) -> bool:
         now, sent_at = self._runtime.clock(), time.monotonic()
@@ -163,7 +163,7 @@ class StoredLease:
 
         await self._rows.change_lease(session_id, marked, epoch=epoch)
 
-    async def marked_run(self, session_id: str) -> str | None:
+    async def resumable_run(self, session_id: str) -> str | None:
         """The session's run marked in progress, if any."""
         row = await self._rows.lease_row(session_id)
         return row.resumable_run if row is not None else None
@@ -206,9 +206,9 @@ class StoredSubmissionStore:
             raise SubmissionConflictError(session_id, request_id)
         return False, earlier[1]
 
-    async def settle(self, session_id: str, request_id: str, result: Any) -> None:
+    async def complete(self, session_id: str, request_id: str, result: Any) -> None:
         """Store the send's result; None drops the claim so a retry runs again."""
-        await self._rows.settle_submission(session_id, request_id, result)
+        await self._rows.complete_submission(session_id, request_id, result)
 
 
 class StoredToolStateStore:

@@ -241,22 +241,22 @@ class ChatEndpoint:
             if isinstance(earlier, dict) and isinstance(earlier.get("run_id"), str):
                 return earlier["run_id"], False
             if await self.events.run_info(run_id) is not None:
-                await submissions.settle(session_id, key, {"run_id": run_id})
+                await submissions.complete(session_id, key, {"run_id": run_id})
                 return run_id, False
             if await self.driver.checkpoint(run_id) is not None:  # started, then its process died before logging
                 await self.events.create_run(run_id, session_id, {})
-                await submissions.settle(session_id, key, {"run_id": run_id})
+                await submissions.complete(session_id, key, {"run_id": run_id})
                 return run_id, False
         try:
             await self.driver.start(run_id, session_id, prompt, {})
         except (RunLeaseHeldError, SessionStateError) as exc:
             if key is not None:
-                await self.runtime.stores.submissions.settle(session_id, key, None)  # a retry may start it
+                await self.runtime.stores.submissions.complete(session_id, key, None)  # a retry may start it
             if isinstance(exc, SessionStateError):
                 raise HttpError(409, "session_state", str(exc)) from exc
             raise HttpError(409, "session_busy", f"session {session_id!r} is running another run") from exc
         if key is not None:
-            await self.runtime.stores.submissions.settle(session_id, key, {"run_id": run_id})
+            await self.runtime.stores.submissions.complete(session_id, key, {"run_id": run_id})
         return run_id, True
 
     async def _show(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:

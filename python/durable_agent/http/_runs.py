@@ -24,7 +24,7 @@ Which process drives a run is the lease's business (`durable_agent._storage.leas
 of a run that no live process drives any more (its server was killed) makes this process take
 it over (`ensure_driven`): first the events the stored run proves but the log lacks are
 appended (`missing_events`), then the run is resumed from its journal and its new events
-follow. Two processes that race for it settle it by the lease: one resumes, the other's claim
+follow. Two processes that race for it are decided by the lease: one resumes, the other's claim
 is refused and it only reads.
 """
 
@@ -120,7 +120,7 @@ class RunDriver:
             await asyncio.shield(starting)
             return
         agent = self.agent(session_id)
-        await self._settle(session_id, run_id)
+        await self._await_ending_leg(session_id, run_id)
         self._check_free(session_id, run_id)
         agent = self._abortable(agent, run_id)
         started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -271,7 +271,7 @@ class RunDriver:
 
         Raises `RunLeaseHeldError` (nothing recorded) while this process drives another run of the session.
         """
-        await self._settle(info.session_id, info.run_id)
+        await self._await_ending_leg(info.session_id, info.run_id)
         self._check_free(info.session_id, info.run_id)
         if await self._ended(info.run_id):
             raise HttpError(409, "run_ended", f"run {info.run_id!r} was stopped (or failed): nothing was recorded")
@@ -297,7 +297,7 @@ class RunDriver:
         (``not_waiting``), a call has a result already (``already_answered``) or is not a client
         call it waits for (``not_pending``), or another run or process holds the session (``session_busy``).
         """
-        await self._settle(info.session_id, info.run_id)
+        await self._await_ending_leg(info.session_id, info.run_id)
         self._check_free(info.session_id, info.run_id)
         agent = self.agent(info.session_id)
         answers_for(info.run_id, await self.checkpoint(info.run_id), agent.tools, results)  # refused before a claim
@@ -348,7 +348,7 @@ class RunDriver:
                 await self.log.append(info.run_id, [error_event(RunAbortedError(info.run_id),
                                                                 f"{wall_clock_ms()}-abort")])
             self._parked.pop(info.run_id, None)
-        if await self.runtime.lease.marked_run(info.session_id) == info.run_id:
+        if await self.runtime.lease.resumable_run(info.session_id) == info.run_id:
             await self.agent(info.session_id).abandon_interrupted()
         return await self._ended(info.run_id)
 
@@ -376,7 +376,7 @@ class RunDriver:
         """Whether the run has more to do (`DurableSession.unfinished`)."""
         return await self.session(info.session_id).unfinished(info.run_id)
 
-    async def _settle(self, session_id: str, run_id: str) -> None:
+    async def _await_ending_leg(self, session_id: str, run_id: str) -> None:
         """Wait for another run of the session whose leg has logged its finish: its task is only ending (releasing
         the lease). A client that read that finish and asks at once must not be refused as busy."""
         busy = self._sessions.get(session_id)

@@ -1,4 +1,4 @@
-"""The SQL event log's statements as plans (no I/O): one SQLite driver runs them synchronously, a Postgres one
+"""The SQL event log's statements as plans (no I/O): one SQLite executor runs them synchronously, a Postgres one
 asynchronously (`durable_agent.backends._sql.plan` runs the plans; placeholders are written ``?``).
 
 Appends to one run are serialized: SQLite's ``BEGIN IMMEDIATE`` keeps other writers out, and

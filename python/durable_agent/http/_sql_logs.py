@@ -27,7 +27,7 @@ __all__ = ["PostgresEventLog", "SqliteEventLog"]
 
 
 class _SqlEventLog(abc.ABC):
-    """The `EventLog` methods over a driver's `_run(plan, write=)`; subclasses open the database."""
+    """The `EventLog` methods over an executor's `_run(plan, write=)`; subclasses open the database."""
 
     _dialect: Dialect
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .conformance import (
     CheckpointStoreConformance,
-    StoreDriver,
+    StoreCalls,
     conversation,
     hammer_one_run,
     make_checkpoint,
@@ -13,7 +13,7 @@ from .conformance import (
 
 __all__ = [
     "CheckpointStoreConformance",
-    "StoreDriver",
+    "StoreCalls",
     "conversation",
     "hammer_one_run",
     "make_checkpoint",

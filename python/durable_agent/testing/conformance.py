@@ -147,7 +147,7 @@ def make_checkpoint(
     )
 
 
-class StoreDriver:
+class StoreCalls:
     """Calls store methods that may be sync or async, on one event loop, and closes what it opened."""
 
     def __init__(self) -> None:
@@ -183,7 +183,7 @@ class ForkConformance:
 
     keeps_step_log: bool
 
-    def _steps(self, store: Any, driver: StoreDriver, run_id: str = "src") -> list[AgentCheckpoint]:
+    def _steps(self, store: Any, resolve: StoreCalls, run_id: str = "src") -> list[AgentCheckpoint]:
         """Five boundaries: growing history, one boundary with no new message, a suspension."""
         saved = []
         plan: list[tuple[int, RunStatus]] = [
@@ -192,7 +192,7 @@ class ForkConformance:
         for step, (count, status) in enumerate(plan):
             cp = make_checkpoint(run_id, step, conversation(count), status=status, created_at=100 + step,
                                  pending=status == "suspended")
-            driver(store.save(cp))
+            resolve(store.save(cp))
             saved.append(cp)
         return saved
 
@@ -200,80 +200,80 @@ class ForkConformance:
         if not self.keeps_step_log:
             pytest.skip("this store keeps no step log")
 
-    def test_fork_at_the_latest_step(self, store: Any, driver: StoreDriver) -> None:
-        saved = self._steps(store, driver)
-        forked = driver(fork_run(store, "src", new_run_id="copy", clock=lambda: 5_000))
+    def test_fork_at_the_latest_step(self, store: Any, resolve: StoreCalls) -> None:
+        saved = self._steps(store, resolve)
+        forked = resolve(fork_run(store, "src", new_run_id="copy", clock=lambda: 5_000))
         assert forked.run_id == "copy" and forked.step_index == 4 and forked.created_at == 5_000
-        assert driver(store.load("copy")) == forked
+        assert resolve(store.load("copy")) == forked
         assert list(forked.messages) == list(saved[-1].messages) and forked.usage == saved[-1].usage
-        assert driver(store.load("src")) == saved[-1]  # the source is untouched
+        assert resolve(store.load("src")) == saved[-1]  # the source is untouched
 
-    def test_load_step_reads_every_boundary(self, store: Any, driver: StoreDriver) -> None:
+    def test_load_step_reads_every_boundary(self, store: Any, resolve: StoreCalls) -> None:
         self._need_log()
-        saved = self._steps(store, driver)
+        saved = self._steps(store, resolve)
         for cp in saved:
-            assert driver(store.load_step("src", cp.step_index)) == cp
-        assert driver(store.load_step("src", 9)) is None
-        assert driver(store.load_step("nope", 0)) is None
+            assert resolve(store.load_step("src", cp.step_index)) == cp
+        assert resolve(store.load_step("src", 9)) is None
+        assert resolve(store.load_step("nope", 0)) is None
         with pytest.raises(ConfigurationError):
-            driver(store.load_step("src", -1))
+            resolve(store.load_step("src", -1))
 
-    def test_a_save_at_an_earlier_step_drops_the_later_ones(self, store: Any, driver: StoreDriver) -> None:
+    def test_a_save_at_an_earlier_step_drops_the_later_ones(self, store: Any, resolve: StoreCalls) -> None:
         self._need_log()
-        saved = self._steps(store, driver)
+        saved = self._steps(store, resolve)
         again = make_checkpoint("src", 2, [*conversation(4), message(50)], created_at=900)
-        driver(store.save(again))
-        assert [driver(store.load_step("src", i)) for i in range(5)] == [saved[0], saved[1], again, None, None]
+        resolve(store.save(again))
+        assert [resolve(store.load_step("src", i)) for i in range(5)] == [saved[0], saved[1], again, None, None]
 
-    def test_long_histories_saved_and_appended_in_one_save_round_trip(self, store: Any, driver: StoreDriver) -> None:
+    def test_long_histories_saved_and_appended_in_one_save_round_trip(self, store: Any, resolve: StoreCalls) -> None:
         """Hundreds of messages in one save (a SQL store writes them in chunks of rows), then more."""
         self._need_log()
         first = make_checkpoint("long", 0, conversation(600))
-        driver(store.save(first))
+        resolve(store.save(first))
         longer = make_checkpoint("long", 1, conversation(1_100))
-        driver(store.save(longer))
-        assert driver(store.load("long")) == longer and driver(store.load_step("long", 0)) == first
+        resolve(store.save(longer))
+        assert resolve(store.load("long")) == longer and resolve(store.load_step("long", 0)) == first
 
-    def test_a_rewritten_history_drops_the_steps_it_replaced(self, store: Any, driver: StoreDriver) -> None:
+    def test_a_rewritten_history_drops_the_steps_it_replaced(self, store: Any, resolve: StoreCalls) -> None:
         self._need_log()
-        saved = self._steps(store, driver)
+        saved = self._steps(store, resolve)
         history = conversation(7)
         rewritten = make_checkpoint("src", 5, [*history[:3], {"role": "user", "content": "edited"}, *history[4:]])
-        driver(store.save(rewritten))
-        found = [driver(store.load_step("src", i)) for i in range(6)]
+        resolve(store.save(rewritten))
+        found = [resolve(store.load_step("src", i)) for i in range(6)]
         assert found == [saved[0], None, None, None, None, rewritten]
 
-    def test_delete_and_prune_drop_the_step_log(self, store: Any, driver: StoreDriver) -> None:
+    def test_delete_and_prune_drop_the_step_log(self, store: Any, resolve: StoreCalls) -> None:
         self._need_log()
-        self._steps(store, driver)
-        driver(store.delete("src"))
-        driver(store.save(make_checkpoint("src", 0, conversation(1))))
-        assert driver(store.load_step("src", 1)) is None
-        self._steps(store, driver, "old")
-        assert driver(store.prune(before=10_000)) == ["old", "src"]
-        assert driver(store.load_step("old", 1)) is None
+        self._steps(store, resolve)
+        resolve(store.delete("src"))
+        resolve(store.save(make_checkpoint("src", 0, conversation(1))))
+        assert resolve(store.load_step("src", 1)) is None
+        self._steps(store, resolve, "old")
+        assert resolve(store.prune(before=10_000)) == ["old", "src"]
+        assert resolve(store.load_step("old", 1)) is None
 
-    def test_fork_at_an_earlier_step_then_the_runs_diverge(self, store: Any, driver: StoreDriver) -> None:
-        saved = self._steps(store, driver)
+    def test_fork_at_an_earlier_step_then_the_runs_diverge(self, store: Any, resolve: StoreCalls) -> None:
+        saved = self._steps(store, resolve)
         if not self.keeps_step_log:
             with pytest.raises(StepNotFoundError):
-                driver(fork_run(store, "src", new_run_id="b", at_step=1))
+                resolve(fork_run(store, "src", new_run_id="b", at_step=1))
             return
-        forked = driver(fork_run(store, "src", new_run_id="b", at_step=1, clock=lambda: 7))
+        forked = resolve(fork_run(store, "src", new_run_id="b", at_step=1, clock=lambda: 7))
         assert list(forked.messages) == list(saved[1].messages)
         assert (forked.step_index, forked.usage, forked.status) == (1, saved[1].usage, "running")
         grown = make_checkpoint("b", 2, [*forked.messages, message(90)])
-        driver(store.save(grown))
-        assert driver(store.load("b")) == grown
-        assert driver(store.load("src")) == saved[-1]
-        assert driver(store.load_step("src", 3)) == saved[3]
-        assert driver(checkpoint_at_step(store, "b", 1)) == forked
+        resolve(store.save(grown))
+        assert resolve(store.load("b")) == grown
+        assert resolve(store.load("src")) == saved[-1]
+        assert resolve(store.load_step("src", 3)) == saved[3]
+        assert resolve(checkpoint_at_step(store, "b", 1)) == forked
 
-    def test_fork_at_a_suspended_step_keeps_its_approvals(self, store: Any, driver: StoreDriver) -> None:
+    def test_fork_at_a_suspended_step_keeps_its_approvals(self, store: Any, resolve: StoreCalls) -> None:
         self._need_log()
-        self._steps(store, driver)
+        self._steps(store, resolve)
         # step 3 is suspended on one approval whose call is the assistant message's tool call
-        src = driver(checkpoint_at_step(store, "src", 3))
+        src = resolve(checkpoint_at_step(store, "src", 3))
         assert src.status == "suspended" and src.pending_approvals
 
         def mark(history: list[Any]) -> list[Any]:  # make the request's call open and marked
@@ -281,39 +281,39 @@ class ForkConformance:
             marker = {"type": "tool-approval-request", "approval_id": "appr-3", "tool_call_id": "call-1"}
             return [*history, {"role": "assistant", "content": [call, marker]}]
 
-        forked = driver(fork_run(store, "src", new_run_id="f", at_step=3, edit=mark, generate_id=lambda: "appr-f"))
+        forked = resolve(fork_run(store, "src", new_run_id="f", at_step=3, edit=mark, generate_id=lambda: "appr-f"))
         assert forked.status == "suspended"
         assert [r.approval_id for r in forked.pending_approvals or ()] == ["appr-f"]  # no two runs share an id
         assert forked.messages[-1]["content"][1]["approval_id"] == "appr-f"  # its marker too
         assert forked.pending_approvals[0].token is None  # bound to the first run: dropped
-        assert driver(store.load("f")) == forked
-        unmarked = driver(fork_run(store, "src", new_run_id="g", at_step=3))
+        assert resolve(store.load("f")) == forked
+        unmarked = resolve(fork_run(store, "src", new_run_id="g", at_step=3))
         assert unmarked.status == "running" and unmarked.pending_approvals is None
 
-    def test_fork_refuses_bad_targets_and_steps(self, store: Any, driver: StoreDriver) -> None:
-        self._steps(store, driver)
-        driver(store.save(make_checkpoint("taken", 0)))
+    def test_fork_refuses_bad_targets_and_steps(self, store: Any, resolve: StoreCalls) -> None:
+        self._steps(store, resolve)
+        resolve(store.save(make_checkpoint("taken", 0)))
         with pytest.raises(CheckpointConflictError):
-            driver(fork_run(store, "src", new_run_id="taken"))
+            resolve(fork_run(store, "src", new_run_id="taken"))
         with pytest.raises(CheckpointNotFoundError):
-            driver(fork_run(store, "missing", new_run_id="x"))
+            resolve(fork_run(store, "missing", new_run_id="x"))
         with pytest.raises(StepNotFoundError):
-            driver(fork_run(store, "src", new_run_id="x", at_step=5))
+            resolve(fork_run(store, "src", new_run_id="x", at_step=5))
         with pytest.raises(ConfigurationError):
-            driver(fork_run(store, "src", new_run_id="src"))
+            resolve(fork_run(store, "src", new_run_id="src"))
         with pytest.raises(ConfigurationError):
             bad: Any = {"role": "robot", "content": ""}
-            driver(fork_run(store, "src", new_run_id="x", edit=lambda h: [*h, bad]))
-        assert driver(store.load("x")) is None
+            resolve(fork_run(store, "src", new_run_id="x", edit=lambda h: [*h, bad]))
+        assert resolve(store.load("x")) is None
 
-    def test_update_run_edits_in_place_and_is_fenced(self, store: Any, driver: StoreDriver) -> None:
-        saved = self._steps(store, driver)
-        updated = driver(update_run(store, "src", lambda h: [*h[:-1], {"role": "user", "content": "instead"}]))
-        assert driver(store.load("src")) == updated and updated.step_index == saved[-1].step_index
+    def test_update_run_edits_in_place_and_is_fenced(self, store: Any, resolve: StoreCalls) -> None:
+        saved = self._steps(store, resolve)
+        updated = resolve(update_run(store, "src", lambda h: [*h[:-1], {"role": "user", "content": "instead"}]))
+        assert resolve(store.load("src")) == updated and updated.step_index == saved[-1].step_index
         assert updated.messages[-1] == {"role": "user", "content": "instead"}
         if self.keeps_step_log:
-            assert driver(store.load_step("src", 4)) == updated
-            assert driver(store.load_step("src", 0)) == saved[0]
+            assert resolve(store.load_step("src", 4)) == updated
+            assert resolve(store.load_step("src", 0)) == saved[0]
 
 
 class CheckpointStoreConformance(ForkConformance):
@@ -331,21 +331,21 @@ class CheckpointStoreConformance(ForkConformance):
         raise NotImplementedError("define a `make_store` fixture returning a store factory")
 
     @pytest.fixture
-    def driver(self) -> Iterator[StoreDriver]:
-        driver = StoreDriver()
-        yield driver
-        driver.close()
+    def resolve(self) -> Iterator[StoreCalls]:
+        resolve = StoreCalls()
+        yield resolve
+        resolve.close()
 
     @pytest.fixture
-    def store(self, make_store: Callable[[], Any], driver: StoreDriver) -> Any:
-        return driver.open(make_store)
+    def store(self, make_store: Callable[[], Any], resolve: StoreCalls) -> Any:
+        return resolve.open(make_store)
 
     # -- save / load -------------------------------------------------------------------
 
-    def test_load_of_unknown_run_is_none(self, store: Any, driver: StoreDriver) -> None:
-        assert driver(store.load("never-saved")) is None
+    def test_load_of_unknown_run_is_none(self, store: Any, resolve: StoreCalls) -> None:
+        assert resolve(store.load("never-saved")) is None
 
-    def test_round_trip_keeps_every_field(self, store: Any, driver: StoreDriver) -> None:
+    def test_round_trip_keeps_every_field(self, store: Any, resolve: StoreCalls) -> None:
         cp = make_checkpoint(
             "run-é/1",
             7,
@@ -357,29 +357,29 @@ class CheckpointStoreConformance(ForkConformance):
         )
         cp = dataclasses.replace(cp, trace_context={
             "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "k=v"})
-        driver(store.save(cp))
-        loaded = driver(store.load("run-é/1"))
+        resolve(store.save(cp))
+        loaded = resolve(store.load("run-é/1"))
         assert loaded == cp
         assert isinstance(loaded.messages[3]["content"][1]["data"], bytes)
         assert loaded.messages[2]["content"][0]["output"] == {"$bytes": "not really bytes", "n": 2}
 
-    def test_latest_save_wins_as_history_grows(self, store: Any, driver: StoreDriver) -> None:
+    def test_latest_save_wins_as_history_grows(self, store: Any, resolve: StoreCalls) -> None:
         history: list[Any] = []
         for step in range(40):
             history = [*history, message(2 * step), message(2 * step + 1)]
             cp = make_checkpoint("grow", step, history, created_at=1_000 + step)
-            driver(store.save(cp))
+            resolve(store.save(cp))
             if step % 13 == 0:
-                assert driver(store.load("grow")) == cp
-        assert driver(store.load("grow")) == cp
-        assert len(driver(store.load("grow")).messages) == 80
+                assert resolve(store.load("grow")) == cp
+        assert resolve(store.load("grow")) == cp
+        assert len(resolve(store.load("grow")).messages) == 80
 
-    def test_status_and_step_changes_without_new_messages(self, store: Any, driver: StoreDriver) -> None:
+    def test_status_and_step_changes_without_new_messages(self, store: Any, resolve: StoreCalls) -> None:
         history = conversation(4)
-        driver(store.save(make_checkpoint("same", 1, history)))
+        resolve(store.save(make_checkpoint("same", 1, history)))
         final = make_checkpoint("same", 2, history, status="completed", created_at=5_000)
-        driver(store.save(final))
-        assert driver(store.load("same")) == final
+        resolve(store.save(final))
+        assert resolve(store.load("same")) == final
 
     @pytest.mark.parametrize(
         "rewrite",
@@ -395,142 +395,142 @@ class CheckpointStoreConformance(ForkConformance):
         ],
     )
     def test_rewritten_history_is_stored_as_given(
-        self, store: Any, driver: StoreDriver, rewrite: Callable[[list[Any]], list[Any]]
+        self, store: Any, resolve: StoreCalls, rewrite: Callable[[list[Any]], list[Any]]
     ) -> None:
         history = conversation(8)
-        driver(store.save(make_checkpoint("rw", 1, history)))
+        resolve(store.save(make_checkpoint("rw", 1, history)))
         rewritten = make_checkpoint("rw", 2, rewrite(history))
-        driver(store.save(rewritten))
-        assert driver(store.load("rw")) == rewritten
+        resolve(store.save(rewritten))
+        assert resolve(store.load("rw")) == rewritten
         grown = make_checkpoint("rw", 3, [*rewritten.messages, message(70)])
-        driver(store.save(grown))
-        assert driver(store.load("rw")) == grown
+        resolve(store.save(grown))
+        assert resolve(store.load("rw")) == grown
 
-    def test_middle_message_replaced_while_tail_is_kept(self, store: Any, driver: StoreDriver) -> None:
+    def test_middle_message_replaced_while_tail_is_kept(self, store: Any, resolve: StoreCalls) -> None:
         history = conversation(10)
-        driver(store.save(make_checkpoint("mid", 1, history)))
+        resolve(store.save(make_checkpoint("mid", 1, history)))
         rewritten = [*history[:2], {"role": "user", "content": "redacted"}, *history[3:]]
         assert rewritten[-1] is history[-1]
         cp = make_checkpoint("mid", 2, rewritten)
-        driver(store.save(cp))
-        assert driver(store.load("mid")) == cp
+        resolve(store.save(cp))
+        assert resolve(store.load("mid")) == cp
 
-    def test_a_list_grown_in_place_between_saves(self, store: Any, driver: StoreDriver) -> None:
+    def test_a_list_grown_in_place_between_saves(self, store: Any, resolve: StoreCalls) -> None:
         """Against the immutability contract, but it must not lose messages."""
         history = conversation(3)
-        driver(store.save(make_checkpoint("inplace", 1, history)))
+        resolve(store.save(make_checkpoint("inplace", 1, history)))
         history.append(message(3))
-        driver(store.save(make_checkpoint("inplace", 2, history)))
-        assert driver(store.load("inplace")) == make_checkpoint("inplace", 2, conversation(4))
+        resolve(store.save(make_checkpoint("inplace", 2, history)))
+        assert resolve(store.load("inplace")) == make_checkpoint("inplace", 2, conversation(4))
 
     def test_handles_share_runs_and_heal_stale_views(
-        self, make_store: Callable[[], Any], driver: StoreDriver
+        self, make_store: Callable[[], Any], resolve: StoreCalls
     ) -> None:
-        first, second = driver.open(make_store), driver.open(make_store)
+        first, second = resolve.open(make_store), resolve.open(make_store)
         history = conversation(6)
-        driver(first.save(make_checkpoint("shared", 1, history)))
-        resumed = driver(second.load("shared"))
+        resolve(first.save(make_checkpoint("shared", 1, history)))
+        resumed = resolve(second.load("shared"))
         assert resumed == make_checkpoint("shared", 1, history)
         by_second = make_checkpoint("shared", 2, [*resumed.messages, message(40), message(41)])
-        driver(second.save(by_second))
-        assert driver(first.load("shared")) == by_second
+        resolve(second.save(by_second))
+        assert resolve(first.load("shared")) == by_second
         # `first` now writes from its own older view: latest save wins, nothing duplicated or lost.
         by_first = make_checkpoint("shared", 3, [*history, message(60)])
-        driver(first.save(by_first))
-        assert driver(second.load("shared")) == by_first
+        resolve(first.save(by_first))
+        assert resolve(second.load("shared")) == by_first
         again = make_checkpoint("shared", 4, [*by_first.messages, message(61)])
-        driver(second.save(again))
-        assert driver(first.load("shared")) == again
+        resolve(second.save(again))
+        assert resolve(first.load("shared")) == again
 
     def test_stale_handle_after_another_shortened_the_run(
-        self, make_store: Callable[[], Any], driver: StoreDriver
+        self, make_store: Callable[[], Any], resolve: StoreCalls
     ) -> None:
-        mine, theirs = driver.open(make_store), driver.open(make_store)
+        mine, theirs = resolve.open(make_store), resolve.open(make_store)
         history = conversation(6)
-        driver(mine.save(make_checkpoint("short", 1, history)))
-        driver(theirs.save(make_checkpoint("short", 2, history[:2])))
+        resolve(mine.save(make_checkpoint("short", 1, history)))
+        resolve(theirs.save(make_checkpoint("short", 2, history[:2])))
         extended = make_checkpoint("short", 3, [*history, message(6)])
-        driver(mine.save(extended))  # from a view that is stale: the store must not trust it
-        assert driver(theirs.load("short")) == extended
-        assert driver(mine.load("short")) == extended
+        resolve(mine.save(extended))  # from a view that is stale: the store must not trust it
+        assert resolve(theirs.load("short")) == extended
+        assert resolve(mine.load("short")) == extended
 
-    def test_runs_are_isolated(self, store: Any, driver: StoreDriver) -> None:
+    def test_runs_are_isolated(self, store: Any, resolve: StoreCalls) -> None:
         saved: dict[str, AgentCheckpoint] = {}
         for step in range(5):
             for run_id in ("a", "ab", "b"):
                 n = len(run_id) * 2 + step
                 saved[run_id] = make_checkpoint(run_id, step, conversation(n))
-                driver(store.save(saved[run_id]))
-        driver(store.delete("ab"))
-        assert driver(store.load("a")) == saved["a"]
-        assert driver(store.load("b")) == saved["b"]
-        assert driver(store.load("ab")) is None
+                resolve(store.save(saved[run_id]))
+        resolve(store.delete("ab"))
+        assert resolve(store.load("a")) == saved["a"]
+        assert resolve(store.load("b")) == saved["b"]
+        assert resolve(store.load("ab")) is None
 
     @pytest.mark.parametrize(
         "run_id",
         ["a/b\\c", "ü 'x' \"y\"", "line\nbreak\ttab", "%s ? ; DROP TABLE x; --", "\U0001f600" * 40, "*"],
     )
-    def test_unusual_run_ids(self, store: Any, driver: StoreDriver, run_id: str) -> None:
+    def test_unusual_run_ids(self, store: Any, resolve: StoreCalls, run_id: str) -> None:
         cp = make_checkpoint(run_id, 3, conversation(5))
-        driver(store.save(cp))
-        assert driver(store.load(run_id)) == cp
-        assert driver(store.list()) == [run_id]
-        driver(store.delete(run_id))
-        assert driver(store.load(run_id)) is None
+        resolve(store.save(cp))
+        assert resolve(store.load(run_id)) == cp
+        assert resolve(store.list()) == [run_id]
+        resolve(store.delete(run_id))
+        assert resolve(store.load(run_id)) is None
 
     def test_unencodable_checkpoint_raises_codec_error_and_keeps_the_stored_one(
-        self, store: Any, driver: StoreDriver
+        self, store: Any, resolve: StoreCalls
     ) -> None:
         if not self.checks_encoding:
             pytest.skip("this store keeps checkpoints as objects and never encodes them")
         good = make_checkpoint("enc", 1, conversation(3))
-        driver(store.save(good))
+        resolve(store.save(good))
         bad = make_checkpoint(
             "enc", 2, [*good.messages, {"role": "user", "content": [{"type": "x", "v": {1, 2}}]}]
         )
         with pytest.raises(CodecError):
-            driver(store.save(bad))
-        assert driver(store.load("enc")) == good
+            resolve(store.save(bad))
+        assert resolve(store.load("enc")) == good
         nan = make_checkpoint("enc", 2, [*good.messages, {"role": "user", "content": [{"v": float("nan")}]}])
         with pytest.raises(CodecError):
-            driver(store.save(nan))
+            resolve(store.save(nan))
         better = make_checkpoint("enc", 3, [*good.messages, message(3)])
-        driver(store.save(better))
-        assert driver(store.load("enc")) == better
+        resolve(store.save(better))
+        assert resolve(store.load("enc")) == better
 
     # -- optimistic guard --------------------------------------------------------------
 
-    def test_expected_step_index_guards_against_another_writer(self, store: Any, driver: StoreDriver) -> None:
-        driver(store.save(make_checkpoint("g", 4, conversation(4)), expected_step_index=None))
-        driver(store.save(make_checkpoint("g", 5, conversation(5)), expected_step_index=4))
+    def test_expected_step_index_guards_against_another_writer(self, store: Any, resolve: StoreCalls) -> None:
+        resolve(store.save(make_checkpoint("g", 4, conversation(4)), expected_step_index=None))
+        resolve(store.save(make_checkpoint("g", 5, conversation(5)), expected_step_index=4))
         with pytest.raises(CheckpointConflictError) as caught:
-            driver(store.save(make_checkpoint("g", 6, conversation(7)), expected_step_index=4))
+            resolve(store.save(make_checkpoint("g", 6, conversation(7)), expected_step_index=4))
         assert (caught.value.run_id, caught.value.expected, caught.value.actual) == ("g", 4, 5)
         assert caught.value.code == "checkpoint_conflict"
-        assert driver(store.load("g")) == make_checkpoint("g", 5, conversation(5))
-        driver(store.save(make_checkpoint("g", 6, conversation(6)), expected_step_index=5))
-        assert driver(store.load("g")).step_index == 6
+        assert resolve(store.load("g")) == make_checkpoint("g", 5, conversation(5))
+        resolve(store.save(make_checkpoint("g", 6, conversation(6)), expected_step_index=5))
+        assert resolve(store.load("g")).step_index == 6
 
-    def test_expected_step_index_on_a_missing_run_conflicts(self, store: Any, driver: StoreDriver) -> None:
+    def test_expected_step_index_on_a_missing_run_conflicts(self, store: Any, resolve: StoreCalls) -> None:
         with pytest.raises(CheckpointConflictError) as caught:
-            driver(store.save(make_checkpoint("new", 1), expected_step_index=0))
+            resolve(store.save(make_checkpoint("new", 1), expected_step_index=0))
         assert caught.value.actual is None
-        assert driver(store.load("new")) is None
+        assert resolve(store.load("new")) is None
 
     # -- delete / list / prune ---------------------------------------------------------
 
-    def test_delete(self, store: Any, driver: StoreDriver) -> None:
-        driver(store.save(make_checkpoint("d", 2, conversation(6))))
-        driver(store.delete("d"))
-        assert driver(store.load("d")) is None
-        assert driver(store.list()) == []
-        driver(store.delete("d"))
-        driver(store.delete("never-saved"))
+    def test_delete(self, store: Any, resolve: StoreCalls) -> None:
+        resolve(store.save(make_checkpoint("d", 2, conversation(6))))
+        resolve(store.delete("d"))
+        assert resolve(store.load("d")) is None
+        assert resolve(store.list()) == []
+        resolve(store.delete("d"))
+        resolve(store.delete("never-saved"))
         again = make_checkpoint("d", 0, conversation(2))
-        driver(store.save(again))
-        assert driver(store.load("d")) == again
+        resolve(store.save(again))
+        assert resolve(store.load("d")) == again
 
-    def _populate(self, store: Any, driver: StoreDriver) -> None:
+    def _populate(self, store: Any, resolve: StoreCalls) -> None:
         statuses: list[RunStatus] = ["running", "suspended", "completed"]
         for i in range(12):
             status = statuses[i % 3]
@@ -542,30 +542,30 @@ class CheckpointStoreConformance(ForkConformance):
                 created_at=1_000 * (i + 1),
                 pending=status == "suspended",
             )
-            driver(store.save(cp))
+            resolve(store.save(cp))
 
-    def test_list_is_sorted_and_filtered_by_latest_status(self, store: Any, driver: StoreDriver) -> None:
-        assert driver(store.list()) == []
-        self._populate(store, driver)
-        assert driver(store.list()) == [f"run-{i:02d}" for i in range(12)]
-        assert driver(store.list(status="suspended")) == [f"run-{i:02d}" for i in range(1, 12, 3)]
-        driver(store.save(make_checkpoint("run-01", 20, conversation(3), status="completed")))
-        assert "run-01" not in driver(store.list(status="suspended"))
-        assert "run-01" in driver(store.list(status="completed"))
+    def test_list_is_sorted_and_filtered_by_latest_status(self, store: Any, resolve: StoreCalls) -> None:
+        assert resolve(store.list()) == []
+        self._populate(store, resolve)
+        assert resolve(store.list()) == [f"run-{i:02d}" for i in range(12)]
+        assert resolve(store.list(status="suspended")) == [f"run-{i:02d}" for i in range(1, 12, 3)]
+        resolve(store.save(make_checkpoint("run-01", 20, conversation(3), status="completed")))
+        assert "run-01" not in resolve(store.list(status="suspended"))
+        assert "run-01" in resolve(store.list(status="completed"))
 
-    def test_list_pages_cover_every_run_once(self, store: Any, driver: StoreDriver) -> None:
-        self._populate(store, driver)
+    def test_list_pages_cover_every_run_once(self, store: Any, resolve: StoreCalls) -> None:
+        self._populate(store, resolve)
         seen: list[str] = []
         after = None
         while True:
-            page = driver(store.list(limit=5, after=after))
+            page = resolve(store.list(limit=5, after=after))
             assert len(page) <= 5
             if not page:
                 break
             seen.extend(page)
             after = page[-1]
-        assert seen == driver(store.list())
-        assert driver(store.list(status="running", limit=2, after="run-00")) == ["run-03", "run-06"]
+        assert seen == resolve(store.list())
+        assert resolve(store.list(status="running", limit=2, after="run-00")) == ["run-03", "run-06"]
 
     @pytest.mark.parametrize(
         "kwargs",
@@ -581,22 +581,22 @@ class CheckpointStoreConformance(ForkConformance):
         ],
     )
     def test_list_rejects_bad_arguments(
-        self, store: Any, driver: StoreDriver, kwargs: dict[str, Any]
+        self, store: Any, resolve: StoreCalls, kwargs: dict[str, Any]
     ) -> None:
         with pytest.raises(ConfigurationError):
-            driver(store.list(**kwargs))
+            resolve(store.list(**kwargs))
 
-    def test_prune_keeps_suspended_runs_unless_asked(self, store: Any, driver: StoreDriver) -> None:
+    def test_prune_keeps_suspended_runs_unless_asked(self, store: Any, resolve: StoreCalls) -> None:
         self._populate(
-            store, driver
+            store, resolve
         )  # run-i created at 1000*(i+1); statuses cycle running/suspended/completed
-        deleted = driver(store.prune(before=6_500))
+        deleted = resolve(store.prune(before=6_500))
         assert deleted == ["run-00", "run-02", "run-03", "run-05"]
-        assert driver(store.list()) == ["run-01", "run-04", *[f"run-{i:02d}" for i in range(6, 12)]]
-        assert driver(store.load("run-01")).status == "suspended"
-        assert driver(store.prune(before=6_500)) == []
-        assert driver(store.prune(before=12_500, status="completed")) == ["run-08", "run-11"]
-        assert driver(store.prune(before=12_500, include_suspended=True)) == [
+        assert resolve(store.list()) == ["run-01", "run-04", *[f"run-{i:02d}" for i in range(6, 12)]]
+        assert resolve(store.load("run-01")).status == "suspended"
+        assert resolve(store.prune(before=6_500)) == []
+        assert resolve(store.prune(before=12_500, status="completed")) == ["run-08", "run-11"]
+        assert resolve(store.prune(before=12_500, include_suspended=True)) == [
             "run-01",
             "run-04",
             "run-06",
@@ -604,18 +604,18 @@ class CheckpointStoreConformance(ForkConformance):
             "run-09",
             "run-10",
         ]
-        assert driver(store.list()) == []
+        assert resolve(store.list()) == []
 
-    def test_prune_of_suspended_runs_must_be_explicit(self, store: Any, driver: StoreDriver) -> None:
-        self._populate(store, driver)
+    def test_prune_of_suspended_runs_must_be_explicit(self, store: Any, resolve: StoreCalls) -> None:
+        self._populate(store, resolve)
         with pytest.raises(ConfigurationError):
-            driver(store.prune(before=99_000, status="suspended"))
-        assert driver(store.prune(before=99_000, status="suspended", include_suspended=True)) == [
+            resolve(store.prune(before=99_000, status="suspended"))
+        assert resolve(store.prune(before=99_000, status="suspended", include_suspended=True)) == [
             f"run-{i:02d}" for i in range(1, 12, 3)
         ]
-        assert driver(store.list(status="suspended")) == []
+        assert resolve(store.list(status="suspended")) == []
         with pytest.raises(ConfigurationError):
-            driver(store.prune(before="yesterday"))
+            resolve(store.prune(before="yesterday"))
 
     # -- bad input ---------------------------------------------------------------------
 
@@ -628,35 +628,35 @@ class CheckpointStoreConformance(ForkConformance):
             pytest.param(lambda: make_checkpoint("lone\ud800"), id="surrogate-run-id"),
         ],
     )
-    def test_save_rejects_bad_input(self, store: Any, driver: StoreDriver, bad: Callable[[], Any]) -> None:
+    def test_save_rejects_bad_input(self, store: Any, resolve: StoreCalls, bad: Callable[[], Any]) -> None:
         with pytest.raises(ConfigurationError):
-            driver(store.save(bad()))
-        assert driver(store.list()) == []
+            resolve(store.save(bad()))
+        assert resolve(store.list()) == []
 
-    def test_bad_expected_step_index_and_run_ids_are_rejected(self, store: Any, driver: StoreDriver) -> None:
+    def test_bad_expected_step_index_and_run_ids_are_rejected(self, store: Any, resolve: StoreCalls) -> None:
         for expected in (-1, "3", 1.0, True):
             with pytest.raises(ConfigurationError):
-                driver(store.save(make_checkpoint("x", 1), expected_step_index=expected))
+                resolve(store.save(make_checkpoint("x", 1), expected_step_index=expected))
         for run_id in ("", None, 3, "a\x00b"):
             with pytest.raises(ConfigurationError):
-                driver(store.load(run_id))
+                resolve(store.load(run_id))
             with pytest.raises(ConfigurationError):
-                driver(store.delete(run_id))
-        assert driver(store.list()) == []
+                resolve(store.delete(run_id))
+        assert resolve(store.list()) == []
 
-    def test_one_run_id_length_rule_for_every_backend(self, store: Any, driver: StoreDriver) -> None:
+    def test_one_run_id_length_rule_for_every_backend(self, store: Any, resolve: StoreCalls) -> None:
         longest = "é" * (MAX_RUN_ID_BYTES // 2)  # MAX_RUN_ID_BYTES bytes in UTF-8
         cp = make_checkpoint(longest, 1, conversation(2))
-        driver(store.save(cp))
-        assert driver(store.load(longest)) == cp
-        assert driver(store.list(after="é")) == [longest]
+        resolve(store.save(cp))
+        assert resolve(store.load(longest)) == cp
+        assert resolve(store.list(after="é")) == [longest]
         too_long = longest + "x"
         with pytest.raises(ConfigurationError, match=str(MAX_RUN_ID_BYTES)):
-            driver(store.save(make_checkpoint(too_long, 1)))
+            resolve(store.save(make_checkpoint(too_long, 1)))
         for method in (store.load, store.delete):
             with pytest.raises(ConfigurationError):
-                driver(method(too_long))
-        assert driver(store.list()) == [longest]
+                resolve(method(too_long))
+        assert resolve(store.list()) == [longest]
 
 
 def hammer_one_run(stores: Sequence[Any], steps: int = 15, run_id: str = "hot") -> AgentCheckpoint:

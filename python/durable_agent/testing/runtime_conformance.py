@@ -601,17 +601,17 @@ class DurableRuntimeConformance:
         assert (await other.lease.claim(self.session, stale_at=0)).claimed
 
     async def test_a_claim_reports_the_run_marked_in_progress(self, make_runtime: RuntimeFactory, clock: Clock) -> None:
-        """What the claimer would read next (`marked_run`), handed over by the claim itself."""
+        """What the claimer would read next (`resumable_run`), handed over by the claim itself."""
         runtime = make_runtime(clock)
         first = await runtime.lease.claim(self.session, stale_at=0)
-        assert first.claimed and first.marked is None
+        assert first.claimed and first.resumable_run is None
         await runtime.commit(RunTransition(self.session, first.epoch, mark="r-marked"))
         await runtime.lease.release(self.session, first.epoch)
         again = await runtime.lease.claim(self.session, stale_at=0)
-        assert again.claimed and again.marked == "r-marked" == await runtime.lease.marked_run(self.session)
+        assert again.claimed and again.resumable_run == "r-marked" == await runtime.lease.resumable_run(self.session)
         await runtime.commit(RunTransition(self.session, again.epoch, unmark=True))
         await runtime.lease.release(self.session, again.epoch)
-        assert (await runtime.lease.claim(self.session, stale_at=0)).marked is None
+        assert (await runtime.lease.claim(self.session, stale_at=0)).resumable_run is None
 
     @checkpoint_only(ENGINE_LOCK)
     async def test_racing_claims_of_one_runtime_take_the_lease_once(
@@ -670,10 +670,10 @@ class DurableRuntimeConformance:
             pytest.skip("not an EndpointRuntime: enough for Agent; the HTTP endpoint needs submissions")
         submissions = runtime.stores.submissions
         assert await submissions.claim(self.session, "req-1", "fp-a") == (True, None)
-        await submissions.settle(self.session, "req-1", {"run_id": "r9"})
+        await submissions.complete(self.session, "req-1", {"run_id": "r9"})
         assert await submissions.claim(self.session, "req-1", "fp-a") == (False, {"run_id": "r9"})
         with pytest.raises(SubmissionConflictError):
             await submissions.claim(self.session, "req-1", "fp-b")
         await submissions.claim(self.session, "req-2", "fp")
-        await submissions.settle(self.session, "req-2", None)  # dropped: a retry runs again
+        await submissions.complete(self.session, "req-2", None)  # dropped: a retry runs again
         assert await submissions.claim(self.session, "req-2", "fp") == (True, None)

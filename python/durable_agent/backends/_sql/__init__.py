@@ -1,7 +1,7 @@
 """Everything durable-agent says to a SQL database, written once for SQLite and Postgres, without I/O.
 
 * `plan`: `Query`, the typed `Plan`, the one `Dialect` (`SQLITE`, `POSTGRES`), migrations,
-  the drivers `run_sync` / `run_async`, and `Mergeable` (writes a batching driver runs together);
+  the executors `run_sync` / `run_async`, and `Mergeable` (writes a batching executor runs together);
 * `checkpoints`: the checkpoint stores' tables and plans (also written by the SQL runtimes);
 * `journal_schema` and `journal`: the step journal's tables and plans (SQLite and Postgres runtimes).
 

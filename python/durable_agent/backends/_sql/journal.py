@@ -408,7 +408,7 @@ def add_submission_plan(session_id: str, request_id: str, fingerprint: str) -> P
     return stored, _value(result)
 
 
-def settle_submission_plan(session_id: str, request_id: str, result: Any) -> Plan[None]:
+def complete_submission_plan(session_id: str, request_id: str, result: Any) -> Plan[None]:
     if result is None:
         yield Query(
             f"DELETE FROM {SUBMISSIONS} WHERE session_id = ? AND request_id = ?", (session_id, request_id)

@@ -2,11 +2,11 @@
 
 A plan yields each statement as a `Query` and receives its result (the first row or None
 for ``fetch="one"``, every row for ``"all"``, the number of rows it changed for ``"count"``,
-None otherwise); its return value is the operation's answer. A driver runs a plan inside
+None otherwise); its return value is the operation's answer. An executor runs a plan inside
 one transaction: `run_sync` on a DB-API cursor (sqlite3, psycopg), `run_async` on psycopg's
-async cursor. Plans take no locks of their own and touch no connection, so a driver may
+async cursor. Plans take no locks of their own and touch no connection, so an executor may
 batch them (SQLite's group commit) or pipeline them (Postgres). A write may also come as a
-`Mergeable`: the same write in a form a batching driver runs together with others of its
+`Mergeable`: the same write in a form a batching executor runs together with others of its
 kind, in a few statements for all of them.
 
 `Plan[T]` is a plan returning T; a bare `Plan` returns Any. Statements are written with ``?``
@@ -39,7 +39,7 @@ class Query:
     ``fetch="count"`` (rows changed) checks a conditional write in one step of the statement,
     where ``RETURNING`` takes two more (each a GIL hand-off in sqlite3: `durable_agent.backends.sqlite._group_commit`).
 
-    `alone`: when this is the first query of a write plan, a driver may run it as a transaction
+    `alone`: when this is the first query of a write plan, an executor may run it as a transaction
     of its own (on Postgres one round trip: the statement commits as it ends); the queries the
     plan yields after it, if any, then run in a new transaction. The plan must make such a
     statement all-or-nothing, and continue only when it wrote nothing.
@@ -56,7 +56,7 @@ Plan = Generator[Query, Any, T]
 
 
 class Mergeable(Protocol):
-    """A write that a batching driver may run together with writes of its type queued right after it
+    """A write that a batching executor may run together with writes of its type queued right after it
     (SQLite's group commit: `durable_agent.backends.sqlite._group_commit`)."""
 
     @property
@@ -71,7 +71,7 @@ class Mergeable(Protocol):
 
 
 ALONE: Any = object()  # what `Mergeable.merged` answers for a write it did not make
-MERGE_VARIABLES = 4096  # placeholders a merged statement may use (a batching driver merges only where that many fit)
+MERGE_VARIABLES = 4096  # placeholders a merged statement may use (a batching executor merges only where that many fit)
 
 R = TypeVar("R")
 

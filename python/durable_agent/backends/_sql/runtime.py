@@ -1,6 +1,6 @@
-"""`SqlRuntime`: what the SQLite and Postgres runtimes share — the journal's rows over a `SqlDriver`.
+"""`SqlRuntime`: what the SQLite and Postgres runtimes share — the journal's rows over a `SqlExecutor`.
 
-The rows are read and written by the plans of `durable_agent.backends._sql.journal` (no I/O); a driver
+The rows are read and written by the plans of `durable_agent.backends._sql.journal` (no I/O); an executor
 runs each plan in one transaction, rolled back when the plan raises. The rules over the rows
 (leases, submissions, the run's steps) are the memory runtime's too: `runtime.stored`,
 `runtime.scope`.
@@ -23,38 +23,38 @@ from .checkpoints import load_plan, remembered, save_plan
 from .plan import Dialect, Mergeable, Plan, T
 
 
-class SqlDriver(Protocol):
+class SqlExecutor(Protocol):
     """Runs plans on one database: each plan in one transaction, rolled back when the plan raises."""
 
     dialect: Dialect
 
     def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> Awaitable[T]:
-        """`plan`'s result; `merge`: the same write, for a driver that runs writes of its kind together
-        (or ignores it). An awaitable, not necessarily a coroutine: a driver may hand back the future
+        """`plan`'s result; `merge`: the same write, for an executor that runs writes of its kind together
+        (or ignores it). An awaitable, not necessarily a coroutine: an executor may hand back the future
         its writer settles (one frame less on every write of a busy loop)."""
 
     async def wait_for_change(self, timeout: float) -> None: ...
 
 
 class SqlRows:
-    """`RuntimeRows` over a `SqlDriver`; a refused fenced write also tells the runtime's `Fences`.
+    """`RuntimeRows` over a `SqlExecutor`; a refused fenced write also tells the runtime's `Fences`.
 
     Every read goes through `read` and every write through `write` (one transaction each),
     the seams a test or a bench wraps to count or interrupt writes.
     """
 
-    def __init__(self, driver: SqlDriver, fences: Fences, cache: PrefixCache) -> None:
-        self._driver = driver
-        self._d = driver.dialect
+    def __init__(self, executor: SqlExecutor, fences: Fences, cache: PrefixCache) -> None:
+        self._executor = executor
+        self._d = executor.dialect
         self._fences = fences
         self.cache = cache  # what this "process" last wrote or read of each run's checkpoint
 
     async def read(self, plan: Plan[T]) -> T:
-        return await self._driver.run(plan, write=False)
+        return await self._executor.run(plan, write=False)
 
     async def write(self, plan: Plan[T], merge: Mergeable | None = None) -> T:
         try:
-            return await self._driver.run(plan, write=True, merge=merge)
+            return await self._executor.run(plan, write=True, merge=merge)
         except StaleEpochError as error:
             self._fences.refused(error)
             raise
@@ -86,7 +86,7 @@ class SqlRows:
         return await self.read(plans.get_awakeable_plan(awakeable_id))
 
     async def wait_for_change(self, timeout: float) -> None:
-        await self._driver.wait_for_change(timeout)
+        await self._executor.wait_for_change(timeout)
 
     async def lease_row(self, session_id: str) -> LeaseRow | None:
         return await self.read(plans.lease_row_plan(session_id))
@@ -108,8 +108,8 @@ class SqlRows:
     async def add_submission(self, session_id: str, request_id: str, fingerprint: str) -> tuple[str, Any] | None:
         return await self.write(plans.add_submission_plan(session_id, request_id, fingerprint))
 
-    async def settle_submission(self, session_id: str, request_id: str, result: Any) -> None:
-        await self.write(plans.settle_submission_plan(session_id, request_id, result))
+    async def complete_submission(self, session_id: str, request_id: str, result: Any) -> None:
+        await self.write(plans.complete_submission_plan(session_id, request_id, result))
 
     async def tool_state(self, session_id: str, key: str | None) -> dict[str, Any]:
         return await self.read(plans.tool_state_plan(session_id, key))
@@ -188,7 +188,7 @@ class SqlCheckpoints:
 
 
 class SqlRuntime(StoredRuntime[SqlCheckpoints]):
-    """A checkpoint-mode `DurableRuntime` over a `SqlDriver`: what the SQLite and Postgres runtimes share.
+    """A checkpoint-mode `DurableRuntime` over a `SqlExecutor`: what the SQLite and Postgres runtimes share.
 
     One instance is one "process": its own owner token and fences. Several instances (in
     one process or many) over one database are several processes on that database.
@@ -196,9 +196,9 @@ class SqlRuntime(StoredRuntime[SqlCheckpoints]):
 
     backend: SqlRows
 
-    def __init__(self, driver: SqlDriver, *, clock: Callable[[], int]) -> None:
+    def __init__(self, executor: SqlExecutor, *, clock: Callable[[], int]) -> None:
         fences = Fences()
-        rows = SqlRows(driver, fences, PrefixCache())
+        rows = SqlRows(executor, fences, PrefixCache())
         super().__init__(rows, SqlCheckpoints(rows), fences, clock)
 
     def lease_released(self, session_id: str, epoch: int) -> None:

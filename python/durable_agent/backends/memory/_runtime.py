@@ -200,7 +200,7 @@ class _MemoryRows:
             return None
         return earlier["fingerprint"], earlier["result"]
 
-    async def settle_submission(self, session_id: str, request_id: str, result: Any) -> None:
+    async def complete_submission(self, session_id: str, request_id: str, result: Any) -> None:
         book = self.state.submissions
         if result is None:
             book.pop((session_id, request_id), None)

@@ -108,7 +108,7 @@ class _Listener:
             await self._conn.close()
 
 
-class _PostgresDriver:
+class _PostgresExecutor:
     """Runs journal plans, each in its own transaction, on a pool's connections (or one connection)."""
 
     dialect = DIALECT
@@ -135,7 +135,7 @@ class _PostgresDriver:
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Any]:
-        """A connection for one transaction: the pool's, or this driver's own (transactions take turns)."""
+        """A connection for one transaction: the pool's, or this executor's own (transactions take turns)."""
         if self._pool is not None:
             if not self._opened:  # opened inside the running event loop, on first use
                 self._opened = True
@@ -216,13 +216,13 @@ class PostgresRuntime(SqlRuntime):
     ) -> None:
         if type(max_connections) is not int or max_connections < 1:
             raise ConfigurationError(f"max_connections must be an int of at least 1, got {max_connections!r}")
-        driver = _PostgresDriver(conninfo, pool, max_connections)
-        self._driver = driver
-        super().__init__(driver, clock=clock)
+        executor = _PostgresExecutor(conninfo, pool, max_connections)
+        self._executor = executor
+        super().__init__(executor, clock=clock)
 
     async def close(self) -> None:
         """Close the connections this runtime opened (a pool passed in stays open)."""
-        await self._driver.close()
+        await self._executor.close()
 
     async def __aenter__(self) -> PostgresRuntime:
         return self

@@ -47,7 +47,7 @@ EPOCH = 1
 
 CHECKPOINT_PREFIX = "checkpoint/"
 LAST_RUN, MARKED, TOOL_STATE, QUEUE, SUBMISSIONS, AWAKEABLES = (
-    "last_run", "marked_run", "tool_state", "queue", "submissions", "awakeables")
+    "last_run", "resumable_run", "tool_state", "queue", "submissions", "awakeables")
 
 
 async def state_text(ctx: restate.ObjectSharedContext | restate.ObjectContext, name: str) -> str | None:
@@ -65,7 +65,7 @@ class RestateLease:
     async def claim(self, session_id: str, *, stale_at: int, owner: RunOwner | None = None,
                     on_stale: Any = None) -> LeaseClaim:
         self._runtime.check_session(session_id)
-        return LeaseClaim(True, EPOCH, marked=await self.marked_run(session_id))
+        return LeaseClaim(True, EPOCH, resumable_run=await self.resumable_run(session_id))
 
     async def renew(self, session_id: str, epoch: int) -> bool:
         return True
@@ -80,7 +80,7 @@ class RestateLease:
         self._runtime.check_session(session_id)
         self._runtime.set_state(MARKED, run_id)
 
-    async def marked_run(self, session_id: str) -> str | None:
+    async def resumable_run(self, session_id: str) -> str | None:
         self._runtime.check_session(session_id)
         return await self._runtime.get_state(MARKED)  # type: ignore[no-any-return]  # state is codec data
 
@@ -141,7 +141,7 @@ class RestateSubmissions:
             raise SubmissionConflictError(session_id, request_id)
         return False, earlier["result"]
 
-    async def settle(self, session_id: str, request_id: str, result: Any) -> None:
+    async def complete(self, session_id: str, request_id: str, result: Any) -> None:
         self._runtime.check_session(session_id)
         book = dict(await self._runtime.get_state(SUBMISSIONS) or {})
         if result is None:
@@ -362,7 +362,7 @@ class RestateRuntime:
             self.awakeable_records[key], self._futures[key] = record, future
         return record, self._futures[key]
 
-    def settle_awakeable(self, record: AwakeableRecord, value: Any) -> None:
+    def record_resolved(self, record: AwakeableRecord, value: Any) -> None:
         self.awakeable_records[record.key] = AwakeableRecord(record.id, record.session_id, record.key, True, value)
 
     async def wait_parked(self) -> int:
@@ -371,6 +371,6 @@ class RestateRuntime:
         if parked:
             await sdk().gather(*(future for _, future in parked))
             for record, future in parked:
-                self.settle_awakeable(record, await future)
+                self.record_resolved(record, await future)
             self.advance_clock(int(await self.ctx.time() * 1000))  # the verdicts came now, not when the run parked
         return len(parked)

@@ -205,7 +205,7 @@ class RestateScope:
                 which, value = await sdk().select(value=future, timeout=self._ctx.sleep(timedelta(milliseconds=timeout_ms)))
                 if which == "timeout":
                     return AwakeableOutcome(True)
-            self._runtime.settle_awakeable(record, value)
+            self._runtime.record_resolved(record, value)
             return AwakeableOutcome(False, value)
 
         return DurableAwakeable(record.id, wait)

@@ -37,7 +37,7 @@ DIALECT = SQLITE  # no row locks: BEGIN IMMEDIATE already keeps every other writ
 
 
 
-class _SqliteDriver:
+class _SqliteExecutor:
     """Runs journal plans on one connection: on its own thread with group commit, or inline under Pyodide."""
 
     dialect = DIALECT
@@ -87,18 +87,18 @@ class SqliteRuntime(SqlRuntime):
             if type(value) is not int or value < 0:
                 raise ConfigurationError(f"{name} must be a non-negative int, got {value!r}")
         self.path = os.fspath(path)
-        driver = _SqliteDriver(
+        executor = _SqliteExecutor(
             self.path,
             busy_timeout_ms=busy_timeout_ms,
             synchronous=synchronous,
             poll_interval_ms=poll_interval_ms,
         )
-        self._driver = driver
-        super().__init__(driver, clock=clock)
+        self._executor = executor
+        super().__init__(executor, clock=clock)
 
     def close(self) -> None:
         """Finish the queued writes and close the database connection."""
-        self._driver.close()
+        self._executor.close()
 
     def __enter__(self) -> SqliteRuntime:
         return self
