@@ -163,7 +163,7 @@ async def test_a_server_that_dies_mid_call_stops_the_run_with_a_typed_error(tmp_
 
 @pytest.mark.requires_sqlite
 async def test_a_durable_run_stopped_by_a_dying_server_resumes_with_the_call_reported_interrupted(tmp_path: Path) -> None:
-    from durable_agent._tool_calls import TOOL_INTERRUPTED_MESSAGE
+    from durable_agent import TOOL_INTERRUPTED_MESSAGE
     from durable_agent.backends.sqlite import SqliteRuntime
 
     ledger = tmp_path / "ledger.jsonl"

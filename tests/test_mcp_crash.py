@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from durable_agent._tool_calls import TOOL_INTERRUPTED_MESSAGE
+from durable_agent import TOOL_INTERRUPTED_MESSAGE
 from mcp_kit import effects, http_server, processes_naming, wait_until
 from torture_worker import journal_spec
 

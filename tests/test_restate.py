@@ -19,8 +19,7 @@ import pytest
 
 pytest.importorskip("restate", reason="needs restate-sdk: pip install 'durable-agent[restate]'")
 
-from durable_agent import resolve_approval
-from durable_agent._tool_calls import TOOL_INTERRUPTED_MESSAGE
+from durable_agent import TOOL_INTERRUPTED_MESSAGE, resolve_approval
 from durable_agent.restate import RestateIngress, RestateIngressError
 from durable_agent.testing.restate import (
     ServiceProcess,

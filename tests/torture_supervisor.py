@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torture_worker
-from durable_agent._tool_calls import TOOL_INTERRUPTED_MESSAGE
+from durable_agent import TOOL_INTERRUPTED_MESSAGE
 from durable_agent._util import maybe_await
 
 WORKER = Path(__file__).resolve().parent / "torture_worker.py"

@@ -87,7 +87,14 @@ from ._stop import ModelPrice, StopContext, cost_exceeds, step_count_is, total_t
 from ._storage.keys import MODEL_CALL, nested_call, parse_step_key, step_key
 from ._storage.protocols import CheckpointStore
 from ._subagent import agent_tool
-from ._tool_calls import CLIENT_TOOL_PLACEHOLDER, ToolCallContext, current_tool_call
+from ._tool_calls import (
+    CLIENT_TOOL_PLACEHOLDER,
+    DENIED_REASON,
+    TOOL_INTERRUPTED_MESSAGE,
+    UNANSWERED_REASON,
+    ToolCallContext,
+    current_tool_call,
+)
 from ._tool_functions import tool
 from ._tools import Tool, ToolResult, ToolSource
 from ._version import __version__
@@ -126,6 +133,7 @@ __all__ = [
     "CodecError",
     "ConfigurationError",
     "ContentPart",
+    "DENIED_REASON",
     "DecryptionError",
     "DurableAgentError",
     "DurableOptions",
@@ -182,6 +190,7 @@ __all__ = [
     "StreamToolCall",
     "StreamToolProgress",
     "StreamToolResult",
+    "TOOL_INTERRUPTED_MESSAGE",
     "TextPart",
     "Tool",
     "ToolApprovalRequest",
@@ -193,6 +202,7 @@ __all__ = [
     "ToolResultPart",
     "ToolSource",
     "ToolSpec",
+    "UNANSWERED_REASON",
     "Usage",
     "__version__",
     "agent_tool",
