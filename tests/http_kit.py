@@ -38,6 +38,7 @@ class Server:
     ledger: Path
     delay: float = 0.0
     postgres: str | None = None  # a conninfo: serve on the Postgres runtime and event log
+    origin: str | None = None  # a browser origin the CORS allows besides http://allowed.example
     app: str = "http_server_app:create"
     app_dir: Path = ROOT / "tests"
     factory: bool = True
@@ -49,7 +50,7 @@ class Server:
         self.port = free_port()
         env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "HTTP_TEST_DB": str(self.db),
                "HTTP_TEST_LEDGER": str(self.ledger), "HTTP_TEST_DELAY": str(self.delay),
-               "HTTP_TEST_POSTGRES": self.postgres or ""}
+               "HTTP_TEST_POSTGRES": self.postgres or "", "HTTP_TEST_ORIGIN": self.origin or ""}
         self.log = self.db.with_name(f"server-{self.port}.log")
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(

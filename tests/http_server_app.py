@@ -3,8 +3,9 @@
 Configured from the environment: ``HTTP_TEST_DB`` (the SQLite file of the runtime and the
 event log), ``HTTP_TEST_LEDGER`` (a file each tool call appends a line to, so a test can count
 side effects; a ``#word`` in the prompt goes into the call's arguments as its ``ticket``),
-``HTTP_TEST_DELAY`` (seconds per streamed word and per tool call), and ``HTTP_TEST_POSTGRES``
-(a conninfo: the Postgres runtime and event log instead of SQLite).
+``HTTP_TEST_DELAY`` (seconds per streamed word and per tool call), ``HTTP_TEST_POSTGRES``
+(a conninfo: the Postgres runtime and event log instead of SQLite), and ``HTTP_TEST_ORIGIN`` (a
+browser origin the CORS allows besides ``http://allowed.example``: a test's page).
 """
 
 from __future__ import annotations
@@ -103,5 +104,7 @@ def create() -> ChatEndpoint:
     def authorize(request: AuthRequest) -> bool:
         return request.request.headers.get("authorization") != "Bearer intruder"
 
+    page = os.environ.get("HTTP_TEST_ORIGIN")
+    origins = ("http://allowed.example", page) if page else ("http://allowed.example",)
     return ChatEndpoint(agent=agent, runtime=runtime, events=events, authorize=authorize,
-                        cors=CorsSettings(allow_origins=("http://allowed.example",)))
+                        cors=CorsSettings(allow_origins=origins))

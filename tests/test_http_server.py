@@ -8,6 +8,7 @@ tokens, the AI SDK UI message stream, CORS, and every error status.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from durable_agent import ApprovalSigner
 from durable_agent.backends.sqlite import SqliteCheckpointStore
-from http_kit import Frame, Server
+from http_kit import Frame, Server, free_port
 from http_server_app import LONG_ANSWER, RECOVERED, SECRET
 
 pytestmark = pytest.mark.host_only("starts uvicorn server processes and kills them")
@@ -608,20 +609,26 @@ def test_an_approval_from_the_cli_wakes_the_serving_process(server: Server, path
 AI_SDK = Path(__file__).resolve().parent / "aisdk"
 
 
-def use_chat(srv: Server, scenario: str) -> Any:
-    """Run the `ai` package's own chat client (tests/aisdk/use_chat.mjs, `ai` pinned in its package-lock.json)."""
+def ai_sdk(script: str, *args: str) -> Any:
+    """Run one of tests/aisdk's clients of the `ai` package (pinned in its package-lock.json); the JSON it prints."""
     import shutil
     import subprocess
 
     if shutil.which("node") is None:
-        pytest.fail("needs Node.js (and `npm ci` in tests/aisdk/, which this test runs when node_modules is missing)")
-    if not (AI_SDK / "node_modules" / "ai" / "package.json").exists():
+        pytest.fail("needs Node.js (and `npm ci` in tests/aisdk/, which this test runs when node_modules is missing or"
+                    " older than the package-lock)")
+    stamp = AI_SDK / "node_modules" / ".package-lock.json"  # what npm ci installed last
+    if not stamp.exists() or stamp.stat().st_mtime < (AI_SDK / "package-lock.json").stat().st_mtime:
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=AI_SDK, check=True,
                        timeout=600)
-    done = subprocess.run(["node", str(AI_SDK / "use_chat.mjs"), f"http://127.0.0.1:{srv.port}", scenario],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(["node", str(AI_SDK / script), *args], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def use_chat(srv: Server, scenario: str) -> Any:
+    """The `ai` package's own chat client in Node (tests/aisdk/use_chat.mjs) plays `scenario`."""
+    return ai_sdk("use_chat.mjs", f"http://127.0.0.1:{srv.port}", scenario)
 
 
 def test_the_ai_packages_chat_answers_an_approval_with_add_tool_approval_response(server: Server) -> None:
@@ -665,3 +672,67 @@ def test_the_ai_packages_chat_regenerate_gets_a_new_run(server: Server) -> None:
                                                                  ("assistant", "You said: hello there")]
     _, _, view = server.request("GET", f"/runs/{got['regenerated']['second']}")
     assert view["status"] == "completed"
+
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def in_chromium(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[Any]]:
+    """The chat page (tests/aisdk/page: the `ai` package's chat, bundled with esbuild) in a real headless Chromium plays
+    each scenario in a tab of its own, all at once, against one server; the page is served from another origin (the
+    endpoint's CORS allows it). Each scenario's outcome (tests/aisdk/use_chat_in_chromium.mjs), and the ledger."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"needs Chromium at {CHROMIUM} (CHROMIUM= to name another; scripts/test-browser installs it)")
+    tmp = tmp_path_factory.mktemp("chromium")
+    page_port = free_port()
+    srv = Server(tmp / "agent.db", tmp / "ledger.jsonl", delay=0.05, origin=f"http://127.0.0.1:{page_port}").start()
+    try:
+        got = ai_sdk("use_chat_in_chromium.mjs", f"http://127.0.0.1:{srv.port}", str(page_port),
+                     "approve", "deny", "reload")
+    finally:
+        srv.stop()
+    return got, ledger_lines(tmp / "ledger.jsonl")
+
+
+@pytest.mark.browser
+def test_the_ai_packages_chat_in_chromium_approves_with_a_click(in_chromium: tuple[dict[str, Any], list[Any]]) -> None:
+    got, ledger = in_chromium
+    approve = got["approve"]
+    assert approve["asked"] == "tool-deploy approval-requested"  # ai 7's own approval request, rendered as buttons
+    assert (approve["status"], approve["errors"], approve["pageErrors"]) == ("ready", [], [])
+    assert [m["role"] for m in approve["messages"]] == ["user", "assistant"]
+    assert approve["messages"][1]["text"] == "Deployed."
+    assert approve["messages"][1]["tools"] == [{"type": "tool-deploy", "state": "output-available", "output": {
+        "done": "deploy", "args": {"env": "prod", "ticket": "#approve"}}}]
+    # the mount's resume (nothing yet: 204), the message, the verdict sent by sendAutomaticallyWhen
+    assert approve["requests"] == ["GET /chat/chat-approve/stream", "POST /chat", "POST /chat"]
+    assert [line for line in ledger if line[0] == "deploy"] == [["deploy", {"env": "prod", "ticket": "#approve"}]]
+
+
+@pytest.mark.browser
+def test_the_ai_packages_chat_in_chromium_denies_with_a_click(in_chromium: tuple[dict[str, Any], list[Any]]) -> None:
+    got, ledger = in_chromium
+    deny = got["deny"]
+    assert (deny["status"], deny["errors"], deny["pageErrors"]) == ("ready", [], [])
+    assert deny["messages"][1]["tools"] == [{"type": "tool-deploy", "state": "output-error", "errorText": "not now"}]
+    assert all(line[1].get("ticket") != "#deny" for line in ledger)  # denied: the tool never ran
+
+
+@pytest.mark.browser
+def test_the_ai_packages_chat_in_chromium_resumes_after_a_reload_mid_stream(
+        in_chromium: tuple[dict[str, Any], list[Any]]) -> None:
+    got, ledger = in_chromium
+    reload = got["reload"]
+    before = reload["beforeReload"][1]["text"]
+    # the reload came mid-stream: some text, the tool's output not yet
+    assert before and all(not t["state"].startswith("output-") for t in reload["beforeReload"][1]["tools"])
+    assert (reload["status"], reload["errors"], reload["pageErrors"]) == ("ready", [], [])
+    # the reloaded page resumed the run (GET .../stream) and never posted the message again
+    assert reload["requests"] == ["GET /chat/chat-reload/stream", "POST /chat", "GET /chat/chat-reload/stream"]
+    [user, answer] = reload["messages"]
+    assert user["text"] == "please lookup #reload" and answer["id"] == reload["beforeReload"][1]["id"]
+    assert answer["text"] == "Let me look that up for you." + LONG_ANSWER and answer["text"].startswith(before)
+    assert answer["tools"] == [{"type": "tool-lookup", "state": "output-available", "output": {
+        "done": "lookup", "args": {"q": "answer", "ticket": "#reload"}}}]
+    assert [line for line in ledger if line[0] == "lookup"] == [["lookup", {"q": "answer", "ticket": "#reload"}]]

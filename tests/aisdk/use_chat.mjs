@@ -1,24 +1,7 @@
-// A stock AI SDK chat client (the `ai` package's AbstractChat with its DefaultChatTransport, as useChat builds it)
-// against the chat endpoint at argv[2]; argv[3] names the scenario. Prints what the chat holds as one JSON line.
-import {
-  AbstractChat,
-  DefaultChatTransport,
-  lastAssistantMessageIsCompleteWithApprovalResponses,
-} from "ai";
-
-class PlainState {
-  status = "ready";
-  error = undefined;
-  messages = [];
-  pushMessage = (message) => { this.messages = [...this.messages, message]; };
-  popMessage = () => { this.messages = this.messages.slice(0, -1); };
-  replaceMessage = (index, message) => { this.messages = this.messages.map((m, i) => (i === index ? message : m)); };
-  snapshot = (thing) => structuredClone(thing);
-}
-
-class Chat extends AbstractChat {
-  constructor(init) { super({ ...init, state: new PlainState() }); }
-}
+// A stock AI SDK chat client (chat.mjs: the `ai` package's AbstractChat with its DefaultChatTransport, as useChat
+// builds it) against the chat endpoint at argv[2]; argv[3] names the scenario. Prints what the chat holds as one
+// JSON line.
+import { openChat, summary, text } from "./chat.mjs";
 
 const [base, scenario] = process.argv.slice(2);
 
@@ -30,14 +13,8 @@ async function until(what, test) {
   throw new Error(`timed out waiting for ${what}`);
 }
 
-const text = (message) => message.parts.filter((p) => p.type === "text").map((p) => p.text).join("");
 const errors = [];
-const chat = new Chat({
-  id: `chat-${scenario}`,
-  transport: new DefaultChatTransport({ api: `${base}/chat` }),
-  sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
-  onError: (error) => errors.push(String(error)),
-});
+const chat = openChat(base, `chat-${scenario}`, { errors });
 const out = { scenario };
 
 if (scenario === "approve" || scenario === "deny") {
@@ -68,7 +45,5 @@ if (scenario === "approve" || scenario === "deny") {
 }
 out.status = chat.status;
 out.errors = errors;
-out.messages = chat.messages.map((m) => ({ id: m.id, role: m.role, text: text(m),
-  tools: m.parts.filter((p) => p.type.startsWith("tool-")).map((p) => ({ type: p.type, state: p.state, output: p.output,
-    errorText: p.errorText })) }));
+out.messages = summary(chat);
 console.log(JSON.stringify(out));
