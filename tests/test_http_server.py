@@ -689,7 +689,7 @@ def in_chromium(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any
     srv = Server(tmp / "agent.db", tmp / "ledger.jsonl", delay=0.05, origin=f"http://127.0.0.1:{page_port}").start()
     try:
         got = ai_sdk("use_chat_in_chromium.mjs", f"http://127.0.0.1:{srv.port}", str(page_port),
-                     "approve", "deny", "reload")
+                     "approve", "deny", "reload", "approve-reload")
     finally:
         srv.stop()
     return got, ledger_lines(tmp / "ledger.jsonl")
@@ -706,8 +706,9 @@ def test_the_ai_packages_chat_in_chromium_approves_with_a_click(in_chromium: tup
     assert approve["messages"][1]["tools"] == [{"type": "tool-deploy", "state": "output-available", "output": {
         "done": "deploy", "args": {"env": "prod", "ticket": "#approve"}}}]
     # the mount's resume (nothing yet: 204), the message, the verdict sent by sendAutomaticallyWhen
-    assert approve["requests"] == ["GET /chat/chat-approve/stream", "POST /chat", "POST /chat"]
-    assert [line for line in ledger if line[0] == "deploy"] == [["deploy", {"env": "prod", "ticket": "#approve"}]]
+    assert approve["requests"] == ["GET /chat/chat-approve/stream 204", "POST /chat 200", "POST /chat 200"]
+    assert [line for line in ledger if line[1].get("ticket") == "#approve"] == [
+        ["deploy", {"env": "prod", "ticket": "#approve"}]]
 
 
 @pytest.mark.browser
@@ -729,10 +730,44 @@ def test_the_ai_packages_chat_in_chromium_resumes_after_a_reload_mid_stream(
     assert before and all(not t["state"].startswith("output-") for t in reload["beforeReload"][1]["tools"])
     assert (reload["status"], reload["errors"], reload["pageErrors"]) == ("ready", [], [])
     # the reloaded page resumed the run (GET .../stream) and never posted the message again
-    assert reload["requests"] == ["GET /chat/chat-reload/stream", "POST /chat", "GET /chat/chat-reload/stream"]
+    assert reload["requests"] == ["GET /chat/chat-reload/stream 204", "POST /chat 200",
+                                  "GET /chat/chat-reload/stream 200"]
+    # the page had kept the cut answer (what came until the reload): the replayed leg replaced it, appended nothing
+    [asked, cut] = reload["restored"]
+    assert asked == "please lookup #reload" and cut.startswith(before)
     [user, answer] = reload["messages"]
     assert user["text"] == "please lookup #reload" and answer["id"] == reload["beforeReload"][1]["id"]
-    assert answer["text"] == "Let me look that up for you." + LONG_ANSWER and answer["text"].startswith(before)
+    assert answer["text"] == "Let me look that up for you." + LONG_ANSWER and answer["text"].startswith(cut)
     assert answer["tools"] == [{"type": "tool-lookup", "state": "output-available", "output": {
         "done": "lookup", "args": {"q": "answer", "ticket": "#reload"}}}]
-    assert [line for line in ledger if line[0] == "lookup"] == [["lookup", {"q": "answer", "ticket": "#reload"}]]
+    assert [line for line in ledger if line[1].get("ticket") == "#reload"] == [
+        ["lookup", {"q": "answer", "ticket": "#reload"}]]
+
+
+@pytest.mark.browser
+def test_a_reload_while_the_approved_tool_runs_resumes_the_run_once(
+        in_chromium: tuple[dict[str, Any], list[Any]]) -> None:
+    """The durable half of a reload in the leg after a verdict: the page resumes (never posts the verdict again) and
+    the tool runs once. What the page's chat then shows is the next test's."""
+    got, ledger = in_chromium
+    reloaded = got["approve-reload"]
+    assert reloaded["beforeReload"][1]["tools"] == [{"type": "tool-deploy", "state": "approval-responded"}]
+    assert reloaded["requests"] == ["GET /chat/chat-approve-reload/stream 204", "POST /chat 200", "POST /chat 200",
+                                    "GET /chat/chat-approve-reload/stream 200"]
+    assert [line for line in ledger if line[1].get("ticket") == "#approve-reload"] == [
+        ["deploy", {"env": "prod", "ticket": "#approve-reload"}]]
+
+
+@pytest.mark.browser
+@pytest.mark.xfail(strict=True, reason=(
+    "GET /chat/{id}/stream sends the leg in flight from its first event, but ai 7's DefaultChatTransport "
+    "(resumeStreamIsReplay, true by default) takes a resumed stream for the whole message and resets the message at "
+    "its first `start`: the earlier leg's tool part is gone, and the leg's tool-output-available fails with 'No tool "
+    "invocation found for tool call ID'. resumeStreamIsReplay: false in the page makes it pass"))
+def test_a_reload_while_the_approved_tool_runs_shows_the_answer(in_chromium: tuple[dict[str, Any], list[Any]]) -> None:
+    reloaded = in_chromium[0]["approve-reload"]
+    assert (reloaded["status"], reloaded["errors"], reloaded["pageErrors"]) == ("ready", [], [])
+    assert [(m["role"], m["text"]) for m in reloaded["messages"]] == [("user", "deploy it #approve-reload"),
+                                                                      ("assistant", "Deployed.")]
+    assert reloaded["messages"][1]["tools"] == [{"type": "tool-deploy", "state": "output-available", "output": {
+        "done": "deploy", "args": {"env": "prod", "ticket": "#approve-reload"}}}]

@@ -20,9 +20,10 @@ const log = (what) => console.error(`[chromium ${((Date.now() - t0) / 1000).toFi
 
 async function play(page, scenario) {
   const out = { requests: [] };
-  page.on("request", (request) => {
+  page.on("response", (response) => {
+    const request = response.request();
     if (request.url().startsWith(base) && request.method() !== "OPTIONS")
-      out.requests.push(`${request.method()} ${new URL(request.url()).pathname}`);
+      out.requests.push(`${request.method()} ${new URL(request.url()).pathname} ${response.status()}`);
   });
   const pageErrors = [];
   page.on("pageerror", (error) => pageErrors.push(String(error)));
@@ -42,6 +43,15 @@ async function play(page, scenario) {
     out.asked = await asked.evaluate((tool) => tool.firstChild.textContent);
     await page.click(scenario === "approve" ? "button.approve" : "button.deny");
     await settled();
+  } else if (scenario === "approve-reload") {
+    await send("deploy it");
+    await page.waitForSelector(".tool[data-state='approval-requested']", WAIT);
+    const continued = page.waitForResponse((r) => r.request().method() === "POST", WAIT);
+    await page.click("button.approve");
+    await continued;  // the next leg streams (its tool runs): the page reloads now
+    out.beforeReload = (await page.evaluate(() => window.chatState())).messages;
+    await page.reload();
+    await page.waitForSelector("body[data-ready='1']", WAIT);  // set once the resumed stream has ended
   } else if (scenario === "reload") {
     await send("please lookup");
     await page.waitForFunction(() => document.body.dataset.status === "streaming"

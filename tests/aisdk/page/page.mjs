@@ -1,7 +1,8 @@
 // A chat page as an app without a framework builds it on the `ai` package (chat.mjs): the endpoint at ?api=, the chat
 // ?chat=. It renders the messages, an approval request as Approve/Deny buttons that call addToolApprovalResponse,
 // keeps the messages in sessionStorage (the app's own store) and, on load, resumes a stream in flight as
-// useChat({ resume: true }) does. body[data-status] is the chat's status; window.chatState() what it holds.
+// useChat({ resume: true }) does. body[data-status] is the chat's status; window.chatState() what it holds (and
+// `restored`: the texts of the messages it loaded).
 import { openChat, summary, text } from "../chat.mjs";
 
 const params = new URLSearchParams(location.search);
@@ -36,8 +37,9 @@ function render() {
   }));
 }
 
+const restored = JSON.parse(sessionStorage.getItem(key) ?? "[]");
 const chat = openChat(params.get("api"), params.get("chat"), {
-  messages: JSON.parse(sessionStorage.getItem(key) ?? "[]"),
+  messages: restored,
   onChange: () => queueMicrotask(render),
   errors,
 });
@@ -45,7 +47,7 @@ document.getElementById("composer").onsubmit = (event) => {
   event.preventDefault();
   chat.sendMessage({ text: document.getElementById("prompt").value });
 };
-window.chatState = () => ({ status: chat.status, errors, messages: summary(chat) });
+window.chatState = () => ({ status: chat.status, errors, messages: summary(chat), restored: restored.map(text) });
 render();
 await chat.resumeStream();
 document.body.dataset.ready = "1";
