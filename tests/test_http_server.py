@@ -686,7 +686,9 @@ def in_chromium(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any
         pytest.fail(f"needs Chromium at {CHROMIUM} (CHROMIUM= to name another; scripts/test-browser installs it)")
     tmp = tmp_path_factory.mktemp("chromium")
     page_port = free_port()
-    srv = Server(tmp / "agent.db", tmp / "ledger.jsonl", delay=0.05, origin=f"http://127.0.0.1:{page_port}").start()
+    # a word every 0.15 s, a tool call 3 s: a reloaded page (a second or more on a loaded machine) comes back to a run
+    # still going, which is what the reload tests are about; with 0.05 s it sometimes found the run over (204)
+    srv = Server(tmp / "agent.db", tmp / "ledger.jsonl", delay=0.15, origin=f"http://127.0.0.1:{page_port}").start()
     try:
         got = ai_sdk("use_chat_in_chromium.mjs", f"http://127.0.0.1:{srv.port}", str(page_port),
                      "approve", "deny", "reload", "approve-reload")
