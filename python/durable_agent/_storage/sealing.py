@@ -22,6 +22,11 @@ existing database keeps loading and can be rewritten under the keyring later.
 Two forms: text rows (`header_row`, `message_rows`, `rebuild`: SQL, Redis, Durable Object) and
 value rows for a store that keeps messages as JSON values inside a bigger record (`header_value`,
 `message_values`, `open_*`: JSONL).
+
+The SQL runtimes' journal and the endpoint's event logs store their payloads through the same sealer,
+one value per column (`value`/`open_value` for a JSON value stored as codec text, `text`/`open_text`
+for a raw string: a stream partial), each at a place their module names (the step journal's:
+`durable_agent.backends._sql.journal`; the event log's: `durable_agent.http._sql`).
 """
 
 from __future__ import annotations
@@ -29,12 +34,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._checkpoint import AgentCheckpoint
-from .._errors import CheckpointCorruptError, CodecError, ConfigurationError, DecryptionError
 from .._kernels import kernels
-from .._messages import Message
-from ..encryption import Keyring
+from .._checkpoint import AgentCheckpoint
+from ..encryption import Keyring, Place
 from ..encryption._envelope import MARKER
+from .._errors import CheckpointCorruptError, CodecError, ConfigurationError, DecryptionError
+from .._messages import Message
 from .history import decode_messages, encode_header, encode_messages, rebuild
 
 HEADER = "checkpoint-header"
@@ -86,6 +91,26 @@ class RowSealer:
         """The messages `message_values` 0, 1... hold."""
         return values
 
+    # -- journal values (a runtime's rows, an event log's): one column's value at a place --------------
+
+    def value(self, value: Any, place: Place) -> str:
+        """The stored text of a JSON `value` (a step's result, a queue, an event...) kept at `place`.
+        Raises `CodecError` for a value the codec cannot encode."""
+        text: str = kernels.encode(value)
+        return text
+
+    def open_value(self, stored: Any, place: Place) -> Any:
+        """The value `value` stored at `place` as `stored`. Raises `CodecError`, `DecryptionError`."""
+        return kernels.decode(stored)
+
+    def text(self, text: str, place: Place) -> str:
+        """The stored form of a raw string (a stream partial's text) kept at `place`."""
+        return text
+
+    def open_text(self, stored: Any, place: Place) -> Any:
+        """The string `text` stored at `place` as `stored`. Raises `DecryptionError`."""
+        return stored
+
 
 PLAINTEXT = RowSealer()
 
@@ -100,7 +125,7 @@ class KeyringSealer(RowSealer):
     def __init__(self, keyring: Keyring) -> None:
         self.keyring = keyring
 
-    def _open(self, value: Any, place: tuple[str | int, ...]) -> Any:
+    def _open(self, value: Any, place: Place) -> Any:
         """The text `value` seals at `place`; a value that is not sealed is read as plaintext (module docs)."""
         return self.keyring.open(value, place) if _sealed(value) else value
 
@@ -149,6 +174,18 @@ class KeyringSealer(RowSealer):
         if not isinstance(data, dict):
             raise CheckpointCorruptError(f"header is not an object ({type(data).__name__})", run_id=run_id)
         return data
+
+    def value(self, value: Any, place: Place) -> str:
+        return self.keyring.seal(kernels.encode(value), place)
+
+    def open_value(self, stored: Any, place: Place) -> Any:
+        return kernels.decode(self._open(stored, place))
+
+    def text(self, text: str, place: Place) -> str:
+        return self.keyring.seal(text, place)
+
+    def open_text(self, stored: Any, place: Place) -> Any:
+        return self._open(stored, place)
 
     def open_messages(self, run_id: str, values: list[Any]) -> list[Any]:
         sealed = [seq for seq, value in enumerate(values) if _sealed(value)]

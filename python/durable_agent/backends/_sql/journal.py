@@ -15,7 +15,11 @@ The lease rules are not here: `durable_agent._storage.stored` applies them to th
 plans read and write (`change_lease_plan` hands it the row under its lock).
 
 Values (step results, errors, tool state, awakeable values, queue entries, submission
-results) are stored as codec text, so bytes and reserved keys round-trip as in checkpoints.
+results) are stored as codec text, so bytes and reserved keys round-trip as in checkpoints, and
+with stream partials' text they pass through the runtime's `RowSealer`
+(`durable_agent._storage.sealing`): sealed under its keyring (``encryption=``), each bound to its
+row's place (`PLACES`), or plaintext. Ids, keys, kinds, statuses, fingerprints, sequence numbers,
+deadlines and the lease rows stay plaintext: the plans select and order by them.
 """
 
 from __future__ import annotations
@@ -24,8 +28,6 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..._errors import StaleEpochError
-from ..._kernels import kernels
 from ..._storage.history import PrefixCache
 from ..._storage.records import (
     AwakeableRecord,
@@ -37,18 +39,29 @@ from ..._storage.records import (
     StreamPartialRecord,
     ToolStateOp,
 )
+from ..._storage.sealing import RowSealer
+from ...encryption import Place
+from ..._errors import StaleEpochError
 from .journal_schema import AWAKEABLES, LAST_RUNS, LEASES, PARTIALS, QUEUES, STEPS, SUBMISSIONS, TOOL_STATE
 from .plan import Dialect, Plan, Query
 from .writes import FencedWrites, RowWrite, delete, fenced_plan, insert, merged, update, upsert
 
+STEP_RESULT = "step-result"  # a step's result: ("step-result", session_id, key)
+STEP_ERROR = "step-error"  # its error: ("step-error", session_id, key)
+STEP_TOOL_STATE = "step-tool-state"  # the tool-state ops its done record commits: ("step-tool-state", session_id, key)
+PARTIAL_TEXT = "partial-text"  # a stream partial's text: ("partial-text", session_id, step_key, seq)
+PARTIAL_THINKING = "partial-thinking"  # its thinking: ("partial-thinking", session_id, step_key, seq)
+AWAKEABLE = "awakeable"  # an awakeable's value: ("awakeable", awakeable_id); a resolver knows the id alone
+QUEUE = "queue"  # a session's queue: ("queue", session_id)
+SUBMISSION = "submission"  # a send's result: ("submission", session_id, request_id)
+TOOL_STATE_VALUE = "tool-state"  # a session's tool-state value: ("tool-state", session_id, key)
+PLACES = (STEP_RESULT, STEP_ERROR, STEP_TOOL_STATE, PARTIAL_TEXT, PARTIAL_THINKING, AWAKEABLE, QUEUE, SUBMISSION,
+          TOOL_STATE_VALUE)
+"""The kinds of place the journal's sealed columns are bound to, each followed by its row's key."""
 
-def _text(value: Any) -> str:
-    text: str = kernels.encode(value)
-    return text
 
-
-def _value(text: str | None) -> Any:
-    return None if text is None else kernels.decode(text)
+def _opened(sealer: RowSealer, stored: str | None, place: Place) -> Any:
+    return None if stored is None else sealer.open_value(stored, place)
 
 
 # ------------------------------------------------------------------- steps
@@ -57,8 +70,11 @@ _STEP_FIELDS = ("session_id", "run_id", "key", "kind", "replay", "status", "fing
 _STEP_COLUMNS = ", ".join(_STEP_FIELDS)
 
 
-def _step(row: Sequence[Any]) -> StepRecord:
+def _step(row: Sequence[Any], sealer: RowSealer) -> StepRecord:
     session_id, run_id, key, kind, replay, status, fingerprint, result, error, tool_state = row
+    result = sealer.open_value(result, (STEP_RESULT, session_id, key))
+    error = _opened(sealer, error, (STEP_ERROR, session_id, key))
+    tool_state = _opened(sealer, tool_state, (STEP_TOOL_STATE, session_id, key))
     return StepRecord(
         session_id,
         run_id,
@@ -67,44 +83,45 @@ def _step(row: Sequence[Any]) -> StepRecord:
         replay,
         status,
         fingerprint,
-        _value(result),
-        StepErrorRecord(**_value(error)) if error is not None else None,
-        tuple(_value(tool_state)) if tool_state is not None else None,
+        result,
+        StepErrorRecord(**error) if error is not None else None,
+        tuple(tool_state) if tool_state is not None else None,
     )
 
 
-def get_step_plan(session_id: str, key: str) -> Plan[StepRecord | None]:
+def get_step_plan(session_id: str, key: str, sealer: RowSealer) -> Plan[StepRecord | None]:
     row = yield Query(
         f"SELECT {_STEP_COLUMNS} FROM {STEPS} WHERE session_id = ? AND key = ?", (session_id, key), "one"
     )
-    return None if row is None else _step(row)
+    return None if row is None else _step(row, sealer)
 
 
-def steps_plan(session_id: str | None, run_id: str | None) -> Plan[list[StepRecord]]:
+def steps_plan(session_id: str | None, run_id: str | None, sealer: RowSealer) -> Plan[list[StepRecord]]:
     where, params = _where(session_id=session_id, run_id=run_id)
     rows = yield Query(f"SELECT {_STEP_COLUMNS} FROM {STEPS}{where} ORDER BY id", params, "all")
-    return [_step(r) for r in rows]
+    return [_step(r, sealer) for r in rows]
 
 
 def put_steps_plan(
-    d: Dialect, records: Sequence[StepRecord], epoch: int | None, streamed: Collection[str] | None = None
+    d: Dialect, records: Sequence[StepRecord], epoch: int | None, streamed: Collection[str] | None, sealer: RowSealer
 ) -> Plan[None]:
     """Write the `records` of one session, fenced, in one transaction (see `_step_writes`)."""
-    yield from fenced_plan(d, steps_writes(records, epoch, streamed))
+    yield from fenced_plan(d, steps_writes(records, epoch, streamed, sealer))
 
 
-def _step_row(record: StepRecord) -> tuple[Any, ...]:
+def _step_row(record: StepRecord, sealer: RowSealer) -> tuple[Any, ...]:
+    session_id, key, value = record.session_id, record.key, sealer.value
     return (
-        record.session_id,
+        session_id,
         record.run_id,
-        record.key,
+        key,
         record.kind,
         record.replay,
         record.status,
         record.fingerprint,
-        _text(record.result),
-        _text(asdict(record.error)) if record.error is not None else None,
-        _text(list(record.tool_state)) if record.tool_state is not None else None,
+        value(record.result, (STEP_RESULT, session_id, key)),
+        value(asdict(record.error), (STEP_ERROR, session_id, key)) if record.error is not None else None,
+        value(list(record.tool_state), (STEP_TOOL_STATE, session_id, key)) if record.tool_state is not None else None,
     )
 
 
@@ -120,7 +137,7 @@ class _FoldedSteps:
     dropped_partials: list[str]
 
     @classmethod
-    def of(cls, records: Sequence[StepRecord], streamed: Collection[str] | None) -> _FoldedSteps:
+    def of(cls, records: Sequence[StepRecord], streamed: Collection[str] | None, sealer: RowSealer) -> _FoldedSteps:
         last: dict[str, StepRecord] = {}
         finished: set[str] = set()
         ops: list[ToolStateOp] = []
@@ -132,39 +149,41 @@ class _FoldedSteps:
             if record.status == "done" and record.tool_state:
                 ops.extend(record.tool_state)
         dropped = [key for key in last if key in finished and (streamed is None or key in streamed)]
-        return cls(records[0].session_id, [_step_row(record) for record in last.values()], ops, dropped)
+        return cls(records[0].session_id, [_step_row(record, sealer) for record in last.values()], ops, dropped)
 
 
-def _step_writes(records: Sequence[StepRecord], streamed: Collection[str] | None) -> list[RowWrite]:
+def _step_writes(records: Sequence[StepRecord], streamed: Collection[str] | None, sealer: RowSealer) -> list[RowWrite]:
     """Upserts of `records` in order; a ``done`` record commits its tool-state ops, a finished one drops
     its step's partials (`_FoldedSteps`). Folded to one row per (table, key)."""
     if not records:
         return []
-    folded = _FoldedSteps.of(records, streamed)
+    folded = _FoldedSteps.of(records, streamed, sealer)
     session_id = folded.session_id
-    writes = _tool_state_writes(session_id, folded.ops)
+    writes = _tool_state_writes(session_id, folded.ops, sealer)
     writes.append(upsert(STEPS, ("session_id", "key"), _STEP_FIELDS, folded.rows))  # in order: ids keep it
     if folded.dropped_partials:
         writes.append(delete(PARTIALS, ("session_id", "step_key"), [(session_id, key) for key in folded.dropped_partials]))
     return writes
 
 
-def steps_writes(records: Sequence[StepRecord], epoch: int | None, streamed: Collection[str] | None) -> FencedWrites:
+def steps_writes(
+    records: Sequence[StepRecord], epoch: int | None, streamed: Collection[str] | None, sealer: RowSealer
+) -> FencedWrites:
     """What `put_steps_plan` writes: the `records` of one session (see `_step_writes`), fenced by `epoch`."""
     sessions = {record.session_id for record in records}
     if len(sessions) != 1:
         raise ValueError("put_steps writes the records of one session")
-    return FencedWrites(sessions.pop(), epoch, tuple(_step_writes(records, streamed)))
+    return FencedWrites(sessions.pop(), epoch, tuple(_step_writes(records, streamed, sealer)))
 
 
 def mergeable_steps(
-    d: Dialect, records: Sequence[StepRecord], epoch: int | None, streamed: Collection[str] | None
+    d: Dialect, records: Sequence[StepRecord], epoch: int | None, streamed: Collection[str] | None, sealer: RowSealer
 ) -> MergeableSteps | None:
-    """`put_steps_plan(d, records, epoch, streamed)` as a `MergeableSteps`, where that is the same write
+    """`put_steps_plan(d, records, epoch, streamed, sealer)` as a `MergeableSteps`, where that is the same write
     (a fenced write of one session's records, on a dialect whose writes are serialized)."""
     if d.fence_in_statement or epoch is None or not records or len({r.session_id for r in records}) != 1:
         return None
-    return MergeableSteps(records, epoch, streamed)
+    return MergeableSteps(records, epoch, streamed, sealer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +194,7 @@ class MergeableSteps:
     records: Sequence[StepRecord]
     epoch: int
     streamed: Collection[str] | None
+    sealer: RowSealer
 
     @property
     def key(self) -> tuple[str, str]:
@@ -184,17 +204,19 @@ class MergeableSteps:
     def merged(group: Sequence[MergeableSteps]) -> Plan[list[Any] | None]:
         """Every session's rows in a few statements (`writes.merged`), each step row guarded by its session's
         fence; None when a fence is stale."""
-        return (yield from merged([steps_writes(s.records, s.epoch, s.streamed) for s in group], read_fences=False))
+        return (yield from merged([steps_writes(s.records, s.epoch, s.streamed, s.sealer) for s in group],
+                                  read_fences=False))
 
 
-def _tool_state_writes(session_id: str, ops: Sequence[ToolStateOp]) -> list[RowWrite]:
+def _tool_state_writes(session_id: str, ops: Sequence[ToolStateOp], sealer: RowSealer) -> list[RowWrite]:
     """`ops` applied in order, as one row per key: the last op of each key decides."""
     final: dict[str, ToolStateOp] = {}
     for op in ops:
         if op.get("op") not in ("set", "delete"):
             raise ValueError(f"unknown tool-state op {op!r}")
         final[op["key"]] = op
-    kept = [(session_id, key, _text(op.get("value"))) for key, op in final.items() if op["op"] == "set"]
+    kept = [(session_id, key, sealer.value(op.get("value"), (TOOL_STATE_VALUE, session_id, key)))
+            for key, op in final.items() if op["op"] == "set"]
     gone = [(session_id, key) for key, op in final.items() if op["op"] == "delete"]
     return [
         *([upsert(TOOL_STATE, ("session_id", "key"), ("session_id", "key", "value"), kept)] if kept else []),
@@ -202,7 +224,7 @@ def _tool_state_writes(session_id: str, ops: Sequence[ToolStateOp]) -> list[RowW
     ]
 
 
-def tool_state_plan(session_id: str, key: str | None) -> Plan[dict[str, Any]]:
+def tool_state_plan(session_id: str, key: str | None, sealer: RowSealer) -> Plan[dict[str, Any]]:
     if key is None:
         rows = yield Query(
             f"SELECT key, value FROM {TOOL_STATE} WHERE session_id = ? ORDER BY key", (session_id,), "all"
@@ -211,28 +233,35 @@ def tool_state_plan(session_id: str, key: str | None) -> Plan[dict[str, Any]]:
         rows = yield Query(
             f"SELECT key, value FROM {TOOL_STATE} WHERE session_id = ? AND key = ?", (session_id, key), "all"
         )
-    return {k: _value(v) for k, v in rows}
+    return {k: sealer.open_value(v, (TOOL_STATE_VALUE, session_id, k)) for k, v in rows}
 
 
 # ---------------------------------------------------------------- partials
 
 
-def add_partial_plan(d: Dialect, record: StreamPartialRecord, epoch: int | None) -> Plan[None]:
+def add_partial_plan(d: Dialect, record: StreamPartialRecord, epoch: int | None, sealer: RowSealer) -> Plan[None]:
+    session_id, step_key, seq = record.session_id, record.step_key, record.seq
+    text = sealer.text(record.text, (PARTIAL_TEXT, session_id, step_key, seq))
+    thinking = None if record.thinking is None else sealer.text(record.thinking, (PARTIAL_THINKING, session_id, step_key, seq))
     partial = insert(
         PARTIALS, ("session_id", "run_id", "step_key", "seq", "text", "thinking"),
-        [(record.session_id, record.run_id, record.step_key, record.seq, record.text, record.thinking)],
+        [(session_id, record.run_id, step_key, seq, text, thinking)],
     )
     yield from fenced_plan(d, FencedWrites(record.session_id, epoch, (partial,)))
 
 
-def partials_plan(session_id: str | None, run_id: str | None) -> Plan[list[StreamPartialRecord]]:
+def partials_plan(session_id: str | None, run_id: str | None, sealer: RowSealer) -> Plan[list[StreamPartialRecord]]:
     where, params = _where(session_id=session_id, run_id=run_id)
     rows = yield Query(
         f"SELECT session_id, run_id, step_key, seq, text, thinking FROM {PARTIALS}{where} ORDER BY id",
         params,
         "all",
     )
-    return [StreamPartialRecord(*r) for r in rows]
+    return [
+        StreamPartialRecord(sid, rid, key, seq, sealer.open_text(text, (PARTIAL_TEXT, sid, key, seq)),
+                            None if thinking is None else sealer.open_text(thinking, (PARTIAL_THINKING, sid, key, seq)))
+        for sid, rid, key, seq, text, thinking in rows
+    ]
 
 
 def _where(**equal: str | None) -> tuple[str, tuple[str, ...]]:
@@ -248,54 +277,61 @@ _AWAKEABLE_FIELDS = ("id", "session_id", "key", "resolved", "value", "deadline")
 _AWAKEABLE_COLUMNS = ", ".join(_AWAKEABLE_FIELDS)
 
 
-def _awakeable(row: Sequence[Any]) -> AwakeableRecord:
+def _awakeable(row: Sequence[Any], sealer: RowSealer) -> AwakeableRecord:
     awakeable_id, session_id, key, resolved, value, deadline = row
-    return AwakeableRecord(awakeable_id, session_id, key, bool(resolved), _value(value), deadline)
+    return AwakeableRecord(awakeable_id, session_id, key, bool(resolved), sealer.open_value(value, (AWAKEABLE, awakeable_id)),
+                           deadline)
 
 
-def find_awakeable_plan(session_id: str, key: str) -> Plan[AwakeableRecord | None]:
+def _unresolved(awakeable_id: str, sealer: RowSealer) -> str:
+    """The stored value of a new awakeable (None, sealed like any value)."""
+    return sealer.value(None, (AWAKEABLE, awakeable_id))
+
+
+def find_awakeable_plan(session_id: str, key: str, sealer: RowSealer) -> Plan[AwakeableRecord | None]:
     row = yield Query(
         f"SELECT {_AWAKEABLE_COLUMNS} FROM {AWAKEABLES} WHERE session_id = ? AND key = ?",
         (session_id, key),
         "one",
     )
-    return None if row is None else _awakeable(row)
+    return None if row is None else _awakeable(row, sealer)
 
 
-def get_awakeable_plan(awakeable_id: str) -> Plan[AwakeableRecord | None]:
+def get_awakeable_plan(awakeable_id: str, sealer: RowSealer) -> Plan[AwakeableRecord | None]:
     row = yield Query(f"SELECT {_AWAKEABLE_COLUMNS} FROM {AWAKEABLES} WHERE id = ?", (awakeable_id,), "one")
-    return None if row is None else _awakeable(row)
+    return None if row is None else _awakeable(row, sealer)
 
 
-def awakeables_plan() -> Plan[list[AwakeableRecord]]:
+def awakeables_plan(sealer: RowSealer) -> Plan[list[AwakeableRecord]]:
     rows = yield Query(f"SELECT {_AWAKEABLE_COLUMNS} FROM {AWAKEABLES} ORDER BY session_id, key", (), "all")
-    return [_awakeable(r) for r in rows]
+    return [_awakeable(r, sealer) for r in rows]
 
 
 def awakeable_for_plan(
-    d: Dialect, session_id: str, key: str, new_id: str, deadline: int | None, epoch: int | None
+    d: Dialect, session_id: str, key: str, new_id: str, deadline: int | None, epoch: int | None, sealer: RowSealer
 ) -> Plan[AwakeableRecord]:
     """The awakeable of (session, key), created (fenced) with `new_id` and `deadline` when there is none."""
-    found = yield from find_awakeable_plan(session_id, key)
+    found = yield from find_awakeable_plan(session_id, key, sealer)
     if found is not None:
         return found
-    created_now = insert(AWAKEABLES, _AWAKEABLE_FIELDS, [(new_id, session_id, key, 0, _text(None), deadline)],
-                         keep=("session_id", "key"))
+    created_now = insert(AWAKEABLES, _AWAKEABLE_FIELDS,
+                         [(new_id, session_id, key, 0, _unresolved(new_id, sealer), deadline)], keep=("session_id", "key"))
     yield from fenced_plan(d, FencedWrites(session_id, epoch, (created_now,)))
-    created = yield from find_awakeable_plan(session_id, key)  # ours, or a racing writer's
+    created = yield from find_awakeable_plan(session_id, key, sealer)  # ours, or a racing writer's
     assert created is not None  # the insert or its conflict left a row, and nothing deletes one
     return created
 
 
-def resolve_awakeable_plan(d: Dialect, awakeable_id: str, value: Any) -> Plan[bool]:
+def resolve_awakeable_plan(d: Dialect, awakeable_id: str, value: Any, sealer: RowSealer) -> Plan[bool]:
     """True when the id exists; only the first resolution sticks. Not fenced: the resumer resolves."""
     changed = yield Query(
         f"UPDATE {AWAKEABLES} SET resolved = 1, value = ? WHERE id = ? AND resolved = 0 RETURNING id",
-        (_text(value), awakeable_id),
+        (sealer.value(value, (AWAKEABLE, awakeable_id)), awakeable_id),
         "one",
     )
     if changed is None:
-        return (yield from get_awakeable_plan(awakeable_id)) is not None
+        row = yield Query(f"SELECT 1 FROM {AWAKEABLES} WHERE id = ?", (awakeable_id,), "one")
+        return row is not None
     if d.notify is not None:
         yield Query(d.notify, (awakeable_id,), "one")
     return True
@@ -380,22 +416,26 @@ def marked_leases_plan(session_id: str | None) -> Plan[list[tuple[str, LeaseRow,
 # ---------------------------------------------- queue, submissions, runs
 
 
-def queue_read_plan(session_id: str) -> Plan[list[Any]]:
+def queue_read_plan(session_id: str, sealer: RowSealer) -> Plan[list[Any]]:
     row = yield Query(f"SELECT entries FROM {QUEUES} WHERE session_id = ?", (session_id,), "one")
-    return [] if row is None else list(_value(row[0]))
+    return [] if row is None else list(sealer.open_value(row[0], (QUEUE, session_id)))
 
 
-def queue_write_plan(d: Dialect, session_id: str, entries: list[Any], epoch: int | None) -> Plan[None]:
-    queue = upsert(QUEUES, ("session_id",), ("session_id", "entries"), [(session_id, _text(list(entries)))])
+def queue_write_plan(d: Dialect, session_id: str, entries: list[Any], epoch: int | None, sealer: RowSealer) -> Plan[None]:
+    stored = sealer.value(list(entries), (QUEUE, session_id))
+    queue = upsert(QUEUES, ("session_id",), ("session_id", "entries"), [(session_id, stored)])
     yield from fenced_plan(d, FencedWrites(session_id, epoch, (queue,)))
 
 
-def add_submission_plan(session_id: str, request_id: str, fingerprint: str) -> Plan[tuple[str, Any] | None]:
+def add_submission_plan(
+    session_id: str, request_id: str, fingerprint: str, sealer: RowSealer
+) -> Plan[tuple[str, Any] | None]:
     """Record a new send: None when it is new, else the stored (fingerprint, result) of the earlier one."""
+    place = (SUBMISSION, session_id, request_id)
     new = yield Query(
         f"INSERT INTO {SUBMISSIONS} (session_id, request_id, fingerprint, result, settled)"
         " VALUES (?, ?, ?, ?, 0) ON CONFLICT (session_id, request_id) DO NOTHING RETURNING settled",
-        (session_id, request_id, fingerprint, _text(None)),
+        (session_id, request_id, fingerprint, sealer.value(None, place)),
         "one",
     )
     if new is not None:
@@ -405,10 +445,10 @@ def add_submission_plan(session_id: str, request_id: str, fingerprint: str) -> P
         (session_id, request_id),
         "one",
     )
-    return stored, _value(result)
+    return stored, sealer.open_value(result, place)
 
 
-def complete_submission_plan(session_id: str, request_id: str, result: Any) -> Plan[None]:
+def complete_submission_plan(session_id: str, request_id: str, result: Any, sealer: RowSealer) -> Plan[None]:
     if result is None:
         yield Query(
             f"DELETE FROM {SUBMISSIONS} WHERE session_id = ? AND request_id = ?", (session_id, request_id)
@@ -416,7 +456,7 @@ def complete_submission_plan(session_id: str, request_id: str, result: Any) -> P
     else:
         yield Query(
             f"UPDATE {SUBMISSIONS} SET result = ?, settled = 1 WHERE session_id = ? AND request_id = ?",
-            (_text(result), session_id, request_id),
+            (sealer.value(result, (SUBMISSION, session_id, request_id)), session_id, request_id),
         )
 
 
@@ -433,11 +473,12 @@ def _last_run(session_id: str, run_id: str) -> RowWrite:
     return upsert(LAST_RUNS, ("session_id",), ("session_id", "run_id"), [(session_id, run_id)])
 
 
-def transition_writes(transition: RunTransition, cache: PrefixCache) -> FencedWrites:
+def transition_writes(transition: RunTransition, cache: PrefixCache, sealer: RowSealer) -> FencedWrites:
     """What `transition` writes, as data: the one place a `RunTransition`'s parts become rows (rendered by
-    `durable_agent.backends._sql.writes`, per dialect). `cache`: this process's saves, for the checkpoint's."""
+    `durable_agent.backends._sql.writes`, per dialect). `cache`: this process's saves, for the checkpoint's;
+    `sealer`: the runtime's, for every sealed column and the checkpoint's rows."""
     session_id = transition.session_id
-    rows = _step_writes(transition.deferred.records, transition.deferred.streamed)
+    rows = _step_writes(transition.deferred.records, transition.deferred.streamed, sealer)
     if transition.last_run is not None:
         rows.append(_last_run(session_id, transition.last_run))
     if transition.mark is not None or transition.unmark:  # certain: the fence holds, so the lease row exists
@@ -445,20 +486,23 @@ def transition_writes(transition: RunTransition, cache: PrefixCache) -> FencedWr
     if transition.awakeables:  # no deadline: the column's NULL
         rows.append(insert(
             AWAKEABLES, ("id", "session_id", "key", "resolved", "value"),
-            [(awakeable_id, session_id, key, 0, _text(None)) for key, awakeable_id in transition.awakeables],
+            [(awakeable_id, session_id, key, 0, _unresolved(awakeable_id, sealer))
+             for key, awakeable_id in transition.awakeables],
             keep=("session_id", "key"),
         ))
-    return FencedWrites(session_id, transition.epoch, tuple(rows), transition.checkpoint, cache)
+    return FencedWrites(session_id, transition.epoch, tuple(rows), transition.checkpoint, cache, sealer)
 
 
-def commit_plan(d: Dialect, transition: RunTransition, cache: PrefixCache) -> Plan[int | None]:
+def commit_plan(d: Dialect, transition: RunTransition, cache: PrefixCache, sealer: RowSealer) -> Plan[int | None]:
     """A `RunTransition` as one fenced transaction; returns the checkpoint's revision (None without one)."""
-    return (yield from fenced_plan(d, transition_writes(transition, cache)))
+    return (yield from fenced_plan(d, transition_writes(transition, cache, sealer)))
 
 
-def mergeable_commit(d: Dialect, transition: RunTransition, cache: PrefixCache) -> MergeableCommit | None:
-    """`commit_plan(d, transition, cache)` as a `MergeableCommit`, on a dialect whose writes are serialized."""
-    return None if d.fence_in_statement else MergeableCommit(transition, cache)
+def mergeable_commit(
+    d: Dialect, transition: RunTransition, cache: PrefixCache, sealer: RowSealer
+) -> MergeableCommit | None:
+    """`commit_plan(d, transition, cache, sealer)` as a `MergeableCommit`, on a dialect whose writes are serialized."""
+    return None if d.fence_in_statement else MergeableCommit(transition, cache, sealer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,6 +512,7 @@ class MergeableCommit:
 
     transition: RunTransition
     cache: PrefixCache
+    sealer: RowSealer
 
     @property
     def key(self) -> tuple[str, str]:
@@ -477,5 +522,5 @@ class MergeableCommit:
     def merged(group: Sequence[MergeableCommit]) -> Plan[list[Any] | None]:
         """The transitions of `group` as a few statements (`writes.merged`), their fences read first: most
         carry a checkpoint, whose save cannot carry a fence."""
-        return (yield from merged([transition_writes(c.transition, c.cache) for c in group], read_fences=True))
+        return (yield from merged([transition_writes(c.transition, c.cache, c.sealer) for c in group], read_fences=True))
 

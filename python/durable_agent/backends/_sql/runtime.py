@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, Protocol
 
-from ..._checkpoint import AgentCheckpoint
-from ..._errors import CheckpointCorruptError, StaleEpochError
 from ..._storage.history import PrefixCache
 from ..._storage.leases import Fences
 from ..._storage.records import AwakeableRecord, LeaseRow, RunTransition, StepRecord, StreamPartialRecord
+from ..._storage.sealing import DAMAGE, RowSealer
 from ..._storage.stored import StoredRuntime
 from ..._storage.validate import check_checkpoint, check_expected, check_run_id
+from ..._checkpoint import AgentCheckpoint
+from ..._errors import CheckpointCorruptError, StaleEpochError
 from . import journal as plans
 from .checkpoints import load_plan, remembered, save_plan
 from .plan import Dialect, Mergeable, Plan, T
@@ -43,11 +44,12 @@ class SqlRows:
     the seams a test or a bench wraps to count or interrupt writes.
     """
 
-    def __init__(self, executor: SqlExecutor, fences: Fences, cache: PrefixCache) -> None:
+    def __init__(self, executor: SqlExecutor, fences: Fences, cache: PrefixCache, sealer: RowSealer) -> None:
         self._executor = executor
         self._d = executor.dialect
         self._fences = fences
         self.cache = cache  # what this "process" last wrote or read of each run's checkpoint
+        self._sealer = sealer  # every payload column and checkpoint row passes through it (`journal.PLACES`)
 
     async def read(self, plan: Plan[T]) -> T:
         return await self._executor.run(plan, write=False)
@@ -60,30 +62,31 @@ class SqlRows:
             raise
 
     async def get_step(self, session_id: str, key: str) -> StepRecord | None:
-        return await self.read(plans.get_step_plan(session_id, key))
+        return await self.read(plans.get_step_plan(session_id, key, self._sealer))
 
     async def put_steps(
         self, records: Sequence[StepRecord], *, epoch: int | None, streamed: Collection[str] | None = None
     ) -> None:
-        await self.write(plans.put_steps_plan(self._d, records, epoch, streamed),
-                         plans.mergeable_steps(self._d, records, epoch, streamed))
+        await self.write(plans.put_steps_plan(self._d, records, epoch, streamed, self._sealer),
+                         plans.mergeable_steps(self._d, records, epoch, streamed, self._sealer))
 
     async def run_steps(self, session_id: str, run_id: str) -> list[StepRecord]:
-        return await self.read(plans.steps_plan(session_id, run_id))
+        return await self.read(plans.steps_plan(session_id, run_id, self._sealer))
 
     async def add_partial(self, record: StreamPartialRecord, *, epoch: int | None) -> None:
-        await self.write(plans.add_partial_plan(self._d, record, epoch))
+        await self.write(plans.add_partial_plan(self._d, record, epoch, self._sealer))
 
     async def run_partials(self, session_id: str, run_id: str) -> list[StreamPartialRecord]:
-        return await self.read(plans.partials_plan(session_id, run_id))
+        return await self.read(plans.partials_plan(session_id, run_id, self._sealer))
 
     async def awakeable_for(
         self, session_id: str, key: str, new_id: str, deadline: int | None, *, epoch: int | None
     ) -> AwakeableRecord:
-        return await self.write(plans.awakeable_for_plan(self._d, session_id, key, new_id, deadline, epoch))
+        return await self.write(plans.awakeable_for_plan(self._d, session_id, key, new_id, deadline, epoch,
+                                                                self._sealer))
 
     async def get_awakeable(self, awakeable_id: str) -> AwakeableRecord | None:
-        return await self.read(plans.get_awakeable_plan(awakeable_id))
+        return await self.read(plans.get_awakeable_plan(awakeable_id, self._sealer))
 
     async def wait_for_change(self, timeout: float) -> None:
         await self._executor.wait_for_change(timeout)
@@ -100,19 +103,19 @@ class SqlRows:
         return await self.read(plans.marked_leases_plan(session_id))
 
     async def queue(self, session_id: str) -> list[Any]:
-        return await self.read(plans.queue_read_plan(session_id))
+        return await self.read(plans.queue_read_plan(session_id, self._sealer))
 
     async def put_queue(self, session_id: str, entries: list[Any], *, epoch: int | None) -> None:
-        await self.write(plans.queue_write_plan(self._d, session_id, entries, epoch))
+        await self.write(plans.queue_write_plan(self._d, session_id, entries, epoch, self._sealer))
 
     async def add_submission(self, session_id: str, request_id: str, fingerprint: str) -> tuple[str, Any] | None:
-        return await self.write(plans.add_submission_plan(session_id, request_id, fingerprint))
+        return await self.write(plans.add_submission_plan(session_id, request_id, fingerprint, self._sealer))
 
     async def complete_submission(self, session_id: str, request_id: str, result: Any) -> None:
-        await self.write(plans.complete_submission_plan(session_id, request_id, result))
+        await self.write(plans.complete_submission_plan(session_id, request_id, result, self._sealer))
 
     async def tool_state(self, session_id: str, key: str | None) -> dict[str, Any]:
-        return await self.read(plans.tool_state_plan(session_id, key))
+        return await self.read(plans.tool_state_plan(session_id, key, self._sealer))
 
     async def last_run(self, session_id: str) -> str | None:
         return await self.read(plans.last_run_plan(session_id))
@@ -121,19 +124,19 @@ class SqlRows:
         await self.write(plans.set_last_run_plan(self._d, session_id, run_id, epoch))
 
     async def steps(self, run_id: str | None) -> list[StepRecord]:
-        return await self.read(plans.steps_plan(None, run_id))
+        return await self.read(plans.steps_plan(None, run_id, self._sealer))
 
     async def partials(self, run_id: str | None) -> list[StreamPartialRecord]:
-        return await self.read(plans.partials_plan(None, run_id))
+        return await self.read(plans.partials_plan(None, run_id, self._sealer))
 
     async def awakeables(self) -> list[AwakeableRecord]:
-        return await self.read(plans.awakeables_plan())
+        return await self.read(plans.awakeables_plan(self._sealer))
 
     async def find_awakeable(self, session_id: str, key: str) -> AwakeableRecord | None:
-        return await self.read(plans.find_awakeable_plan(session_id, key))
+        return await self.read(plans.find_awakeable_plan(session_id, key, self._sealer))
 
     async def resolve_awakeable(self, awakeable_id: str, value: Any) -> bool:
-        return await self.write(plans.resolve_awakeable_plan(self._d, awakeable_id, value))
+        return await self.write(plans.resolve_awakeable_plan(self._d, awakeable_id, value, self._sealer))
 
     async def commit(self, transition: RunTransition) -> None:
         """Apply `transition` in one transaction with the lease's epoch checked inside it."""
@@ -141,8 +144,8 @@ class SqlRows:
         if checkpoint is not None:
             check_checkpoint(checkpoint)
         try:
-            revision = await self.write(plans.commit_plan(self._d, transition, self.cache),
-                                        plans.mergeable_commit(self._d, transition, self.cache))
+            revision = await self.write(plans.commit_plan(self._d, transition, self.cache, self._sealer),
+                                        plans.mergeable_commit(self._d, transition, self.cache, self._sealer))
         except BaseException:
             if checkpoint is not None:
                 self.cache.forget(checkpoint.run_id)  # unknown outcome: the next save re-reads
@@ -151,19 +154,21 @@ class SqlRows:
             self.cache.remember(checkpoint.run_id, revision, checkpoint.messages, holder=transition.session_id)
 
     async def load_checkpoint(self, run_id: str) -> AgentCheckpoint | None:
-        try:
-            found = await self.read(load_plan(run_id))
-        except CheckpointCorruptError:
-            raise
-        except Exception as exc:
-            if "decode" in str(exc):  # SQLite text that is not UTF-8: a damaged row
-                raise CheckpointCorruptError(f"stored text is not UTF-8 ({exc})", run_id=run_id) from None
-            raise
+        with self.cache.forgetting(run_id, DAMAGE):  # damaged rows: the next save re-reads them, not appends
+            try:
+                found = await self.read(load_plan(run_id, self._sealer))
+            except DAMAGE:
+                raise
+            except Exception as exc:
+                if "decode" in str(exc):  # SQLite text that is not UTF-8: a damaged row
+                    raise CheckpointCorruptError(f"stored text is not UTF-8 ({exc})", run_id=run_id) from None
+                raise
         return remembered(self.cache, run_id, found)
 
     async def save_checkpoint(self, checkpoint: AgentCheckpoint, expected_step_index: int | None) -> None:
         try:
-            revision = await self.write(save_plan(self.cache, checkpoint, expected_step_index, self._d))
+            revision = await self.write(save_plan(self.cache, checkpoint, expected_step_index, self._d,
+                                                  sealer=self._sealer))
         except BaseException:
             self.cache.forget(checkpoint.run_id)
             raise
@@ -192,13 +197,15 @@ class SqlRuntime(StoredRuntime[SqlCheckpoints]):
 
     One instance is one "process": its own owner token and fences. Several instances (in
     one process or many) over one database are several processes on that database.
+    `sealer`: the runtime's `encryption` option as a `RowSealer` (`row_sealer`): it builds every payload
+    column of the journal and every checkpoint row.
     """
 
     backend: SqlRows
 
-    def __init__(self, executor: SqlExecutor, *, clock: Callable[[], int]) -> None:
+    def __init__(self, executor: SqlExecutor, *, clock: Callable[[], int], sealer: RowSealer) -> None:
         fences = Fences()
-        rows = SqlRows(executor, fences, PrefixCache())
+        rows = SqlRows(executor, fences, PrefixCache(), sealer)
         super().__init__(rows, SqlCheckpoints(rows), fences, clock)
 
     def lease_released(self, session_id: str, epoch: int) -> None:

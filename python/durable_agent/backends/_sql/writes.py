@@ -28,9 +28,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..._storage.history import PrefixCache
+from ..._storage.sealing import PLAINTEXT, RowSealer
 from ..._checkpoint import AgentCheckpoint
 from ..._errors import StaleEpochError
-from ..._storage.history import PrefixCache
 from .checkpoints import MESSAGES, RUNS, STEPS as STEP_LOG, SaveRow, merge_row, merged_saves, save_plan
 from .journal_schema import LEASES
 from .plan import ALONE, MERGE_VARIABLES, Dialect, Guard, Plan, Query, chunks, flat
@@ -97,6 +98,7 @@ class FencedWrites:
     rows: tuple[RowWrite, ...] = ()
     checkpoint: AgentCheckpoint | None = None
     cache: PrefixCache | None = field(default=None, compare=False)  # what this process saved last: for the save
+    sealer: RowSealer = field(default=PLAINTEXT, compare=False)  # builds the checkpoint's rows (sealed, or not)
 
 
 def fenced_plan(d: Dialect, writes: FencedWrites) -> Plan[int | None]:
@@ -177,11 +179,11 @@ def one_statement(d: Dialect, writes: FencedWrites) -> Plan[int | None]:
     if checkpoint is None:
         yield from _statement(d, writes, None, alone=True)
         return None
-    save = SaveRow.of(_cache(writes), checkpoint)
+    save = SaveRow.of(_cache(writes), checkpoint, writes.sealer)
     if save is not None and (yield from _statement(d, writes, save, alone=True)):
         return save.revision
     yield from _statement(d, writes, None, alone=False)
-    return (yield from save_plan(_cache(writes), checkpoint, None, d))
+    return (yield from save_plan(_cache(writes), checkpoint, None, d, sealer=writes.sealer))
 
 
 def _statement(d: Dialect, writes: FencedWrites, save: SaveRow | None, *, alone: bool) -> Plan[bool]:
@@ -246,7 +248,7 @@ def serial(d: Dialect, writes: FencedWrites) -> Plan[int | None]:
     rows = [(write, row) for write in writes.rows for row in write.rows]
     fence = None if epoch is None else Guard(f"EXISTS ({_FENCE})", (session_id, epoch), StaleEpochError(session_id, epoch))
     if checkpoint is not None and not rows:  # the save's header write carries the fence
-        return (yield from save_plan(_cache(writes), checkpoint, None, d, fence))
+        return (yield from save_plan(_cache(writes), checkpoint, None, d, fence, writes.sealer))
     first = next((i for i, (write, _) in enumerate(rows) if write.certain), None) if fence is not None else None
     if fence is not None and first is None:
         lease = yield Query(f"SELECT epoch FROM {LEASES} WHERE session_id = ?{d.lock_shared}", (session_id,), "one")
@@ -261,7 +263,7 @@ def serial(d: Dialect, writes: FencedWrites) -> Plan[int | None]:
             yield Query(_one_row(write, row, None), row)
     if checkpoint is None:
         return None
-    return (yield from save_plan(_cache(writes), checkpoint, None, d))
+    return (yield from save_plan(_cache(writes), checkpoint, None, d, sealer=writes.sealer))
 
 
 # ------------------------------------------------------------------- SQLite: many sessions merged
@@ -277,7 +279,7 @@ def merged(group: Sequence[FencedWrites], *, read_fences: bool) -> Plan[list[Any
     (None without one; `ALONE` for a save `merge_row` leaves to its own plan), or None when a fence
     is stale or a run changed (the writer then undoes the plan and runs each write's own).
     """
-    saves = [None if w.checkpoint is None else merge_row(_cache(w), w.checkpoint, None) for w in group]
+    saves = [None if w.checkpoint is None else merge_row(_cache(w), w.checkpoint, None, w.sealer) for w in group]
     members = [w for w, save in zip(group, saves, strict=True) if w.checkpoint is None or save is not None]
     shapes: dict[tuple[Any, ...], list[tuple[RowWrite, FencedWrites]]] = {}
     for member in members:

@@ -31,8 +31,10 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from ..._errors import ConfigurationError, FeatureUnavailableError
+from ..._storage.sealing import row_sealer
 from ..._util import pool_connection, wall_clock_ms
+from ...encryption import Keyring
+from ..._errors import ConfigurationError, FeatureUnavailableError
 from .._sql.journal_schema import schema_plan
 from .._sql.plan import POSTGRES, Mergeable, Plan, Query, T, execute_async, run_async
 from .._sql.runtime import SqlRuntime
@@ -203,7 +205,9 @@ class PostgresRuntime(SqlRuntime):
 
     `conninfo`: a libpq URL or DSN (its ``options`` may set a ``search_path``). `pool`: a
     `psycopg_pool.AsyncConnectionPool` to use instead; without one the runtime opens its own pool of
-    up to `max_connections` (1: a single connection whose transactions take turns).
+    up to `max_connections` (1: a single connection whose transactions take turns). `encryption`: a
+    `durable_agent.encryption.Keyring` that seals every payload the runtime stores, its checkpoints'
+    rows included (README, "Encryption at rest"); None stores them in plaintext.
     """
 
     def __init__(
@@ -213,12 +217,14 @@ class PostgresRuntime(SqlRuntime):
         pool: Any = None,
         clock: Callable[[], int] = wall_clock_ms,
         max_connections: int = 10,
+        encryption: Keyring | None = None,
     ) -> None:
+        sealer = row_sealer(encryption)  # a bad option is refused before anything is opened
         if type(max_connections) is not int or max_connections < 1:
             raise ConfigurationError(f"max_connections must be an int of at least 1, got {max_connections!r}")
         executor = _PostgresExecutor(conninfo, pool, max_connections)
         self._executor = executor
-        super().__init__(executor, clock=clock)
+        super().__init__(executor, clock=clock, sealer=sealer)
 
     async def close(self) -> None:
         """Close the connections this runtime opened (a pool passed in stays open)."""

@@ -25,8 +25,10 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
-from ..._errors import ConfigurationError
+from ..._storage.sealing import row_sealer
 from ..._util import wall_clock_ms
+from ...encryption import Keyring
+from ..._errors import ConfigurationError
 from .._files import connect_sqlite, sqlite3_module
 from .._sql.journal_schema import schema_plan
 from .._sql.plan import SQLITE, Mergeable, Plan, T
@@ -69,7 +71,9 @@ class SqliteRuntime(SqlRuntime):
     `path`: the file (created when missing). `busy_timeout_ms`: how long a write waits for
     another process's write. `synchronous`: FULL (default) survives a power loss; NORMAL is
     faster and survives a process crash. `poll_interval_ms`: how often an awakeable wait
-    looks for a resolution made by another process. Close it with `close()` or `with`.
+    looks for a resolution made by another process. `encryption`: a `durable_agent.encryption.Keyring`
+    that seals every payload the runtime stores, its checkpoints' rows included (README, "Encryption
+    at rest"); None stores them in plaintext. Close it with `close()` or `with`.
     """
 
     def __init__(
@@ -80,7 +84,9 @@ class SqliteRuntime(SqlRuntime):
         busy_timeout_ms: int = 10_000,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         poll_interval_ms: int = 20,
+        encryption: Keyring | None = None,
     ) -> None:
+        sealer = row_sealer(encryption)  # a bad option is refused before anything is opened
         if synchronous not in ("FULL", "NORMAL"):
             raise ConfigurationError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
         for name, value in (("busy_timeout_ms", busy_timeout_ms), ("poll_interval_ms", poll_interval_ms)):
@@ -94,7 +100,7 @@ class SqliteRuntime(SqlRuntime):
             poll_interval_ms=poll_interval_ms,
         )
         self._executor = executor
-        super().__init__(executor, clock=clock)
+        super().__init__(executor, clock=clock, sealer=sealer)
 
     def close(self) -> None:
         """Finish the queued writes and close the database connection."""
