@@ -4,6 +4,10 @@ asynchronously (`durable_agent.backends._sql.plan` runs the plans; placeholders 
 Appends to one run are serialized: SQLite's ``BEGIN IMMEDIATE`` keeps other writers out, and
 Postgres locks the run's row (``FOR UPDATE``) before reading the last ``seq``, so two processes
 appending at once number their events one after the other instead of colliding.
+
+A run's `meta` and each event's data are stored as codec text through the log's `RowSealer`
+(`durable_agent._storage.sealing`): sealed under its keyring, bound to ``("event-run", run_id)`` and
+``("event", run_id, seq)``, or plaintext. Run ids, sessions, times, seqs and keys stay plaintext.
 """
 
 from __future__ import annotations
@@ -12,12 +16,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._kernels import kernels
+from .._storage.sealing import RowSealer
 from ..backends._sql.plan import Dialect, Plan, Query
 from ._events import RunEvent, RunInfo, finished
 
 RUNS = "durable_agent_http_runs"
 EVENTS = "durable_agent_http_events"
 SCHEMA_LOCK = 20263  # the schema lock's key (Postgres advisory lock)
+RUN_META = "event-run"  # a run's meta: ("event-run", run_id)
+EVENT = "event"  # an event's data: ("event", run_id, seq)
 
 
 def schema_plan(dialect: Dialect) -> Plan[None]:
@@ -29,37 +36,48 @@ def schema_plan(dialect: Dialect) -> Plan[None]:
                 "data TEXT NOT NULL, PRIMARY KEY (run_id, seq), UNIQUE (run_id, key))")
 
 
-def create_run_plan(run_id: str, session_id: str, created_at: int, meta: Mapping[str, Any]) -> Plan[bool]:
+def create_run_plan(
+    run_id: str, session_id: str, created_at: int, meta: Mapping[str, Any], sealer: RowSealer
+) -> Plan[bool]:
     row = yield Query(f"INSERT INTO {RUNS} (run_id, session_id, created_at, meta) VALUES (?, ?, ?, ?) "
                       "ON CONFLICT DO NOTHING RETURNING run_id",
-                      (run_id, session_id, created_at, kernels.encode(dict(meta))), fetch="one")
+                      (run_id, session_id, created_at, sealer.value(dict(meta), (RUN_META, run_id))), fetch="one")
     return row is not None
 
 
-def run_info_plan(run_id: str) -> Plan[RunInfo | None]:
+def run_info_plan(run_id: str, sealer: RowSealer) -> Plan[RunInfo | None]:
     row = yield Query(f"SELECT session_id, created_at, meta FROM {RUNS} WHERE run_id = ?", (run_id,), fetch="one")
-    return None if row is None else RunInfo(run_id, row[0], int(row[1]), kernels.decode(row[2]))
+    return None if row is None else RunInfo(run_id, row[0], int(row[1]), sealer.open_value(row[2], (RUN_META, run_id)))
 
 
-def append_plan(dialect: Dialect, run_id: str, events: Sequence[tuple[str, dict[str, Any]]]) -> Plan[list[RunEvent]]:
+def _event(run_id: str, seq: Any, key: str, data: Any, sealer: RowSealer) -> RunEvent:
+    return RunEvent(int(seq), key, sealer.open_value(data, (EVENT, run_id, int(seq))))
+
+
+def append_plan(
+    dialect: Dialect, run_id: str, events: Sequence[tuple[str, dict[str, Any]]], sealer: RowSealer
+) -> Plan[list[RunEvent]]:
+    """Store `events` after the run's last, skipping keys the run holds; each is sealed for the seq it is
+    offered (a skipped event's seq goes to the next one, sealed again for it)."""
     encoded = [(key, kernels.encode(data)) for key, data in events]
     if (yield Query(f"SELECT run_id FROM {RUNS} WHERE run_id = ?{dialect.lock_update}", (run_id,), fetch="one")) is None:
         raise KeyError(run_id)
     (last,) = yield Query(f"SELECT COALESCE(MAX(seq), 0) FROM {EVENTS} WHERE run_id = ?", (run_id,), fetch="one")
     added = []
     for key, text in encoded:
+        stored = sealer.text(text, (EVENT, run_id, last + 1))
         row = yield Query(f"INSERT INTO {EVENTS} (run_id, seq, key, data) VALUES (?, ?, ?, ?) "
-                          "ON CONFLICT DO NOTHING RETURNING seq", (run_id, last + 1, key, text), fetch="one")
+                          "ON CONFLICT DO NOTHING RETURNING seq", (run_id, last + 1, key, stored), fetch="one")
         if row is not None:
             last += 1
             added.append(RunEvent(int(last), key, kernels.decode(text)))
     return added
 
 
-def read_plan(run_id: str, after: int) -> Plan[list[RunEvent]]:
+def read_plan(run_id: str, after: int, sealer: RowSealer) -> Plan[list[RunEvent]]:
     rows = yield Query(f"SELECT seq, key, data FROM {EVENTS} WHERE run_id = ? AND seq > ? ORDER BY seq",
                        (run_id, after), fetch="all")
-    return [RunEvent(int(seq), key, kernels.decode(data)) for seq, key, data in rows]
+    return [_event(run_id, seq, key, data, sealer) for seq, key, data in rows]
 
 
 def latest_plan(run_id: str) -> Plan[int]:
@@ -76,11 +94,11 @@ def forget_plan(run_ids: Sequence[str]) -> Plan[list[str]]:
     return gone
 
 
-def prune_plan(before: int) -> Plan[list[str]]:
+def prune_plan(before: int, sealer: RowSealer) -> Plan[list[str]]:
     """Forget the runs registered before `before` whose last event ends them for good (`events.finished`)."""
     rows = yield Query(f"SELECT e.run_id, e.seq, e.key, e.data FROM {RUNS} r JOIN {EVENTS} e ON e.run_id = r.run_id "
                        f"WHERE r.created_at < ? AND e.seq = (SELECT MAX(seq) FROM {EVENTS} WHERE run_id = r.run_id) "
                        "ORDER BY e.run_id", (before,), fetch="all")
     doomed = [run_id for run_id, seq, key, data in rows
-              if finished(RunEvent(int(seq), key, kernels.decode(data)))]
+              if finished(_event(run_id, seq, key, data, sealer))]
     return (yield from forget_plan(doomed))

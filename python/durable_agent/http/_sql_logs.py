@@ -2,7 +2,8 @@
 
 Both run the plans of `durable_agent.http._sql`, each call one transaction. A reader in the
 writing process wakes at once (`Wakeups`); a reader in another process polls the database
-every `poll_interval_ms` while it waits.
+every `poll_interval_ms` while it waits. With ``encryption=keyring`` (a `durable_agent.encryption.Keyring`)
+each run's meta and each event's data are sealed, bound to their run and seq (README, "Encryption at rest").
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._errors import ConfigurationError, FeatureUnavailableError
+from .._storage.sealing import row_sealer
 from .._util import wall_clock_ms
 from ..backends._sql.plan import POSTGRES, SQLITE, Dialect, Plan, T, run_async, run_sync
 from ..backends.sqlite._group_commit import InlineSqlite
 from ..backends.sqlite._store import sqlite_transaction
+from ..encryption import Keyring
+from .._errors import ConfigurationError, FeatureUnavailableError
 from . import _sql
 from ._events import RunEvent, RunInfo, Wakeups, check_prune, check_run_ids
 
@@ -31,9 +34,10 @@ class _SqlEventLog(abc.ABC):
 
     _dialect: Dialect
 
-    def __init__(self, clock: Callable[[], int], poll_interval_ms: int) -> None:
+    def __init__(self, clock: Callable[[], int], poll_interval_ms: int, encryption: Keyring | None) -> None:
         if type(poll_interval_ms) is not int or poll_interval_ms <= 0:
             raise ConfigurationError(f"poll_interval_ms must be a positive int, got {poll_interval_ms!r}")
+        self._sealer = row_sealer(encryption)
         self._clock = clock
         self._poll = poll_interval_ms / 1000
         self._wakeups = Wakeups()
@@ -43,19 +47,19 @@ class _SqlEventLog(abc.ABC):
         ...
 
     async def create_run(self, run_id: str, session_id: str, meta: Mapping[str, Any]) -> bool:
-        return await self._run(_sql.create_run_plan(run_id, session_id, int(self._clock()), meta), write=True)
+        return await self._run(_sql.create_run_plan(run_id, session_id, int(self._clock()), meta, self._sealer), write=True)
 
     async def run_info(self, run_id: str) -> RunInfo | None:
-        return await self._run(_sql.run_info_plan(run_id), write=False)
+        return await self._run(_sql.run_info_plan(run_id, self._sealer), write=False)
 
     async def append(self, run_id: str, events: Sequence[tuple[str, dict[str, Any]]]) -> list[RunEvent]:
-        added = await self._run(_sql.append_plan(self._dialect, run_id, events), write=True)
+        added = await self._run(_sql.append_plan(self._dialect, run_id, events, self._sealer), write=True)
         if added:
             self._wakeups.notify(run_id)
         return added
 
     async def read(self, run_id: str, after: int = 0) -> list[RunEvent]:
-        return await self._run(_sql.read_plan(run_id, after), write=False)
+        return await self._run(_sql.read_plan(run_id, after, self._sealer), write=False)
 
     async def wait(self, run_id: str, after: int, timeout: float) -> None:
         if await self._run(_sql.latest_plan(run_id), write=False) <= after:
@@ -65,7 +69,7 @@ class _SqlEventLog(abc.ABC):
         return self._forgotten(await self._run(_sql.forget_plan(check_run_ids(run_ids)), write=True))
 
     async def prune(self, *, before: int) -> list[str]:
-        return self._forgotten(await self._run(_sql.prune_plan(check_prune(before)), write=True))
+        return self._forgotten(await self._run(_sql.prune_plan(check_prune(before), self._sealer), write=True))
 
     def _forgotten(self, gone: list[str]) -> list[str]:
         for run_id in gone:
@@ -74,7 +78,7 @@ class _SqlEventLog(abc.ABC):
 
 
 class SqliteEventLog(_SqlEventLog):
-    """An `EventLog` in a SQLite file (WAL mode): pass the SQLite runtime's path to keep one file.
+    """An `EventLog` in a SQLite file (WAL mode): pass the SQLite runtime's path (and keyring) to keep one file.
 
     The calls are short and synchronous, like `SqliteRuntime`'s; a write is one ``BEGIN
     IMMEDIATE`` transaction. The file is created owner-only when missing. Close with `close()`.
@@ -83,8 +87,8 @@ class SqliteEventLog(_SqlEventLog):
     _dialect = SQLITE
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 10_000, poll_interval_ms: int = 50,
-                 clock: Callable[[], int] = wall_clock_ms) -> None:
-        super().__init__(clock, poll_interval_ms)
+                 clock: Callable[[], int] = wall_clock_ms, encryption: Keyring | None = None) -> None:
+        super().__init__(clock, poll_interval_ms, encryption)
         from ..backends._files import connect_sqlite, sqlite3_module
 
         sqlite3 = sqlite3_module("SqliteEventLog")
@@ -120,9 +124,9 @@ class PostgresEventLog(_SqlEventLog):
 
     _dialect = POSTGRES
 
-    def __init__(self, conninfo: str, *, poll_interval_ms: int = 100, clock: Callable[[], int] = wall_clock_ms
-                 ) -> None:
-        super().__init__(clock, poll_interval_ms)
+    def __init__(self, conninfo: str, *, poll_interval_ms: int = 100, clock: Callable[[], int] = wall_clock_ms,
+                 encryption: Keyring | None = None) -> None:
+        super().__init__(clock, poll_interval_ms, encryption)
         try:
             import psycopg
         except ImportError as exc:
