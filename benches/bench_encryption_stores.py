@@ -9,8 +9,8 @@ tool call and the tool's ~2 KB result). Two figures, each side by side, plaintex
 * load: a fresh handle loading a 1,000-step run (2,001 messages), best of `LOADS`; and the decoding alone
   (the rows already read: `RowSealer.rebuild`), best of `LOADS`.
 
-Targets (issue 24): a step of an `Agent` on the SQLite runtime <= 1.15x (the runtime is wired later: the store's
-save stands in for it here), decoding a 1,000-step checkpoint <= 1.3x.
+Targets (issue 24): decoding a 1,000-step checkpoint <= 1.3x; a step of an `Agent` on the SQLite runtime
+<= 1.15x is benches/bench_encryption_runtime.py's.
 
 Run: ``.venv/bin/python benches/bench_encryption_stores.py`` (needs ``pip install 'durable-agent[crypto]'``).
 """
