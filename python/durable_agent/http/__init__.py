@@ -15,6 +15,10 @@
     )
     # uvicorn module:app  ·  hypercorn module:app  ·  starlette_app.mount("/agent", app)
 
+Encryption at rest: give the runtime and the event log one ``encryption=keyring`` (a
+`durable_agent.encryption.Keyring`): ``SqliteRuntime("agent.db", encryption=keyring)`` and
+``SqliteEventLog("agent.db", encryption=keyring)`` (README, "Encryption at rest").
+
 Routes (JSON bodies; errors are ``{"error": {"code", "message"}}``, never a traceback):
 
 * ``POST /runs`` ``{"session_id", "prompt"}`` (+ ``Idempotency-Key`` header or ``"request_id"``):
