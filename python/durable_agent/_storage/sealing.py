@@ -34,12 +34,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._kernels import kernels
 from .._checkpoint import AgentCheckpoint
+from .._errors import CheckpointCorruptError, CodecError, ConfigurationError, DecryptionError
+from .._kernels import kernels
+from .._messages import Message
 from ..encryption import Keyring, Place
 from ..encryption._envelope import MARKER
-from .._errors import CheckpointCorruptError, CodecError, ConfigurationError, DecryptionError
-from .._messages import Message
 from .history import decode_messages, encode_header, encode_messages, rebuild
 
 HEADER = "checkpoint-header"

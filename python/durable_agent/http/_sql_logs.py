@@ -15,13 +15,13 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._errors import ConfigurationError, FeatureUnavailableError
 from .._storage.sealing import row_sealer
 from .._util import wall_clock_ms
 from ..backends._sql.plan import POSTGRES, SQLITE, Dialect, Plan, T, run_async, run_sync
 from ..backends.sqlite._group_commit import InlineSqlite
 from ..backends.sqlite._store import sqlite_transaction
 from ..encryption import Keyring
-from .._errors import ConfigurationError, FeatureUnavailableError
 from . import _sql
 from ._events import RunEvent, RunInfo, Wakeups, check_prune, check_run_ids
 

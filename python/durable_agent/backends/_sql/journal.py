@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..._errors import StaleEpochError
 from ..._storage.history import PrefixCache
 from ..._storage.records import (
     AwakeableRecord,
@@ -41,7 +42,6 @@ from ..._storage.records import (
 )
 from ..._storage.sealing import RowSealer
 from ...encryption import Place
-from ..._errors import StaleEpochError
 from .journal_schema import AWAKEABLES, LAST_RUNS, LEASES, PARTIALS, QUEUES, STEPS, SUBMISSIONS, TOOL_STATE
 from .plan import Dialect, Plan, Query
 from .writes import FencedWrites, RowWrite, delete, fenced_plan, insert, merged, update, upsert

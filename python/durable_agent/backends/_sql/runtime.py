@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, Protocol
 
+from ..._checkpoint import AgentCheckpoint
+from ..._errors import CheckpointCorruptError, StaleEpochError
 from ..._storage.history import PrefixCache
 from ..._storage.leases import Fences
 from ..._storage.records import AwakeableRecord, LeaseRow, RunTransition, StepRecord, StreamPartialRecord
 from ..._storage.sealing import DAMAGE, RowSealer
 from ..._storage.stored import StoredRuntime
 from ..._storage.validate import check_checkpoint, check_expected, check_run_id
-from ..._checkpoint import AgentCheckpoint
-from ..._errors import CheckpointCorruptError, StaleEpochError
 from . import journal as plans
 from .checkpoints import load_plan, remembered, save_plan
 from .plan import Dialect, Mergeable, Plan, T

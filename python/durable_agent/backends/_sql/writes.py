@@ -28,10 +28,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..._storage.history import PrefixCache
-from ..._storage.sealing import PLAINTEXT, RowSealer
 from ..._checkpoint import AgentCheckpoint
 from ..._errors import StaleEpochError
+from ..._storage.history import PrefixCache
+from ..._storage.sealing import PLAINTEXT, RowSealer
 from .checkpoints import MESSAGES, RUNS, STEPS as STEP_LOG, SaveRow, merge_row, merged_saves, save_plan
 from .journal_schema import LEASES
 from .plan import ALONE, MERGE_VARIABLES, Dialect, Guard, Plan, Query, chunks, flat

@@ -31,10 +31,10 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from ..._errors import ConfigurationError, FeatureUnavailableError
 from ..._storage.sealing import row_sealer
 from ..._util import pool_connection, wall_clock_ms
 from ...encryption import Keyring
-from ..._errors import ConfigurationError, FeatureUnavailableError
 from .._sql.journal_schema import schema_plan
 from .._sql.plan import POSTGRES, Mergeable, Plan, Query, T, execute_async, run_async
 from .._sql.runtime import SqlRuntime

@@ -25,10 +25,10 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
+from ..._errors import ConfigurationError
 from ..._storage.sealing import row_sealer
 from ..._util import wall_clock_ms
 from ...encryption import Keyring
-from ..._errors import ConfigurationError
 from .._files import connect_sqlite, sqlite3_module
 from .._sql.journal_schema import schema_plan
 from .._sql.plan import SQLITE, Mergeable, Plan, T
