@@ -1,7 +1,7 @@
 """Encryption at rest in the SQL runtimes' journal and the endpoint's SQL event logs (``encryption=keyring``).
 
 On a real SQLite file (with its -wal) and a real Postgres schema: an `Agent` run that streams and dies, resumes,
-keeps tool state, parks on an approval and is approved, with a queued message, a settled send and an event log
+keeps tool state, parks on an approval and is approved, with a queued message, a completed send and an event log
 beside it, behaves exactly as without a keyring, while a marker placed in every kind of journal data (tool input
 and output, model reply, stream partial, approval token and verdict, queued message, send result, tool state,
 event data and meta) never appears in the raw bytes or rows. A value copied to another row is refused with a
@@ -230,7 +230,7 @@ async def every_kind_of_journal_data(db: Database, keyring: Keyring | None) -> l
     stores = db.runtime(keyring).stores
     await stores.queue.write(SESSION, [{"id": "q1", "text": f"queued {MARK}"}])
     assert await stores.submissions.claim(SESSION, "req-1", "fp") == (True, None)
-    await stores.submissions.settle(SESSION, "req-1", {"answer": f"sent {MARK}"})
+    await stores.submissions.complete(SESSION, "req-1", {"answer": f"sent {MARK}"})
     log = db.event_log(keyring)
     assert await log.create_run("r1", SESSION, {"who": f"meta {MARK}"})
     events = [("step/0/text/0", {"type": "text-delta", "delta": f"event {MARK}"}), ("finish", {"type": "finish"})]
@@ -367,7 +367,7 @@ async def test_a_queue_or_a_send_result_copied_to_another_session_is_refused(dat
     for session in ("s-a", "s-b"):
         await runtime.stores.queue.write(session, [{"text": session}])
         await runtime.stores.submissions.claim(session, "req", "fp")
-        await runtime.stores.submissions.settle(session, "req", {"run_id": session})
+        await runtime.stores.submissions.complete(session, "req", {"run_id": session})
     for table, column, read, place in (
         ("durable_agent_queues", "entries", runtime.stores.queue.read("s-b"), ("queue", "s-b")),
         ("durable_agent_submissions", "result", runtime.stores.submissions.claim("s-b", "req", "fp"),
