@@ -17,7 +17,10 @@ approvals and their tokens, agent path, trace context). What a backend keeps bes
 plaintext, to index and list runs: the run id, status, step index, created_at, message count,
 revision. A stored value that does not start with the envelope marker is read as plaintext: a
 row written before encryption was turned on (the codec's text never starts with ``enc1``), so an
-existing database keeps loading and can be rewritten under the keyring later.
+existing database keeps loading and can be rewritten under the keyring later (`durable_agent.encryption.rekey`).
+With a strict keyring (``Keyring(..., strict=True)``) such a value is refused instead: `DecryptionError`
+naming its place (`PLAINTEXT_REFUSED`), so after the rekey a plaintext row planted in the database does
+not load silently.
 
 Two forms: text rows (`header_row`, `message_rows`, `rebuild`: SQL, Redis, Durable Object) and
 value rows for a store that keeps messages as JSON values inside a bigger record (`header_value`,
@@ -40,6 +43,7 @@ from .._kernels import kernels
 from .._messages import Message
 from ..encryption import Keyring, Place
 from ..encryption._envelope import MARKER
+from ..encryption._rekey import PLAINTEXT_REFUSED
 from .history import decode_messages, encode_header, encode_messages, rebuild
 
 HEADER = "checkpoint-header"
@@ -126,15 +130,24 @@ class KeyringSealer(RowSealer):
         self.keyring = keyring
 
     def _open(self, value: Any, place: Place) -> Any:
-        """The text `value` seals at `place`; a value that is not sealed is read as plaintext (module docs)."""
-        return self.keyring.open(value, place) if _sealed(value) else value
+        """The text `value` seals at `place`; a value that is not sealed is read as plaintext (module docs),
+        or refused by a strict keyring."""
+        if _sealed(value):
+            return self.keyring.open(value, place)
+        return self._plaintext(value, place)
+
+    def _plaintext(self, value: Any, place: Place) -> Any:
+        """`value`, stored unsealed at `place`: `DecryptionError` when the keyring is strict."""
+        if self.keyring.strict:
+            raise DecryptionError(tuple(place), PLAINTEXT_REFUSED)
+        return value
 
     def _open_header(self, run_id: str, step_index: object, header: Any) -> Any:
-        if not _sealed(header):
-            return header
         if type(step_index) is not int:
+            if not _sealed(header):
+                return self._plaintext(header, (HEADER, run_id))
             raise CheckpointCorruptError(f"the header's step index is {step_index!r}, not an int", run_id=run_id)
-        return self.keyring.open(header, (HEADER, run_id, step_index))
+        return self._open(header, (HEADER, run_id, step_index))
 
     def header_row(self, checkpoint: AgentCheckpoint) -> str:
         return self.keyring.seal(encode_header(checkpoint), (HEADER, checkpoint.run_id, checkpoint.step_index))
@@ -157,19 +170,15 @@ class KeyringSealer(RowSealer):
         return texts
 
     def header_value(self, checkpoint: AgentCheckpoint) -> dict[str, Any]:
-        return {
-            "step_index": checkpoint.step_index,
-            "status": checkpoint.status,
-            "created_at": checkpoint.created_at,
-            SEALED: self.header_row(checkpoint),
-        }
+        return sealed_header(checkpoint.step_index, checkpoint.status, checkpoint.created_at, self.header_row(checkpoint))
 
     def message_values(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[Any]:
         return self.message_rows(run_id, messages, start)
 
     def open_header(self, run_id: str, header: dict[str, Any]) -> dict[str, Any]:
         if SEALED not in header:
-            return header
+            plain: dict[str, Any] = self._plaintext(header, (HEADER, run_id, header.get("step_index", "?")))
+            return plain
         data = _decoded(self._open_header(run_id, header.get("step_index"), header[SEALED]), run_id, "header")
         if not isinstance(data, dict):
             raise CheckpointCorruptError(f"header is not an object ({type(data).__name__})", run_id=run_id)
@@ -189,6 +198,9 @@ class KeyringSealer(RowSealer):
 
     def open_messages(self, run_id: str, values: list[Any]) -> list[Any]:
         sealed = [seq for seq, value in enumerate(values) if _sealed(value)]
+        if len(sealed) < len(values) and self.keyring.strict:
+            first = next(seq for seq, value in enumerate(values) if not _sealed(value))
+            raise DecryptionError((MESSAGE, run_id, first), PLAINTEXT_REFUSED)
         if not sealed:
             return values
         texts = [self.keyring.open(values[seq], (MESSAGE, run_id, seq)) for seq in sealed]
@@ -196,6 +208,12 @@ class KeyringSealer(RowSealer):
         for seq, message in zip(sealed, decode_messages(texts, run_id), strict=True):
             opened[seq] = message
         return opened
+
+
+def sealed_header(step_index: int, status: str, created_at: int, envelope: str) -> dict[str, Any]:
+    """The value form of a header (`KeyringSealer.header_value`): `envelope` (the header sealed) beside the
+    plaintext fields an index reads."""
+    return {"step_index": step_index, "status": status, "created_at": created_at, SEALED: envelope}
 
 
 def _decoded(text: Any, run_id: str, what: str) -> Any:

@@ -105,6 +105,22 @@ def connect_sqlite(
     return conn
 
 
+def truncate_wal(sqlite3: ModuleType, path: str) -> bool:
+    """Copy the -wal file of the SQLite database at `path` into the database and cut it to zero bytes, on a
+    connection of its own (``PRAGMA wal_checkpoint(TRUNCATE)``): what a rekey does last, so the pages it
+    rewrote leave no older copy in the -wal. False when a reader or writer of another connection kept it
+    from finishing (the -wal then still holds frames; SQLite checkpoints them later); nothing for
+    ``":memory:"``."""
+    if path == MEMORY:
+        return True
+    conn = sqlite3.connect(path, timeout=10, isolation_level=None)
+    try:
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        conn.close()
+    return not busy
+
+
 def _create_missing(path: str) -> None:
     """Create `path` empty, mode 0600, unless it exists: an existing file is never opened here.
 

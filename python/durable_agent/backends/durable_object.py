@@ -40,16 +40,18 @@ import builtins
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, TypeVar
 
 from .._checkpoint import AgentCheckpoint
 from .._errors import CheckpointCorruptError, ConfigurationError
 from .._storage.history import PrefixCache, kept_by_encoding, new_revision
 from .._storage.indexed import Choose, IndexedStore, guard
-from .._storage.sealing import DAMAGE, row_sealer
+from .._storage.sealing import DAMAGE, HEADER, MESSAGE, row_sealer
 from .._storage.validate import logger
 from ..encryption import Keyring
+from ..encryption._rekey import Rekeyer, RekeyReport
 
 MAX_ENTRY_BYTES = 2 * 1024 * 1024
 """SQLite-backed Durable Objects: "Key and value combined cannot exceed 2 MB"."""
@@ -375,6 +377,56 @@ class DurableObjectCheckpointStore(IndexedStore):
         for run_id in doomed:
             self._delete(run_id)
         return doomed
+
+    _rekey_sync = True  # `durable_agent.encryption.rekey`: `_rekey_batch` never suspends
+
+    async def _rekey_batch(self, rekeyer: Rekeyer, position: str | None, batch_size: int) -> tuple[RekeyReport, str | None]:
+        """One batch of `durable_agent.encryption.rekey`: the next `batch_size` runs (by id), each rewritten in one
+        storage transaction (a Durable Object runs one event at a time: no save interleaves)."""
+        runs = sorted(run_id for run_id, _ in self._indexes() if position is None or run_id > position)[:batch_size]
+        total = RekeyReport()
+        for run_id in runs:
+            try:
+                total += self._atomic(partial(self._rekey_run, rekeyer, run_id))
+            except CheckpointCorruptError as exc:
+                total += RekeyReport(examined=1, refused=1, refusals=(str(exc),))
+        return replace(total, batches=1), runs[-1] if len(runs) == batch_size else None
+
+    def _rekey_run(self, rekeyer: Rekeyer, run_id: str) -> RekeyReport:
+        """Rekey one run's header, messages and step log entries (inside a storage transaction)."""
+        index = self._index(run_id)[0]
+        if index is None:
+            return RekeyReport()  # deleted, or damaged: its next save replaces it
+        header, bodies = self._records(run_id, index)
+        base, steps = self._data_prefix(run_id), self._step_prefix(run_id)
+        logged = [(key, _step_entry(value)) for key, value in self._kv.list(prefix=steps)]
+        rows: builtins.list[tuple[Any, tuple[str | int, ...]]] = [(header, (HEADER, run_id, index.step_index))]
+        rows += [(body, (MESSAGE, run_id, seq)) for seq, body in enumerate(bodies)]
+        for key, entry in logged:
+            if entry is None:
+                raise CheckpointCorruptError(f"the step log entry {key!r} is unreadable", run_id=run_id)
+            rows.append((entry[1], (HEADER, run_id, int(key[len(steps) :]))))
+        report, writes = rekeyer.batch(rows)
+        for at, value in writes:
+            if at == 0:
+                parts = self._rewrite_parts(base, "h", 0, value)
+                self._kv.put(self._run_key(run_id), replace(index, header_parts=parts).dumps())
+            elif at <= len(bodies):
+                self._rewrite_parts(base, "m", at - 1, value)
+            else:
+                key, entry = logged[at - 1 - len(bodies)]
+                assert entry is not None
+                self._kv.put(key, json.dumps({"n": entry[0], "h": value}, ensure_ascii=False, separators=(",", ":")))
+        return replace(report, rewritten=len(writes))
+
+    def _rewrite_parts(self, base: str, tag: str, index: int, text: str) -> int:
+        """Replace the entries of one header or message by `text`'s parts; how many parts it has now."""
+        for key in [key for key, _ in self._kv.list(prefix=f"{base}{tag}{index:010d}.")]:
+            self._kv.delete(key)
+        entries = self._parts(base, tag, index, text)
+        for key, value in entries:
+            self._kv.put(key, value)
+        return len(entries)
 
     def close(self) -> None:
         """Nothing to release: the storage belongs to the Durable Object."""

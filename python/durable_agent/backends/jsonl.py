@@ -43,9 +43,9 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +60,10 @@ from .._storage.history import (
     rebuild_decoded,
 )
 from .._storage.indexed import Choose, IndexedStore, guard
-from .._storage.sealing import DAMAGE, row_sealer
+from .._storage.sealing import DAMAGE, HEADER, MESSAGE, SEALED, row_sealer, sealed_header
 from .._storage.step_log import StepLog
 from ..encryption import Keyring
+from ..encryption._rekey import Rekeyer, RekeyReport
 from ._files import NOFOLLOW, PRIVATE, file_path
 
 try:  # absent on Windows and Pyodide: then one process only (documented above)
@@ -138,6 +139,34 @@ def _record_problem(record: Any) -> str | None:
     if type(header.get("created_at")) is not int or type(header.get("step_index")) is not int:
         return "header created_at/step_index are not ints"
     return None
+
+
+def _rekeyed_line(line: bytes, rekeyer: Rekeyer) -> tuple[RekeyReport, bytes]:
+    """A save line with its messages and header put through `rekeyer` (message `seq` of the run at
+    ``keep + i``, the header at its step: the places the sealer gave them), and what it did; any other line
+    as it is."""
+    try:
+        record = kernels.decode(line.decode("utf-8"))
+    except (UnicodeDecodeError, CodecError):
+        return RekeyReport(), line
+    if _record_problem(record) is not None or record["op"] != "save":
+        return RekeyReport(), line
+    run_id, header = record["run_id"], record["header"]
+    rows: builtins.list[tuple[Any, tuple[str | int, ...]]] = [
+        (value if isinstance(value, str) else kernels.encode(value), (MESSAGE, run_id, seq))
+        for seq, value in enumerate(record["messages"], record["keep"])
+    ]
+    rows.append((header[SEALED] if SEALED in header else kernels.encode(header), (HEADER, run_id, header["step_index"])))
+    report, writes = rekeyer.batch(rows)
+    if not writes:
+        return report, line
+    last = len(rows) - 1
+    for at, value in writes:
+        if at == last:
+            record["header"] = sealed_header(header["step_index"], header["status"], header["created_at"], value)
+        else:
+            record["messages"][at] = value
+    return replace(report, rewritten=len(writes)), kernels.encode(record).encode("utf-8")
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -494,36 +523,74 @@ class JsonlCheckpointStore(IndexedStore):
                     f"cannot compact: runs {broken} are corrupt (pass drop_corrupt=True to drop them)",
                     run_id=broken[0],
                 )
-            # A fresh, unguessable name opened with O_EXCL|O_NOFOLLOW: whatever is planted at
-            # a name in this directory (a symlink to a victim file) is refused, never written through.
-            tmp = self.path.with_name(f"{self.path.name}.compact-{os.urandom(8).hex()}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, PRIVATE)
-            try:
-                if hasattr(os, "fchmod"):  # the compacted file keeps the mode the operator gave the store
-                    os.fchmod(fd, stat.S_IMODE(os.fstat(self._fd).st_mode))
-                for run_id in sorted(self._runs):
-                    run = self._runs[run_id]
-                    if run.corrupt is not None:
-                        continue
-                    record = {
-                        "run_id": run_id,
-                        "op": "save",
-                        "rev": run.revision,
-                        "prev": None,
-                        "keep": 0,
-                        "messages": self._stored_messages(run_id, run),  # as stored: sealed rows stay sealed
-                        "header": run.header,
-                    }
-                    _write_all(fd, kernels.encode(record).encode("utf-8") + b"\n")
-                os.fsync(fd)
-            except BaseException:
-                os.close(fd)
-                os.unlink(tmp)
-                raise
-            os.close(fd)
-            os.replace(tmp, self.path)
+            records = (
+                {
+                    "run_id": run_id,
+                    "op": "save",
+                    "rev": run.revision,
+                    "prev": None,
+                    "keep": 0,
+                    "messages": self._stored_messages(run_id, run),  # as stored: sealed rows stay sealed
+                    "header": run.header,
+                }
+                for run_id, run in sorted(self._runs.items())
+                if run.corrupt is None
+            )
+            self._replace_file(kernels.encode(record).encode("utf-8") + b"\n" for record in records)
         with self._mutex:
             self._open()
+
+    def _replace_file(self, lines: Iterable[bytes]) -> None:
+        """Replace the file by `lines`, atomically (under the write lock, which the caller holds; it reopens after).
+
+        A fresh, unguessable name opened with O_EXCL|O_NOFOLLOW: whatever is planted at a name in this
+        directory (a symlink to a victim file) is refused, never written through.
+        """
+        tmp = self.path.with_name(f"{self.path.name}.compact-{os.urandom(8).hex()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, PRIVATE)
+        try:
+            if hasattr(os, "fchmod"):  # the new file keeps the mode the operator gave the store
+                os.fchmod(fd, stat.S_IMODE(os.fstat(self._fd).st_mode))
+            for line in lines:
+                _write_all(fd, line)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        os.replace(tmp, self.path)
+
+    _rekey_sync = True  # `durable_agent.encryption.rekey`: `_rekey_batch` never suspends
+
+    async def _rekey_batch(self, rekeyer: Rekeyer, position: object, batch_size: int) -> tuple[RekeyReport, None]:
+        """`durable_agent.encryption.rekey` of the whole file as one batch: every line rewritten with its values
+        resealed under the primary, into a new file that replaces it atomically (as `compact` does), under the
+        write lock. The lines stay (and the step log with them); a line whose values are all current, a
+        damaged line and a delete are copied byte for byte. `batch_size` does not apply: a file is replaced
+        whole."""
+        total = RekeyReport()
+
+        def lines() -> Iterator[bytes]:
+            nonlocal total
+            for line in self._lines():
+                report, rekeyed = _rekeyed_line(line, rekeyer)
+                total += report
+                yield rekeyed + b"\n"
+
+        with self._write_lock():
+            self._replace_file(lines())
+        with self._mutex:
+            self._open()
+        return replace(total, batches=1), None
+
+    def _lines(self) -> Iterator[bytes]:
+        """The file's complete lines (up to `_end`, under the write lock), without their newline."""
+        pending, read_at = b"", 0
+        while read_at < self._end and (chunk := self._read_at(read_at, min(_CHUNK, self._end - read_at))):
+            read_at += len(chunk)
+            *complete, pending = (pending + chunk).split(b"\n")
+            yield from complete
 
     def close(self) -> None:
         with self._mutex:

@@ -45,6 +45,7 @@ import builtins
 import importlib
 import re
 from abc import abstractmethod
+from dataclasses import replace
 from typing import Any
 
 from .._checkpoint import RUN_STATUSES, AgentCheckpoint, RunStatus
@@ -56,9 +57,10 @@ from .._errors import (
 )
 from .._storage.faces import AsyncFace, StoreLogic, SyncFace
 from .._storage.history import PrefixCache, kept_by_encoding, new_revision
-from .._storage.sealing import DAMAGE, row_sealer
+from .._storage.sealing import DAMAGE, HEADER, MESSAGE, row_sealer
 from .._storage.validate import logger, page, prunable, readable_ids
 from ..encryption import Keyring
+from ..encryption._rekey import Rekeyer, RekeyReport
 
 # KEYS: head, msgs, runs, status:running, status:suspended, status:completed, steps
 # ARGV: run_id, expected step ('' = no check), known revision ('' = absent), keep, revision,
@@ -123,6 +125,25 @@ if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'revision') ~= ARGV[2] then
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[7])
 for k = 3, 6 do redis.call('ZREM', KEYS[k], ARGV[1]) end
+return 1
+"""
+
+# KEYS: head, msgs, steps; ARGV: revision read, header ('' = unchanged), m, then m pairs (message index, body),
+#       then pairs (step log index, entry): the values of a rekey, written only while the run is at that revision
+_REKEY = """
+if redis.call('HGET', KEYS[1], 'revision') ~= ARGV[1] then
+  return 0
+end
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'header', ARGV[2]) end
+local i = 4
+for _ = 1, tonumber(ARGV[3]) do
+  redis.call('LSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+while i <= #ARGV do
+  redis.call('LSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
 return 1
 """
 
@@ -212,6 +233,7 @@ class _RedisStore(StoreLogic):
         self._prefix = prefix
         self._save_script = self._client.register_script(_SAVE)
         self._delete_script = self._client.register_script(_DELETE)
+        self._rekey_script = self._client.register_script(_REKEY)
         self._cache = PrefixCache(cache_runs)
         self._sealer = row_sealer(encryption)
 
@@ -223,7 +245,7 @@ class _RedisStore(StoreLogic):
 
     @abstractmethod
     async def _eval(self, script: Any, keys: builtins.list[str], args: builtins.list[Any]) -> Any:
-        """Run a registered Lua `script` (`_save_script`, `_delete_script`)."""
+        """Run a registered Lua `script` (`_save_script`, `_delete_script`, `_rekey_script`)."""
 
     @abstractmethod
     async def _range(self, key: str, low: bytes, limit: int | None) -> builtins.list[bytes]:
@@ -337,17 +359,12 @@ class _RedisStore(StoreLogic):
         if not exists:
             return None
         for entry in entries:
-            found = re.match(rb"([0-9]+) ([0-9]+) ", entry)
-            if found is None:
-                raise CheckpointCorruptError("a step log entry is unreadable", run_id=run_id)
-            if int(found[1]) == step_index:
-                count = int(found[2])
+            step, count, header = _step_entry(entry, run_id)
+            if step == step_index:
                 if count > len(bodies):
                     raise CheckpointCorruptError(f"step {step_index} counts {count} messages", run_id=run_id)
                 return self._sealer.rebuild(
-                    run_id,
-                    step_index,
-                    _text(entry[found.end() :], run_id, f"the header of step {step_index}"),
+                    run_id, step_index, _text(header, run_id, f"the header of step {step_index}"),
                     _texts(bodies[:count], run_id),
                 )
         return None
@@ -380,6 +397,61 @@ class _RedisStore(StoreLogic):
                         doomed.append(run_id)
                         self._cache.forget(run_id)
         return page(doomed, None, None)
+
+    async def _rekey_batch(self, rekeyer: Rekeyer, position: bytes | None, batch_size: int) -> tuple[RekeyReport, bytes | None]:
+        """One batch of `durable_agent.encryption.rekey`: the next `batch_size` runs of the index, each rewritten
+        by one script (`_REKEY`) that applies only while the run is at the revision read (a save meanwhile
+        changed it: its rows are the save's, counted `changed`)."""
+        members = await self._members(None, batch_size, position)
+        total = RekeyReport()
+        for run_id in readable_ids(members):
+            try:
+                total += await self._rekey_run(rekeyer, run_id)
+            except CheckpointCorruptError as exc:
+                total += RekeyReport(examined=1, refused=1, refusals=(str(exc),))
+        return replace(total, batches=1), members[-1] if len(members) == batch_size else None
+
+    async def _rekey_run(self, rekeyer: Rekeyer, run_id: str) -> RekeyReport:
+        """Rekey one run's header, messages and step log (see `_rekey_batch`)."""
+        keys = self._keys(run_id)
+        head, bodies, entries = await self._pipeline(
+            True, ("hmget", (keys[0], "revision", "step_index", "header")), ("lrange", (keys[1], 0, -1)),
+            ("lrange", (keys[6], 0, -1)),
+        )
+        if any(isinstance(reply, Exception) for reply in (head, bodies, entries)):
+            raise CheckpointCorruptError("a key of the run holds another type", run_id=run_id)
+        revision, step_index, header = head
+        if revision is None:
+            return RekeyReport()  # deleted since it was listed
+        rows: builtins.list[tuple[Any, tuple[str | int, ...]]] = [
+            (_text(header, run_id, "header"), (HEADER, run_id, _int(step_index) or 0))
+        ]
+        rows += [(body, (MESSAGE, run_id, seq)) for seq, body in enumerate(_texts(bodies, run_id))]
+        logged = [_step_entry(entry, run_id) for entry in entries]
+        rows += [(_text(raw, run_id, f"the header of step {step}"), (HEADER, run_id, step)) for step, _, raw in logged]
+        report, writes = rekeyer.batch(rows)
+        if not writes:
+            return report
+        args: builtins.list[Any] = [revision, next((value for at, value in writes if at == 0), "")]
+        messages = [(at - 1, value) for at, value in writes if 0 < at <= len(bodies)]
+        args.append(len(messages))
+        for at, value in messages:
+            args += [at, value]
+        for at, value in writes:
+            if at > len(bodies):
+                step, count, _ = logged[at - 1 - len(bodies)]
+                args += [at - 1 - len(bodies), f"{step} {count} {value}"]
+        if await self._eval(self._rekey_script, [keys[0], keys[1], keys[6]], args):
+            return replace(report, rewritten=len(writes))
+        return replace(report, changed=len(writes))
+
+
+def _step_entry(entry: bytes, run_id: str) -> tuple[int, int, bytes]:
+    """A step log entry's step index, message count and header (as stored)."""
+    found = re.match(rb"([0-9]+) ([0-9]+) ", entry)
+    if found is None:
+        raise CheckpointCorruptError("a step log entry is unreadable", run_id=run_id)
+    return int(found[1]), int(found[2]), entry[found.end() :]
 
 
 class RedisCheckpointStore(_RedisStore, SyncFace):

@@ -8,6 +8,7 @@
     durable-agent --runtime postgresql://... runs fork run-42 --to run-42b   # approved with --runtime alone
     durable-agent --store sqlite:///a.db runs export > runs.jsonl
     durable-agent --store postgresql://... runs import runs.jsonl
+    DURABLE_AGENT_KEYS="k2:...,k1:..." durable-agent --store sqlite:///runs.db runs rekey
 
 `--store URL` takes every `open_store` URL; `--runtime URL` (``sqlite:///journal.db`` or
 ``postgresql://...``) is an `Agent`'s journal: it adds the journal steps to ``show``, sends
@@ -17,6 +18,10 @@ runtime keeps its checkpoints in the checkpoint store's tables).
 ``runs prune`` also drops the deleted runs' events from the chat endpoint's event log
 (`durable_agent.http`): ``--events URL`` (``sqlite:///...`` or ``postgresql://...``), by default the
 store's own database when it is SQLite or Postgres.
+``runs rekey`` takes its keyring from ``DURABLE_AGENT_KEYS`` and ``DURABLE_AGENT_PRIMARY_KEY``
+(`Keyring.from_env`) and rewrites the store's rows (and with ``--runtime`` the runtime's) under the primary key,
+batch by batch, beside live servers; it exits 1 when a row could not be opened (a key missing from the ring,
+damage), naming the first ones, and 2 when the keys are not set or malformed.
 The environment variables ``DURABLE_AGENT_STORE``, ``DURABLE_AGENT_RUNTIME`` and ``DURABLE_AGENT_EVENTS``
 stand in for the options. Output is human-readable tables; `--json` prints JSON instead (one document, or one
 line per event for ``watch``; bytes as ``{"$bytes": ...}``, the checkpoint codec's form). ``--version`` prints
@@ -39,7 +44,7 @@ Exit codes (stable, for scripts):
 
 Every error is one line on stderr, ``durable-agent: error: ...``; never a traceback. On a terminal (only) the
 output has colour, unless ``NO_COLOR`` is set, and a long operation (``resume``, ``approve``/``deny --agent``,
-``import``, ``prune``) shows a spinner on stderr: see `durable_agent.cli._render`.
+``import``, ``prune``) shows a spinner on stderr (``rekey``: a progress line per batch): see `durable_agent.cli._render`.
 """
 
 from __future__ import annotations
@@ -128,6 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--include-suspended", action="store_true", help="also delete runs awaiting approval")
     sub.add_argument("--events", metavar="URL", help="the chat endpoint's event log, whose events of the deleted "
                      "runs go too (default: the store's database when it is SQLite or Postgres)")
+
+    sub = command("rekey", c.runs_rekey, "rewrite every encrypted row (and every plaintext one) under the primary key"
+                  " of DURABLE_AGENT_KEYS: after a key rotation, or to encrypt an existing database in place")
+    sub.add_argument("--batch-size", type=int, default=500, metavar="ROWS",
+                     help="rows per transaction (default 500); each batch commits on its own, so a rekey stopped"
+                          " mid-way is finished by running it again")
+    sub.add_argument("--strict", action="store_true",
+                     help="refuse plaintext rows (left as they are, reported) instead of encrypting them: for a"
+                          " database already migrated, where a plaintext row can only be planted")
 
     sub = command("fork", c.runs_fork, "start a new run from a step boundary of a run (with --runtime, an Agent's"
                   " run is forked into its session, parked on approvals of its own)")

@@ -25,6 +25,7 @@ from .._fork import checkpoint_at_step, fork_run
 from .._parked import parked_result, unanswered_approvals
 from .._results import GenerateTextResult
 from .._util import maybe_await, wall_clock_ms
+from ..encryption import Keyring, RekeyReport, rekey_async
 from . import _render as r
 from ._backends import Backends, CliError, load_factory, open_event_log, require_file
 
@@ -250,6 +251,26 @@ async def runs_prune(args: argparse.Namespace, b: Backends) -> int:
           + (f", and the endpoint events of {len(forgotten)}" if forgotten else "")
           + "".join(f"\n  {d}" for d in doomed))
     return OK
+
+
+async def runs_rekey(args: argparse.Namespace, b: Backends) -> int:
+    """Rewrite every sealed row not under the primary key of ``DURABLE_AGENT_KEYS`` to it (`rekey_async`): the
+    store's, then the runtime's with ``--runtime``. One progress line per batch on stderr when it is a
+    terminal; the summary on stdout. Exit 1 when a row could not be opened (the summary names the first)."""
+    keyring = Keyring.from_env()
+    if type(args.batch_size) is not int or args.batch_size < 1:
+        raise CliError(USAGE, f"--batch-size must be a positive number of rows, got {args.batch_size}")
+    total = RekeyReport()
+    for target in (b.store, b.runtime):
+        if target is not None:
+            total += await rekey_async(target, keyring, batch_size=args.batch_size, strict=args.strict,
+                                       progress=r.rekey_progress(total))
+    r.end_progress_line()
+    data = {"primary": keyring.primary, "examined": total.examined, "rewritten": total.rewritten,
+            "current": total.current, "changed": total.changed, "refused": total.refused,
+            "refusals": list(total.refusals), "batches": total.batches}
+    _said(args, data, r.rekey_summary(keyring.primary, total))
+    return OK if total.refused == 0 else ERROR
 
 
 async def runs_fork(args: argparse.Namespace, b: Backends) -> int:

@@ -67,6 +67,48 @@ def progress(text: str, stream: TextIO | None = None) -> Iterator[None]:
         out.flush()
 
 
+def rekey_progress(before: Any, stream: TextIO | None = None) -> Any:
+    """A `rekey` progress callback writing one line per batch to `stream` (stderr), rewritten in place, when it
+    is a terminal (`before`: the report of the targets already done); None elsewhere."""
+    out = stream or sys.stderr
+    if not is_terminal(out):
+        return None
+
+    def show(report: Any) -> None:
+        done = before + report
+        out.write(f"\r\x1b[Kbatch {done.batches}: {done.examined} row(s) examined, {done.rewritten} rewritten")
+        out.flush()
+
+    return show
+
+
+def end_progress_line(stream: TextIO | None = None) -> None:
+    """Erase the progress line `rekey_progress` left on a terminal."""
+    out = stream or sys.stderr
+    if is_terminal(out):
+        out.write("\r\x1b[K")
+        out.flush()
+
+
+def rekey_summary(primary: str, report: Any) -> str:
+    """What `runs rekey` did, in a few lines."""
+    lines = [
+        f"rekeyed to key {primary!r}: {report.examined} row(s) examined in {report.batches} batch(es),"
+        f" {report.rewritten} rewritten, {report.current} already under it"
+    ]
+    if report.changed:
+        lines.append(f"{report.changed} row(s) changed by another writer meanwhile (left as written; run it again to"
+                     " check them)")
+    if report.refused:
+        lines.append(f"{report.refused} row(s) could not be opened and were left as they are:")
+        lines += [f"  {problem}" for problem in report.refusals]
+        if report.refused > len(report.refusals):
+            lines.append(f"  ... and {report.refused - len(report.refusals)} more")
+    elif not report.changed:
+        lines.append("every row is under the primary key: the other keys can be dropped from the ring")
+    return "\n".join(lines)
+
+
 def as_json(value: Any) -> str:
     """`value` as one line of JSON, through the checkpoint codec: bytes survive as ``{"$bytes": ...}``."""
     return kernels.encode(value)

@@ -14,7 +14,8 @@ An envelope carries a format marker, the id of the key that sealed it, a fresh 9
 ciphertext with its tag; its associated data is the canonical encoding of the place
 (`associated_data`), so a value copied to another run or row does not open. `envelope_key_id` and
 `is_envelope` read an envelope's structure without decrypting it (to rekey, to migrate a plaintext
-database in place).
+database in place). `rekey(store, keyring)` (`rekey_async` for async stores and runtimes) rewrites a
+store's rows that are not under the primary key to it, batch by batch, plaintext rows included.
 
 Importing this module uses only the standard library and draws no entropy: `cryptography` is imported
 when a key is first used, and WebCrypto is reached through Pyodide's ``js`` module only when asked.
@@ -25,6 +26,7 @@ from __future__ import annotations
 from .._errors import DecryptionError
 from ._envelope import Place, associated_data, envelope_key_id, is_envelope
 from ._keyring import ENV_KEYS, ENV_PRIMARY, Keyring
+from ._rekey import RekeyReport, rekey, rekey_async
 
 __all__ = [
     "ENV_KEYS",
@@ -32,7 +34,10 @@ __all__ = [
     "DecryptionError",
     "Keyring",
     "Place",
+    "RekeyReport",
     "associated_data",
     "envelope_key_id",
     "is_envelope",
+    "rekey",
+    "rekey_async",
 ]

@@ -51,6 +51,12 @@ class Keyring:
     * ``"webcrypto"``: always WebCrypto; `seal`/`open` then raise `FeatureUnavailableError` (WebCrypto has
       no synchronous call).
 
+    `strict`: whether a store opened with this keyring refuses a stored value that is not an envelope
+    (`DecryptionError`, "it is not an envelope") instead of reading it as plaintext written before encryption
+    was turned on. The default, lenient, lets a keyring be turned on over an existing database; once
+    `durable_agent.encryption.rekey` has sealed every row, ``strict=True`` makes a plaintext row planted
+    by whoever can write the database fail to load rather than load silently.
+
     Every implementation writes and reads the same envelopes. `nonce_source` exists for test vectors only:
     AES-GCM is broken when two values are sealed under one key with one nonce, so production code leaves
     it to the default, 12 fresh bytes of ``os.urandom`` per seal.
@@ -63,6 +69,7 @@ class Keyring:
         *,
         implementation: Implementation = "auto",
         nonce_source: NonceSource | None = None,
+        strict: bool = False,
     ) -> None:
         if not isinstance(keys, Mapping) or not keys:
             raise ConfigurationError("a keyring needs at least one key: a mapping of key id to 32-byte key")
@@ -91,6 +98,9 @@ class Keyring:
             raise ConfigurationError(f"implementation is one of {IMPLEMENTATIONS}, not {implementation!r}")
         if nonce_source is not None and not callable(nonce_source):
             raise ConfigurationError("nonce_source must be a callable returning 12 bytes")
+        if type(strict) is not bool:
+            raise ConfigurationError(f"strict must be a bool, got {strict!r}")
+        self._strict = strict
         self._keys = held
         self._primary = primary
         self._implementation: Implementation = implementation
@@ -100,7 +110,7 @@ class Keyring:
 
     @classmethod
     def from_env(
-        cls, environ: Mapping[str, str] | None = None, *, implementation: Implementation = "auto"
+        cls, environ: Mapping[str, str] | None = None, *, implementation: Implementation = "auto", strict: bool = False
     ) -> Keyring:
         """The keyring described by ``DURABLE_AGENT_KEYS`` and ``DURABLE_AGENT_PRIMARY_KEY`` (`environ`:
         ``os.environ`` by default).
@@ -126,7 +136,7 @@ class Keyring:
                 raise ConfigurationError(f"{ENV_KEYS}: key id {key_id!r} is listed twice")
             keys[key_id] = _decode_base64_key(encoded.strip(), key_id)
         primary = env.get(ENV_PRIMARY, "").strip() or next(iter(keys))
-        return cls(keys, primary, implementation=implementation)
+        return cls(keys, primary, implementation=implementation, strict=strict)
 
     @property
     def primary(self) -> str:
@@ -134,12 +144,18 @@ class Keyring:
         return self._primary
 
     @property
+    def strict(self) -> bool:
+        """Whether stores refuse stored values that are not envelopes (see the class docs)."""
+        return self._strict
+
+    @property
     def key_ids(self) -> tuple[str, ...]:
         """The ids of every key held, in the order given."""
         return tuple(self._keys)
 
     def __repr__(self) -> str:
-        return f"Keyring(key_ids={self.key_ids!r}, primary={self._primary!r})"
+        strict = ", strict=True" if self._strict else ""
+        return f"Keyring(key_ids={self.key_ids!r}, primary={self._primary!r}{strict})"
 
     # --- sealing and opening ---------------------------------------------------------------------------
 

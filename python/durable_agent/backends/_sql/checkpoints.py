@@ -22,9 +22,10 @@ from typing import Any
 from ..._checkpoint import AgentCheckpoint, RunStatus
 from ..._errors import CheckpointConflictError, CheckpointCorruptError
 from ..._storage.history import PrefixCache, kept_by_encoding, new_revision
-from ..._storage.sealing import PLAINTEXT, RowSealer
+from ..._storage.sealing import HEADER, MESSAGE, PLAINTEXT, RowSealer
 from ..._storage.validate import page, prunable, readable_id, readable_ids
 from .plan import ALONE, Dialect, Guard, Plan, Query, chunks, flat, migrate_plan, run_async, run_sync
+from .rekey import SealedColumn
 
 __all__ = [  # the plan machinery too: the checkpoint stores import this module as their `_sql`
     "Dialect",
@@ -77,6 +78,12 @@ def _schema_v2(dialect: Dialect) -> list[str]:
 
 
 MIGRATIONS = {1: _schema_v1, 2: _schema_v2}  # version -> statements that bring the previous version to it
+
+SEALED_COLUMNS = (  # the columns `durable_agent._storage.sealing` seals, and their places (`rekey_plan`)
+    SealedColumn(RUNS, "header", ("run_id",), HEADER, ("run_id", "step_index")),
+    SealedColumn(MESSAGES, "body", ("run_id", "seq"), MESSAGE),
+    SealedColumn(STEPS, "header", ("run_id", "step_index"), HEADER),
+)
 
 
 def schema_plan(dialect: Dialect) -> Plan[None]:

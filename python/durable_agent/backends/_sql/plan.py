@@ -122,12 +122,15 @@ class Dialect:
     lock_update: str = ""  # suffix of the SELECT of a row about to be changed ("" where writes are serialized)
     notify: str | None = None  # statement waking awakeable waiters in other processes, one parameter
     fence_in_statement: bool = False  # a fenced write checks the lease epoch inside its own statement
+    secure_delete: str | None = None  # statement making the rows a transaction rewrites leave no old bytes behind
 
     def sql(self, text: str) -> str:
         return text if self.placeholder == "?" else text.replace("?", self.placeholder)
 
 
-SQLITE = Dialect(placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None)
+SQLITE = Dialect(
+    placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None, secure_delete="PRAGMA secure_delete = ON"
+)
 POSTGRES = Dialect(
     placeholder="%s",
     text_type='TEXT COLLATE "C"',

@@ -19,9 +19,13 @@ from ..._storage.records import AwakeableRecord, LeaseRow, RunTransition, StepRe
 from ..._storage.sealing import DAMAGE, RowSealer
 from ..._storage.stored import StoredRuntime
 from ..._storage.validate import check_checkpoint, check_expected, check_run_id
+from ...encryption._rekey import Rekeyer, RekeyReport
 from . import journal as plans
-from .checkpoints import load_plan, remembered, save_plan
+from .checkpoints import SEALED_COLUMNS as CHECKPOINT_COLUMNS, load_plan, remembered, save_plan
 from .plan import Dialect, Mergeable, Plan, T
+from .rekey import Position, rekey_plan
+
+SEALED_COLUMNS = CHECKPOINT_COLUMNS  # every sealed column of a runtime's database, walked by `rekey_async(runtime)`
 
 
 class SqlExecutor(Protocol):
@@ -205,8 +209,13 @@ class SqlRuntime(StoredRuntime[SqlCheckpoints]):
 
     def __init__(self, executor: SqlExecutor, *, clock: Callable[[], int], sealer: RowSealer) -> None:
         fences = Fences()
+        self._dialect = executor.dialect
         rows = SqlRows(executor, fences, PrefixCache(), sealer)
         super().__init__(rows, SqlCheckpoints(rows), fences, clock)
+
+    async def _rekey_batch(self, rekeyer: Rekeyer, position: Position, batch_size: int) -> tuple[RekeyReport, Position]:
+        """One batch of `durable_agent.encryption.rekey_async`, in one write transaction (`rekey_plan`)."""
+        return await self.backend.write(rekey_plan(SEALED_COLUMNS, self._dialect, rekeyer, position, batch_size))
 
     def lease_released(self, session_id: str, epoch: int) -> None:
         """Also forget the runs saved under the lease: the checkpoint cache holds each run while it is live."""

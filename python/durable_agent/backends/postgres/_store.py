@@ -31,8 +31,10 @@ from ..._storage.history import PrefixCache
 from ..._storage.sealing import DAMAGE, row_sealer
 from ..._util import pool_connection
 from ...encryption import Keyring
+from ...encryption._rekey import Rekeyer, RekeyReport
 from .._sql import checkpoints as _sql
 from .._sql.plan import POSTGRES, Plan, T
+from .._sql.rekey import Position, rekey_plan
 
 DIALECT = POSTGRES
 _READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
@@ -142,6 +144,10 @@ class _PostgresStore(StoreLogic):
         for run_id in doomed:
             self._cache.forget(run_id)
         return doomed
+
+    async def _rekey_batch(self, rekeyer: Rekeyer, position: Position, batch_size: int) -> tuple[RekeyReport, Position]:
+        """One batch of `durable_agent.encryption.rekey`, in one transaction (`rekey_plan`)."""
+        return await self._run(lambda: rekey_plan(_sql.SEALED_COLUMNS, DIALECT, rekeyer, position, batch_size))
 
 
 class PostgresCheckpointStore(_PostgresStore, SyncFace):

@@ -29,9 +29,11 @@ from ..._errors import ConfigurationError
 from ..._storage.sealing import row_sealer
 from ..._util import wall_clock_ms
 from ...encryption import Keyring
-from .._files import connect_sqlite, sqlite3_module
+from ...encryption._rekey import Rekeyer, RekeyReport
+from .._files import connect_sqlite, sqlite3_module, truncate_wal
 from .._sql.journal_schema import schema_plan
 from .._sql.plan import SQLITE, Mergeable, Plan, T
+from .._sql.rekey import Position
 from .._sql.runtime import SqlRuntime
 from ._group_commit import GroupCommitSqlite, InlineSqlite
 
@@ -101,6 +103,13 @@ class SqliteRuntime(SqlRuntime):
         )
         self._executor = executor
         super().__init__(executor, clock=clock, sealer=sealer)
+
+    async def _rekey_batch(self, rekeyer: Rekeyer, position: Position, batch_size: int) -> tuple[RekeyReport, Position]:
+        """`SqlRuntime._rekey_batch`; after the last batch the -wal is cut (`truncate_wal`)."""
+        done = await super()._rekey_batch(rekeyer, position, batch_size)
+        if done[1] is None:
+            truncate_wal(sqlite3_module("SqliteRuntime"), self.path)
+        return done
 
     def close(self) -> None:
         """Finish the queued writes and close the database connection."""

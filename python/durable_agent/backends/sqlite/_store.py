@@ -44,12 +44,16 @@ from ..._storage.faces import AsyncFace, StoreLogic, SyncFace
 from ..._storage.history import PrefixCache
 from ..._storage.sealing import DAMAGE, row_sealer
 from ...encryption import Keyring
-from .._files import connect_sqlite, file_path, sqlite3_module
+from ...encryption._rekey import Rekeyer, RekeyReport
+from .._files import connect_sqlite, file_path, sqlite3_module, truncate_wal
 from .._sql import checkpoints as _sql
 from .._sql.plan import Mergeable, Plan, T
+from .._sql.rekey import Position, rekey_plan
 from ._group_commit import GroupCommitSqlite, InlineSqlite
 
-_DIALECT = _sql.Dialect(placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None)
+_DIALECT = _sql.Dialect(
+    placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None, secure_delete="PRAGMA secure_delete = ON"
+)
 _CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 
 
@@ -193,6 +197,14 @@ class _SqliteStore(StoreLogic):
         for run_id in doomed:
             self._cache.forget(run_id)
         return doomed
+
+    async def _rekey_batch(self, rekeyer: Rekeyer, position: Position, batch_size: int) -> tuple[RekeyReport, Position]:
+        """One batch of `durable_agent.encryption.rekey`, in one write transaction (`rekey_plan`); after the last,
+        the -wal is cut (`truncate_wal`)."""
+        done = await self._run(True, lambda: rekey_plan(_sql.SEALED_COLUMNS, _DIALECT, rekeyer, position, batch_size))
+        if done[1] is None:
+            truncate_wal(self._sqlite3, self.path)
+        return done
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path!r})"
