@@ -223,7 +223,7 @@ def test_the_ui_message_stream_matches_the_recorded_frames() -> None:
          "usage": {"input_tokens": 5, "output_tokens": 7, "total_tokens": 12},
          "total_usage": {"input_tokens": 5, "output_tokens": 7, "total_tokens": 12}},
         {"type": "tool-result", "tool_call_id": "call_2", "tool_name": "deploy",
-         "output": "The user denied this tool call.", "is_error": True},
+         "output": "The user denied this tool call.", "is_error": True, "denied": True},
         {"type": "step-start", "step_index": 3},
         {"type": "text-delta", "step_index": 3, "offset": 0, "text": "Not deployed."},
         {"type": "step-finish", "step_index": 3, "usage": {}, "finish_reason": "stop"},
@@ -330,6 +330,24 @@ async def test_forget_and_prune_drop_runs_with_their_events(make_log: Any) -> No
         await log.prune(before="yesterday")
     with pytest.raises(ConfigurationError):
         await log.forget("done")
+
+
+async def test_parked_lists_the_runs_whose_log_ends_with_a_suspended_finish(make_log: Any) -> None:
+    log = make_log()
+    legs = {"parked": [("finish/1", {"type": "finish", "finish_reason": "suspended"})],
+            "done": [("finish/1", {"type": "finish", "finish_reason": "stop"})],
+            "going-on": [("finish/1", {"type": "finish", "finish_reason": "suspended"}),
+                         ("result/c1", {"type": "tool-result"})],
+            "failed": [("error/1", {"type": "error", "message": "x"})]}
+    for run_id, events in legs.items():
+        await log.create_run(run_id, "s", {})
+        await log.append(run_id, [("step/1/start", {"type": "step-start"}), *events])
+    await log.create_run("silent", "s", {})
+    assert await make_log().parked() == {"parked": 2}  # any process: the seq of the finish that parked it
+    await log.append("going-on", [("finish/3", {"type": "finish", "finish_reason": "suspended"})])
+    assert await log.parked() == {"parked": 2, "going-on": 4}
+    await log.forget(["going-on"])
+    assert await log.parked() == {"parked": 2}
 
 
 async def test_a_pruned_run_is_a_clear_404_and_its_reader_is_let_go() -> None:
@@ -790,6 +808,8 @@ async def test_concurrent_client_results_of_one_run_are_all_recorded(kind: str, 
     assert [(p["tool_call_id"], p["output"]) for p in tool_results(model.requests[1].messages[-1])] == [("c1", "c1"),
                                                                                                   ("c2", "c2")]
     if kind == "sqlite":
+        while app.driver.driving(run_id):  # the leg logged its finish; its task still releases the lease
+            await asyncio.sleep(0.01)
         runtime.close()
 
 

@@ -43,6 +43,14 @@ def start(srv: Server, session: str, prompt: str, key: str | None = None) -> str
     return str(body["run_id"])
 
 
+def parked(srv: Server, session: str, prompt: str) -> tuple[str, list[Frame]]:
+    """Start a run that parks (on an approval or a client tool): its id and its first leg's events."""
+    run_id = start(srv, session, prompt)
+    leg1 = list(srv.events(f"/runs/{run_id}/events").frames())
+    assert leg1[-1].data["finish_reason"] == "suspended"
+    return run_id, leg1
+
+
 def read_until(frames: Iterator[Frame], stop: Any) -> list[Frame]:
     got = []
     for frame in frames:
@@ -375,9 +383,7 @@ def test_sigkill_in_the_leg_after_an_approval(paths: tuple[Path, Path]) -> None:
 
 
 def test_client_tool_results_over_http(server: Server) -> None:
-    run_id = start(server, "s-client", "where home work")
-    leg1 = list(server.events(f"/runs/{run_id}/events").frames())
-    assert leg1[-1].data["finish_reason"] == "suspended"
+    run_id, leg1 = parked(server, "s-client", "where home work")
     assert [f.data["tool_call_id"] for f in leg1 if f.data["type"] == "tool-call"] == ["loc-home", "loc-work"]
     path = f"/runs/{run_id}/tool-results"
     status, _, answer = server.request("POST", path, {"tool_call_id": "loc-home", "output": "Paris"})
@@ -415,9 +421,7 @@ def test_sigkill_while_the_run_waits_for_a_client_result(paths: tuple[Path, Path
     db, ledger = paths
     first = Server(db, ledger, postgres=backend).start()
     try:
-        run_id = start(first, "s-client-kill", "where home")
-        leg1 = list(first.events(f"/runs/{run_id}/events").frames())
-        assert leg1[-1].data["finish_reason"] == "suspended"
+        run_id, leg1 = parked(first, "s-client-kill", "where home")
         first.kill()
     finally:
         first.stop()
@@ -555,6 +559,7 @@ def test_a_stopped_chat_run_ends_as_aborted_and_the_chat_goes_on(paths: tuple[Pa
         assert srv.request("GET", "/chat/chat-stop/stream")[0] == 204  # nothing to resume
         logged = list(srv.events(f"/runs/{run_id}/events").frames())
         assert logged[-1].data["type"] == "error" and logged[-1].data["code"] == "run_aborted"
+        assert (logged[-2].data["type"], logged[-2].data["finish_reason"]) == ("step-finish", "aborted")
     finally:
         srv.stop()
     second = Server(db, ledger).start()  # a restarted server does not take the stopped run over
@@ -591,9 +596,7 @@ def test_an_approval_from_the_cli_wakes_the_serving_process(server: Server, path
     from cli_kit import cli
 
     db, ledger = paths
-    run_id = start(server, "s-cli", "deploy it #cli")
-    leg1 = list(server.events(f"/runs/{run_id}/events").frames())  # the first leg; nobody reads the second
-    assert leg1[-1].data["finish_reason"] == "suspended"
+    run_id, leg1 = parked(server, "s-cli", "deploy it #cli")  # the first leg; nobody reads the second
     request = next(f.data for f in leg1 if f.data["type"] == "tool-approval-request")
     approved = cli("--runtime", f"sqlite:///{db}", "runs", "approve", run_id, request["approval_id"])
     assert approved.returncode == 0, approved.stderr
@@ -644,9 +647,13 @@ def test_the_ai_packages_chat_answers_an_approval_with_add_tool_approval_respons
 
 def test_the_ai_packages_chat_denies_with_add_tool_approval_response(server: Server,
                                                                     paths: tuple[Path, Path]) -> None:
+    """A denial reaches the chat as ai 7's own ``tool-output-denied`` chunk: the tool part ends in state ``output-denied``
+    (not ``output-error``), keeping the verdict and its reason."""
     got = use_chat(server, "deny")
     assert (got["status"], got["errors"]) == ("ready", [])
-    assert got["messages"][1]["tools"] == [{"type": "tool-deploy", "state": "output-error", "errorText": "not now"}]
+    [denied] = got["messages"][1]["tools"]
+    assert denied["type"] == "tool-deploy" and denied["state"] == "output-denied"
+    assert denied["approval"]["approved"] is False and denied["approval"]["reason"] == "not now"
     assert ledger_lines(paths[1]) == []  # denied: the tool never ran
 
 
@@ -718,7 +725,9 @@ def test_the_ai_packages_chat_in_chromium_denies_with_a_click(in_chromium: tuple
     got, ledger = in_chromium
     deny = got["deny"]
     assert (deny["status"], deny["errors"], deny["pageErrors"]) == ("ready", [], [])
-    assert deny["messages"][1]["tools"] == [{"type": "tool-deploy", "state": "output-error", "errorText": "not now"}]
+    [denied] = deny["messages"][1]["tools"]  # ai 7's own denial (tool-output-denied), as in Node
+    assert denied["type"] == "tool-deploy" and denied["state"] == "output-denied"
+    assert denied["approval"]["approved"] is False and denied["approval"]["reason"] == "not now"
     assert all(line[1].get("ticket") != "#deny" for line in ledger)  # denied: the tool never ran
 
 
@@ -773,3 +782,78 @@ def test_a_reload_while_the_approved_tool_runs_shows_the_answer(in_chromium: tup
                                                                       ("assistant", "Deployed.")]
     assert reloaded["messages"][1]["tools"] == [{"type": "tool-deploy", "state": "output-available", "output": {
         "done": "deploy", "args": {"env": "prod", "ticket": "#approve-reload"}}}]
+def test_a_run_another_live_server_drives_is_stopped_through_any_server(paths: tuple[Path, Path],
+                                                                         backend: str | None) -> None:
+    """``POST /runs/{id}/cancel`` on server B for a run live server A drives: B records a durable stop request (the
+    run's stop awakeable) and answers 202 ``stopping``; A's leg notices it, stops at its next check and ends the log
+    with ``run_aborted``; the session is unmarked, so B starts the session's next run."""
+    db, ledger = paths
+    a = Server(db, ledger, delay=0.2, postgres=backend).start()  # the answer after the tool streams for ~5 s
+    b = Server(db, ledger, delay=0.0, postgres=backend).start()
+    try:
+        run_id = start(a, "s-remote-stop", "please lookup")
+        stream = a.events(f"/runs/{run_id}/events")
+        head = read_until(stream.frames(), lambda f: f.data["type"] == "text-delta" and f.data["step_index"] == 2)
+        status, heads, body = b.request("POST", f"/runs/{run_id}/cancel")
+        assert status == 202, body
+        assert body == {"run_id": run_id, "status": "stopping", "run_url": f"runs/{run_id}"}
+        assert heads["location"] == f"runs/{run_id}"
+        frames = head + list(stream.frames())  # A's stream ends with the stop
+        assert_exact_sequence(frames)
+        assert frames[-1].data["type"] == "error" and frames[-1].data["code"] == "run_aborted"
+        assert frames[-2].data == {**frames[-2].data, "type": "step-finish", "step_index": 2,
+                                   "finish_reason": "aborted"}  # the step the stop cut
+        assert LONG_ANSWER not in texts_by_step(frames)[-1]  # cut mid-answer: no step after it
+        assert all(f.data["type"] != "step-start" or f.data["step_index"] <= 2 for f in frames)
+        _, _, view = b.request("GET", f"/runs/{run_id}")
+        assert view["status"] == "aborted" and not view["driven_here"]
+        assert b.request("POST", f"/runs/{run_id}/cancel")[0] == 409  # stopped already
+        assert ledger_lines(ledger) == [["lookup", {"q": "answer"}]]
+        again = start(b, "s-remote-stop", "hello after")  # the session is free: its next run starts
+        assert list(b.events(f"/runs/{again}/events").frames())[-1].data["type"] == "finish"
+    finally:
+        a.stop()
+        b.stop()
+
+
+def postgres_url(conninfo: str) -> str:
+    """A libpq key/value conninfo as the ``postgresql://`` URL the CLI's ``--runtime`` takes (options kept)."""
+    from urllib.parse import quote, urlencode
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    parts = conninfo_to_dict(conninfo)
+    query = urlencode({"options": parts["options"]}, quote_via=quote) if "options" in parts else ""
+    return (f"postgresql://{parts.get('user', '')}@{parts.get('host', '')}:{parts.get('port', 5432)}/"
+            f"{parts.get('dbname', '')}" + (f"?{query}" if query else ""))
+
+
+@pytest.mark.parametrize("b_starts", ["before", "after"])
+def test_an_approval_from_the_cli_wakes_a_server_that_did_not_park_the_run(paths: tuple[Path, Path],
+                                                                           backend: str | None, b_starts: str) -> None:
+    """Server A parks the run and is SIGKILLed; server B never saw the run (it started before the run, or after A
+    died: a restarted server) and nobody reads its events. ``durable-agent runs approve --runtime`` stores the
+    verdict from a third process; B finds the run parked in the shared log and continues it."""
+    from cli_kit import cli
+
+    db, ledger = paths
+    b = Server(db, ledger, postgres=backend).start() if b_starts == "before" else None
+    a = Server(db, ledger, postgres=backend).start()
+    try:
+        run_id, leg1 = parked(a, "s-cli-elsewhere", "deploy it #far")
+        a.kill()
+        b = b or Server(db, ledger, postgres=backend).start()
+        request = next(f.data for f in leg1 if f.data["type"] == "tool-approval-request")
+        where = postgres_url(backend) if backend else f"sqlite:///{db}"
+        approved = cli("--runtime", where, "runs", "approve", run_id, request["approval_id"])
+        assert approved.returncode == 0, approved.stderr
+        deadline = time.monotonic() + 30  # a bound for a stuck run, not a speed check
+        while (view := b.request("GET", f"/runs/{run_id}")[2])["status"] != "completed":
+            assert time.monotonic() < deadline, f"no server continued the run: {view}"
+            time.sleep(0.05)
+        assert view["text"] == "Deployed."
+        assert ledger_lines(ledger) == [["deploy", {"env": "prod", "ticket": "#far"}]]
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()

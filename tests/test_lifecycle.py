@@ -366,3 +366,50 @@ async def test_a_crash_in_the_leg_after_an_approval_stays_resumable(
     await asyncio.sleep(0.005)
     done = await agent_on(model, tools, stale_after_ms=1).resume()
     assert done is not None and done.text == "Paid." and paid == [{"id": 7}]
+
+
+async def test_a_stop_request_from_another_process_ends_the_run_for_good(
+    agent_on: Callable[..., Agent],  # noqa: F811
+) -> None:
+    """`DurableSession.request_stop` from another "process" (no lease): the leg watching stop requests stops at its
+    next check, unmarks the run (the session's next run starts) and raises `RunAbortedError`; a leg without the
+    option leaves nothing to ask (False, nothing recorded), and the caller's own signal leaves the run marked."""
+    from durable_agent import RunAbortedError
+
+    words = " ".join(f"w{i}" for i in range(200))
+    agent = agent_on(ScriptedModel([words, "next"], delay=0.01), {}, stop_requests=True)
+    streamed = asyncio.Event()
+
+    async def seen(run_id: str | None, part: Any) -> None:
+        streamed.set()
+
+    running = asyncio.ensure_future(agent.run("long", run_id="run-stop", on_part=seen))
+    await streamed.wait()
+    other = agent_on(ScriptedModel([]), {})  # another process's agent of the session, without the option
+    assert other.session is not None
+    assert await other.session.request_stop("run-stop") is True
+    with pytest.raises(RunAbortedError):
+        await running
+    runtime = other.durable.runtime if other.durable is not None else None
+    assert runtime is not None and await runtime.lease.resumable_run("chat-1") is None
+    assert (await agent_on(ScriptedModel(["next"]), {}).run("again")).text == "next"
+    assert await other.session.request_stop("never-ran") is False
+
+    own = asyncio.Event()
+
+    async def abort(run_id: str | None, part: Any) -> None:
+        own.set()
+
+    plain = agent_on(ScriptedModel([words, words], delay=0.01), {}, stop_requests=True)
+    assert plain.durable is not None
+    with pytest.raises(RunAbortedError):
+        await plain.durable_copy(plain.durable, "chat-1", signal=own).run("mine", run_id="r2", on_part=abort)
+    assert await runtime.lease.resumable_run("chat-1") == "r2"  # the caller's own abort: resumable as before
+
+
+def test_stop_requests_need_a_checkpoint_mode_runtime() -> None:
+    class Replay:
+        mode = "replay"
+
+    with pytest.raises(ConfigurationError):
+        DurableOptions(Replay(), stop_requests=True)  # type: ignore[arg-type]

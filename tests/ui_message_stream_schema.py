@@ -1,4 +1,4 @@
-"""The AI SDK UI message stream (v5, and ai 7's ``tool-approval-request``) chunks this endpoint emits, as the protocol's strict schema has them.
+"""The AI SDK UI message stream (v5, and ai 7's approval and denial chunks) chunks this endpoint emits, as the protocol's strict schema has them.
 
 Written from the AI SDK's stream protocol documentation (ai-sdk.dev, "Stream Protocols",
 data stream protocol): each chunk type with its required and optional fields. The
@@ -22,6 +22,9 @@ CHUNKS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "tool-output-available": (frozenset({"toolCallId", "output"}),
                               frozenset({"providerExecuted", "dynamic", "preliminary"})),
     "tool-output-error": (frozenset({"toolCallId", "errorText"}), frozenset({"providerExecuted", "dynamic"})),
+    "tool-approval-response": (frozenset({"approvalId", "approved"}),
+                               frozenset({"reason", "providerExecuted", "providerMetadata"})),
+    "tool-output-denied": (frozenset({"toolCallId"}), frozenset()),
     "tool-approval-request": (frozenset({"approvalId", "toolCallId"}),
                               frozenset({"approvalDescriptor", "inputSchemaInput", "reason", "isAutomatic", "signature"})),
     "finish-step": (frozenset(), frozenset()),

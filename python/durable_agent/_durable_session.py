@@ -15,7 +15,10 @@ leaves a state the next call continues from, and a process that lost the lease l
    it saves is one commit (`RunCheckpoints`);
 5. **park**: a ``suspended`` checkpoint commits with one awakeable per pending approval and
    the unmark; `resume()` marks the run again (one commit) before it drives the next leg;
-6. **finish**: the ``completed`` checkpoint commits with the unmark.
+6. **finish**: the ``completed`` checkpoint commits with the unmark;
+7. **stop** (with ``stop_requests``): a stop asked from any process (`DurableSession.request_stop`
+   resolves the run's stop awakeable, which each leg watches) aborts the leg at its next check,
+   and the unmark commits; the run stays at its last checkpoint (a leg that watches stops never continues it).
 
 So: before (3) commits, nothing of the run exists and the next `run()` starts it again;
 between (3) and (5)/(6), and during every later leg, the run is marked and `resume()`
@@ -41,6 +44,7 @@ from ._checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage, check_ver
 from ._durability import JournaledDurability
 from ._errors import (
     ConfigurationError,
+    RunAbortedError,
     RunExistsError,
     RunLeaseHeldError,
     RunSuspendedError,
@@ -50,10 +54,10 @@ from ._generate import PartSink, _consume
 from ._loop import AgentLoop
 from ._messages import Message
 from ._models import LanguageModel
-from ._options import RunOptions, logger, random_id
+from ._options import AnySignal, RunOptions, logger, random_id
 from ._parked import parked_result, unanswered_approvals, waits_for_calls
 from ._results import GenerateTextResult
-from ._storage.keys import MODEL_CALL, parse_step_key, step_key
+from ._storage.keys import MODEL_CALL, parse_step_key, run_key_prefix, step_key
 from ._storage.protocols import DurableRuntime, RunScope
 from ._storage.records import NO_DEFERRED, DeferredSteps, RunTransition, StepRecord
 from ._tool_calls import TOOL_INTERRUPTED_MESSAGE
@@ -78,17 +82,24 @@ class DurableOptions:
     third of that; a step about to run after the run's process stalled for half of it (a blocked
     event loop, a GC pause, SIGSTOP) renews it first, and stops with `StaleEpochError` when another
     process took the run over meanwhile.
+    `stop_requests`: each leg watches its run's stop awakeable (`StopRequests`), so a stop asked
+    from any process (`DurableSession.request_stop`) ends the run for good within
+    `STOP_CHECK_SECONDS`; costs one awakeable write on a run's first leg and one indexed read per
+    check. Checkpoint-mode runtimes only (the HTTP endpoint turns it on for the runs it drives).
     """
 
     runtime: DurableRuntime
     on_interrupted: Literal["heal", "resume"] = "heal"
     stale_after_ms: int = STALE_AFTER_MS
+    stop_requests: bool = False
 
     def __post_init__(self) -> None:
         if self.on_interrupted not in ("heal", "resume"):
             raise ConfigurationError("on_interrupted must be 'heal' or 'resume'")
         if type(self.stale_after_ms) is not int or self.stale_after_ms <= 0:
             raise ConfigurationError("stale_after_ms must be a positive int")
+        if self.stop_requests and self.runtime.mode != "checkpoint":
+            raise ConfigurationError("stop_requests needs a checkpoint-mode runtime (memory, SQLite, Postgres, ...)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +120,67 @@ def verdict_value(approved: bool, *, reason: str | None, token: str | None) -> d
 def approval_key(run_id: str, step_index: int, approval_id: str) -> str:
     """The step key of the awakeable a suspended run parks on for one approval."""
     return step_key(run_id, step_index, f"approval/{approval_id}")
+
+
+STOP_CHECK_SECONDS = 0.25
+"""How often a leg watching stop requests (`DurableOptions.stop_requests`) looks for one."""
+
+
+def stop_key(run_id: str) -> str:
+    """The key of a run's stop awakeable: the escaped run id holds no ':', so the key is no step key of any run
+    (an unresolved one never makes a run look parked, `durable_agent._storage.leases`)."""
+    return "stop/" + run_key_prefix(run_id)[:-1]
+
+
+def stop_id(run_id: str) -> str:
+    """The id of a run's stop awakeable: what `DurableSession.request_stop` resolves, from any process."""
+    return f"stop/{run_id}"
+
+
+class StopRequests:
+    """One leg's watch on its run's stop awakeable: `requested` is set once any process asked the run to stop.
+
+    `open` creates the awakeable (fenced by the leg's lease, once per run) and starts a check
+    every `STOP_CHECK_SECONDS` (one indexed read); `requested` goes into the loop's abort signal,
+    so the leg stops at the loop's next check, as it does for the caller's own ``signal``.
+    """
+
+    def __init__(self, runtime: DurableRuntime, session_id: str, run_id: str) -> None:
+        self.runtime, self.session_id, self.run_id = runtime, session_id, run_id
+        self.requested = asyncio.Event()
+        self._checks: asyncio.Future[None] | None = None
+
+    async def open(self, scope: RunScope) -> None:
+        awakeable = await scope.awakeable(stop_key(self.run_id), awakeable_id=stop_id(self.run_id))
+        if awakeable.settled is not None:
+            self.requested.set()  # asked before this leg began
+        self._checks = asyncio.ensure_future(self._check_every())
+
+    async def confirmed(self) -> bool:
+        """Whether a stop was asked (looked up now if the checks have not seen it): an abort that is not one is
+        the caller's own ``signal``, which leaves the run resumable."""
+        if not self.requested.is_set() and await self._asked():
+            self.requested.set()
+        return self.requested.is_set()
+
+    async def close(self) -> None:
+        if self._checks is not None:
+            self._checks.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checks
+
+    async def _asked(self) -> bool:
+        record = await self.runtime.find_awakeable(self.session_id, stop_key(self.run_id))
+        return record is not None and record.resolved
+
+    async def _check_every(self) -> None:
+        while not self.requested.is_set():
+            await asyncio.sleep(STOP_CHECK_SECONDS)
+            try:
+                if await self._asked():
+                    self.requested.set()
+            except Exception:  # noqa: BLE001 - a database hiccup: the next check asks again
+                logger.exception("run %s: looking for a stop request failed", self.run_id)
 
 
 def checkpoint_transition(
@@ -321,6 +393,16 @@ class DurableSession:
                 await self.runtime.commit(RunTransition(self.session_id, epoch, mark=target))
             return await self.drive(target, epoch, [*approval_responses, *sent], spec, on_part=on_part)
 
+    async def request_stop(self, run_id: str) -> bool:
+        """Ask `run_id` to stop for good, whichever process drives it: resolves its stop awakeable (no lease needed).
+
+        A leg watching stop requests (`DurableOptions.stop_requests`) stops at its next check,
+        commits the run's unmark (the session's next run may start) and raises `RunAbortedError`; a
+        later leg (a takeover, a resume) stops before its first step. False when the run has no stop
+        awakeable (no leg of it watched for stops): nothing was recorded.
+        """
+        return bool(await self.runtime.resolve_awakeable(stop_id(run_id), {"stop": True}))
+
     async def abandon_interrupted(self, spec: AgentSpec) -> str | None:
         """Unmark the session's interrupted run without running or changing anything of it; returns its id.
 
@@ -475,12 +557,16 @@ class DurableSession:
         scope = await runtime.open_run(session_id=self.session_id, run_id=run_id, epoch=epoch,
                                        fresh=started is not None)
         checkpoints = RunCheckpoints(runtime, scope, run_id, epoch, started)
+        stops = StopRequests(runtime, self.session_id, run_id) if self.durable.stop_requests else None
         leg_over = asyncio.Event()
         renewer = asyncio.ensure_future(self._renew(epoch, leg_over))
         try:
             if started is None:
                 await self._join_partials(scope, checkpoints, run_id, spec)
             options = {**spec.options, "approval_responses": list(responses)} if responses else spec.options
+            if stops is not None:
+                await stops.open(scope)
+                options = {**options, "signal": AnySignal(stops.requested, options.get("signal"))}
             tool_state = dict(await runtime.stores.tool_state(self.session_id).all())
             durability = JournaledDurability(scope, checkpoints, tool_state=tool_state, suspend_signal=self._suspend)
             run_options = RunOptions.build(spec.model, {"tools": spec.tools, **options})
@@ -489,11 +575,18 @@ class DurableSession:
         except RunSuspendedError:
             logger.info("run %s suspended; it stays resumable", run_id)
             raise
+        except RunAbortedError:
+            if stops is not None and await stops.confirmed():  # stopped for good: unmarked, at its last checkpoint
+                await runtime.commit(RunTransition(self.session_id, epoch, unmark=True))
+                logger.info("run %s stopped on request", run_id)
+            raise
         finally:
             leg_over.set()
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
+            if stops is not None:
+                await stops.close()
             await scope.close()
 
     # ----------------------------------------------------------------- helpers

@@ -34,7 +34,9 @@ class ToolCallPart(TypedDict):
 
 class ToolResultPart(TypedDict):
     """A tool's result. `attachments` are images or files the tool returned beside its output
-    (a screenshot, a PDF); adapters send them the way their provider takes them."""
+    (a screenshot, a PDF); adapters send them the way their provider takes them. `denied`: the
+    call never ran because its approval was refused (or never given); the output, an error, says
+    why (the verdict's reason). Adapters send the output only."""
 
     type: Literal["tool-result"]
     tool_call_id: str
@@ -43,6 +45,7 @@ class ToolResultPart(TypedDict):
     is_error: bool
     usage: NotRequired[dict[str, int]]  # a sub-agent's token usage, counted toward its parent run
     attachments: NotRequired[list[ImagePart | FilePart]]
+    denied: NotRequired[bool]
 
 
 class ReasoningPart(TypedDict):

@@ -33,6 +33,16 @@ class AbortSignal(Protocol):
     def is_set(self) -> bool: ...
 
 
+class AnySignal:
+    """An abort signal set when any of `signals` is (None entries are skipped): a run's own beside its caller's."""
+
+    def __init__(self, *signals: AbortSignal | None) -> None:
+        self.signals = tuple(s for s in signals if s is not None)
+
+    def is_set(self) -> bool:
+        return any(s.is_set() for s in self.signals)
+
+
 @dataclass(frozen=True, slots=True)
 class PrepareStepContext:
     """What `prepare_step` sees before each model call. `usage` is the whole run's."""

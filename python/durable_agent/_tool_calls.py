@@ -126,6 +126,11 @@ class ToolCall:
             "is_error": is_error,
         }
 
+    def denied(self, reason: str) -> dict[str, Any]:
+        """The error result of a call whose approval was refused (or never given): ``denied`` marks it, so a UI can
+        show a denial apart from a failure (the AI SDK's ``output-denied``)."""
+        return {**self.outcome(reason, True), "denied": True}
+
     def as_part(self) -> dict[str, Any]:
         return {"type": "tool-call", "tool_call_id": self.tool_call_id, "tool_name": self.tool_name, "input": self.input}
 
@@ -180,9 +185,9 @@ class ToolDecider:
     def _settle_verdict(self, call: ToolCall, approval_id: str) -> None:
         verdict = self._responses.get(approval_id)
         if verdict is None:
-            call.result = call.outcome(UNANSWERED_REASON, True)
+            call.result = call.denied(UNANSWERED_REASON)
         elif not verdict.approved:
-            call.result = call.outcome(verdict.reason or DENIED_REASON, True)
+            call.result = call.denied(verdict.reason or DENIED_REASON)
         elif not self._token_allows(verdict, call, approval_id):
             call.result = call.outcome(APPROVAL_TOKEN_DENIED_REASON, True)
         elif call.tool is not None and call.tool.is_client_tool:
@@ -215,7 +220,7 @@ class ToolDecider:
         )
         if approver is None:
             if settling:
-                call.result = call.outcome(UNANSWERED_REASON, True)
+                call.result = call.denied(UNANSWERED_REASON)
             else:
                 call.approval = request
             return
@@ -223,7 +228,7 @@ class ToolDecider:
         approved = verdict.approved if isinstance(verdict, ToolApprovalResponse) else check_verdict(verdict)
         if not approved:
             reason = verdict.reason if isinstance(verdict, ToolApprovalResponse) else None
-            call.result = call.outcome(reason or DENIED_REASON, True)
+            call.result = call.denied(reason or DENIED_REASON)
 
     def pending_of(self, calls: list[ToolCall]) -> ToolPhase:
         phase = ToolPhase()

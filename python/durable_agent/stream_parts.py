@@ -22,7 +22,8 @@ fields as a dict, for code that wants a mapping.
 ``tool-call``                   `StreamToolCall`             ``tool_call_id``, ``tool_name``, ``input``
 ``tool-result``                 `StreamToolResult`           ``tool_call_id``, ``tool_name``, ``output``, ``is_error``,
                                                              ``attachments`` (images or files the tool returned),
-                                                             ``usage`` (a sub-agent's, else None)
+                                                             ``usage`` (a sub-agent's, else None), ``denied`` (its
+                                                             approval was refused: the call never ran)
 ``tool-progress``               `StreamToolProgress`         ``tool_call_id``, ``tool_name``, ``progress``, ``total``,
                                                              ``message``: an MCP tool's progress while it runs (not
                                                              stored, so a replayed call sends none)
@@ -126,6 +127,7 @@ class StreamToolResult(_Placed):
     is_error: bool
     attachments: tuple[ImagePart | FilePart, ...] = ()
     usage: Usage | None = None  # what a sub-agent behind the tool spent
+    denied: bool = False  # its approval was refused: it never ran (`ToolResultPart`)
 
     @classmethod
     def of(cls, result: Mapping[str, Any], *, step_index: int, attempt: int) -> StreamToolResult:
@@ -134,7 +136,7 @@ class StreamToolResult(_Placed):
         return cls(step_index=step_index, attempt=attempt, tool_call_id=result["tool_call_id"],
                    tool_name=result["tool_name"], output=result.get("output"), is_error=bool(result.get("is_error")),
                    attachments=tuple(result.get("attachments") or ()),
-                   usage=Usage.from_dict(usage) if usage is not None else None)
+                   usage=Usage.from_dict(usage) if usage is not None else None, denied=bool(result.get("denied")))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -47,4 +47,4 @@ export const text = (message) => message.parts.filter((p) => p.type === "text").
 /** The messages as the tests compare them: role, text, and each tool part's state and outcome. */
 export const summary = (chat) => chat.messages.map((m) => ({ id: m.id, role: m.role, text: text(m),
   tools: m.parts.filter((p) => p.type.startsWith("tool-")).map((p) => ({ type: p.type, state: p.state, output: p.output,
-    errorText: p.errorText })) }));
+    errorText: p.errorText, approval: p.state === "output-denied" ? p.approval : undefined })) }));

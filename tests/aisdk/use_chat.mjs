@@ -22,7 +22,7 @@ if (scenario === "approve" || scenario === "deny") {
   const asked = chat.lastMessage.parts.find((p) => p.state === "approval-requested");
   out.asked = { type: asked.type, state: asked.state, signed: typeof asked.approval.signature === "string" };
   await chat.addToolApprovalResponse({ id: asked.approval.id, approved: scenario === "approve", reason: "not now" });
-  const settled = (p) => p.state === "output-available" || p.state === "output-error";
+  const settled = (p) => ["output-available", "output-error", "output-denied"].includes(p.state);
   await until("the answer after the verdict", () => chat.status === "ready" && chat.lastMessage.parts.some(settled)
     && text(chat.lastMessage).length > 0);
 } else if (scenario === "stop") {

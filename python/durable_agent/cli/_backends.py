@@ -40,7 +40,7 @@ def open_runtime(url: str) -> Any:
 def open_event_log(url: str) -> Any:
     """The chat endpoint's event log at `url` (``sqlite:///path`` or ``postgresql://...``); None for another scheme.
 
-    Opening it creates its two tables when they are missing (empty, in a database the endpoint never used).
+    Opening it creates its tables when they are missing (empty, in a database the endpoint never used).
     """
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "sqlite":

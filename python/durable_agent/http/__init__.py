@@ -36,7 +36,9 @@ Routes (JSON bodies; errors are ``{"error": {"code", "message"}}``, never a trac
   ``?format=ui-message-stream`` speaks the AI SDK UI message stream instead
   (`durable_agent.http._ui_stream` documents the mapping).
 * ``POST /runs/{id}/approvals`` ``{"approval_id", "approved", "reason"?, "token"?}``: a verdict
-  for a parked run (202); the run resumes once every pending approval has one. With an
+  for a parked run (202); the run resumes once every pending approval has one (a verdict stored
+  by another process, e.g. ``durable-agent runs approve --runtime``, is noticed by any live
+  server within a second: `durable_agent.http._runs`). With an
   ``approval_signer`` on the agent an approval needs the request's token (403 otherwise;
   docs/trust-boundary.md).
 * ``POST /runs/{id}/tool-results`` ``{"results": [{"tool_call_id", "output", "is_error"?}]}``:
@@ -46,6 +48,9 @@ Routes (JSON bodies; errors are ``{"error": {"code", "message"}}``, never a trac
   the leg driven here stops at its next check (never inside a tool call), the interrupted step
   is not checkpointed, and the log ends with an ``error`` (code ``run_aborted``) that no
   reader, server or later verdict continues; 409 ``not_running`` when it has nothing left to do.
+  A run another live server drives gets a durable stop request (its stop awakeable,
+  `DurableSession.request_stop`) that server acts on within a second: 202 ``{"run_id",
+  "status": "stopping", "run_url"}`` (``Location``), and ``GET /runs/{id}`` says ``aborted`` once it did.
 * ``POST /chat`` and ``GET /chat/{id}/stream``: what ``useChat``'s default transport calls
   (send a message; the assistant message holding ``addToolResult``'s outputs or
   ``addToolApprovalResponse``'s verdicts; resume the stream after a reload). The chat id is the
@@ -54,6 +59,7 @@ Routes (JSON bodies; errors are ``{"error": {"code", "message"}}``, never a trac
   aborts the fetch, which a durable run outlives).
 * ``EventLog.forget(run_ids)`` / ``prune(before=)`` drop runs and their events (``durable-agent
   runs prune`` calls ``forget`` for the runs it deletes); a pruned run is a 404.
+  ``EventLog.parked()`` lists the runs whose log ends parked, for every server's verdict watch.
 
 Statuses: 404 unknown (or pruned) run or route, 405 wrong method, 409 conflict (the session runs
 another run, an idempotency key reused with another prompt, an approval or client tool call not

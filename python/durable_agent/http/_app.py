@@ -335,12 +335,17 @@ class ChatEndpoint:
         try:
             stopped = await self.driver.cancel(info)
         except RunLeaseHeldError as exc:
-            raise HttpError(409, "session_busy", f"run {info.run_id!r} is driven by another process; "
-                            "nothing was done: ask that process's endpoint") from exc
-        if not stopped:
+            raise HttpError(409, "session_busy", f"session {info.session_id!r} is held by another process for "
+                            "another run (or by a server that does not take stop requests); nothing was done") from exc
+        if stopped is None:
             raise HttpError(409, "not_running", f"run {info.run_id!r} has nothing left to do (finished, failed "
                             "or stopped)")
-        await send_json(send, 202, {"run_id": info.run_id, "status": "aborted"})
+        if stopped == "aborted":
+            await send_json(send, 202, {"run_id": info.run_id, "status": "aborted"})
+            return
+        # another live process drives it and stops it at its next check: GET the run until its status is 'aborted'
+        await send_json(send, 202, {"run_id": info.run_id, "status": "stopping", "run_url": f"runs/{info.run_id}"},
+                        [(b"location", f"runs/{info.run_id}".encode())])
 
     async def _tool_results(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
         """The results of client tool calls the parked run waits for (202); it resumes once nothing else waits."""

@@ -80,6 +80,13 @@ class EventLog(Protocol):
         """
         ...
 
+    async def parked(self) -> dict[str, int]:
+        """The runs whose log ends with a ``suspended`` ``finish`` (parked, by any process): run id → that event's seq.
+
+        What a server watches for verdicts stored elsewhere (`RunDriver.wake_parked`).
+        """
+        ...
+
 
 def finished(last: RunEvent | None) -> bool:
     """Whether a run whose last logged event is `last` has ended for good (what `EventLog.prune` drops)."""
@@ -87,6 +94,11 @@ def finished(last: RunEvent | None) -> bool:
         return False
     kind = last.data.get("type")
     return kind == "error" or (kind == "finish" and last.data.get("finish_reason") != "suspended")
+
+
+def parks(last: RunEvent | None) -> bool:
+    """Whether a run whose last logged event is `last` is parked (what `EventLog.parked` lists)."""
+    return last is not None and last.data.get("type") == "finish" and last.data.get("finish_reason") == "suspended"
 
 
 def check_prune(before: Any) -> int:
@@ -179,3 +191,6 @@ class MemoryEventLog:
         before = check_prune(before)
         return await self.forget([r.run_id for r in self._runs.values() if r.created_at < before
                                   and finished(self._events[r.run_id][-1] if self._events[r.run_id] else None)])
+
+    async def parked(self) -> dict[str, int]:
+        return {run_id: events[-1].seq for run_id, events in self._events.items() if events and parks(events[-1])}

@@ -53,7 +53,7 @@ from ..stream_parts import (
 )
 from ._events import RunEvent
 
-__all__ = ["TERMINAL", "ProgressKeys", "error_event", "missing_events"]
+__all__ = ["TERMINAL", "ProgressKeys", "error_event", "missing_events", "stop_events"]
 
 TERMINAL = frozenset({"finish", "error"})
 """Event types that end a leg of a run (a finish, suspended or not, or a failure)."""
@@ -89,7 +89,7 @@ def _call_event(step: int, call: dict[str, Any]) -> Keyed:
 def _result_event(result: dict[str, Any]) -> Keyed:
     return f"result/{result['tool_call_id']}", {
         "type": "tool-result", **{k: result.get(k) for k in ("tool_call_id", "tool_name", "output")},
-        "is_error": bool(result.get("is_error")),
+        "is_error": bool(result.get("is_error")), **({"denied": True} if result.get("denied") else {}),
     }
 
 
@@ -112,6 +112,14 @@ def error_event(error: BaseException, attempt: str) -> Keyed:
     code = getattr(error, "code", None)
     return f"error/{attempt}", {"type": "error", "code": code if isinstance(code, str) else "run_failed",
                                 "message": _error_text(error)}
+
+
+def stop_events(logged: Sequence[RunEvent], error: BaseException, attempt: str) -> list[Keyed]:
+    """The end of a stopped leg (`RunAbortedError`): the step the stop cut, as the log shows it open, closed
+    ``aborted`` (nothing of it was checkpointed), then the leg's ``error`` event (`error_event`)."""
+    step = _open_step(logged)
+    cut = [_step_finish_event(step, Usage(), "aborted")] if step is not None else []
+    return [*cut, error_event(error, attempt)]
 
 
 def _text_lengths(events: Iterable[RunEvent]) -> dict[tuple[int, int], int]:
@@ -153,7 +161,7 @@ class ProgressKeys:
                                            "input": part.input})]
             case StreamToolResult():
                 return [_result_event({"tool_call_id": part.tool_call_id, "tool_name": part.tool_name,
-                                       "output": part.output, "is_error": part.is_error})]
+                                       "output": part.output, "is_error": part.is_error, "denied": part.denied})]
             case StreamToolApprovalRequest():
                 return [_approval_event(approval_part(part.request))]
             case StreamStepFinish():

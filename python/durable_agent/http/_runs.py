@@ -7,13 +7,15 @@ the loop goes on, so what a reader is sent has been stored first.
 A run parked on approvals continues once each has a verdict. A verdict posted to this endpoint
 resumes it at once (`approve`); one stored by another process (``durable-agent runs approve
 --runtime``, a worker calling `resolve_approval`) is noticed by `watch_parked`: every
-`PARKED_CHECK_SECONDS` it looks up the awakeables of the runs this process saw park (the ones its
-legs parked, and those a reader found parked), and takes over a run whose verdicts are all in
-(`ensure_driven`), with no reader needed. A round checks at most `PARKED_CHECKS_PER_ROUND` runs,
-one indexed lookup each, taking turns: a verdict is noticed within a second while a process
-watches up to 200 parked runs, within parked/200 seconds beyond (benches/bench_cli_wake.py: one
-lookup ~0.1 ms on SQLite). A run parked by another server that no reader asked for here is not
-watched: its own server, or the next reader, continues it.
+`PARKED_CHECK_SECONDS` it looks up the awakeables of the parked runs it watches, and takes over a
+run whose verdicts are all in (`ensure_driven`), with no reader needed. It watches the runs its
+legs parked, those a reader found parked, and those the shared event log lists parked
+(`EventLog.parked`, asked each round: runs parked by another server, or by a server that died
+or was restarted), so any live server continues them. A round checks at most
+`PARKED_CHECKS_PER_ROUND` runs, one indexed lookup each, taking turns: a verdict is noticed
+within a second while a process watches up to 200 parked runs, within parked/200 seconds beyond
+(benches/bench_cli_wake.py: one lookup ~0.1 ms on SQLite). Several servers may notice the same
+verdict: the session's lease lets one of them resume the run.
 
 The run's lifecycle is `durable_agent._durable_session`'s, through the run's `Agent`: its legs are
 `Agent.run`/`Agent.resume`, and the session (`Agent.session`) says whether a run has more to do,
@@ -34,7 +36,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal
 
 from .._agent import Agent, resolve_approval
 from .._checkpoint import AgentCheckpoint, ToolApprovalRequest
@@ -47,14 +50,14 @@ from .._errors import (
     StaleEpochError,
 )
 from .._generate import PartSink
-from .._options import AbortSignal
+from .._options import AnySignal
 from .._storage.protocols import DurableRuntime
 from .._util import maybe_await, wall_clock_ms
 from ..stream_parts import StreamFinish, StreamPart
 from ._asgi import HttpError
 from ._client_tools import ClientResult, answered_history, answers_for
 from ._events import EventLog, RunInfo
-from ._progress import ProgressKeys, error_event, missing_events
+from ._progress import ProgressKeys, error_event, missing_events, stop_events
 
 logger = logging.getLogger("durable_agent.http")
 
@@ -82,6 +85,7 @@ class RunDriver:
         self._starting: dict[str, asyncio.Future[None]] = {}  # runs whose start is not committed yet
         self._answering = asyncio.Lock()  # one client-result commit at a time: a second claim here would be refused
         self._parked: dict[str, tuple[str, list[str]]] = {}  # run -> its session, the awakeables it may still wait on
+        self._listed: dict[str, int] = {}  # run -> seq of the parked finish the log listed last round (taken up)
         self._stops: dict[str, asyncio.Event] = {}  # run -> the abort signal of the leg this process drives
 
     def agent(self, session_id: str) -> Agent:
@@ -213,13 +217,16 @@ class RunDriver:
                 logger.exception("checking the parked runs for verdicts failed")
 
     async def wake_parked(self) -> list[str]:
-        """Take over the runs parked here whose every approval now has a verdict, stored by any process; their ids.
+        """Take over the parked runs whose every approval now has a verdict, stored by any process; their ids.
 
-        At most `PARKED_CHECKS_PER_ROUND` runs, in turn: a run checked goes to the back of the
-        line. Each run's awakeables are looked up in order, stopping at the first unresolved one
+        The watch holds the runs parked here and those the event log lists parked (`EventLog.parked`:
+        parked by another server, or before this one started), each taken up once per parked leg. At
+        most `PARKED_CHECKS_PER_ROUND` runs are checked, in turn: a run checked goes to the back of
+        the line. Each run's awakeables are looked up in order, stopping at the first unresolved one
         (one lookup per run still waiting); a run whose verdicts are all in leaves the watch, and
         `ensure_driven` decides it like a reader's request would.
         """
+        await self._take_up_listed()
         woken = []
         for run_id, (session_id, waits) in list(self._parked.items())[:PARKED_CHECKS_PER_ROUND]:
             self._parked[run_id] = self._parked.pop(run_id)  # to the back of the line
@@ -244,6 +251,15 @@ class RunDriver:
             if self.driving(run_id):
                 woken.append(run_id)
         return woken
+
+    async def _take_up_listed(self) -> None:
+        """Watch the runs the log lists parked that this round's watch lacks (each parked leg once: a run whose
+        verdicts were all in when it was taken up is not taken up again until it parks anew)."""
+        listed = await self.log.parked()
+        for run_id, seq in listed.items():
+            if self._listed.get(run_id) != seq and run_id not in self._parked and run_id not in self._tasks:
+                await self._note_parked(run_id)
+        self._listed = listed
 
     async def _note_parked(self, run_id: str) -> None:
         """Watch `run_id` when it is parked on approvals (`wake_parked`)."""
@@ -320,37 +336,49 @@ class RunDriver:
         if await self.continues(info):
             self.resume(info)
 
-    async def cancel(self, info: RunInfo) -> bool:
-        """Stop the run for good (a UI's stop button); False when it has nothing left to do (finished, failed, stopped).
+    async def cancel(self, info: RunInfo) -> Literal["aborted", "stopping"] | None:
+        """Stop the run for good (a UI's stop button): ``aborted`` once stopped, ``stopping`` when another live
+        process drives it and was asked to; None when it has nothing left to do (finished, failed, stopped).
 
-        A leg this process drives gets its abort signal: the loop stops at its next check (the
-        next streamed chunk, or before the step's tools run: a tool is never cut mid-call), the
-        interrupted step is not checkpointed, and the leg's ``error`` event (code
-        ``run_aborted``) ends the log. A run no live process drives (parked, or its server
-        died) gets that event under the session's lease. A run whose log ends with an
-        ``error`` is never taken over again (`ensure_driven`) nor resumed by a verdict
-        (`approve`), and the session is unmarked so its next run can start. Raises
-        `RunLeaseHeldError` (nothing done) while another live process drives the run.
+        A leg this process drives is asked (`DurableSession.request_stop`) and gets its abort
+        signal at once: the loop stops at its next check (the next streamed chunk, or before the
+        step's tools run: a tool is never cut mid-call), the interrupted step is not
+        checkpointed, the run is unmarked, and the leg's ``error`` event (code ``run_aborted``)
+        ends the log. A leg another live process drives is asked the same way, durably: that
+        process stops it within `STOP_CHECK_SECONDS` and logs the event (``stopping``). A run no
+        live process drives (parked, or its server died) gets that event under the session's
+        lease. A run whose log ends with an ``error`` is never taken over again (`ensure_driven`)
+        nor resumed by a verdict (`approve`), and the session is unmarked so its next run can
+        start. Raises `RunLeaseHeldError` (nothing done) while another live process holds the
+        session for another run, or drives this one without watching for stop requests.
         """
         task, stop = self._tasks.get(info.run_id), self._stops.get(info.run_id)
         if task is not None and (stop is None or info.run_id in self._ending):
             await asyncio.wait({task})  # its leg logged its end already: the run is parked or done when it ends
             task = None
         if task is not None and stop is not None:
+            await self.session(info.session_id).request_stop(info.run_id)
             stop.set()
             await asyncio.wait({task})
         elif await self._ended(info.run_id) or not await self._stoppable(info):
-            return False
+            return None
         else:
-            async with self.session(info.session_id).leased():
-                if await self._ended(info.run_id):
-                    return False
-                await self.log.append(info.run_id, [error_event(RunAbortedError(info.run_id),
-                                                                f"{wall_clock_ms()}-abort")])
+            try:
+                async with self.session(info.session_id).leased():
+                    if await self._ended(info.run_id):
+                        return None
+                    await self.log.append(info.run_id, stop_events(await self.log.read(info.run_id),
+                                                                   RunAbortedError(info.run_id),
+                                                                   f"{wall_clock_ms()}-abort"))
+            except RunLeaseHeldError:
+                if await self.runtime.lease.resumable_run(info.session_id) != info.run_id or \
+                        not await self.session(info.session_id).request_stop(info.run_id):
+                    raise
+                return "stopping"
             self._parked.pop(info.run_id, None)
         if await self.runtime.lease.resumable_run(info.session_id) == info.run_id:
             await self.agent(info.session_id).abandon_interrupted()
-        return await self._ended(info.run_id)
+        return "aborted" if await self._ended(info.run_id) else None
 
     async def _stoppable(self, info: RunInfo) -> bool:
         checkpoint = await self.checkpoint(info.run_id)
@@ -390,10 +418,12 @@ class RunDriver:
             raise RunLeaseHeldError(session_id, self.runtime.owner)
 
     def _abortable(self, agent: Agent, run_id: str) -> Agent:
-        """`agent` with an abort signal `cancel` sets for `run_id`'s leg (besides the app's own ``signal``)."""
+        """`agent` watching stop requests from any process (`DurableOptions.stop_requests`), with an abort signal
+        `cancel` sets for `run_id`'s leg here (besides the app's own ``signal``)."""
         assert agent.durable is not None and agent.session_id is not None  # `agent` checked it
         stop = self._stops[run_id] = asyncio.Event()
-        return agent.durable_copy(agent.durable, agent.session_id, signal=_Either(stop, agent.options.get("signal")))
+        return agent.durable_copy(replace(agent.durable, stop_requests=True), agent.session_id,
+                                  signal=AnySignal(stop, agent.options.get("signal")))
 
     def _spawn(self, run_id: str, session_id: str, work: Any) -> asyncio.Task[BaseException | None]:
         task = asyncio.ensure_future(self._guarded(run_id, work))
@@ -425,7 +455,9 @@ class RunDriver:
             else:
                 logger.exception("run %s failed", run_id)
             if await self.log.run_info(run_id) is not None:
-                await self.log.append(run_id, [error_event(exc, f"{wall_clock_ms()}-{id(exc)}")])
+                attempt = f"{wall_clock_ms()}-{id(exc)}"
+                await self.log.append(run_id, stop_events(await self.log.read(run_id), exc, attempt)
+                                      if isinstance(exc, RunAbortedError) else [error_event(exc, attempt)])
             return exc
         try:
             await self._note_parked(run_id)
@@ -459,13 +491,3 @@ class RunDriver:
                 started.set_result(None)
 
         return on_part
-
-
-class _Either:
-    """An abort signal set when the endpoint's or the app's own is."""
-
-    def __init__(self, mine: AbortSignal, apps: AbortSignal | None) -> None:
-        self.mine, self.apps = mine, apps
-
-    def is_set(self) -> bool:
-        return self.mine.is_set() or (self.apps is not None and self.apps.is_set())

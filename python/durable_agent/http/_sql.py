@@ -18,10 +18,11 @@ from typing import Any
 from .._kernels import kernels
 from .._storage.sealing import RowSealer
 from ..backends._sql.plan import Dialect, Plan, Query
-from ._events import RunEvent, RunInfo, finished
+from ._events import RunEvent, RunInfo, finished, parks
 
 RUNS = "durable_agent_http_runs"
 EVENTS = "durable_agent_http_events"
+PARKED = "durable_agent_http_parked"  # the runs whose last event is a suspended finish, and its seq (`parked_plan`)
 SCHEMA_LOCK = 20263  # the schema lock's key (Postgres advisory lock)
 RUN_META = "event-run"  # a run's meta: ("event-run", run_id)
 EVENT = "event"  # an event's data: ("event", run_id, seq)
@@ -34,6 +35,7 @@ def schema_plan(dialect: Dialect) -> Plan[None]:
                 "created_at BIGINT NOT NULL, meta TEXT NOT NULL)")
     yield Query(f"CREATE TABLE IF NOT EXISTS {EVENTS} (run_id TEXT NOT NULL, seq BIGINT NOT NULL, key TEXT NOT NULL, "
                 "data TEXT NOT NULL, PRIMARY KEY (run_id, seq), UNIQUE (run_id, key))")
+    yield Query(f"CREATE TABLE IF NOT EXISTS {PARKED} (run_id TEXT PRIMARY KEY, seq BIGINT NOT NULL)")
 
 
 def create_run_plan(
@@ -71,6 +73,11 @@ def append_plan(
         if row is not None:
             last += 1
             added.append(RunEvent(int(last), key, kernels.decode(text)))
+    if added and parks(added[-1]):
+        yield Query(f"INSERT INTO {PARKED} (run_id, seq) VALUES (?, ?) ON CONFLICT (run_id) DO UPDATE SET seq = "
+                    "excluded.seq", (run_id, added[-1].seq))
+    elif any(e.data.get("type") != "text-delta" for e in added):  # a leg after a park starts with another event
+        yield Query(f"DELETE FROM {PARKED} WHERE run_id = ?", (run_id,))
     return added
 
 
@@ -91,6 +98,7 @@ def forget_plan(run_ids: Sequence[str]) -> Plan[list[str]]:
         if (yield Query(f"DELETE FROM {RUNS} WHERE run_id = ? RETURNING run_id", (run_id,), fetch="one")) is not None:
             gone.append(run_id)
         yield Query(f"DELETE FROM {EVENTS} WHERE run_id = ?", (run_id,))
+        yield Query(f"DELETE FROM {PARKED} WHERE run_id = ?", (run_id,))
     return gone
 
 
@@ -102,3 +110,11 @@ def prune_plan(before: int, sealer: RowSealer) -> Plan[list[str]]:
     doomed = [run_id for run_id, seq, key, data in rows
               if finished(_event(run_id, seq, key, data, sealer))]
     return (yield from forget_plan(doomed))
+
+
+def parked_plan() -> Plan[dict[str, int]]:
+    """The runs whose last event is a suspended finish (`events.parks`): run id → its seq, as `append_plan` keeps
+    them in their own table (a read of the parked runs only, however long the log). A run parked by a version
+    without the table is not listed until it parks again."""
+    rows = yield Query(f"SELECT run_id, seq FROM {PARKED}", (), fetch="all")
+    return {run_id: int(seq) for run_id, seq in rows}

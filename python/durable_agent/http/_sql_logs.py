@@ -71,6 +71,9 @@ class _SqlEventLog(abc.ABC):
     async def prune(self, *, before: int) -> list[str]:
         return self._forgotten(await self._run(_sql.prune_plan(check_prune(before), self._sealer), write=True))
 
+    async def parked(self) -> dict[str, int]:
+        return await self._run(_sql.parked_plan(), write=False)
+
     def _forgotten(self, gone: list[str]) -> list[str]:
         for run_id in gone:
             self._wakeups.notify(run_id)  # a waiting reader of this process finds the run gone

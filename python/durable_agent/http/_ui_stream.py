@@ -14,7 +14,10 @@ first event of a leg         ``start`` (``messageId``) before the event's own ch
 ``text-delta``               ``text-start`` (first delta of the step), ``text-delta`` (``delta``)
 ``tool-call``                ``tool-input-available`` (``toolCallId``, ``toolName``, ``input``)
 ``tool-result``              ``tool-output-available`` (``output``), or ``tool-output-error``
-                             (``errorText``) when ``is_error``
+                             (``errorText``) when ``is_error``; a ``denied`` one (its approval
+                             was refused) is ai 7's ``tool-approval-response`` (``approved``
+                             false, ``reason``: the output) then ``tool-output-denied``:
+                             ``useChat`` puts the tool part in state ``output-denied``
 ``tool-approval-request``    ``tool-approval-request`` (``approvalId``, ``toolCallId``, and
                              ``signature``: the signed approval token when the agent signs),
                              after a ``tool-input-available`` for a call the stream has not
@@ -60,6 +63,7 @@ class UiMessageStream:
         self._open_text: str | None = None
         self._in_leg = False
         self._calls: frozenset[str] = frozenset()  # replaced, never changed: a copy of the fold is its own
+        self._asked: tuple[tuple[str, str], ...] = ()  # (tool call id, approval id) of each approval request; replaced
 
     def chunks(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         """The chunks of the next event of the run."""
@@ -82,7 +86,9 @@ class UiMessageStream:
         elif kind == "tool-call":
             self._call(event, out)
         elif kind == "tool-result":
-            if event.get("is_error"):
+            if event.get("denied"):
+                self._denied(event, out)
+            elif event.get("is_error"):
                 output = event.get("output")
                 out.append({"type": "tool-output-error", "toolCallId": event["tool_call_id"],
                             "errorText": output if isinstance(output, str) else str(output)})
@@ -97,6 +103,7 @@ class UiMessageStream:
             if isinstance(event.get("token"), str):
                 request["signature"] = event["token"]
             out.append(request)
+            self._asked = (*self._asked, (event["tool_call_id"], event["approval_id"]))
         elif kind == "step-retry":
             step, attempt = event["step_index"], event["attempt"]
             out.append({"type": "data-step-retry", "id": f"{self.run_id}-{step}-retry-{attempt}", "data": {
@@ -115,6 +122,16 @@ class UiMessageStream:
             out.append({"type": "error", "errorText": event.get("message", "the run failed")})
             self._in_leg = False
         return out
+
+    def _denied(self, event: dict[str, Any], out: list[dict[str, Any]]) -> None:
+        """A refused call: the verdict on its approval (when the stream asked for it), then the denial itself."""
+        approval_id = next((a for call, a in reversed(self._asked) if call == event["tool_call_id"]), None)
+        if approval_id is not None:
+            response: dict[str, Any] = {"type": "tool-approval-response", "approvalId": approval_id, "approved": False}
+            if isinstance(event.get("output"), str):
+                response["reason"] = event["output"]
+            out.append(response)
+        out.append({"type": "tool-output-denied", "toolCallId": event["tool_call_id"]})
 
     def _call(self, event: dict[str, Any], out: list[dict[str, Any]]) -> None:
         self._calls = self._calls | {event["tool_call_id"]}
