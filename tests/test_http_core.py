@@ -695,7 +695,9 @@ def test_client_results_recorded_after_a_parked_leg_are_rebuilt() -> None:
                                      "is_error": False})]
 
 
-async def test_a_resumed_chat_stream_is_the_leg_in_flight_not_the_first() -> None:
+async def test_a_resumed_chat_stream_replays_the_whole_run_as_one_message() -> None:
+    """ai 7's default transport takes a resumed stream for the whole message (``resumeStreamIsReplay``): the
+    resume replays every leg of the run, the first leg's end not ending the stream, then the leg in flight."""
     from durable_agent import call
 
     model = ScriptedModel([reply("Let me see.", call("pick_file", {}, "c1")), "You picked a file, and so on."],
@@ -705,11 +707,15 @@ async def test_a_resumed_chat_stream_is_the_leg_in_flight_not_the_first() -> Non
     first = data_lines((await asgi(app, "POST", "/chat", {"id": "s", "messages": [user]}))[1])
     run_id = first[0]["messageId"]
     assert (await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": "f"}))[0] == 202
-    resumed = data_lines((await asgi(app, "GET", "/chat/s/stream"))[1])  # a page reload while the next leg streams
-    assert resumed[:2] == [{"type": "start", "messageId": run_id},
-                           {"type": "tool-output-available", "toolCallId": "c1", "output": "f"}]
-    assert "".join(c["delta"] for c in resumed if c["type"] == "text-delta") == "You picked a file, and so on."
-    assert resumed[-1]["type"] == "finish" and resumed[-1]["messageMetadata"]["finishReason"] == "stop"
+    status, body = await asgi(app, "GET", "/chat/s/stream")  # a page reload while the next leg streams
+    resumed = data_lines(body)
+    assert resumed[0] == {"type": "start", "messageId": run_id}
+    kinds = [c["type"] for c in resumed]
+    assert kinds.index("tool-input-available") < kinds.index("tool-output-available")  # leg 1's call, then its result
+    assert [c["messageMetadata"]["finishReason"] for c in resumed if c["type"] == "finish"] == ["suspended", "stop"]
+    assert "".join(c["delta"] for c in resumed if c["type"] == "text-delta") == (
+        "Let me see.You picked a file, and so on.")
+    assert body.count(b"[DONE]") == 1 and body.rstrip().endswith(b"data: [DONE]")  # one stream: the run's last leg ends it
 
 
 async def test_results_for_a_run_this_process_drives_do_not_fence_it_out() -> None:

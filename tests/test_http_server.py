@@ -770,11 +770,6 @@ def test_a_reload_while_the_approved_tool_runs_resumes_the_run_once(
 
 
 @pytest.mark.browser
-@pytest.mark.xfail(strict=True, reason=(
-    "GET /chat/{id}/stream sends the leg in flight from its first event, but ai 7's DefaultChatTransport "
-    "(resumeStreamIsReplay, true by default) takes a resumed stream for the whole message and resets the message at "
-    "its first `start`: the earlier leg's tool part is gone, and the leg's tool-output-available fails with 'No tool "
-    "invocation found for tool call ID'. resumeStreamIsReplay: false in the page makes it pass"))
 def test_a_reload_while_the_approved_tool_runs_shows_the_answer(in_chromium: tuple[dict[str, Any], list[Any]]) -> None:
     reloaded = in_chromium[0]["approve-reload"]
     assert (reloaded["status"], reloaded["errors"], reloaded["pageErrors"]) == ("ready", [], [])
@@ -782,6 +777,8 @@ def test_a_reload_while_the_approved_tool_runs_shows_the_answer(in_chromium: tup
                                                                       ("assistant", "Deployed.")]
     assert reloaded["messages"][1]["tools"] == [{"type": "tool-deploy", "state": "output-available", "output": {
         "done": "deploy", "args": {"env": "prod", "ticket": "#approve-reload"}}}]
+
+
 def test_a_run_another_live_server_drives_is_stopped_through_any_server(paths: tuple[Path, Path],
                                                                          backend: str | None) -> None:
     """``POST /runs/{id}/cancel`` on server B for a run live server A drives: B records a durable stop request (the

@@ -456,10 +456,11 @@ class ChatEndpoint:
         await self._stream(info, str(leg_end), True, receive, send)
 
     async def _chat_resume(self, request: Request, params: dict[str, str], receive: Receive, send: Send) -> None:
-        """``useChat``'s stream resumption: the leg in flight of the session's latest run, or 204 when none runs.
+        """``useChat``'s stream resumption: the session's latest run while a leg of it is in flight, or 204 when none.
 
-        The leg from its first event: the SDK continues the assistant message it has (the
-        earlier legs are in it), as it does after the request that started the leg.
+        The whole run from its first event, as one assistant message (the earlier legs' ends are not
+        the stream's end), then the leg's live tail: ai 7's default transport (``resumeStreamIsReplay``)
+        takes a resumed stream for the whole message and rebuilds the message from it.
         """
         session_id = params["session"]
         info = await self._latest(session_id)
@@ -473,15 +474,17 @@ class ChatEndpoint:
             await send_empty(send, 204)
             return
         leg_start = max((e.seq for e in events if e.data.get("type") in TERMINAL), default=0)
-        await self._stream(info, str(leg_start), True, receive, send)
+        await self._stream(info, "0", True, receive, send, through=leg_start)
 
     # -------------------------------------------------------------- SSE
 
-    async def _stream(self, info: RunInfo, cursor: str, ui: bool, receive: Receive, send: Send) -> None:
+    async def _stream(self, info: RunInfo, cursor: str, ui: bool, receive: Receive, send: Send,
+                      through: int = 0) -> None:
         """Send the run's events after `cursor`, then its live tail, until a leg ends or the client leaves.
 
         A reader already at the end of a leg that nothing follows for now (finished, failed,
-        or parked) gets 204: a browser's EventSource stops reconnecting on it.
+        or parked) gets 204: a browser's EventSource stops reconnecting on it. The ends of legs
+        up to event `through` do not end the stream (a replay of the whole run, `_chat_resume`).
         """
         after, skip, folder = await self._place(info, cursor, ui)
         if skip < 0 and await self._leg_over(info, after):
@@ -497,7 +500,7 @@ class ChatEndpoint:
         # a browser's EventSource reconnects this soon (with Last-Event-ID) when the connection drops
         await send({"type": "http.response.body", "body": b"retry: 1000\n\n", "more_body": True})
         try:
-            await self._pump(info, after, skip, folder, send, gone)
+            await self._pump(info, after, skip, folder, send, gone, through)
         finally:
             watcher.cancel()
         if not gone.is_set():
@@ -529,7 +532,7 @@ class ChatEndpoint:
         return seq - 1, chunk, folder  # resend event `seq` from chunk `chunk` + 1
 
     async def _pump(self, info: RunInfo, after: int, skip: int, folder: UiMessageStream | None, send: Send,
-                    gone: asyncio.Event) -> None:
+                    gone: asyncio.Event, through: int) -> None:
         loop = asyncio.get_running_loop()
         next_check = 0.0
         idle_since = loop.time()
@@ -538,7 +541,7 @@ class ChatEndpoint:
             for event in events:
                 await send({"type": "http.response.body", "body": _frames(event, folder, skip), "more_body": True})
                 skip, after = -1, event.seq
-                if event.data.get("type") in TERMINAL:
+                if event.data.get("type") in TERMINAL and event.seq > through:
                     if folder is not None:
                         await send({"type": "http.response.body", "body": sse_frame(None, "[DONE]"),
                                     "more_body": True})
