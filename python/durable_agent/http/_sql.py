@@ -18,6 +18,7 @@ from typing import Any
 from .._kernels import kernels
 from .._storage.sealing import RowSealer
 from ..backends._sql.plan import Dialect, Plan, Query
+from ..backends._sql.rekey import SealedColumn
 from ._events import RunEvent, RunInfo, finished, parks
 
 RUNS = "durable_agent_http_runs"
@@ -26,6 +27,10 @@ PARKED = "durable_agent_http_parked"  # the runs whose last event is a suspended
 SCHEMA_LOCK = 20263  # the schema lock's key (Postgres advisory lock)
 RUN_META = "event-run"  # a run's meta: ("event-run", run_id)
 EVENT = "event"  # an event's data: ("event", run_id, seq)
+SEALED_COLUMNS = (  # the sealed columns and their places (`rekey_plan`: `rekey_async(log)`)
+    SealedColumn(RUNS, "meta", ("run_id",), RUN_META),
+    SealedColumn(EVENTS, "data", ("run_id", "seq"), EVENT),
+)
 
 
 def schema_plan(dialect: Dialect) -> Plan[None]:

@@ -18,10 +18,13 @@ from typing import Any
 from .._errors import ConfigurationError, FeatureUnavailableError
 from .._storage.sealing import row_sealer
 from .._util import wall_clock_ms
+from ..backends._files import truncate_wal
 from ..backends._sql.plan import POSTGRES, SQLITE, Dialect, Plan, T, run_async, run_sync
+from ..backends._sql.rekey import Position, rekey_plan
 from ..backends.sqlite._group_commit import InlineSqlite
 from ..backends.sqlite._store import sqlite_transaction
 from ..encryption import Keyring
+from ..encryption._rekey import Rekeyer, RekeyReport
 from . import _sql
 from ._events import RunEvent, RunInfo, Wakeups, check_prune, check_run_ids
 
@@ -74,6 +77,10 @@ class _SqlEventLog(abc.ABC):
     async def parked(self) -> dict[str, int]:
         return await self._run(_sql.parked_plan(), write=False)
 
+    async def _rekey_batch(self, rekeyer: Rekeyer, position: Position, batch_size: int) -> tuple[RekeyReport, Position]:
+        """One batch of `durable_agent.encryption.rekey_async(log, keyring)`, in one write transaction (`rekey_plan`)."""
+        return await self._run(rekey_plan(_sql.SEALED_COLUMNS, self._dialect, rekeyer, position, batch_size), write=True)
+
     def _forgotten(self, gone: list[str]) -> list[str]:
         for run_id in gone:
             self._wakeups.notify(run_id)  # a waiting reader of this process finds the run gone
@@ -94,7 +101,7 @@ class SqliteEventLog(_SqlEventLog):
         super().__init__(clock, poll_interval_ms, encryption)
         from ..backends._files import connect_sqlite, sqlite3_module
 
-        sqlite3 = sqlite3_module("SqliteEventLog")
+        sqlite3 = self._sqlite3 = sqlite3_module("SqliteEventLog")
 
         self.path = os.fspath(path)
         self._lock = threading.Lock()
@@ -108,6 +115,13 @@ class SqliteEventLog(_SqlEventLog):
 
     async def _run(self, plan: Plan[T], *, write: bool) -> T:
         return self._transaction(plan, write=write)
+
+    async def _rekey_batch(self, rekeyer: Rekeyer, position: Position, batch_size: int) -> tuple[RekeyReport, Position]:
+        """`_SqlEventLog._rekey_batch`; after the last batch the -wal is cut (`truncate_wal`)."""
+        done = await super()._rekey_batch(rekeyer, position, batch_size)
+        if done[1] is None:
+            truncate_wal(self._sqlite3, self.path)
+        return done
 
     def close(self) -> None:
         with self._lock:

@@ -44,6 +44,7 @@ from ..._storage.sealing import RowSealer
 from ...encryption import Place
 from .journal_schema import AWAKEABLES, LAST_RUNS, LEASES, PARTIALS, QUEUES, STEPS, SUBMISSIONS, TOOL_STATE
 from .plan import Dialect, Plan, Query
+from .rekey import SealedColumn
 from .writes import FencedWrites, RowWrite, delete, fenced_plan, insert, merged, update, upsert
 
 STEP_RESULT = "step-result"  # a step's result: ("step-result", session_id, key)
@@ -58,6 +59,18 @@ TOOL_STATE_VALUE = "tool-state"  # a session's tool-state value: ("tool-state", 
 PLACES = (STEP_RESULT, STEP_ERROR, STEP_TOOL_STATE, PARTIAL_TEXT, PARTIAL_THINKING, AWAKEABLE, QUEUE, SUBMISSION,
           TOOL_STATE_VALUE)
 """The kinds of place the journal's sealed columns are bound to, each followed by its row's key."""
+
+SEALED_COLUMNS = (  # the sealed columns, each value's place as the readers below build it (`rekey_plan`)
+    SealedColumn(STEPS, "result", ("id",), STEP_RESULT, ("session_id", "key")),
+    SealedColumn(STEPS, "error", ("id",), STEP_ERROR, ("session_id", "key")),
+    SealedColumn(STEPS, "tool_state", ("id",), STEP_TOOL_STATE, ("session_id", "key")),
+    SealedColumn(PARTIALS, "text", ("id",), PARTIAL_TEXT, ("session_id", "step_key", "seq")),
+    SealedColumn(PARTIALS, "thinking", ("id",), PARTIAL_THINKING, ("session_id", "step_key", "seq")),
+    SealedColumn(AWAKEABLES, "value", ("id",), AWAKEABLE),
+    SealedColumn(QUEUES, "entries", ("session_id",), QUEUE),
+    SealedColumn(SUBMISSIONS, "result", ("session_id", "request_id"), SUBMISSION),
+    SealedColumn(TOOL_STATE, "value", ("session_id", "key"), TOOL_STATE_VALUE),
+)
 
 
 def _opened(sealer: RowSealer, stored: str | None, place: Place) -> Any:

@@ -25,7 +25,7 @@ from .checkpoints import SEALED_COLUMNS as CHECKPOINT_COLUMNS, load_plan, rememb
 from .plan import Dialect, Mergeable, Plan, T
 from .rekey import Position, rekey_plan
 
-SEALED_COLUMNS = CHECKPOINT_COLUMNS  # every sealed column of a runtime's database, walked by `rekey_async(runtime)`
+SEALED_COLUMNS = (*CHECKPOINT_COLUMNS, *plans.SEALED_COLUMNS)  # every sealed column of a runtime's database, walked by `rekey_async(runtime)`
 
 
 class SqlExecutor(Protocol):
