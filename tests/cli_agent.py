@@ -36,10 +36,14 @@ def resume_options() -> dict[str, Any]:
 
 
 def journal_agent() -> Agent:
-    """For an Agent's run on the SQLite runtime named by ``CLI_JOURNAL``."""
+    """For an Agent's run on the SQLite runtime named by ``CLI_JOURNAL`` (encrypted under ``DURABLE_AGENT_KEYS`` when
+    set, as a deployment's server opens it)."""
     from durable_agent.backends.sqlite import SqliteRuntime
+    from durable_agent.encryption import Keyring
 
-    return Agent(model=model(), tools=tools(), durable=DurableOptions(SqliteRuntime(os.environ["CLI_JOURNAL"])),
+    keyring = Keyring.from_env() if os.environ.get("DURABLE_AGENT_KEYS") else None
+    runtime = SqliteRuntime(os.environ["CLI_JOURNAL"], encryption=keyring)
+    return Agent(model=model(), tools=tools(), durable=DurableOptions(runtime),
                  session_id="chat-1", max_steps=5)
 
 

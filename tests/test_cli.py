@@ -44,12 +44,19 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield created(f"sqlite:///{tmp_path}/runs.db")
         return
-    from durable_agent.testing.services import POSTGRES_URL_VAR, postgres_schema, service_url
+    from durable_agent.testing.services import postgres_schema
 
     with postgres_schema("cli") as info:
-        schema = info.rsplit("search_path=", 1)[1].strip("'\" ")
-        base = service_url(POSTGRES_URL_VAR, "Postgres")
-        yield f"{base}{'&' if '?' in base else '?'}options=-c%20search_path%3D{schema}"
+        yield schema_url(info)
+
+
+def schema_url(conninfo: str) -> str:
+    """The URL of the Postgres schema `postgres_schema` gave as `conninfo`: the CLI takes a URL."""
+    from durable_agent.testing.services import POSTGRES_URL_VAR, service_url
+
+    schema = conninfo.rsplit("search_path=", 1)[1].strip("'\" ")
+    base = service_url(POSTGRES_URL_VAR, "Postgres")
+    return f"{base}{'&' if '?' in base else '?'}options=-c%20search_path%3D{schema}"
 
 
 @pytest.fixture
@@ -336,12 +343,10 @@ def test_an_agents_run_on_the_sqlite_runtime(tmp_path: Path, ledger: Path) -> No
 def test_an_agents_run_on_the_postgres_runtime(ledger: Path) -> None:
     from durable_agent import Agent, DurableOptions
     from durable_agent.backends.postgres import PostgresRuntime
-    from durable_agent.testing.services import POSTGRES_URL_VAR, postgres_schema, service_url
+    from durable_agent.testing.services import postgres_schema
 
     with postgres_schema("clirt") as info:
-        schema = info.rsplit("search_path=", 1)[1].strip("'\" ")
-        base = service_url(POSTGRES_URL_VAR, "Postgres")
-        url = f"{base}{'&' if '?' in base else '?'}options=-c%20search_path%3D{schema}"
+        url = schema_url(info)
 
         async def start() -> Any:
             runtime = PostgresRuntime(url)

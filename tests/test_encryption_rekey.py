@@ -428,14 +428,13 @@ def test_cli_rekey_rotates_the_store_and_prints_a_summary(tmp_path: Path) -> Non
 
 def test_cli_rekey_encrypts_a_plaintext_postgres_store_in_place() -> None:
     from cli_kit import cli
-    from durable_agent.testing.services import POSTGRES_URL_VAR, postgres_schema, service_url
+    from durable_agent.testing.services import postgres_schema
+    from test_cli import schema_url
 
     with postgres_schema("rkc") as conninfo:
         backend = Postgres(conninfo)
         saved(backend, marked("run-m", 1), keyring=None)
-        schema = conninfo.rsplit("search_path=", 1)[1].strip("'\" ")  # the CLI takes a URL: as test_cli's store_url
-        base = service_url(POSTGRES_URL_VAR, "Postgres")
-        url = f"{base}{'&' if '?' in base else '?'}options=-c%20search_path%3D{schema}"
+        url = schema_url(conninfo)
         done = cli("--store", url, "runs", "rekey", env=keys_env("k1"))
         assert done.returncode == 0, done.stderr
         assert MARK.encode() not in backend.raw() and load(backend, "run-m", STRICT_K1) == marked("run-m", 1)
@@ -479,47 +478,51 @@ def test_cli_rekey_shows_a_progress_line_per_batch_on_a_terminal(tmp_path: Path)
     assert "rekeyed to key 'k2'" in output
 
 
-def test_cli_rekey_killed_mid_way_is_finished_by_running_it_again(tmp_path: Path) -> None:
-    """A rekey SIGKILLed between (or inside) its one-row batches leaves every row whole, under k1 or k2; the rerun
-    rewrites what is left, and then a ring without k1 loads every run."""
+def rekey_killed_mid_way(path: Path, table: str, column: str, *opened: str) -> None:
+    """``durable-agent <opened> runs rekey --batch-size 1`` (keys k2, k1) on the SQLite file `path`, SIGKILLed once
+    10 values of `table`.`column` are under k2 and others still under k1: each is then a whole envelope of one key
+    or the other; the rerun exits 0 and leaves no value under k1 there."""
     import os
     import signal
     import subprocess
     import sys
     import time
 
-    from cli_kit import ROOT
-
-    backend = Sqlite(tmp_path)
-    store = backend.store()
-    runs = {f"run-{i:04}": make_checkpoint(f"run-{i:04}", 1, conversation(2)) for i in range(1000)}
-    for checkpoint in runs.values():
-        store.save(checkpoint)
-    store.close()
-    environ = {**os.environ, **keys_env("k2", "k1"), "PYTHONPATH": str(ROOT / "python")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "durable_agent.cli", "--store", f"sqlite:///{backend.path}", "runs", "rekey",
-         "--batch-size", "1"], env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from cli_kit import ROOT, cli
 
     def under(key_id: str) -> int:
-        with sqlite3.connect(backend.path) as conn:
-            row = conn.execute("SELECT count(*) FROM durable_agent_runs WHERE header LIKE ?", (f"enc1t.{key_id}.%",))
+        with sqlite3.connect(path) as conn:
+            row = conn.execute(f"SELECT count(*) FROM {table} WHERE {column} LIKE ?", (f"enc1t.{key_id}.%",))
             return int(row.fetchone()[0])
 
+    rows = under("k1")
+    environ = {**os.environ, **keys_env("k2", "k1"), "PYTHONPATH": str(ROOT / "python")}
+    process = subprocess.Popen([sys.executable, "-m", "durable_agent.cli", *opened, "runs", "rekey", "--batch-size", "1"],
+                               env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while under("k2") < 10 and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
     process.send_signal(signal.SIGKILL)
     assert process.wait() == -signal.SIGKILL
     assert 10 <= under("k2") and under("k1") > 0  # killed mid-way: some rows rewritten, others not yet
-    assert under("k1") + under("k2") == len(runs)  # every header is a whole envelope of one key or the other
+    assert under("k1") + under("k2") == rows  # every value is a whole envelope of one key or the other
 
-    from cli_kit import cli
-
-    rerun = cli("--store", f"sqlite:///{backend.path}", "--json", "runs", "rekey", env=keys_env("k2", "k1"))
+    rerun = cli(*opened, "--json", "runs", "rekey", env=keys_env("k2", "k1"))
     assert rerun.returncode == 0, rerun.stderr
     assert '"refused":0' in rerun.stdout and '"rewritten":0' not in rerun.stdout
     assert under("k1") == 0
+
+
+def test_cli_rekey_killed_mid_way_is_finished_by_running_it_again(tmp_path: Path) -> None:
+    """A rekey SIGKILLed between (or inside) its one-row batches leaves every row whole, under k1 or k2; the rerun
+    rewrites what is left, and then a ring without k1 loads every run."""
+    backend = Sqlite(tmp_path)
+    store = backend.store()
+    runs = {f"run-{i:04}": make_checkpoint(f"run-{i:04}", 1, conversation(2)) for i in range(1000)}
+    for checkpoint in runs.values():
+        store.save(checkpoint)
+    store.close()
+    rekey_killed_mid_way(backend.path, "durable_agent_runs", "header", "--store", f"sqlite:///{backend.path}")
     store = backend.store(K2_ONLY)
     assert {run_id: store.load(run_id) for run_id in runs} == runs
     store.close()

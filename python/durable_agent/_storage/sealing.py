@@ -48,6 +48,7 @@ from .history import decode_messages, encode_header, encode_messages, rebuild
 
 HEADER = "checkpoint-header"
 MESSAGE = "checkpoint-message"
+NO_KEYRING = "it is encrypted, and was read without a keyring (open it with encryption=Keyring(...))"
 SEALED = "sealed"  # the key of a value-form header's envelope (`KeyringSealer.header_value`)
 
 
@@ -67,8 +68,11 @@ class RowSealer:
     def rebuild(self, run_id: str, step_index: object, header: Any, bodies: Sequence[Any]) -> AgentCheckpoint:
         """The checkpoint stored as `header` (saved at `step_index`, as the row says) and message `bodies` 0, 1...
 
-        Raises `CheckpointCorruptError` for damaged rows, `DecryptionError` for a sealed row that does not open.
+        Raises `CheckpointCorruptError` for damaged rows, `DecryptionError` for a sealed row that does not open
+        (here, without a keyring: every sealed row, `NO_KEYRING`).
         """
+        if _sealed(header):
+            raise DecryptionError((HEADER, run_id), NO_KEYRING)
         return rebuild(run_id, header, bodies)
 
     def comparable(self, run_id: str, bodies: Sequence[Any]) -> Sequence[Any]:
@@ -105,6 +109,8 @@ class RowSealer:
 
     def open_value(self, stored: Any, place: Place) -> Any:
         """The value `value` stored at `place` as `stored`. Raises `CodecError`, `DecryptionError`."""
+        if _sealed(stored):
+            raise DecryptionError(tuple(place), NO_KEYRING)
         return kernels.decode(stored)
 
     def text(self, text: str, place: Place) -> str:

@@ -61,12 +61,14 @@ from .._errors import (
     CheckpointConflictError,
     CheckpointNotFoundError,
     ConfigurationError,
+    DecryptionError,
     DurableAgentError,
     FeatureUnavailableError,
     RunLeaseHeldError,
     StaleEpochError,
     StepNotFoundError,
 )
+from .._storage.sealing import NO_KEYRING
 from .._version import __version__
 from . import _commands as c
 from ._backends import Backends, CliError, is_outage
@@ -139,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--batch-size", type=int, default=500, metavar="ROWS",
                      help="rows per transaction (default 500); each batch commits on its own, so a rekey stopped"
                           " mid-way is finished by running it again")
+    sub.add_argument("--events", metavar="URL", help="the chat endpoint's event log, rekeyed too (default: the"
+                     " store's database when it is SQLite or Postgres)")
     sub.add_argument("--strict", action="store_true",
                      help="refuse plaintext rows (left as they are, reported) instead of encrypting them: for a"
                           " database already migrated, where a plaintext row can only be planted")
@@ -195,6 +199,11 @@ async def _run(args: argparse.Namespace) -> int:
     handler: Command = args.handler
     try:
         return await handler(args, backends)
+    except DecryptionError as exc:
+        if exc.problem != NO_KEYRING:
+            raise
+        raise CliError(c.USAGE, f"the database is encrypted ({exc.place[0]} of {exc.place[1]!r}): set"
+                       " DURABLE_AGENT_KEYS to its keys ('id:<base64 key>,...', as its servers have them)") from None
     finally:
         await backends.close()
 

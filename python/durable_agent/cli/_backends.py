@@ -13,6 +13,8 @@ from typing import Any
 from .._errors import ConfigurationError
 from .._util import maybe_await
 from ..backends._open import _file_path, open_store
+from ..encryption import Keyring
+from ..encryption._keyring import ENV_KEYS
 
 
 class CliError(Exception):
@@ -23,21 +25,27 @@ class CliError(Exception):
         self.code = code
 
 
-def open_runtime(url: str) -> Any:
+def env_keyring() -> Keyring | None:
+    """The keyring of ``DURABLE_AGENT_KEYS`` (`Keyring.from_env`) when it is set: the CLI opens every store, runtime
+    and event log with it, so it reads and writes an encrypted database as its servers do; else None (plaintext)."""
+    return Keyring.from_env() if os.environ.get(ENV_KEYS, "").strip() else None
+
+
+def open_runtime(url: str, keyring: Keyring | None = None) -> Any:
     """The journal runtime of `url`: ``sqlite:///relative.db``, ``sqlite:////abs.db`` or ``postgresql://...``."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "sqlite":
         from ..backends.sqlite._runtime import SqliteRuntime
 
-        return SqliteRuntime(_file_path(url, scheme))
+        return SqliteRuntime(_file_path(url, scheme), encryption=keyring)
     if scheme in ("postgresql", "postgres"):
         from ..backends.postgres._runtime import PostgresRuntime
 
-        return PostgresRuntime(url)
+        return PostgresRuntime(url, encryption=keyring)
     raise ConfigurationError(f"a runtime URL is sqlite:///path or postgresql://..., got {url!r}")
 
 
-def open_event_log(url: str) -> Any:
+def open_event_log(url: str, keyring: Keyring | None = None) -> Any:
     """The chat endpoint's event log at `url` (``sqlite:///path`` or ``postgresql://...``); None for another scheme.
 
     Opening it creates its tables when they are missing (empty, in a database the endpoint never used).
@@ -46,11 +54,11 @@ def open_event_log(url: str) -> Any:
     if scheme == "sqlite":
         from ..http._sql_logs import SqliteEventLog
 
-        return SqliteEventLog(_file_path(url, scheme))
+        return SqliteEventLog(_file_path(url, scheme), encryption=keyring)
     if scheme in ("postgresql", "postgres"):
         from ..http._sql_logs import PostgresEventLog
 
-        return PostgresEventLog(url)
+        return PostgresEventLog(url, encryption=keyring)
     return None
 
 
@@ -116,10 +124,11 @@ def is_outage(error: BaseException) -> bool:
 
 @dataclass
 class Backends:
-    """The store (and runtime) of one CLI call."""
+    """The store (and runtime) of one CLI call, opened with the `keyring` of ``DURABLE_AGENT_KEYS`` when set."""
 
     store: Any
     runtime: Any = None
+    keyring: Keyring | None = None
 
     @classmethod
     async def open(cls, store_url: str | None, runtime_url: str | None, *, create: bool = False) -> Backends:
@@ -133,14 +142,15 @@ class Backends:
             if not create:
                 require_file(named)
             await asyncio.to_thread(_probe, named)
-        runtime = open_runtime(runtime_url) if runtime_url else None
+        keyring = env_keyring()
+        runtime = open_runtime(runtime_url, keyring) if runtime_url else None
         try:
-            store = open_store(url)
+            store = open_store(url, **({} if keyring is None else {"encryption": keyring}))
         except BaseException:
             if runtime is not None:
                 await maybe_await(runtime.close())
             raise
-        return cls(store, runtime)
+        return cls(store, runtime, keyring)
 
     def refuse_own_file(self, path: str, option: str) -> None:
         """Refuse `path` (an export's output, an import's input) when it is the store's or the runtime's own file.

@@ -229,15 +229,21 @@ def parse_before(text: str, now_ms: int) -> int:
     return int(moment.timestamp() * 1000)
 
 
-async def runs_prune(args: argparse.Namespace, b: Backends) -> int:
-    """Delete the runs, then their events in the chat endpoint's event log (`--events`, default: the store's
-    database when it is SQLite or Postgres, where the endpoint's documented setup keeps it)."""
-    before = parse_before(args.before, wall_clock_ms())
+def _event_log(args: argparse.Namespace, b: Backends) -> Any:
+    """The chat endpoint's event log (`--events`, default: the store's database when it is SQLite or Postgres,
+    where the endpoint's documented setup keeps it), opened with the CLI's keyring; None for another store."""
     events_url = args.events or os.environ.get("DURABLE_AGENT_EVENTS") or args.store or args.runtime
     require_file(events_url)
-    log = open_event_log(events_url)
+    log = open_event_log(events_url, b.keyring)
     if log is None and (args.events or os.environ.get("DURABLE_AGENT_EVENTS")):
         raise ConfigurationError(f"an event log URL is sqlite:///path or postgresql://..., got {events_url!r}")
+    return log
+
+
+async def runs_prune(args: argparse.Namespace, b: Backends) -> int:
+    """Delete the runs, then their events in the chat endpoint's event log (`_event_log`)."""
+    before = parse_before(args.before, wall_clock_ms())
+    log = _event_log(args, b)
     try:
         with r.progress("pruning"):
             doomed = await maybe_await(b.store.prune(before=before, status=args.status,
@@ -255,16 +261,22 @@ async def runs_prune(args: argparse.Namespace, b: Backends) -> int:
 
 async def runs_rekey(args: argparse.Namespace, b: Backends) -> int:
     """Rewrite every sealed row not under the primary key of ``DURABLE_AGENT_KEYS`` to it (`rekey_async`): the
-    store's, then the runtime's with ``--runtime``. One progress line per batch on stderr when it is a
-    terminal; the summary on stdout. Exit 1 when a row could not be opened (the summary names the first)."""
-    keyring = Keyring.from_env()
+    store's, then the runtime's with ``--runtime``, then the chat endpoint's event log's (`_event_log`). One
+    progress line per batch on stderr when it is a terminal; the summary on stdout. Exit 1 when a row could not be
+    opened (the summary names the first)."""
+    keyring = b.keyring or Keyring.from_env()  # unset: the error says so
     if type(args.batch_size) is not int or args.batch_size < 1:
         raise CliError(USAGE, f"--batch-size must be a positive number of rows, got {args.batch_size}")
     total = RekeyReport()
-    for target in (b.store, b.runtime):
-        if target is not None:
-            total += await rekey_async(target, keyring, batch_size=args.batch_size, strict=args.strict,
-                                       progress=r.rekey_progress(total))
+    log = _event_log(args, b)
+    try:
+        for target in (b.store, b.runtime, log):
+            if target is not None:
+                total += await rekey_async(target, keyring, batch_size=args.batch_size, strict=args.strict,
+                                           progress=r.rekey_progress(total))
+    finally:
+        if log is not None:
+            await maybe_await(log.close())
     r.end_progress_line()
     data = {"primary": keyring.primary, "examined": total.examined, "rewritten": total.rewritten,
             "current": total.current, "changed": total.changed, "refused": total.refused,
