@@ -18,8 +18,11 @@ runtime keeps its checkpoints in the checkpoint store's tables).
 ``runs prune`` also drops the deleted runs' events from the chat endpoint's event log
 (`durable_agent.http`): ``--events URL`` (``sqlite:///...`` or ``postgresql://...``), by default the
 store's own database when it is SQLite or Postgres.
-``runs rekey`` takes its keyring from ``DURABLE_AGENT_KEYS`` and ``DURABLE_AGENT_PRIMARY_KEY``
-(`Keyring.from_env`) and rewrites the store's rows (and with ``--runtime`` the runtime's) under the primary key,
+When ``DURABLE_AGENT_KEYS`` is set (and ``DURABLE_AGENT_PRIMARY_KEY``: `Keyring.from_env`), every command opens
+the store, the runtime and the event log with that keyring, so it reads and writes an encrypted database as its
+servers do; without it, a command that reads an encrypted row exits 2, saying to set ``DURABLE_AGENT_KEYS``.
+``runs rekey`` takes its keyring from there and rewrites the store's rows (with ``--runtime`` the runtime's
+checkpoints and journal, then the event log's, found as by ``prune``) under the primary key,
 batch by batch, beside live servers; it exits 1 when a row could not be opened (a key missing from the ring,
 damage), naming the first ones, and 2 when the keys are not set or malformed.
 The environment variables ``DURABLE_AGENT_STORE``, ``DURABLE_AGENT_RUNTIME`` and ``DURABLE_AGENT_EVENTS``
@@ -31,7 +34,8 @@ Exit codes (stable, for scripts):
 
 * 0 — done (``resume`` also returns 0 when the run suspended again: read ``finish_reason``)
 * 1 — error: the store failed, a corrupt run, the agent's code raised (a ``ConfigurationError`` too)...
-* 2 — usage: bad arguments or options, a bad URL, a missing ``--agent``
+* 2 — usage: bad arguments or options, a bad URL, a missing ``--agent``, an encrypted database without
+  ``DURABLE_AGENT_KEYS`` (or the keys malformed)
 * 3 — not found: no such run, step, or pending approval; no database file at a ``sqlite:``/``jsonl:`` URL
   (only ``import`` creates one)
 * 4 — conflict: the target run exists (``fork``, ``import``), another writer, a held lease

@@ -16,7 +16,7 @@ live server is that server's, already under the primary). So a rekey:
 A value the keyring cannot open (a key it no longer holds, damage) is left as it is and counted in
 `RekeyReport.refused`, with the first problems named (`DecryptionError` messages: the place, never
 a key); the other rows are rekeyed. The backends: `durable_agent.backends._sql.rekey` (SQLite and
-Postgres stores and runtimes), the Redis stores, the JSONL and Durable Object stores.
+Postgres stores, runtimes and event logs), the Redis stores, the JSONL and Durable Object stores.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def _step(target: Any, batch_size: int) -> Step:
     if step is None:
         raise ConfigurationError(
             f"{type(target).__name__} cannot be rekeyed (the SQLite, Postgres, Redis, JSONL and Durable Object"
-            " stores and the SQL runtimes can; the in-memory store keeps nothing at rest)"
+            " stores, the SQL runtimes and the SQL event logs can; the in-memory store keeps nothing at rest)"
         )
     return step
 
@@ -207,8 +207,9 @@ async def rekey_async(
     progress: Progress | None = None,
 ) -> RekeyReport:
     """`rekey` for the async stores (`AsyncSqliteCheckpointStore`, `AsyncPostgresCheckpointStore`,
-    `AsyncRedisCheckpointStore`) and the runtimes (`SqliteRuntime`, `PostgresRuntime`: their checkpoint
-    rows, and the journal's sealed rows); a synchronous store's batches run on the calling thread."""
+    `AsyncRedisCheckpointStore`), the runtimes (`SqliteRuntime`, `PostgresRuntime`: their checkpoint
+    rows, and the journal's sealed rows) and the endpoint's event logs (`SqliteEventLog`,
+    `PostgresEventLog`: run meta and event data); a synchronous store's batches run on the calling thread."""
     rekeyer = Rekeyer(keyring, strict=strict)
     return await _rekeying(_step(target, batch_size), rekeyer, batch_size, progress)
 
