@@ -195,3 +195,17 @@ def test_the_cli_opens_and_rekeys_an_encrypted_postgres_runtime_and_its_event_lo
 
         assert asyncio.run(read()) == [1, 2]
         asyncio.run(db.close())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_the_cli_on_an_encrypted_store_needs_durable_agent_keys(tmp_path: Path, kind: str) -> None:
+    from cli_kit import cli
+    from test_encryption_stores import Jsonl, Sqlite, marked, saved
+
+    backend = Sqlite(tmp_path) if kind == "sqlite" else Jsonl(tmp_path)
+    saved(backend, marked("run-m", 1))
+    url = f"{kind}:///{backend.path}"
+    unset = cli("--store", url, "runs", "show", "run-m", env={"DURABLE_AGENT_KEYS": ""})
+    assert unset.returncode == 2 and "the database is encrypted" in unset.stderr and "Traceback" not in unset.stderr
+    shown = cli("--store", url, "--json", "runs", "show", "run-m", env=keys_env("k1"))
+    assert shown.returncode == 0 and '"run_id":"run-m"' in shown.stdout.replace(" ", ""), shown.stderr

@@ -92,7 +92,9 @@ class RowSealer:
         return list(messages[start:])
 
     def open_header(self, run_id: str, header: dict[str, Any]) -> dict[str, Any]:
-        """The checkpoint header a `header_value` holds."""
+        """The checkpoint header a `header_value` holds (a sealed one, read here without a keyring: `NO_KEYRING`)."""
+        if isinstance(header, dict) and SEALED in header:
+            raise DecryptionError((HEADER, run_id), NO_KEYRING)
         return header
 
     def open_messages(self, run_id: str, values: list[Any]) -> list[Any]:
