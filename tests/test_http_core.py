@@ -707,7 +707,7 @@ async def test_a_resumed_chat_stream_replays_the_whole_run_as_one_message() -> N
     first = data_lines((await asgi(app, "POST", "/chat", {"id": "s", "messages": [user]}))[1])
     run_id = first[0]["messageId"]
     assert (await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": "f"}))[0] == 202
-    status, body = await asgi(app, "GET", "/chat/s/stream")  # a page reload while the next leg streams
+    _, body = await asgi(app, "GET", "/chat/s/stream")  # a page reload while the next leg streams
     resumed = data_lines(body)
     assert resumed[0] == {"type": "start", "messageId": run_id}
     kinds = [c["type"] for c in resumed]

@@ -40,10 +40,10 @@ from durable_agent import (
     ToolApprovalResponse,
     call,
     generate_text,
+    message_text,
     reply,
     resume_from_checkpoint,
 )
-from durable_agent import message_text
 from durable_agent.backends.durable_object import DurableObjectCheckpointStore
 from durable_agent.providers import FetchTransport, OpenAIChatModel
 
