@@ -289,3 +289,40 @@ async def test_the_default_pool_serves_concurrent_runs_without_queueing_on_one_c
         await runtime.close()
     with pytest.raises(ConfigurationError):
         PostgresRuntime(conninfo, max_connections=0)
+
+
+async def test_a_checkpoint_load_sees_one_state_while_another_process_appends(
+        conninfo: str, opened: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load reads the run's header, then its message rows: a save committed between the two (another server
+    appending the run's next step) must not make the stored checkpoint look corrupt ("header counts 1 messages, rows
+    hold 2": a 500 on an endpoint's view, seen with two servers on one database). The load runs in one snapshot."""
+    from durable_agent import AgentCheckpoint, Usage
+    from durable_agent.backends._sql.checkpoints import load_plan
+    from durable_agent.backends.postgres import PostgresCheckpointStore
+
+    runtime = opened()
+    first = AgentCheckpoint("r", 0, "running", ({"role": "user", "content": "hi"},), Usage(), 1)
+    await runtime.stores.checkpoints.save(first)
+    later = AgentCheckpoint("r", 1, "running", (*first.messages, {"role": "assistant", "content": "yo"}), Usage(), 2)
+    other = PostgresCheckpointStore(conninfo)  # another process's connection
+
+    def header_then_a_save(run_id: str, sealer: Any) -> Any:
+        plan = load_plan(run_id, sealer)
+        answer = yield next(plan)  # the header, as stored before the save
+        other.save(later)  # committed by another connection before the rows are read
+        query = plan.send(answer)
+        while True:
+            try:
+                query = plan.send((yield query))
+            except StopIteration as stop:
+                return stop.value
+
+    monkeypatch.setattr("durable_agent.backends._sql.runtime.load_plan", header_then_a_save)
+    try:
+        got = await runtime.stores.checkpoints.load("r")  # the state the header belongs to
+        assert (got.step_index, list(got.messages)) == (0, list(first.messages))
+    finally:
+        other.close()
+    monkeypatch.undo()
+    got = await runtime.stores.checkpoints.load("r")
+    assert (got.step_index, list(got.messages)) == (1, list(later.messages))

@@ -33,10 +33,12 @@ class SqlExecutor(Protocol):
 
     dialect: Dialect
 
-    def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> Awaitable[T]:
+    def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None,
+            snapshot: bool = False) -> Awaitable[T]:
         """`plan`'s result; `merge`: the same write, for an executor that runs writes of its kind together
-        (or ignores it). An awaitable, not necessarily a coroutine: an executor may hand back the future
-        its writer settles (one frame less on every write of a busy loop)."""
+        (or ignores it); `snapshot`: a read of several statements that must see one state of the database
+        (a checkpoint's header and its message rows). An awaitable, not necessarily a coroutine: an
+        executor may hand back the future its writer settles (one frame less on every write of a busy loop)."""
 
     async def wait_for_change(self, timeout: float) -> None: ...
 
@@ -55,8 +57,8 @@ class SqlRows:
         self.cache = cache  # what this "process" last wrote or read of each run's checkpoint
         self._sealer = sealer  # every payload column and checkpoint row passes through it (`journal.PLACES`)
 
-    async def read(self, plan: Plan[T]) -> T:
-        return await self._executor.run(plan, write=False)
+    async def read(self, plan: Plan[T], *, snapshot: bool = False) -> T:
+        return await self._executor.run(plan, write=False, snapshot=snapshot)
 
     async def write(self, plan: Plan[T], merge: Mergeable | None = None) -> T:
         try:
@@ -160,7 +162,7 @@ class SqlRows:
     async def load_checkpoint(self, run_id: str) -> AgentCheckpoint | None:
         with self.cache.forgetting(run_id, DAMAGE):  # damaged rows: the next save re-reads them, not appends
             try:
-                found = await self.read(load_plan(run_id, self._sealer))
+                found = await self.read(load_plan(run_id, self._sealer), snapshot=True)  # header and rows agree
             except DAMAGE:
                 raise
             except Exception as exc:

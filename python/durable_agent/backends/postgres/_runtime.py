@@ -43,6 +43,7 @@ logger = logging.getLogger("durable_agent")
 
 CHANNEL = "durable_agent_journal"  # what `POSTGRES.notify` notifies
 DIALECT = POSTGRES
+_READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
 
 def _psycopg() -> Any:
@@ -156,8 +157,9 @@ class _PostgresExecutor:
         async with conn.transaction(), conn.cursor() as cur:
             return await run_async(cur, DIALECT, plan, first)
 
-    async def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> T:
-        """A write in one transaction; a read statement by statement (autocommit: one round trip each).
+    async def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None, snapshot: bool = False) -> T:
+        """A write in one transaction; a read statement by statement (autocommit: one round trip each), or with
+        `snapshot` in one REPEATABLE READ, READ ONLY transaction (a checkpoint: its header and its rows).
 
         A write whose first statement may run alone (`Query.alone`: a fenced write checks the
         lease inside its one statement) is that statement, committed as it ends: one round trip.
@@ -170,6 +172,10 @@ class _PostgresExecutor:
             if not self._migrated:
                 await self._transaction(conn, schema_plan(DIALECT))
                 self._migrated = True
+            if not write and snapshot:
+                async with conn.transaction(), conn.cursor() as cur:
+                    await cur.execute(_READ_SNAPSHOT)
+                    return await run_async(cur, DIALECT, plan)
             if not write:
                 async with conn.cursor() as cur:
                     return await run_async(cur, DIALECT, plan)

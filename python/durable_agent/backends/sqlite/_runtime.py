@@ -56,7 +56,10 @@ class _SqliteExecutor:
         threaded = sys.platform != "emscripten"
         self._runner = (GroupCommitSqlite if threaded else InlineSqlite)(self._conn, DIALECT)
 
-    def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None) -> Awaitable[T]:
+    def run(self, plan: Plan[T], *, write: bool, merge: Mergeable | None = None,
+            snapshot: bool = False) -> Awaitable[T]:
+        """`SqlExecutor.run`; every read already sees one snapshot here (`_group_commit`: the reads of a batch
+        run in one read transaction; `InlineSqlite`: each plan in its own transaction)."""
         return self._runner.run(plan, write=write, merge=merge)
 
     async def wait_for_change(self, timeout: float) -> None:
