@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from durable_agent import InMemoryCheckpointStore
+from durable_agent import AsyncInMemoryCheckpointStore, InMemoryCheckpointStore
 from durable_agent.testing import CheckpointStoreConformance
 
 
@@ -35,3 +35,29 @@ def test_the_step_log_header_keeps_every_field_but_the_messages() -> None:
     unset = {f.name for f in dataclasses.fields(AgentCheckpoint)} - {"messages", "version"}
     assert all(getattr(checkpoint, name) != getattr(AgentCheckpoint("x", 0, "running", (), Usage(), 0), name)
                for name in unset), "every field is set to a non-default value above"
+
+
+class TestAsyncInMemoryStore(CheckpointStoreConformance):
+    """The async flavour passes the same suite, every method awaited."""
+
+    checks_encoding = False
+
+    @pytest.fixture
+    def make_store(self) -> Callable[[], AsyncInMemoryCheckpointStore]:
+        store = AsyncInMemoryCheckpointStore()
+        return lambda: store
+
+
+async def test_the_async_flavour_is_awaited_where_the_sync_store_is_a_type_error() -> None:
+    """``await InMemoryCheckpointStore().load(...)`` is a TypeError (a sync store's methods are plain calls); code
+    written for the async stores takes `AsyncInMemoryCheckpointStore`, also by URL (``memory+async://``)."""
+    from durable_agent import AgentCheckpoint, Usage, open_store
+
+    checkpoint = AgentCheckpoint("r", 0, "completed", ({"role": "user", "content": "hi"},), Usage(), 1)
+    with pytest.raises(TypeError):
+        await InMemoryCheckpointStore().load("r")  # type: ignore[misc]
+    async with open_store("memory+async://") as store:
+        assert isinstance(store, AsyncInMemoryCheckpointStore)
+        await store.save(checkpoint)
+        assert await store.load("r") == checkpoint
+        assert await store.list() == ["r"] and store.runs.load("r") == checkpoint

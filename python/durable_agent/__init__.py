@@ -99,7 +99,12 @@ from ._tool_functions import tool
 from ._tools import Tool, ToolResult, ToolSource
 from ._version import __version__
 from .backends import open_store
-from .backends.memory import InMemoryCheckpointStore, MemoryDurableState, MemoryRuntime
+from .backends.memory import (
+    AsyncInMemoryCheckpointStore,
+    InMemoryCheckpointStore,
+    MemoryDurableState,
+    MemoryRuntime,
+)
 from .stream_parts import (
     StreamError,
     StreamFinish,
@@ -123,6 +128,7 @@ __all__ = [
     "AgentSpec",
     "ApprovalSigner",
     "ApprovalSigningError",
+    "AsyncInMemoryCheckpointStore",
     "CHECKPOINT_VERSION",
     "CLIENT_TOOL_PLACEHOLDER",
     "CheckpointConflictError",

@@ -13,6 +13,7 @@ from .._errors import ConfigurationError
 
 SCHEMES = (
     "memory",
+    "memory+async",
     "sqlite",
     "sqlite+async",
     "jsonl",
@@ -78,7 +79,8 @@ def _construct(cls: Any, *args: Any, **kwargs: Any) -> Any:
 def open_store(url: str, **options: Any) -> Any:
     """A checkpoint store for `url`; keyword `options` go to the store's constructor.
 
-    * ``memory://`` — `InMemoryCheckpointStore` (this process only)
+    * ``memory://`` — `InMemoryCheckpointStore` (this process only); ``memory+async://`` —
+      `AsyncInMemoryCheckpointStore`
     * ``sqlite:///runs.db`` (relative) or ``sqlite:////var/lib/app/runs.db`` (absolute);
       options in the query: ``?synchronous=NORMAL&busy_timeout_ms=5000``; ``sqlite+async:///...`` —
       `AsyncSqliteCheckpointStore` (its own connection thread, concurrent saves in one commit)
@@ -97,12 +99,12 @@ def open_store(url: str, **options: Any) -> Any:
         )
     scheme = url.split("://", 1)[0].lower()
     query = urlsplit(url).query if scheme in ("sqlite", "sqlite+async", "jsonl") else ""
-    if scheme == "memory":
-        if url.lower() != "memory://" or options:
-            raise ConfigurationError(f"memory:// takes no path or options, got {url!r}")
-        from .memory._store import InMemoryCheckpointStore
+    if scheme in ("memory", "memory+async"):
+        if url.lower() != f"{scheme}://" or options:
+            raise ConfigurationError(f"{scheme}:// takes no path or options, got {url!r}")
+        from .memory._store import AsyncInMemoryCheckpointStore, InMemoryCheckpointStore
 
-        return InMemoryCheckpointStore()
+        return InMemoryCheckpointStore() if scheme == "memory" else AsyncInMemoryCheckpointStore()
     if scheme in ("sqlite", "sqlite+async"):
         from .sqlite._store import AsyncSqliteCheckpointStore, SqliteCheckpointStore
 

@@ -1,4 +1,5 @@
-"""`InMemoryCheckpointStore`: the reference checkpoint store (a dict in this process).
+"""`InMemoryCheckpointStore`: the reference checkpoint store (a dict in this process); `AsyncInMemoryCheckpointStore`
+its async flavour.
 
 A call is made durable by passing a store and, optionally, a run id:
 ``generate_text(..., store=store, run_id="run-1")``; every other store behaves like this one
@@ -10,7 +11,8 @@ from __future__ import annotations
 import builtins
 import dataclasses
 
-from ..._checkpoint import AgentCheckpoint
+from ..._checkpoint import AgentCheckpoint, RunStatus
+from ..._storage.faces import AsyncFace
 from ..._storage.indexed import Choose, IndexedStore, guard
 from ..._storage.step_log import StepLog, common_prefix
 
@@ -72,3 +74,37 @@ def _header(checkpoint: AgentCheckpoint) -> AgentCheckpoint:
     c = checkpoint
     return AgentCheckpoint(c.run_id, c.step_index, c.status, (), c.usage, c.created_at, c.pending_approvals,
                            c.agent_path, c.version, c.step_id, c.trace_context)
+
+
+class AsyncInMemoryCheckpointStore(AsyncFace):
+    """The reference store's async flavour: the runs of an `InMemoryCheckpointStore` behind coroutine methods.
+
+    For code written against the async stores (``await store.load(...)``, ``async with``), and
+    for its tests in place of `AsyncSqliteCheckpointStore` and the like: `InMemoryCheckpointStore`'s
+    methods are plain calls, as every sync store's are, so awaiting them is a `TypeError`. Not
+    shared across processes.
+    """
+
+    def __init__(self) -> None:
+        self.runs = InMemoryCheckpointStore()  # the same runs through the sync face
+
+    async def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
+        self.runs.save(checkpoint, expected_step_index=expected)
+
+    async def _load(self, run_id: str) -> AgentCheckpoint | None:
+        return self.runs.load(run_id)
+
+    async def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
+        return self.runs.load_step(run_id, step_index)
+
+    async def _delete(self, run_id: str) -> None:
+        self.runs.delete(run_id)
+
+    async def _list(self, status: RunStatus | None, limit: int | None, after: str | None) -> builtins.list[str]:
+        return self.runs.list(status=status, limit=limit, after=after)
+
+    async def _prune(self, before: int, status: RunStatus | None, include_suspended: bool) -> builtins.list[str]:
+        return self.runs.prune(before=before, status=status, include_suspended=include_suspended)
+
+    async def close(self) -> None:
+        """Nothing to release (the runs stay readable through `runs`)."""
