@@ -437,9 +437,9 @@ async def test_a_run_started_by_its_leg_reads_nothing_only_a_crashed_leg_leaves(
     reads: list[str] = []
     read = runtime.backend.read
 
-    async def counted(plan: Any) -> Any:
+    async def counted(plan: Any, **options: Any) -> Any:
         reads.append(plan.gi_code.co_name)
-        return await read(plan)
+        return await read(plan, **options)
 
     runtime.backend.read = counted
     tools = {"noop": Tool(execute=lambda args: "ok")}
