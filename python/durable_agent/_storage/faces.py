@@ -49,8 +49,6 @@ class StoreLogic(ABC):
 class SyncFace(StoreLogic):
     """The `CheckpointStore` methods, synchronous; `close()` and ``with`` come from the store."""
 
-    _rekey_sync = True  # `durable_agent.encryption.rekey` drives its batches with `run_now`
-
     def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
         """Store `checkpoint` as the latest of its run, writing only the messages not stored yet.
 

@@ -378,8 +378,6 @@ class DurableObjectCheckpointStore(IndexedStore):
             self._delete(run_id)
         return doomed
 
-    _rekey_sync = True  # `durable_agent.encryption.rekey`: `_rekey_batch` never suspends
-
     async def _rekey_batch(self, rekeyer: Rekeyer, position: str | None, batch_size: int) -> tuple[RekeyReport, str | None]:
         """One batch of `durable_agent.encryption.rekey`: the next `batch_size` runs (by id), each rewritten in one
         storage transaction (a Durable Object runs one event at a time: no save interleaves)."""

@@ -561,8 +561,6 @@ class JsonlCheckpointStore(IndexedStore):
         os.close(fd)
         os.replace(tmp, self.path)
 
-    _rekey_sync = True  # `durable_agent.encryption.rekey`: `_rekey_batch` never suspends
-
     async def _rekey_batch(self, rekeyer: Rekeyer, position: object, batch_size: int) -> tuple[RekeyReport, None]:
         """`durable_agent.encryption.rekey` of the whole file as one batch: every line rewritten with its values
         resealed under the primary, into a new file that replaces it atomically (as `compact` does), under the

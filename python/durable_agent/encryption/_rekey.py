@@ -21,6 +21,7 @@ Postgres stores, runtimes and event logs), the Redis stores, the JSONL and Durab
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -192,7 +193,8 @@ def rekey(
     Returns the `RekeyReport`; when `report.complete`, a keyring without the old keys loads everything.
     """
     rekeyer, step = Rekeyer(keyring, strict=strict), _step(store, batch_size)
-    if not getattr(store, "_rekey_sync", False):
+    load = getattr(type(store), "load", None)  # a sync store's methods are plain functions (`rekey_async` else)
+    if load is None or inspect.iscoroutinefunction(load):
         raise ConfigurationError(f"{type(store).__name__} is asynchronous: await rekey_async(store, keyring)")
     report: RekeyReport = run_now(_rekeying(step, rekeyer, batch_size, progress))
     return report
