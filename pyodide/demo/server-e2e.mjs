@@ -64,7 +64,10 @@ let server = null;
 async function startServer() {
   server = spawn(python, ["-m", "uvicorn", "--factory", "server_app:create", "--app-dir", here, "--host", "127.0.0.1",
     "--port", String(apiPort), "--log-level", "warning"], {
-    env: { ...process.env, DEMO_DB: db, DEMO_LEDGER: ledger, DEMO_ORIGINS: origin, DEMO_SPEED: "fast" },
+    // Each tool runs 1.5 s: the kill below lands while the second one runs even when a loaded machine delays
+    // the page's sight of its tool-call event (at 0.5 s the tool had sometimes finished by then).
+    env: { ...process.env, DEMO_DB: db, DEMO_LEDGER: ledger, DEMO_ORIGINS: origin, DEMO_SPEED: "fast",
+      DEMO_TOOL_SECONDS: "1.5" },
     stdio: ["ignore", "inherit", "inherit"],
   });
   const deadline = Date.now() + 30_000;

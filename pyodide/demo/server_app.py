@@ -9,7 +9,8 @@ server killed mid-run and started again all continue the same stream (Last-Event
 
 Env: ``DEMO_DB`` (the SQLite file), ``DEMO_LEDGER`` (a JSONL file of tool effects; default next
 to the database), ``DEMO_ORIGINS`` (comma-separated origins the page is served from),
-``DEMO_SPEED`` (``fast`` for tests), ``DEMO_SECRET`` (the approval signer's secret: it stays on
+``DEMO_SPEED`` (``fast`` for tests), ``DEMO_TOOL_SECONDS`` (how long each tool runs; 0.5 when fast,
+else 1), ``DEMO_SECRET`` (the approval signer's secret: it stays on
 the server; the page only ever carries tokens).
 """
 
@@ -27,7 +28,7 @@ sys.path[:0] = [str(HERE / "src"), str(HERE.parent.parent / "examples"), str(HER
 import demo_app  # noqa: E402  # the browser demo's scenario: tools and scripted model
 
 from durable_agent import Agent, ApprovalSigner, DurableOptions  # noqa: E402
-from durable_agent.backends.sqlite._runtime import SqliteRuntime  # noqa: E402
+from durable_agent.backends.sqlite import SqliteRuntime  # noqa: E402
 from durable_agent.http import ChatEndpoint, CorsSettings, SqliteEventLog  # noqa: E402
 
 
@@ -43,7 +44,8 @@ def create() -> ChatEndpoint:
         with ledger.open("a", encoding="utf-8") as file:
             file.write(json.dumps({"tool": name, "input": args}) + "\n")
 
-    tools = demo_app.demo_tools(record, tool_seconds=0.5 if fast else 1.0)
+    tool_seconds = float(os.environ.get("DEMO_TOOL_SECONDS") or (0.5 if fast else 1.0))
+    tools = demo_app.demo_tools(record, tool_seconds=tool_seconds)
 
     def agent(session_id: str) -> Agent:
         return Agent(model=model, tools=tools, session_id=session_id, approval_signer=signer,
