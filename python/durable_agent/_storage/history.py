@@ -140,13 +140,17 @@ def rebuild(run_id: str, header: Any, bodies: Sequence[Any]) -> AgentCheckpoint:
     header or message, a header of another run, fields of the wrong type.
     A header written by a newer schema raises `CheckpointVersionError`.
     """
-    if not isinstance(header, str):
-        raise CheckpointCorruptError(f"header is not text ({type(header).__name__})", run_id=run_id)
+    return rebuild_decoded(run_id, decode_header(header, run_id), decode_messages(bodies, run_id))
+
+
+def decode_header(text: Any, run_id: str) -> Any:
+    """The header stored as `text` (codec text), decoded; `CheckpointCorruptError` when it is not."""
+    if not isinstance(text, str):
+        raise CheckpointCorruptError(f"header is not text ({type(text).__name__})", run_id=run_id)
     try:
-        data = kernels.decode(header)
+        return kernels.decode(text)
     except CodecError as exc:
         raise CheckpointCorruptError(f"header cannot be decoded: {exc}", run_id=run_id) from None
-    return rebuild_decoded(run_id, data, decode_messages(bodies, run_id))
 
 
 def rebuild_decoded(run_id: str, header: Any, messages: list[Any]) -> AgentCheckpoint:
