@@ -1,7 +1,8 @@
 """Native kernels of durable-agent (checked against the binary by mypy stubtest).
 
 The same names, signatures and behaviour as ``durable_agent._pure``; use them through
-``durable_agent._kernels``, which checks that ``__version__`` matches ``durable_agent``.
+``durable_agent._kernels``, which checks that ``__version__`` matches ``durable_agent``. One kernel is
+native only: `envelopes_decode`, the fast path of ``durable_agent.encryption`` for loading many sealed rows.
 """
 
 from typing import Any
@@ -14,6 +15,7 @@ __all__ = [
     "b64url_encode",
     "decode",
     "encode",
+    "envelopes_decode",
     "hmac_sha256",
     "token_open",
     "token_sign",
@@ -49,3 +51,11 @@ def token_sign(key: bytes, payload: str) -> str:
 
 def token_verify(token: object, key: bytes) -> str | None:
     """The payload text of `token` if its MAC verifies under `key`, else None. Never raises on `token`."""
+
+def envelopes_decode(
+    keys: dict[str, bytes], values: object, place_head: bytes, first: int
+) -> tuple[list[Any], list[int]]:
+    """`decode` of the texts that `values` (text-form envelopes, as stored) seal, value ``i`` bound to the place
+    whose associated data is ``place_head + str(first + i) + "]"``, under the keys of `keys` (key id to 32-byte
+    key): ``(decoded, misses)``, `misses` the indexes of the values that did not open or decode (None in
+    `decoded`), for the reference implementation to say why."""

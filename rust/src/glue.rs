@@ -4,7 +4,7 @@
 
 use crate::codec::{self, Builder, DictFrame, Encoder, Fault};
 use crate::keycache::{self, KeyCache};
-use crate::{b64, token, transcode};
+use crate::{aead, b64, token, transcode};
 use pyo3::exceptions::{PyException, PyTypeError, PyUnicodeEncodeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -752,6 +752,72 @@ fn token_open<'py>(
     Ok(result.ok())
 }
 
+/// `decode` of the texts that `values` (text-form envelopes, as stored) seal, value `i` bound to the place whose
+/// associated data is `place_head` + `first + i` + `]` (a place ending in a sequence number), under the keys of
+/// `keys` (key id to 32-byte key): `(decoded, misses)`. `misses` lists the indexes of the values that did not
+/// open or decode (any reason: see the `aead` kernel), None in `decoded`, for the caller's reference
+/// implementation to say why. One call for a checkpoint's rows: no text is made in between, and the key cache
+/// is shared by every row.
+#[pyfunction]
+fn envelopes_decode<'py>(
+    py: Python<'py>,
+    keys: &Bound<'py, PyDict>,
+    values: &Bound<'py, PyAny>,
+    place_head: &Bound<'py, PyAny>,
+    first: u64,
+) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+    let place_head = need_bytes(place_head, "place_head")?.as_bytes();
+    let mut held = Vec::with_capacity(keys.len());
+    for (key_id, key) in keys.iter() {
+        let key_id = key_id
+            .cast::<PyString>()
+            .map_err(|_| PyTypeError::new_err(format!("a key id must be str, not {}", type_name(&key_id))))?;
+        held.push((key_id.to_str()?.as_bytes().to_vec(), need_bytes(&key, "key")?.as_bytes().to_vec()));
+    }
+    let mut ring = aead::Ring::new(held.iter().map(|(id, key)| (&id[..], &key[..])))
+        .ok_or_else(|| PyValueError::new_err("a key must be 32 bytes"))?;
+    let values: Vec<Bound<'py, PyAny>> = values.try_iter()?.collect::<PyResult<_>>()?;
+    let decoded = PyList::empty(py);
+    let mut misses = Vec::new();
+    let mut place = place_head.to_vec();
+    let mut digits = itoa::Buffer::new();
+    let mut scratch = Vec::new();
+    let mut builder = PyBuilder {
+        py,
+        keys: KeyCache::with_capacity(64),
+        recent: RecentKeys::for_text(PAUSE_GC_FROM),
+        int_type: py.get_type::<PyInt>(),
+    };
+    // As `decode_utf8` does for a large text: the rows make many fresh containers and no cycle.
+    let gc = pause_gc(py)?;
+    let mut outcome = Ok(());
+    for (seq, value) in (first..).zip(&values) {
+        place.truncate(place_head.len());
+        place.extend_from_slice(digits.format(seq).as_bytes());
+        place.push(b']');
+        let text = match value.cast::<PyString>() {
+            Ok(text) if value.is_exact_instance_of::<PyString>() => text.to_str().ok(),
+            _ => None,
+        };
+        let opened = text.and_then(|text| aead::open_text(&mut ring, text.as_bytes(), &place, &mut scratch));
+        let item = opened.and_then(|plaintext| codec::decode_with(plaintext, &mut builder).ok());
+        outcome = match item {
+            Some(item) => decoded.append(item),
+            None => {
+                misses.push(decoded.len());
+                decoded.append(py.None())
+            }
+        };
+        if outcome.is_err() {
+            break;
+        }
+    }
+    if let Some(enable) = gc {
+        enable.bind(py).call0()?;
+    }
+    outcome.map(|()| (decoded, misses))
+}
+
 #[pymodule]
 fn durable_agent_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -766,6 +832,7 @@ fn durable_agent_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
             "b64url_encode",
             "decode",
             "encode",
+            "envelopes_decode",
             "hmac_sha256",
             "token_open",
             "token_sign",
@@ -781,5 +848,6 @@ fn durable_agent_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(token_open, m)?)?;
     m.add_function(wrap_pyfunction!(token_sign, m)?)?;
     m.add_function(wrap_pyfunction!(token_verify, m)?)?;
+    m.add_function(wrap_pyfunction!(envelopes_decode, m)?)?;
     Ok(())
 }

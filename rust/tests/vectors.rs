@@ -2,7 +2,7 @@
 //! suite runs both implementations against).
 
 use durable_agent_native::codec::{self, Value};
-use durable_agent_native::{b64, token};
+use durable_agent_native::{aead, b64, token};
 use serde_json::Value as Json;
 use std::path::PathBuf;
 
@@ -199,5 +199,59 @@ fn token_verify_vectors() {
     for case in cases {
         let got = token::token_verify(case["token"].as_str().unwrap(), &secret(&case["secret"]));
         assert_eq!(got.as_deref(), case["expected"].as_str(), "{}", case["name"]);
+    }
+}
+
+fn associated_data(place: &Json) -> Vec<u8> {
+    serde_json::to_string(place).expect("a place is JSON").into_bytes()
+}
+
+#[test]
+fn associated_data_vectors() {
+    for vector in load("encryption.json")["associated_data"].as_array().expect("associated_data") {
+        assert_eq!(associated_data(&vector["place"]), hex(vector["hex"].as_str().expect("hex")), "{}", vector["place"]);
+    }
+}
+
+fn keys(vectors: &Json, only: Option<&[&str]>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let held = vectors["keys"].as_object().expect("keys");
+    held.iter()
+        .filter(|(id, _)| only.is_none_or(|ids| ids.contains(&id.as_str())))
+        .map(|(id, key)| (id.as_bytes().to_vec(), hex(key.as_str().expect("hex key"))))
+        .collect()
+}
+
+#[test]
+fn envelope_open_vectors() {
+    let vectors = load("encryption.json");
+    let held = keys(&vectors, None);
+    let mut ring = aead::Ring::new(held.iter().map(|(id, key)| (&id[..], &key[..]))).expect("32-byte keys");
+    let mut scratch = Vec::new();
+    let mut opened = 0;
+    for vector in vectors["envelopes"].as_array().expect("envelopes") {
+        let envelope = vector["envelope"].as_str().expect("envelope").as_bytes();
+        let place = associated_data(&vector["place"]);
+        let got = aead::open_text(&mut ring, envelope, &place, &mut scratch);
+        match vector["plaintext"]["text"].as_str() {
+            Some(text) => {
+                assert_eq!(got, Some(text), "{}", vector["name"]);
+                opened += 1;
+            }
+            None => assert_eq!(got, None, "{}: the bytes form is the reference's", vector["name"]),
+        }
+    }
+    assert!(opened >= 2, "the file holds text envelopes");
+}
+
+#[test]
+fn envelope_refused_vectors() {
+    let vectors = load("encryption.json");
+    let held = keys(&vectors, Some(&["k1", "k2"]));
+    let mut ring = aead::Ring::new(held.iter().map(|(id, key)| (&id[..], &key[..]))).expect("32-byte keys");
+    let mut scratch = Vec::new();
+    for vector in vectors["refused"].as_array().expect("refused") {
+        let Some(envelope) = vector["envelope"].as_str() else { continue };
+        let place = associated_data(&vector["place"]);
+        assert_eq!(aead::open_text(&mut ring, envelope.as_bytes(), &place, &mut scratch), None, "{}", vector["name"]);
     }
 }

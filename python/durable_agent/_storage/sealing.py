@@ -44,7 +44,15 @@ from .._messages import Message
 from ..encryption import Keyring, Place
 from ..encryption._envelope import MARKER
 from ..encryption._rekey import PLAINTEXT_REFUSED
-from .history import decode_messages, encode_header, encode_messages, rebuild
+from .history import (
+    decode_header,
+    decode_message,
+    decode_messages,
+    encode_header,
+    encode_messages,
+    rebuild,
+    rebuild_decoded,
+)
 
 HEADER = "checkpoint-header"
 MESSAGE = "checkpoint-message"
@@ -164,9 +172,22 @@ class KeyringSealer(RowSealer):
         seal = self.keyring.seal
         return [seal(text, (MESSAGE, run_id, seq)) for seq, text in enumerate(encode_messages(messages, start), start)]
 
+    def _decode_series(self, values: Sequence[Any], place: Place) -> list[Any]:
+        """The messages of the checkpoint rows `values`, row ``seq`` at ``(*place, seq)``: opened and decoded in one
+        native call when the keyring has one (`Keyring._decode_fast`), with `_open` and `decode_message` left to
+        the rows that call does not take (so the same messages, plaintext rows and errors as one by one)."""
+        run_id = str(place[-1])
+        fast = self.keyring._decode_fast(values, place, 0)
+        if fast is None:
+            return decode_messages([self._open(value, (*place, seq)) for seq, value in enumerate(values)], run_id)
+        decoded, misses = fast
+        for seq in misses:
+            decoded[seq] = decode_message(self._open(values[seq], (*place, seq)), run_id, seq)
+        return decoded
+
     def rebuild(self, run_id: str, step_index: object, header: Any, bodies: Sequence[Any]) -> AgentCheckpoint:
-        texts = [self._open(body, (MESSAGE, run_id, seq)) for seq, body in enumerate(bodies)]
-        return rebuild(run_id, self._open_header(run_id, step_index, header), texts)
+        data = decode_header(self._open_header(run_id, step_index, header), run_id)
+        return rebuild_decoded(run_id, data, self._decode_series(bodies, (MESSAGE, run_id)))
 
     def comparable(self, run_id: str, bodies: Sequence[Any]) -> Sequence[Any]:
         texts: list[Any] = []
@@ -211,6 +232,8 @@ class KeyringSealer(RowSealer):
             raise DecryptionError((MESSAGE, run_id, first), PLAINTEXT_REFUSED)
         if not sealed:
             return values
+        if len(sealed) == len(values):
+            return self._decode_series(values, (MESSAGE, run_id))
         texts = [self.keyring.open(values[seq], (MESSAGE, run_id, seq)) for seq in sealed]
         opened = list(values)
         for seq, message in zip(sealed, decode_messages(texts, run_id), strict=True):

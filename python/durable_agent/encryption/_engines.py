@@ -10,7 +10,7 @@ whatever the engine raised. Each engine prepares a key once per key id (an ``AES
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._errors import FeatureUnavailableError
@@ -37,6 +37,17 @@ def webcrypto_available() -> bool:
     import js
 
     return getattr(getattr(js, "crypto", None), "subtle", None) is not None
+
+
+def native_envelopes_decode() -> Callable[..., tuple[list[Any], list[int]]] | None:
+    """The native kernels' `envelopes_decode` (many sealed rows opened and decoded in one call) when the native
+    kernels are active, else None."""
+    from .._kernels import NATIVE, kernels
+
+    found: Callable[..., tuple[list[Any], list[int]]] | None = (
+        getattr(kernels, "envelopes_decode", None) if NATIVE else None
+    )
+    return found
 
 
 class CryptographyEngine:
