@@ -55,7 +55,7 @@ def token_verify(token: object, key: bytes) -> str | None:
 def envelopes_decode(
     keys: dict[str, bytes], values: object, place_head: bytes, first: int
 ) -> tuple[list[Any], list[int]]:
-    """`decode` of the texts that `values` (text-form envelopes, as stored) seal, value ``i`` bound to the place
+    """`decode` of the texts that `values` (envelopes of text, stored as str or as bytes) seal, value ``i`` bound to the place
     whose associated data is ``place_head + str(first + i) + "]"``, under the keys of `keys` (key id to 32-byte
     key): ``(decoded, misses)``, `misses` the indexes of the values that did not open or decode (None in
     `decoded`), for the reference implementation to say why."""

@@ -2,13 +2,14 @@
 //! batches.
 //!
 //! ```text
-//! envelope = "enc1t." key_id "." base64( nonce[12] || ciphertext || tag[16] )
+//! envelope = "enc1t." key_id "." base64( nonce[12] || ciphertext || tag[16] )   (stored as text)
+//!          | "enc1t." key_id "." nonce[12] || ciphertext || tag[16]           (stored as binary)
 //! GCM AAD  = "enc1t." key_id "." || associated_data(place)
 //! ```
 //!
 //! This is only the fast path of `durable_agent.encryption`'s `Keyring.open`, for the envelopes a store
 //! reads by the thousand (a checkpoint's message rows). An envelope [`open_text`] opens is one the reference
-//! opens to the same text. Anything else is `None` here: not an envelope, the bytes form (`enc1b`), a key id
+//! opens to the same text. Anything else is `None` here: not an envelope, a bytes plaintext (`enc1b`), a key id
 //! the ring does not hold, base64 that is not canonical, a tag that does not verify, a plaintext that is not
 //! UTF-8. The caller hands such a value to the reference, which says what is wrong with it, so the errors
 //! are written once, in Python.
@@ -52,14 +53,30 @@ fn text_header_len(envelope: &[u8]) -> Option<usize> {
     (id_len >= 1 && rest[..id_len].iter().all(valid)).then_some(TEXT_MARKER.len() + id_len + 1)
 }
 
-/// The text `envelope` (a text-form envelope, as stored) seals, when it was sealed for the place whose
-/// associated data is `place` under a key of `ring`; else `None` (module docs). `scratch` is reused between
-/// calls: it holds the associated data, then the body.
-pub fn open_text<'s>(ring: &mut Ring<'_>, envelope: &[u8], place: &[u8], scratch: &'s mut Vec<u8>) -> Option<&'s str> {
+/// How an envelope is stored: text (its body in base64: a str) or binary (its body raw: bytes).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Stored {
+    Text,
+    Binary,
+}
+
+/// The text `envelope` (an envelope of a text plaintext, stored as `stored` says) seals, when it was sealed for
+/// the place whose associated data is `place` under a key of `ring`; else `None` (module docs). `scratch` is
+/// reused between calls: it holds the associated data, then the body.
+pub fn open_text<'s>(
+    ring: &mut Ring<'_>,
+    envelope: &[u8],
+    stored: Stored,
+    place: &[u8],
+    scratch: &'s mut Vec<u8>,
+) -> Option<&'s str> {
     let header = text_header_len(envelope)?;
     let cipher = ring.cipher(&envelope[TEXT_MARKER.len()..header - 1])?;
     let encoded = &envelope[header..];
-    let body_len = b64::std_decoded_len(encoded).ok()?;
+    let body_len = match stored {
+        Stored::Text => b64::std_decoded_len(encoded).ok()?,
+        Stored::Binary => encoded.len(),
+    };
     if body_len < NONCE_BYTES + TAG_BYTES {
         return None;
     }
@@ -67,9 +84,14 @@ pub fn open_text<'s>(ring: &mut Ring<'_>, envelope: &[u8], place: &[u8], scratch
     scratch.extend_from_slice(&envelope[..header]);
     scratch.extend_from_slice(place);
     let aad_len = scratch.len();
-    scratch.resize(aad_len + body_len, 0);
+    match stored {
+        Stored::Text => {
+            scratch.resize(aad_len + body_len, 0);
+            b64::std_decode_into(encoded, &mut scratch[aad_len..]).ok()?;
+        }
+        Stored::Binary => scratch.extend_from_slice(encoded),
+    }
     let (aad, body) = scratch.split_at_mut(aad_len);
-    b64::std_decode_into(encoded, body).ok()?;
     let (nonce, sealed) = body.split_at_mut(NONCE_BYTES);
     let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
     let plaintext = cipher.open_in_place(nonce, Aad::from(&*aad), sealed).ok()?;
@@ -110,7 +132,12 @@ mod tests {
             "enc1t.k1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
             "enc1t.k1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
         ] {
-            assert_eq!(open_text(&mut ring, value.as_bytes(), b"[\"p\"]", &mut scratch), None, "{value}");
+            assert_eq!(open_text(&mut ring, value.as_bytes(), Stored::Text, b"[\"p\"]", &mut scratch), None, "{value}");
+            assert_eq!(
+                open_text(&mut ring, value.as_bytes(), Stored::Binary, b"[\"p\"]", &mut scratch),
+                None,
+                "{value}"
+            );
         }
     }
 }

@@ -229,18 +229,25 @@ fn envelope_open_vectors() {
     let mut scratch = Vec::new();
     let mut opened = 0;
     for vector in vectors["envelopes"].as_array().expect("envelopes") {
-        let envelope = vector["envelope"].as_str().expect("envelope").as_bytes();
         let place = associated_data(&vector["place"]);
-        let got = aead::open_text(&mut ring, envelope, &place, &mut scratch);
-        match vector["plaintext"]["text"].as_str() {
-            Some(text) => {
-                assert_eq!(got, Some(text), "{}", vector["name"]);
-                opened += 1;
+        let binary = hex(vector["binary"].as_str().expect("binary hex"));
+        for (envelope, stored) in [
+            (vector["envelope"].as_str().expect("envelope").as_bytes(), aead::Stored::Text),
+            (&binary[..], aead::Stored::Binary),
+        ] {
+            let got = aead::open_text(&mut ring, envelope, stored, &place, &mut scratch);
+            match vector["plaintext"]["text"].as_str() {
+                Some(text) => {
+                    assert_eq!(got, Some(text), "{} ({stored:?})", vector["name"]);
+                    opened += 1;
+                }
+                None => assert_eq!(got, None, "{}: a bytes plaintext is the reference's", vector["name"]),
             }
-            None => assert_eq!(got, None, "{}: the bytes form is the reference's", vector["name"]),
+            let other = if stored == aead::Stored::Text { aead::Stored::Binary } else { aead::Stored::Text };
+            assert_eq!(aead::open_text(&mut ring, envelope, other, &place, &mut scratch), None, "{}", vector["name"]);
         }
     }
-    assert!(opened >= 2, "the file holds text envelopes");
+    assert!(opened >= 4, "the file holds text envelopes");
 }
 
 #[test]
@@ -249,9 +256,19 @@ fn envelope_refused_vectors() {
     let held = keys(&vectors, Some(&["k1", "k2"]));
     let mut ring = aead::Ring::new(held.iter().map(|(id, key)| (&id[..], &key[..]))).expect("32-byte keys");
     let mut scratch = Vec::new();
-    for vector in vectors["refused"].as_array().expect("refused") {
-        let Some(envelope) = vector["envelope"].as_str() else { continue };
-        let place = associated_data(&vector["place"]);
-        assert_eq!(aead::open_text(&mut ring, envelope.as_bytes(), &place, &mut scratch), None, "{}", vector["name"]);
+    let mut refused = 0;
+    for (list, stored) in [("refused", aead::Stored::Text), ("refused_binary", aead::Stored::Binary)] {
+        for vector in vectors[list].as_array().expect(list) {
+            let envelope = match (vector["envelope"].as_str(), vector["hex"].as_str()) {
+                (Some(text), _) if stored == aead::Stored::Text => text.as_bytes().to_vec(),
+                (_, Some(bytes)) if stored == aead::Stored::Binary => hex(bytes),
+                _ => continue, // a value that is not text (or bytes): the glue never passes it
+            };
+            let place = associated_data(&vector["place"]);
+            let got = aead::open_text(&mut ring, &envelope, stored, &place, &mut scratch);
+            assert_eq!(got, None, "{}: {}", list, vector["name"]);
+            refused += 1;
+        }
     }
+    assert!(refused >= 20, "the file holds refused values of both forms");
 }
