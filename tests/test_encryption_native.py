@@ -76,8 +76,11 @@ def outcome(path: Path, ring: Keyring, run_id: str = "run-b") -> Any:
         store.close()
 
 
-def flipped(value: str) -> str:
+def flipped(value: Any) -> Any:
+    """`value` (a text or binary envelope) with its middle character or byte changed."""
     i = len(value) // 2
+    if isinstance(value, bytes):
+        return value[:i] + bytes([value[i] ^ 1]) + value[i + 1 :]
     return value[:i] + ("A" if value[i] != "A" else "B") + value[i + 1 :]
 
 
@@ -92,6 +95,9 @@ DAMAGE: dict[str, Damage] = {
     "plaintext, not a message": lambda rows: rows.put("run-b", 11, "[1,2"),
     "sealed, undecodable": lambda rows: rows.put("run-b", 12, keyring().seal("{not json", ("checkpoint-message", "run-b", 12))),
     "sealed bytes": lambda rows: rows.put("run-b", 13, keyring().seal(b"{}", ("checkpoint-message", "run-b", 13))),
+    "the text form (written before binary envelopes)": lambda rows: rows.put(
+        "run-b", 17, keyring().seal('{"role":"user","content":"t"}', ("checkpoint-message", "run-b", 17))
+    ),
     "the binary form": lambda rows: rows.put(
         "run-b", 14, keyring().seal('{"role":"user","content":"b"}', ("checkpoint-message", "run-b", 14), binary=True)
     ),

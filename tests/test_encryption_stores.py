@@ -66,10 +66,10 @@ class Backend:
     def raw(self) -> bytes:
         raise NotImplementedError
 
-    def get(self, run_id: str, row: int | str) -> str:
+    def get(self, run_id: str, row: int | str) -> Any:
         raise NotImplementedError
 
-    def put(self, run_id: str, row: int | str, value: str) -> None:
+    def put(self, run_id: str, row: int | str, value: Any) -> None:
         raise NotImplementedError
 
 
@@ -77,12 +77,12 @@ class SqlBackend(Backend):
     def _sql(self, query: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError
 
-    def get(self, run_id: str, row: int | str) -> str:
+    def get(self, run_id: str, row: int | str) -> Any:
         if row == HEADER:
-            return str(self._sql("SELECT header FROM durable_agent_runs WHERE run_id = ?", (run_id,))[0][0])
-        return str(self._sql("SELECT body FROM durable_agent_messages WHERE run_id = ? AND seq = ?", (run_id, row))[0][0])
+            return self._sql("SELECT header FROM durable_agent_runs WHERE run_id = ?", (run_id,))[0][0]
+        return self._sql("SELECT body FROM durable_agent_messages WHERE run_id = ? AND seq = ?", (run_id, row))[0][0]
 
-    def put(self, run_id: str, row: int | str, value: str) -> None:
+    def put(self, run_id: str, row: int | str, value: Any) -> None:
         if row == HEADER:
             self._sql("UPDATE durable_agent_runs SET header = ? WHERE run_id = ?", (value, run_id))
         else:
@@ -336,8 +336,11 @@ def test_a_row_copied_to_another_run_or_row_is_refused(
     assert load(backend, "run-a") == make_checkpoint("run-a", 2, conversation(3))
 
 
-def flipped(value: str) -> str:
+def flipped(value: Any) -> Any:
+    """`value` (a text or binary envelope) with its middle character or byte changed."""
     i = len(value) // 2
+    if isinstance(value, bytes):
+        return value[:i] + bytes([value[i] ^ 1]) + value[i + 1 :]
     return value[:i] + ("A" if value[i] != "A" else "B") + value[i + 1 :]
 
 

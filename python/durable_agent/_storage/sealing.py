@@ -22,6 +22,9 @@ With a strict keyring (``Keyring(..., strict=True)``) such a value is refused in
 naming its place (`PLAINTEXT_REFUSED`), so after the rekey a plaintext row planted in the database does
 not load silently.
 
+Message rows are text envelopes, or binary ones (bytes) for a backend built with ``binary_messages``
+(SQLite, whose TEXT columns keep bytes as BLOBs; `docs/encryption.md`); either form opens.
+
 Two forms: text rows (`header_row`, `message_rows`, `rebuild`: SQL, Redis, Durable Object) and
 value rows for a store that keeps messages as JSON values inside a bigger record (`header_value`,
 `message_values`, `open_*`: JSONL).
@@ -57,6 +60,7 @@ from .history import (
 HEADER = "checkpoint-header"
 MESSAGE = "checkpoint-message"
 NO_KEYRING = "it is encrypted, and was read without a keyring (open it with encryption=Keyring(...))"
+_BINARY_MARKER = MARKER.encode("ascii")
 SEALED = "sealed"  # the key of a value-form header's envelope (`KeyringSealer.header_value`)
 
 
@@ -69,8 +73,9 @@ class RowSealer:
         """The stored header of `checkpoint` (the checkpoint without its messages)."""
         return encode_header(checkpoint)
 
-    def message_rows(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[str]:
-        """The stored rows of `messages[start:]`, message `start` first. Raises `CodecError`."""
+    def message_rows(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[Any]:
+        """The stored rows of `messages[start:]`, message `start` first: codec texts, or envelopes (text, or bytes
+        where the backend stores binary envelopes). Raises `CodecError`."""
         return encode_messages(messages, start)
 
     def rebuild(self, run_id: str, step_index: object, header: Any, bodies: Sequence[Any]) -> AgentCheckpoint:
@@ -136,14 +141,18 @@ PLAINTEXT = RowSealer()
 
 
 def _sealed(value: object) -> bool:
-    return isinstance(value, str) and value.startswith(MARKER)
+    """Whether `value` is an envelope by its marker: text, or bytes (the binary form)."""
+    if isinstance(value, str):
+        return value.startswith(MARKER)
+    return isinstance(value, (bytes, bytearray, memoryview)) and bytes(value[:4]) == _BINARY_MARKER
 
 
 class KeyringSealer(RowSealer):
     """`RowSealer` whose rows are envelopes of `keyring` (sealed with its primary key) bound to their place."""
 
-    def __init__(self, keyring: Keyring) -> None:
+    def __init__(self, keyring: Keyring, *, binary_messages: bool = False) -> None:
         self.keyring = keyring
+        self.binary_messages = binary_messages
 
     def _open(self, value: Any, place: Place) -> Any:
         """The text `value` seals at `place`; a value that is not sealed is read as plaintext (module docs),
@@ -168,9 +177,10 @@ class KeyringSealer(RowSealer):
     def header_row(self, checkpoint: AgentCheckpoint) -> str:
         return self.keyring.seal(encode_header(checkpoint), (HEADER, checkpoint.run_id, checkpoint.step_index))
 
-    def message_rows(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[str]:
-        seal = self.keyring.seal
-        return [seal(text, (MESSAGE, run_id, seq)) for seq, text in enumerate(encode_messages(messages, start), start)]
+    def message_rows(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[Any]:
+        seal, binary = self.keyring.seal, self.binary_messages
+        return [seal(text, (MESSAGE, run_id, seq), binary=binary)
+                for seq, text in enumerate(encode_messages(messages, start), start)]
 
     def _decode_series(self, values: Sequence[Any], place: Place) -> list[Any]:
         """The messages of the checkpoint rows `values`, row ``seq`` at ``(*place, seq)``: opened and decoded in one
@@ -256,15 +266,17 @@ def _decoded(text: Any, run_id: str, what: str) -> Any:
         raise CheckpointCorruptError(f"{what} cannot be decoded: {exc}", run_id=run_id) from None
 
 
-def row_sealer(encryption: object) -> RowSealer:
-    """The sealer of a store's `encryption` option: `PLAINTEXT` for None, a `KeyringSealer` for a `Keyring`."""
+def row_sealer(encryption: object, *, binary_messages: bool = False) -> RowSealer:
+    """The sealer of a store's `encryption` option: `PLAINTEXT` for None, a `KeyringSealer` for a `Keyring`.
+    `binary_messages`: seal the message rows into binary envelopes (bytes), for a backend whose message column
+    keeps bytes (SQLite: `Dialect.binary_envelopes`); a text envelope already stored there still opens."""
     if encryption is None:
         return PLAINTEXT
     if not isinstance(encryption, Keyring):
         raise ConfigurationError(
             f"encryption must be a durable_agent.encryption.Keyring or None, not {type(encryption).__name__}"
         )
-    return KeyringSealer(encryption)
+    return KeyringSealer(encryption, binary_messages=binary_messages)
 
 
 DAMAGE = (CheckpointCorruptError, DecryptionError)

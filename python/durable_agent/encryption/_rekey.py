@@ -35,7 +35,7 @@ DEFAULT_BATCH_SIZE = 500
 PLAINTEXT_REFUSED = "it is stored in plaintext, and the keyring is strict (Keyring(..., strict=True))"
 REFUSALS_SHOWN = 20  # problems a report names; `refused` counts them all
 _BINARY_MARKER = MARKER.encode("ascii")
-_FORMS = {False: "text (damaged, or not UTF-8)", True: "bytes"}
+_FORMS = {False: "text (damaged, or not UTF-8)", True: "envelopes"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,17 +87,20 @@ class Rekeyer:
         the primary for `place`, in the form of its column (`binary`: bytes, else text; the plaintext's type
         kept).
 
-        Raises `DecryptionError` for a value that does not open, for a plaintext one under `strict`, and for a
-        value of the other form (bytes in a text column: damage, never sealed as plaintext). A value is
+        Raises `DecryptionError` for a value that does not open, for a plaintext one under `strict`, and for bytes
+        in a text column (damage, never sealed as plaintext). Text in a binary column is a row written before
+        the column held binary envelopes: a text envelope, or plaintext; it is rewritten in the binary form. A value is
         plaintext when it does not start with the envelope marker, as the stores read it
         (`durable_agent._storage.sealing`): a malformed envelope is refused, never sealed as plaintext.
         """
-        if value is None or envelope_key_id(value) == self.keyring.primary:
+        if value is None or (envelope_key_id(value) == self.keyring.primary and isinstance(value, bytes) == binary):
             return None
         if isinstance(value, (bytearray, memoryview)):
             value = bytes(value)
-        if isinstance(value, bytes) != binary or not isinstance(value, (str, bytes)):
+        if (isinstance(value, bytes) and not binary) or not isinstance(value, (str, bytes)):
             raise DecryptionError(tuple(place), f"it is {type(value).__name__}, in a column of {_FORMS[binary]}")
+        if isinstance(value, bytes) and not value.startswith(_BINARY_MARKER):  # plaintext rows are text
+            raise DecryptionError(tuple(place), "it is bytes without the envelope marker (damaged, or text not UTF-8)")
         sealed = value.startswith(_BINARY_MARKER) if isinstance(value, bytes) else value.startswith(MARKER)
         if sealed:
             plaintext = self.keyring.open(value, place)

@@ -81,7 +81,7 @@ MIGRATIONS = {1: _schema_v1, 2: _schema_v2}  # version -> statements that bring 
 
 SEALED_COLUMNS = (  # the columns `durable_agent._storage.sealing` seals, and their places (`rekey_plan`)
     SealedColumn(RUNS, "header", ("run_id",), HEADER, ("run_id", "step_index")),
-    SealedColumn(MESSAGES, "body", ("run_id", "seq"), MESSAGE),
+    SealedColumn(MESSAGES, "body", ("run_id", "seq"), MESSAGE, binary=True),
     SealedColumn(STEPS, "header", ("run_id", "step_index"), HEADER),
 )
 

@@ -123,13 +123,17 @@ class Dialect:
     notify: str | None = None  # statement waking awakeable waiters in other processes, one parameter
     fence_in_statement: bool = False  # a fenced write checks the lease epoch inside its own statement
     secure_delete: str | None = None  # statement making the rows a transaction rewrites leave no old bytes behind
+    # a TEXT column keeps bytes as they are (SQLite stores them as a BLOB), so the message rows of an encrypted
+    # checkpoint are binary envelopes: no base64 to write or read (docs/encryption.md, "The binary form")
+    binary_envelopes: bool = False
 
     def sql(self, text: str) -> str:
         return text if self.placeholder == "?" else text.replace("?", self.placeholder)
 
 
 SQLITE = Dialect(
-    placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None, secure_delete="PRAGMA secure_delete = ON"
+    placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None, secure_delete="PRAGMA secure_delete = ON",
+    binary_envelopes=True,
 )
 POSTGRES = Dialect(
     placeholder="%s",

@@ -26,7 +26,8 @@ Position = tuple[int, tuple[Any, ...] | None] | None  # (column index, last key 
 class SealedColumn:
     """`column` of `table` holds sealed values; `key`: the columns of the row's unique key; the place of a row's
     value is `kind` followed by the values of the `place` columns (the `key` columns when empty). `binary`:
-    the column holds bytes (binary envelopes, BLOB/bytea), else text envelopes."""
+    the column holds binary envelopes where the dialect stores them (`Dialect.binary_envelopes`), else text
+    envelopes."""
 
     table: str
     column: str
@@ -66,7 +67,8 @@ def rekey_plan(
         f"SELECT {', '.join(identity)}, {column.column} FROM {column.table}{where} ORDER BY {keys} LIMIT ?",
         (*(after or ()), batch_size), "all",
     )
-    report, writes = rekeyer.batch([(row[-1], column.place_of(row)) for row in rows], binary=column.binary)
+    binary = column.binary and dialect.binary_envelopes
+    report, writes = rekeyer.batch([(row[-1], column.place_of(row)) for row in rows], binary=binary)
     changed = 0
     swap = (
         f"UPDATE {column.table} SET {column.column} = ? WHERE "

@@ -91,7 +91,7 @@ class SqliteRuntime(SqlRuntime):
         poll_interval_ms: int = 20,
         encryption: Keyring | None = None,
     ) -> None:
-        sealer = row_sealer(encryption)  # a bad option is refused before anything is opened
+        sealer = row_sealer(encryption, binary_messages=DIALECT.binary_envelopes)  # a bad option is refused first
         if synchronous not in ("FULL", "NORMAL"):
             raise ConfigurationError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
         for name, value in (("busy_timeout_ms", busy_timeout_ms), ("poll_interval_ms", poll_interval_ms)):

@@ -47,13 +47,10 @@ from ...encryption import Keyring
 from ...encryption._rekey import Rekeyer, RekeyReport
 from .._files import connect_sqlite, file_path, sqlite3_module, truncate_wal
 from .._sql import checkpoints as _sql
-from .._sql.plan import Mergeable, Plan, T
+from .._sql.plan import SQLITE, Mergeable, Plan, T
 from .._sql.rekey import Position, rekey_plan
 from ._group_commit import GroupCommitSqlite, InlineSqlite
 
-_DIALECT = _sql.Dialect(
-    placeholder="?", text_type="TEXT", lock_run=None, lock_schema=None, secure_delete="PRAGMA secure_delete = ON"
-)
 _CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 
 
@@ -76,7 +73,7 @@ def _reading_bytes(conn: Any, plan: _sql.Plan) -> _sql.Plan:
     conn.text_factory = _text
     cur = conn.cursor()
     try:
-        return _sql.run_sync(cur, _DIALECT, plan)
+        return _sql.run_sync(cur, SQLITE, plan)
     finally:
         conn.text_factory = str
         cur.close()
@@ -104,7 +101,7 @@ class _LockedInline(InlineSqlite):
     """`InlineSqlite` for a connection that several threads share: one transaction at a time."""
 
     def __init__(self, conn: Any, lock: threading.RLock) -> None:
-        super().__init__(conn, _DIALECT)
+        super().__init__(conn, SQLITE)
         self._lock = lock
 
     def transaction(self, plan: _sql.Plan, *, write: bool) -> Any:
@@ -131,12 +128,12 @@ class _SqliteStore(StoreLogic):
         sqlite3 = sqlite3_module("SqliteCheckpointStore")
         self.path = file_path(path, "SQLite database")
         self._cache = PrefixCache(cache_runs)
-        self._sealer = row_sealer(encryption)
+        self._sealer = row_sealer(encryption, binary_messages=SQLITE.binary_envelopes)
         # page_size only takes effect on a new, empty file. Message rows are ~1-3 KB: 8 KiB pages pack
         # them with ~7% overhead where the default 4 KiB pages waste ~35% (benches/bench_stores.py).
         self._conn = connect_sqlite(
             sqlite3, self.path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous, page_size=8192,
-            prepare=lambda conn: InlineSqlite(conn, _DIALECT).transaction(_sql.schema_plan(_DIALECT), write=True),
+            prepare=lambda conn: InlineSqlite(conn, SQLITE).transaction(_sql.schema_plan(SQLITE), write=True),
         )
         self._sqlite3 = sqlite3
         self._runner = self._make_runner()
@@ -172,7 +169,7 @@ class _SqliteStore(StoreLogic):
     async def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
         with self._cache.forgetting(checkpoint.run_id):
             revision = await self._run(
-                True, lambda: _sql.save_plan(self._cache, checkpoint, expected, _DIALECT, sealer=self._sealer),
+                True, lambda: _sql.save_plan(self._cache, checkpoint, expected, SQLITE, sealer=self._sealer),
                 checkpoint.run_id, _sql.MergeableSave(self._cache, checkpoint, expected, self._sealer),
             )
         self._cache.remember_save(checkpoint, revision)
@@ -201,7 +198,7 @@ class _SqliteStore(StoreLogic):
     async def _rekey_batch(self, rekeyer: Rekeyer, position: Position, batch_size: int) -> tuple[RekeyReport, Position]:
         """One batch of `durable_agent.encryption.rekey`, in one write transaction (`rekey_plan`); after the last,
         the -wal is cut (`truncate_wal`)."""
-        done = await self._run(True, lambda: rekey_plan(_sql.SEALED_COLUMNS, _DIALECT, rekeyer, position, batch_size))
+        done = await self._run(True, lambda: rekey_plan(_sql.SEALED_COLUMNS, SQLITE, rekeyer, position, batch_size))
         if done[1] is None:
             truncate_wal(self._sqlite3, self.path)
         return done
@@ -240,7 +237,7 @@ class AsyncSqliteCheckpointStore(_SqliteStore, AsyncFace):
 
     def _make_runner(self) -> InlineSqlite | GroupCommitSqlite:
         self._threaded = sys.platform != "emscripten"  # Pyodide: no threads, each plan runs inline
-        return (GroupCommitSqlite if self._threaded else InlineSqlite)(self._conn, _DIALECT)
+        return (GroupCommitSqlite if self._threaded else InlineSqlite)(self._conn, SQLITE)
 
     async def close(self) -> None:
         """Finish the queued plans, stop the connection's thread and close the connection."""
