@@ -410,6 +410,21 @@ def test_encryption_must_be_a_keyring(tmp_path: Path) -> None:
         Sqlite(tmp_path).store(os.urandom(32))  # type: ignore[arg-type]  # the mistake under test
 
 
+def test_sqlite_keeps_message_rows_as_binary_envelopes_and_reads_text_ones_stored_before(tmp_path: Path) -> None:
+    """SQLite's message rows are binary envelopes (no base64 to decode on load); a text envelope written before
+    still loads, and the next save leaves it as it is (it is still the message)."""
+    backend = Sqlite(tmp_path)
+    saved(backend, make_checkpoint("run-a", 2, conversation(3)))
+    bodies = [backend.get("run-a", seq) for seq in range(3)]
+    assert all(isinstance(body, bytes) and body.startswith(b"enc1t.k1.") for body in bodies)
+    text = RING.seal(RING.open(bodies[1], ("checkpoint-message", "run-a", 1)), ("checkpoint-message", "run-a", 1))
+    backend.put("run-a", 1, text)  # as a store before binary envelopes wrote it
+    assert load(backend, "run-a") == make_checkpoint("run-a", 2, conversation(3))
+    saved(backend, make_checkpoint("run-a", 3, conversation(4)))
+    assert load(backend, "run-a") == make_checkpoint("run-a", 3, conversation(4))
+    assert backend.get("run-a", 1) == text and isinstance(backend.get("run-a", 3), bytes)
+
+
 def test_open_store_passes_encryption_on(tmp_path: Path) -> None:
     from durable_agent.backends import open_store
 
