@@ -2,12 +2,14 @@
 
 The memory, JSONL and Durable Object stores each keep a per-run index entry (the latest
 checkpoint, a `_Run` of the file, an index key) and apply the store rules to it in Python; the
-SQLite, Postgres and Redis stores say the same rules in SQL and Lua. `IndexedStore` is the
-`CheckpointStore` surface of the first three: the argument checks (`validate`), the
-`expected_step_index` guard (`guard`), `list`'s order, filter and paging and `prune`'s choice
-of runs. A store supplies its I/O: ``_save``, ``_load``, ``_load_step`` and ``_delete`` with
-checked arguments, and ``_select``/``_prune_runs``, which read every run's `RunSummary` under
-whatever lock the store needs and hand them to the rule.
+SQLite, Postgres and Redis stores say the same rules in SQL and Lua. The rules are here, once:
+the `expected_step_index` guard (`guard`), `list`'s order, filter and paging (`listing`) and
+`prune`'s choice of runs (`pruning`). `IndexedStore` is the synchronous `CheckpointStore` surface
+of the memory and JSONL stores over them, with the argument checks (`validate`). A store supplies
+its I/O: ``_save``, ``_load``, ``_load_step`` and ``_delete`` with checked arguments, and
+``_select``/``_prune_runs``, which read every run's `RunSummary` under whatever lock the store
+needs and hand them to the rule. The Durable Object store, which has a sync and an async face
+(`faces`), applies the same three rules.
 """
 
 from __future__ import annotations
@@ -60,6 +62,18 @@ def guard(run_id: str, expected: int | None, stored: RunSummary | None) -> None:
             raise CheckpointConflictError(run_id, expected, actual)
 
 
+def listing(status: RunStatus | None, limit: int | None, after: str | None) -> Choose:
+    """`list`'s rule (arguments checked): the ids whose run is at `status` (any when None), paged."""
+    return lambda runs: page((r for r, s in runs if status is None or s.status == status), limit, after)
+
+
+def pruning(before: int, status: RunStatus | None, include_suspended: bool) -> Choose:
+    """`prune`'s rule (arguments checked): the ids of the runs it deletes."""
+    return lambda runs: page(
+        (r for r, s in runs if prunable(s.status, s.created_at, before, status, include_suspended)), None, None
+    )
+
+
 class IndexedStore(ABC):
     """A synchronous `CheckpointStore` over an index of runs its subclass reads (see the module docs)."""
 
@@ -91,10 +105,7 @@ class IndexedStore(ABC):
 
         Page with `limit` and `after` (the last id of the previous page).
         """
-        status, limit, after = check_list_args(status, limit, after)
-        return self._select(
-            lambda runs: page((r for r, s in runs if status is None or s.status == status), limit, after)
-        )
+        return self._select(listing(*check_list_args(status, limit, after)))
 
     def prune(
         self, *, before: int, status: RunStatus | None = None, include_suspended: bool = False
@@ -103,14 +114,7 @@ class IndexedStore(ABC):
 
         Suspended runs (awaiting approval) are kept unless `include_suspended=True`.
         """
-        before, status, include_suspended = check_prune_args(before, status, include_suspended)
-        return self._prune_runs(
-            lambda runs: page(
-                (r for r, s in runs if prunable(s.status, s.created_at, before, status, include_suspended)),
-                None,
-                None,
-            )
-        )
+        return self._prune_runs(pruning(*check_prune_args(before, status, include_suspended)))
 
     @abstractmethod
     def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
