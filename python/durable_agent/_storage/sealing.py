@@ -27,7 +27,9 @@ Message rows are text envelopes, or binary ones (bytes) for a backend built with
 
 Two forms: text rows (`header_row`, `message_rows`, `rebuild`: SQL, Redis, Durable Object) and
 value rows for a store that keeps messages as JSON values inside a bigger record (`header_value`,
-`message_values`, `open_*`: JSONL).
+`message_values`, `open_*`: JSONL). The text rows also come awaited (`header_row_async`...: the
+same rows, at the same places, through the keyring's `seal_async`/`open_async`) for an async face
+that must run where WebCrypto is the only AES-GCM: `AsyncDurableObjectCheckpointStore` in a Worker.
 
 The SQL runtimes' journal and the endpoint's event logs store their payloads through the same sealer,
 one value per column (`value`/`open_value` for a JSON value stored as codec text, `text`/`open_text`
@@ -92,6 +94,27 @@ class RowSealer:
         """`bodies` (message rows 0, 1...) as codec text to compare with a new history (`kept_by_encoding`);
         a row that cannot be read is None there (it differs from any message: the save replaces it)."""
         return bodies
+
+    # -- text rows, awaited: the same rows through the keyring's `seal_async`/`open_async` -------------------
+    #
+    # For a store's async face (the Durable Object store's): they also run where WebCrypto is the only
+    # AES-GCM (a Cloudflare Worker), and an envelope written by either pair is read by the other.
+
+    async def header_row_async(self, checkpoint: AgentCheckpoint) -> str:
+        """`header_row`, awaited."""
+        return self.header_row(checkpoint)
+
+    async def message_rows_async(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[str]:
+        """`message_rows`, awaited."""
+        return self.message_rows(run_id, messages, start)
+
+    async def rebuild_async(self, run_id: str, step_index: object, header: Any, bodies: Sequence[Any]) -> AgentCheckpoint:
+        """`rebuild`, awaited."""
+        return self.rebuild(run_id, step_index, header, bodies)
+
+    async def comparable_async(self, run_id: str, bodies: Sequence[Any]) -> Sequence[Any]:
+        """`comparable`, awaited."""
+        return self.comparable(run_id, bodies)
 
     # -- value rows (a JSON record holding the header and messages as values) -------------------------
 
@@ -161,6 +184,12 @@ class KeyringSealer(RowSealer):
             return self.keyring.open(value, place)
         return self._plaintext(value, place)
 
+    async def _open_async(self, value: Any, place: Place) -> Any:
+        """`_open`, through the keyring's `open_async`."""
+        if _sealed(value):
+            return await self.keyring.open_async(value, place)
+        return self._plaintext(value, place)
+
     def _plaintext(self, value: Any, place: Place) -> Any:
         """`value`, stored unsealed at `place`: `DecryptionError` when the keyring is strict."""
         if self.keyring.strict:
@@ -168,11 +197,7 @@ class KeyringSealer(RowSealer):
         return value
 
     def _open_header(self, run_id: str, step_index: object, header: Any) -> Any:
-        if type(step_index) is not int:
-            if not _sealed(header):
-                return self._plaintext(header, (HEADER, run_id))
-            raise CheckpointCorruptError(f"the header's step index is {step_index!r}, not an int", run_id=run_id)
-        return self._open(header, (HEADER, run_id, step_index))
+        return self._open(header, _header_place(run_id, step_index, header))
 
     def header_row(self, checkpoint: AgentCheckpoint) -> str:
         return self.keyring.seal(encode_header(checkpoint), (HEADER, checkpoint.run_id, checkpoint.step_index))
@@ -204,6 +229,30 @@ class KeyringSealer(RowSealer):
         for seq, body in enumerate(bodies):
             try:
                 texts.append(self._open(body, (MESSAGE, run_id, seq)))
+            except DecryptionError:
+                texts.append(None)
+        return texts
+
+    async def header_row_async(self, checkpoint: AgentCheckpoint) -> str:
+        place = (HEADER, checkpoint.run_id, checkpoint.step_index)
+        return await self.keyring.seal_async(encode_header(checkpoint), place)
+
+    async def message_rows_async(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[str]:
+        seal = self.keyring.seal_async
+        return [
+            await seal(text, (MESSAGE, run_id, seq)) for seq, text in enumerate(encode_messages(messages, start), start)
+        ]
+
+    async def rebuild_async(self, run_id: str, step_index: object, header: Any, bodies: Sequence[Any]) -> AgentCheckpoint:
+        texts = [await self._open_async(body, (MESSAGE, run_id, seq)) for seq, body in enumerate(bodies)]
+        opened = await self._open_async(header, _header_place(run_id, step_index, header))
+        return rebuild(run_id, opened, texts)
+
+    async def comparable_async(self, run_id: str, bodies: Sequence[Any]) -> Sequence[Any]:
+        texts: list[Any] = []
+        for seq, body in enumerate(bodies):
+            try:
+                texts.append(await self._open_async(body, (MESSAGE, run_id, seq)))
             except DecryptionError:
                 texts.append(None)
         return texts
@@ -249,6 +298,16 @@ class KeyringSealer(RowSealer):
         for seq, message in zip(sealed, decode_messages(texts, run_id), strict=True):
             opened[seq] = message
         return opened
+
+
+def _header_place(run_id: str, step_index: object, header: Any) -> Place:
+    """Where the header `header`, saved at `step_index` as its row says, is sealed. A header row without an
+    int step index (written before headers were sealed) is plaintext: its place names the run only."""
+    if type(step_index) is int:
+        return (HEADER, run_id, step_index)
+    if not _sealed(header):
+        return (HEADER, run_id)
+    raise CheckpointCorruptError(f"the header's step index is {step_index!r}, not an int", run_id=run_id)
 
 
 def sealed_header(step_index: int, status: str, created_at: int, envelope: str) -> dict[str, Any]:

@@ -93,6 +93,29 @@ class Rekeyer:
         plaintext when it does not start with the envelope marker, as the stores read it
         (`durable_agent._storage.sealing`): a malformed envelope is refused, never sealed as plaintext.
         """
+        found = self._examined(value, place, binary)
+        if found is None:
+            return None
+        value, sealed = found
+        plaintext = self.keyring.open(value, place) if sealed else value
+        if binary:
+            return self.keyring.seal(plaintext, place, binary=True)
+        return self.keyring.seal(plaintext, place)
+
+    async def rekeyed_async(self, value: Any, place: Place, *, binary: bool = False) -> Any:
+        """`rekeyed` through the keyring's `open_async`/`seal_async` (so also on WebCrypto, in a Worker)."""
+        found = self._examined(value, place, binary)
+        if found is None:
+            return None
+        value, sealed = found
+        plaintext = await self.keyring.open_async(value, place) if sealed else value
+        if binary:
+            return await self.keyring.seal_async(plaintext, place, binary=True)
+        return await self.keyring.seal_async(plaintext, place)
+
+    def _examined(self, value: Any, place: Place, binary: bool) -> tuple[str | bytes, bool] | None:
+        """What `rekeyed` decides before any decryption: None (no rewrite), or the value to rewrite and whether
+        it is sealed (else plaintext). Raises `DecryptionError` (see `rekeyed`)."""
         if value is None or (envelope_key_id(value) == self.keyring.primary and isinstance(value, bytes) == binary):
             return None
         if isinstance(value, (bytearray, memoryview)):
@@ -102,36 +125,49 @@ class Rekeyer:
         if isinstance(value, bytes) and not value.startswith(_BINARY_MARKER):  # plaintext rows are text
             raise DecryptionError(tuple(place), "it is bytes without the envelope marker (damaged, or text not UTF-8)")
         sealed = value.startswith(_BINARY_MARKER) if isinstance(value, bytes) else value.startswith(MARKER)
-        if sealed:
-            plaintext = self.keyring.open(value, place)
-        elif self.strict:
+        if not sealed and self.strict:
             raise DecryptionError(tuple(place), PLAINTEXT_REFUSED)
-        else:
-            plaintext = value
-        if binary:
-            return self.keyring.seal(plaintext, place, binary=True)
-        return self.keyring.seal(plaintext, place)
+        return value, sealed
 
     def batch(
         self, rows: Sequence[tuple[Any, Place]], *, binary: bool = False
     ) -> tuple[RekeyReport, list[tuple[int, Any]]]:
         """The rule over a batch of `(value, place)` rows of one form (`rekeyed`): the report of the rows that
         need no write (current, refused) and `(index, new value)` for each row to write back."""
-        writes: list[tuple[int, Any]] = []
-        refusals: list[str] = []
-        for index, (value, place) in enumerate(rows):
+        outcomes: list[Any] = []
+        for value, place in rows:
             try:
-                new = self.rekeyed(value, place, binary=binary)
+                outcomes.append(self.rekeyed(value, place, binary=binary))
             except DecryptionError as exc:
-                refusals.append(str(exc))
-                continue
-            if new is not None:
-                writes.append((index, new))
-        report = RekeyReport(
-            examined=len(rows), current=len(rows) - len(writes) - len(refusals), refused=len(refusals), batches=1,
-            refusals=tuple(refusals[:REFUSALS_SHOWN]),
-        )
-        return report, writes
+                outcomes.append(exc)
+        return _batch_report(outcomes)
+
+    async def batch_async(
+        self, rows: Sequence[tuple[Any, Place]], *, binary: bool = False
+    ) -> tuple[RekeyReport, list[tuple[int, Any]]]:
+        """`batch` through `rekeyed_async`."""
+        outcomes: list[Any] = []
+        for value, place in rows:
+            try:
+                outcomes.append(await self.rekeyed_async(value, place, binary=binary))
+            except DecryptionError as exc:
+                outcomes.append(exc)
+        return _batch_report(outcomes)
+
+
+def _batch_report(outcomes: Sequence[Any]) -> tuple[RekeyReport, list[tuple[int, Any]]]:
+    """`Rekeyer.batch`'s result from each row's outcome: None (no write), a `DecryptionError` (refused) or the
+    value to write."""
+    refusals = [str(outcome) for outcome in outcomes if isinstance(outcome, DecryptionError)]
+    writes = [
+        (index, outcome) for index, outcome in enumerate(outcomes)
+        if outcome is not None and not isinstance(outcome, DecryptionError)
+    ]
+    report = RekeyReport(
+        examined=len(outcomes), current=len(outcomes) - len(writes) - len(refusals), refused=len(refusals), batches=1,
+        refusals=tuple(refusals[:REFUSALS_SHOWN]),
+    )
+    return report, writes
 
 
 Position = Any  # where a backend's walk stands: its own value, None before the first batch
