@@ -47,7 +47,7 @@ CRYPTOGRAPHY_MISSING = (
 )
 
 
-def _unusable(implementation: Implementation) -> str | None:
+def unusable(implementation: Implementation) -> str | None:
     """Why `implementation` cannot run here (None: it can). On CPython a missing `cryptography` fails."""
     if implementation == "cryptography":
         return CRYPTOGRAPHY_MISSING if ON_PYODIDE and not cryptography_available() else None
@@ -63,13 +63,13 @@ def _unusable(implementation: Implementation) -> str | None:
 @pytest.fixture(params=["cryptography", "webcrypto"])
 def implementation(request: Any) -> Implementation:
     """Each AES-GCM implementation, through the keyring's async pair (which both have)."""
-    reason = _unusable(request.param)
+    reason = unusable(request.param)
     if reason is not None:
         pytest.skip(reason)
     return cast(Implementation, request.param)
 
 
-NO_SYNC_PAIR = _unusable("cryptography")
+NO_SYNC_PAIR = unusable("cryptography")
 needs_sync_pair = pytest.mark.skipif(NO_SYNC_PAIR is not None, reason=str(NO_SYNC_PAIR))  # seal/open
 
 

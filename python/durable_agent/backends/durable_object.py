@@ -1,11 +1,28 @@
-"""`DurableObjectCheckpointStore`: checkpoints in a Cloudflare Durable Object's own storage, append-only.
+"""`DurableObjectCheckpointStore`: checkpoints in a Cloudflare Durable Object's own storage, append-only;
+`AsyncDurableObjectCheckpointStore`: the same store with coroutine methods, for WebCrypto.
 
 It uses the synchronous key-value API of a SQLite-backed Durable Object (`ctx.storage.kv`:
 ``get(key)``, ``put(key, value)``, ``delete(key)``, ``list(prefix=, start=, ...)``), which is
 what a Durable Object created with ``new_sqlite_classes`` (the default for new classes) has,
 and runs each save and delete in ``ctx.storage.transactionSync`` when the storage has it, so a
-save is applied whole or not at all. A Durable Object runs one event at a time, so a
-read-then-write (the `expected_step_index` guard) never interleaves with another request.
+save is applied whole or not at all.
+
+Two faces, one logic (`durable_agent._storage.faces`), the same entries: they read and write each
+other's runs. They differ in how rows are sealed with ``encryption=keyring``:
+
+* `DurableObjectCheckpointStore` (synchronous) seals with the keyring's `seal`/`open`, which need
+  the `cryptography` package. Nothing it does awaits, so no other request runs between its reads
+  and its writes (a Durable Object delivers the next event only when this one yields).
+* `AsyncDurableObjectCheckpointStore` (``await store.save(...)``) seals with `seal_async`/`open_async`:
+  WebCrypto (``crypto.subtle``) in a Worker that has no `cryptography`. While it awaits a WebCrypto
+  promise, another request to the object may run (input gates hold events back only during storage
+  operations) and save the same run. So a save reads the run's index entry, applies the
+  `expected_step_index` guard, finds which messages are stored already (opening them if its cache
+  cannot tell), and seals the header and the new messages; then one `transactionSync` re-reads the
+  index entry and writes the rows only if it is the one read (every save writes a fresh revision),
+  else the save starts over from what is stored now, guard included. A load reads the index entry
+  and every entry of the run in one go, then opens them; a rekey writes a run only if it still
+  holds exactly what was read (else the run is counted `changed`).
 
 The limit that shapes the layout: on a SQLite-backed object, one entry's key and value
 together hold at most 2 MB (`MAX_ENTRY_BYTES`, Cloudflare's documented limit). So a run is
@@ -39,18 +56,21 @@ from __future__ import annotations
 import builtins
 import json
 import re
-from collections.abc import Callable
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
 
-from .._checkpoint import AgentCheckpoint
+from .._checkpoint import AgentCheckpoint, RunStatus
 from .._errors import CheckpointCorruptError, ConfigurationError
+from .._messages import Message
+from .._storage.faces import AsyncFace, StoreLogic, SyncFace
 from .._storage.history import PrefixCache, kept_by_encoding, new_revision
-from .._storage.indexed import Choose, IndexedStore, guard
+from .._storage.indexed import guard, listing, pruning
 from .._storage.sealing import DAMAGE, HEADER, MESSAGE, row_sealer
 from .._storage.validate import logger
-from ..encryption import Keyring
+from ..encryption import Keyring, Place
 from ..encryption._rekey import Rekeyer, RekeyReport
 
 MAX_ENTRY_BYTES = 2 * 1024 * 1024
@@ -60,6 +80,8 @@ _MARGIN = 1024  # bytes left per entry for the storage's own encoding of a strin
 _MAX_PREFIX_BYTES = 256
 _PART = re.compile(r"([hm])([0-9]{10})\.([0-9]{4})/([0-9]{4})")
 _T = TypeVar("_T")
+Writes = list[tuple[int, Any]]  # a rekey's rewrites: (position among the run's rows, new value)
+_StoredRows = tuple[str, list[str], list[tuple[str, tuple[int, str] | None]]]  # header, messages, step log
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,15 +154,12 @@ def _part_key(base: str, tag: str, index: int, part: int, parts: int) -> str:
     return f"{base}{tag}{index:010d}.{part:04d}/{parts:04d}"
 
 
-class DurableObjectCheckpointStore(IndexedStore):
-    """A `CheckpointStore` over `ctx.storage.kv` of a SQLite-backed Durable Object (see the module docs;
-    the rules: `IndexedStore`).
+class _DurableObjectStore(StoreLogic):
+    """The Durable Object store's logic, written once for its two faces (see the module docs).
 
-    `storage` is the object's `ctx.storage`. Several runs may share one object (keys are
-    prefixed with `prefix`). `max_entry_bytes` is the storage's limit for key and value
-    together (lower it only to test the splitting). `encryption`: a `durable_agent.encryption.Keyring`
-    that seals every message and header entry (README, "Encryption at rest"; its synchronous
-    `seal`/`open` need the `cryptography` package, which a Worker loads as a Pyodide package).
+    Its storage I/O is synchronous (`ctx.storage.kv`); what a face supplies is how rows are sealed and
+    opened: at once (`DurableObjectCheckpointStore`: the keyring's `seal`/`open`) or awaited
+    (`AsyncDurableObjectCheckpointStore`: `seal_async`/`open_async`, WebCrypto in a Worker).
     """
 
     def __init__(
@@ -155,7 +174,7 @@ class DurableObjectCheckpointStore(IndexedStore):
         kv = getattr(storage, "kv", None)
         if kv is None:
             raise ConfigurationError(
-                "DurableObjectCheckpointStore needs ctx.storage of a SQLite-backed Durable Object (it uses "
+                f"{type(self).__name__} needs ctx.storage of a SQLite-backed Durable Object (it uses "
                 "ctx.storage.kv); declare the class under new_sqlite_classes in the migrations of wrangler.toml"
             )
         if not isinstance(prefix, str) or not prefix or len(prefix.encode("utf-8", "replace")) > _MAX_PREFIX_BYTES:
@@ -168,6 +187,23 @@ class DurableObjectCheckpointStore(IndexedStore):
         self._max = max_entry_bytes
         self._cache = PrefixCache(cache_runs)
         self._sealer = row_sealer(encryption)
+
+    # -- what a face supplies: sealing and opening rows ------------------------------------------
+
+    @abstractmethod
+    async def _header_row(self, checkpoint: AgentCheckpoint) -> str: ...
+
+    @abstractmethod
+    async def _message_rows(self, run_id: str, messages: Sequence[Message], start: int) -> builtins.list[str]: ...
+
+    @abstractmethod
+    async def _rebuild(self, run_id: str, step_index: int, header: str, bodies: Sequence[str]) -> AgentCheckpoint: ...
+
+    @abstractmethod
+    async def _comparable(self, run_id: str, bodies: Sequence[str]) -> Sequence[Any]: ...
+
+    @abstractmethod
+    async def _rekeyed(self, rekeyer: Rekeyer, rows: Sequence[tuple[Any, Place]]) -> tuple[RekeyReport, Writes]: ...
 
     # -- keys and entries ------------------------------------------------------------------
 
@@ -191,17 +227,17 @@ class DurableObjectCheckpointStore(IndexedStore):
         pieces = _split_utf8(text, self._max - key_bytes - _MARGIN)
         return [(_part_key(base, tag, index, part, len(pieces)), piece) for part, piece in enumerate(pieces)]
 
-    def _kept(self, run_id: str, index: _Index, messages: Any) -> int:
-        """How many leading messages of `messages` are stored already (reading them if the cache cannot tell)."""
+    async def _kept(self, run_id: str, index: _Index, messages: Any) -> int | None:
+        """How many leading messages of `messages` are stored already (reading them if the cache cannot tell);
+        None when the stored data is damaged (the save replaces all of it)."""
         known = self._cache.kept(run_id, index.revision, messages)
         if known is not None:
             return known
         try:
             stored = self._records(run_id, index)[1]
-        except CheckpointCorruptError:  # damaged: the save replaces every message
-            self._delete_data(run_id)
-            return 0
-        return kept_by_encoding(self._sealer.comparable(run_id, stored), messages)
+        except CheckpointCorruptError:
+            return None
+        return kept_by_encoding(await self._comparable(run_id, stored), messages)
 
     def _records(self, run_id: str, index: _Index) -> tuple[str, builtins.list[str]]:
         """The header and message texts of a run, checked part by part against its index."""
@@ -280,52 +316,69 @@ class DurableObjectCheckpointStore(IndexedStore):
 
     # -- the CheckpointStore surface ------------------------------------------------------------
 
-    def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
-        """Store `checkpoint` as its run's latest, writing only the messages not stored yet."""
+    async def _save(self, checkpoint: AgentCheckpoint, expected: int | None) -> None:
+        """Store `checkpoint` as its run's latest, writing only the messages not stored yet.
+
+        The rows are sealed first, against the run as read; then one storage transaction writes them if the
+        run's index entry is still the one read, else the save starts over from the new state (module docs).
+        """
         run_id, messages = checkpoint.run_id, checkpoint.messages
-        header = self._sealer.header_row(checkpoint)  # a CodecError here writes nothing
-
-        def work() -> int:
-            index = self._index(run_id)[0]
-            guard(run_id, expected, index)
-            base = self._data_prefix(run_id)
-            header_entries = self._parts(base, "h", 0, header)
-            rewrote_from: int | None = None
-            if index is None:  # a new run, or a damaged one: whatever data it left goes
-                self._delete_data(run_id)
-                self._delete_steps(run_id)
-                keep = 0
-            else:
-                keep = self._kept(run_id, index, messages)
-                if keep < index.count:
-                    self._delete_data(run_id, f"m{keep:010d}")
-                    rewrote_from = keep
-                if index.header_parts != len(header_entries):  # else the new parts overwrite the old
-                    for part in range(index.header_parts):
-                        self._kv.delete(_part_key(base, "h", 0, part, index.header_parts))
-            for i, body in enumerate(self._sealer.message_rows(run_id, messages, keep)):
-                for key, value in self._parts(base, "m", keep + i, body):
-                    self._kv.put(key, value)
-            for key, value in header_entries:
-                self._kv.put(key, value)
-            revision = new_revision()
-            entry = _Index(
-                checkpoint.status,
-                checkpoint.step_index,
-                checkpoint.created_at,
-                len(messages),
-                revision,
-                len(header_entries),
-            )
-            self._kv.put(self._run_key(run_id), entry.dumps())
-            self._log_step(run_id, checkpoint.step_index, len(messages), rewrote_from, header)
-            return revision
-
+        header = await self._header_row(checkpoint)  # a CodecError here writes nothing
         with self._cache.forgetting(run_id):
-            revision = self._atomic(work)
+            while True:
+                index = self._index(run_id)[0]
+                guard(run_id, expected, index)
+                keep = 0 if index is None else await self._kept(run_id, index, messages)
+                bodies = await self._message_rows(run_id, messages, keep or 0)
+                revision = self._atomic(partial(self._write, checkpoint, index, keep, header, bodies))
+                if revision is not None:
+                    break
         self._cache.remember_save(checkpoint, revision)
 
-    def _load(self, run_id: str) -> AgentCheckpoint | None:
+    def _write(
+        self, checkpoint: AgentCheckpoint, seen: _Index | None, keep: int | None, header: str, bodies: Sequence[str]
+    ) -> int | None:
+        """Inside the save's transaction: the rows of `checkpoint` (the `header` and messages `keep`... as
+        `bodies`), sealed against the index entry `seen`, written when the run still has that entry. Returns the
+        revision written, or None (the run changed since `seen` was read: nothing written)."""
+        run_id = checkpoint.run_id
+        if self._index(run_id)[0] != seen:
+            return None
+        base = self._data_prefix(run_id)
+        header_entries = self._parts(base, "h", 0, header)
+        rewrote_from: int | None = None
+        start = keep or 0
+        if seen is None:  # a new run, or a damaged index entry: whatever data it left goes
+            self._delete_data(run_id)
+            self._delete_steps(run_id)
+        else:
+            if keep is None:  # damaged data: every data entry goes, the messages are written again
+                self._delete_data(run_id)
+            if start < seen.count:
+                self._delete_data(run_id, f"m{start:010d}")
+                rewrote_from = start
+            if seen.header_parts != len(header_entries):  # else the new parts overwrite the old
+                for part in range(seen.header_parts):
+                    self._kv.delete(_part_key(base, "h", 0, part, seen.header_parts))
+        for i, body in enumerate(bodies):
+            for key, value in self._parts(base, "m", start + i, body):
+                self._kv.put(key, value)
+        for key, value in header_entries:
+            self._kv.put(key, value)
+        revision = new_revision()
+        entry = _Index(
+            checkpoint.status,
+            checkpoint.step_index,
+            checkpoint.created_at,
+            len(checkpoint.messages),
+            revision,
+            len(header_entries),
+        )
+        self._kv.put(self._run_key(run_id), entry.dumps())
+        self._log_step(run_id, checkpoint.step_index, len(checkpoint.messages), rewrote_from, header)
+        return revision
+
+    async def _load(self, run_id: str) -> AgentCheckpoint | None:
         index, exists = self._index(run_id)
         if not exists:
             return None
@@ -333,11 +386,11 @@ class DurableObjectCheckpointStore(IndexedStore):
             if index is None:
                 raise CheckpointCorruptError("the run's index entry is unreadable", run_id=run_id)
             header, bodies = self._records(run_id, index)
-            checkpoint = self._sealer.rebuild(run_id, index.step_index, header, bodies)
+            checkpoint = await self._rebuild(run_id, index.step_index, header, bodies)
         self._cache.remember(run_id, index.revision, checkpoint.messages)
         return checkpoint
 
-    def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
+    async def _load_step(self, run_id: str, step_index: int) -> AgentCheckpoint | None:
         index, exists = self._index(run_id)
         value = self._kv.get(f"{self._step_prefix(run_id)}{step_index:012d}")
         if not exists or value is None:
@@ -346,9 +399,12 @@ class DurableObjectCheckpointStore(IndexedStore):
         if index is None or entry is None or entry[0] > index.count:
             raise CheckpointCorruptError(f"the step log entry of step {step_index} is unreadable", run_id=run_id)
         count, header = entry
-        return self._sealer.rebuild(run_id, step_index, header, self._records(run_id, index)[1][:count])
+        return await self._rebuild(run_id, step_index, header, self._records(run_id, index)[1][:count])
 
-    def _delete(self, run_id: str) -> None:
+    async def _delete(self, run_id: str) -> None:
+        self._delete_run(run_id)
+
+    def _delete_run(self, run_id: str) -> None:
         def work() -> None:
             self._kv.delete(self._run_key(run_id))
             self._delete_data(run_id)
@@ -369,42 +425,62 @@ class DurableObjectCheckpointStore(IndexedStore):
             found.append((key[len(start) :], index))
         return found
 
-    def _select(self, choose: Choose) -> builtins.list[str]:
-        return choose(self._indexes())
+    async def _list(self, status: RunStatus | None, limit: int | None, after: str | None) -> builtins.list[str]:
+        return listing(status, limit, after)(self._indexes())
 
-    def _prune_runs(self, choose: Choose) -> builtins.list[str]:
-        doomed = choose(self._indexes())
-        for run_id in doomed:
-            self._delete(run_id)
+    async def _prune(self, before: int, status: RunStatus | None, include_suspended: bool) -> builtins.list[str]:
+        doomed = pruning(before, status, include_suspended)(self._indexes())
+        for run_id in doomed:  # no await in between: no other request's save interleaves
+            self._delete_run(run_id)
         return doomed
 
     async def _rekey_batch(self, rekeyer: Rekeyer, position: str | None, batch_size: int) -> tuple[RekeyReport, str | None]:
         """One batch of `durable_agent.encryption.rekey`: the next `batch_size` runs (by id), each rewritten in one
-        storage transaction (a Durable Object runs one event at a time: no save interleaves)."""
+        storage transaction, only if the run still holds what was read (a save may interleave while the async
+        face awaits the keyring: that run is counted `changed`)."""
         runs = sorted(run_id for run_id, _ in self._indexes() if position is None or run_id > position)[:batch_size]
         total = RekeyReport()
         for run_id in runs:
             try:
-                total += self._atomic(partial(self._rekey_run, rekeyer, run_id))
+                total += await self._rekey_run(rekeyer, run_id)
             except CheckpointCorruptError as exc:
                 total += RekeyReport(examined=1, refused=1, refusals=(str(exc),))
         return replace(total, batches=1), runs[-1] if len(runs) == batch_size else None
 
-    def _rekey_run(self, rekeyer: Rekeyer, run_id: str) -> RekeyReport:
-        """Rekey one run's header, messages and step log entries (inside a storage transaction)."""
+    def _stored_rows(self, run_id: str, index: _Index) -> _StoredRows:
+        """A run's header, message and step log texts as stored (`_records`, the step log's entries)."""
+        header, bodies = self._records(run_id, index)
+        logged = [(key, _step_entry(value)) for key, value in self._kv.list(prefix=self._step_prefix(run_id))]
+        return header, bodies, logged
+
+    async def _rekey_run(self, rekeyer: Rekeyer, run_id: str) -> RekeyReport:
+        """Rekey one run's header, messages and step log entries (see `_rekey_batch`)."""
         index = self._index(run_id)[0]
         if index is None:
             return RekeyReport()  # deleted, or damaged: its next save replaces it
-        header, bodies = self._records(run_id, index)
-        base, steps = self._data_prefix(run_id), self._step_prefix(run_id)
-        logged = [(key, _step_entry(value)) for key, value in self._kv.list(prefix=steps)]
-        rows: builtins.list[tuple[Any, tuple[str | int, ...]]] = [(header, (HEADER, run_id, index.step_index))]
+        read = self._stored_rows(run_id, index)
+        header, bodies, logged = read
+        steps = self._step_prefix(run_id)
+        rows: builtins.list[tuple[Any, Place]] = [(header, (HEADER, run_id, index.step_index))]
         rows += [(body, (MESSAGE, run_id, seq)) for seq, body in enumerate(bodies)]
         for key, entry in logged:
             if entry is None:
                 raise CheckpointCorruptError(f"the step log entry {key!r} is unreadable", run_id=run_id)
             rows.append((entry[1], (HEADER, run_id, int(key[len(steps) :]))))
-        report, writes = rekeyer.batch(rows)
+        report, writes = await self._rekeyed(rekeyer, rows)
+        if not writes:
+            return report
+        if self._atomic(partial(self._rekey_write, run_id, index, read, writes)):
+            return replace(report, rewritten=len(writes))
+        return replace(report, changed=len(writes))
+
+    def _rekey_write(self, run_id: str, index: _Index, read: _StoredRows, writes: Writes) -> bool:
+        """Inside the rekey's transaction: write `writes` (positions in `_rekey_run`'s rows) if the run still
+        holds `read` under the index entry `index`; whether it did."""
+        if self._index(run_id)[0] != index or self._stored_rows(run_id, index) != read:
+            return False
+        _, bodies, logged = read
+        base = self._data_prefix(run_id)
         for at, value in writes:
             if at == 0:
                 parts = self._rewrite_parts(base, "h", 0, value)
@@ -415,7 +491,7 @@ class DurableObjectCheckpointStore(IndexedStore):
                 key, entry = logged[at - 1 - len(bodies)]
                 assert entry is not None
                 self._kv.put(key, json.dumps({"n": entry[0], "h": value}, ensure_ascii=False, separators=(",", ":")))
-        return replace(report, rewritten=len(writes))
+        return True
 
     def _rewrite_parts(self, base: str, tag: str, index: int, text: str) -> int:
         """Replace the entries of one header or message by `text`'s parts; how many parts it has now."""
@@ -426,6 +502,66 @@ class DurableObjectCheckpointStore(IndexedStore):
             self._kv.put(key, value)
         return len(entries)
 
+
+class DurableObjectCheckpointStore(_DurableObjectStore, SyncFace):
+    """A `CheckpointStore` over `ctx.storage.kv` of a SQLite-backed Durable Object, synchronous (see the module
+    docs).
+
+    `storage` is the object's `ctx.storage`. Several runs may share one object (keys are
+    prefixed with `prefix`). `max_entry_bytes` is the storage's limit for key and value
+    together (lower it only to test the splitting). `encryption`: a `durable_agent.encryption.Keyring`
+    that seals every message and header entry (README, "Encryption at rest"). Its synchronous
+    `seal`/`open` need the `cryptography` package (in a Worker, Pyodide's); where only WebCrypto exists
+    (a Worker without it), use `AsyncDurableObjectCheckpointStore`: the same entries, awaited.
+    """
+
+    async def _header_row(self, checkpoint: AgentCheckpoint) -> str:
+        return self._sealer.header_row(checkpoint)
+
+    async def _message_rows(self, run_id: str, messages: Sequence[Message], start: int) -> builtins.list[str]:
+        return self._sealer.message_rows(run_id, messages, start)
+
+    async def _rebuild(self, run_id: str, step_index: int, header: str, bodies: Sequence[str]) -> AgentCheckpoint:
+        return self._sealer.rebuild(run_id, step_index, header, bodies)
+
+    async def _comparable(self, run_id: str, bodies: Sequence[str]) -> Sequence[Any]:
+        return self._sealer.comparable(run_id, bodies)
+
+    async def _rekeyed(self, rekeyer: Rekeyer, rows: Sequence[tuple[Any, Place]]) -> tuple[RekeyReport, Writes]:
+        return rekeyer.batch(rows)
+
     def close(self) -> None:
+        """Nothing to release: the storage belongs to the Durable Object."""
+        self._cache.clear()
+
+
+class AsyncDurableObjectCheckpointStore(_DurableObjectStore, AsyncFace):
+    """`DurableObjectCheckpointStore` with coroutine methods (``await store.save(...)``), which seal and open
+    rows through the keyring's `seal_async`/`open_async`: with ``encryption=keyring`` it runs where WebCrypto
+    (``crypto.subtle``) is the only AES-GCM, as in a Cloudflare Worker without the `cryptography` package.
+
+    Same entries, places and rules as the synchronous store: the two read and write each other's runs, and
+    may share a prefix. A save seals its rows before its storage transaction, against the run as read; other
+    requests to the object may run while it awaits WebCrypto, so the transaction writes only if the run's
+    index entry is unchanged, and otherwise the save starts over (module docs). Rekey it with
+    `durable_agent.encryption.rekey_async`.
+    """
+
+    async def _header_row(self, checkpoint: AgentCheckpoint) -> str:
+        return await self._sealer.header_row_async(checkpoint)
+
+    async def _message_rows(self, run_id: str, messages: Sequence[Message], start: int) -> builtins.list[str]:
+        return await self._sealer.message_rows_async(run_id, messages, start)
+
+    async def _rebuild(self, run_id: str, step_index: int, header: str, bodies: Sequence[str]) -> AgentCheckpoint:
+        return await self._sealer.rebuild_async(run_id, step_index, header, bodies)
+
+    async def _comparable(self, run_id: str, bodies: Sequence[str]) -> Sequence[Any]:
+        return await self._sealer.comparable_async(run_id, bodies)
+
+    async def _rekeyed(self, rekeyer: Rekeyer, rows: Sequence[tuple[Any, Place]]) -> tuple[RekeyReport, Writes]:
+        return await rekeyer.batch_async(rows)
+
+    async def close(self) -> None:
         """Nothing to release: the storage belongs to the Durable Object."""
         self._cache.clear()
