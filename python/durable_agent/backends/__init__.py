@@ -9,7 +9,8 @@ a driver is imported when a store or runtime is built, never by ``import``:
   `PostgresRuntime` (psycopg 3)
 * `durable_agent.backends.jsonl` — `JsonlCheckpointStore` (one append-only file)
 * `durable_agent.backends.redis` — `RedisCheckpointStore`, `AsyncRedisCheckpointStore` (redis-py)
-* `durable_agent.backends.durable_object` — `DurableObjectCheckpointStore` (a Cloudflare Durable Object)
+* `durable_agent.backends.durable_object` — `DurableObjectCheckpointStore`, `AsyncDurableObjectCheckpointStore`
+  (a Cloudflare Durable Object; the async one encrypts through WebCrypto)
 * `durable_agent.backends.restate` — `RestateRuntime`, `RestateScope` (served by `durable_agent.restate`)
 
 The two SQL backends share their statements (`_sql`: tables, plans and the SQL runtime, without

@@ -248,7 +248,7 @@ async def rekey_async(
     progress: Progress | None = None,
 ) -> RekeyReport:
     """`rekey` for the async stores (`AsyncSqliteCheckpointStore`, `AsyncPostgresCheckpointStore`,
-    `AsyncRedisCheckpointStore`), the runtimes (`SqliteRuntime`, `PostgresRuntime`: their checkpoint
+    `AsyncRedisCheckpointStore`, `AsyncDurableObjectCheckpointStore`: on WebCrypto too), the runtimes (`SqliteRuntime`, `PostgresRuntime`: their checkpoint
     rows, and the journal's sealed rows) and the endpoint's event logs (`SqliteEventLog`,
     `PostgresEventLog`: run meta and event data); a synchronous store's batches run on the calling thread."""
     rekeyer = Rekeyer(keyring, strict=strict)
