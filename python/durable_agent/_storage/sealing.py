@@ -104,7 +104,7 @@ class RowSealer:
         """`header_row`, awaited."""
         return self.header_row(checkpoint)
 
-    async def message_rows_async(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[str]:
+    async def message_rows_async(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[Any]:
         """`message_rows`, awaited."""
         return self.message_rows(run_id, messages, start)
 
@@ -237,10 +237,11 @@ class KeyringSealer(RowSealer):
         place = (HEADER, checkpoint.run_id, checkpoint.step_index)
         return await self.keyring.seal_async(encode_header(checkpoint), place)
 
-    async def message_rows_async(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[str]:
-        seal = self.keyring.seal_async
+    async def message_rows_async(self, run_id: str, messages: Sequence[Message], start: int = 0) -> list[Any]:
+        seal, binary = self.keyring.seal_async, self.binary_messages
         return [
-            await seal(text, (MESSAGE, run_id, seq)) for seq, text in enumerate(encode_messages(messages, start), start)
+            await seal(text, (MESSAGE, run_id, seq), binary=binary)
+            for seq, text in enumerate(encode_messages(messages, start), start)
         ]
 
     async def rebuild_async(self, run_id: str, step_index: object, header: Any, bodies: Sequence[Any]) -> AgentCheckpoint:
