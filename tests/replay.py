@@ -28,8 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from durable_agent._util import wall_clock_ms
 from durable_agent.providers import HttpRequest, HttpResponse
+from helpers import wall_clock_ms
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
 CHUNK = 37

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_agent import Agent, ApprovalSigner, DurableOptions, ScriptedModel, Tool, call, reply
-from durable_agent._util import maybe_await
+from helpers import maybe_await
 
 SIGNER = ApprovalSigner("startup-loop-test-secret-0123456789")
 SCRIPTS: dict[str, list[Any]] = {

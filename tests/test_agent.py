@@ -35,9 +35,9 @@ from durable_agent import (
     reply,
     resolve_approval,
 )
-from durable_agent._util import maybe_await
 from durable_agent.backends import RunOwner
 from durable_agent.backends.memory import MemoryDurableState, MemoryRuntime
+from helpers import maybe_await
 from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures of the postgres case
 
 

@@ -20,7 +20,7 @@ import pytest
 import cli_agent
 from cli_kit import ROOT, cli, cli_on_terminal
 from durable_agent import generate_text, open_store
-from durable_agent._util import maybe_await
+from helpers import maybe_await
 
 pytestmark = pytest.mark.host_only("runs the CLI in subprocesses")
 

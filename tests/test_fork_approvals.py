@@ -20,7 +20,7 @@ from durable_agent import (
     fork_run,
     resolve_approval,
 )
-from durable_agent._util import maybe_await
+from helpers import maybe_await
 from test_agent import runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
 from test_parked_resume import ledger_of, stored
 from test_runtime_postgres import conninfo, opened  # noqa: F401

@@ -18,7 +18,7 @@ import pytest
 import startup_loop
 from agent_kit import tool_results
 from durable_agent import UNANSWERED_REASON, GenerateTextResult, ToolApprovalResponse, Usage, resolve_approval
-from durable_agent._util import maybe_await
+from helpers import maybe_await
 from test_agent import Crash, runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
 from test_runtime_postgres import conninfo, opened  # noqa: F401
 

@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 import pytest
 
 from durable_agent import MODEL_CALL, Agent, DurableOptions, RetryPolicy, Tool, content_parts, parse_step_key
-from durable_agent._util import wall_clock_ms
 from durable_agent.providers import HttpTransport, HttpxTransport, OpenAIChatModel, StdlibTransport
+from helpers import wall_clock_ms
 from replay import ReplayServer, load
 from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures
 

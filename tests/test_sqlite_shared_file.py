@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from durable_agent._util import maybe_await
 from durable_agent.backends.sqlite import AsyncSqliteCheckpointStore, SqliteCheckpointStore, SqliteRuntime
 from durable_agent.http import SqliteEventLog
 from durable_agent.testing import conversation, make_checkpoint
+from helpers import maybe_await
 
 pytestmark = [pytest.mark.host_only("spawns processes"), pytest.mark.requires_sqlite]
 

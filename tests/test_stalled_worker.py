@@ -33,9 +33,9 @@ from durable_agent import (
     message_text,
     reply,
 )
-from durable_agent._util import maybe_await, wall_clock_ms
 from durable_agent.backends import RunOwner
 from durable_agent.backends.memory import MemoryDurableState, MemoryRuntime
+from helpers import maybe_await, wall_clock_ms
 from test_runtime_postgres import conninfo, opened  # noqa: F401  # fixtures of the postgres case
 
 pytestmark = pytest.mark.host_only("the second worker runs on a thread of its own")

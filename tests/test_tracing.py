@@ -29,8 +29,8 @@ from durable_agent import (
     resume_from_checkpoint,
     tracing,
 )
-from durable_agent._util import maybe_await
 from durable_agent.tracing import RunContextFilter
+from helpers import maybe_await
 
 pytest.importorskip("opentelemetry.sdk", reason="tracing tests need opentelemetry-sdk (scripts/requirements-dev.txt)")
 pytestmark = pytest.mark.host_only("opentelemetry-sdk is not installed under Pyodide")

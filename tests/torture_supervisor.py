@@ -32,7 +32,7 @@ from typing import Any
 
 import torture_worker
 from durable_agent import TOOL_INTERRUPTED_MESSAGE
-from durable_agent._util import maybe_await
+from helpers import maybe_await
 
 WORKER = Path(__file__).resolve().parent / "torture_worker.py"
 

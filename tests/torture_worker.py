@@ -48,7 +48,7 @@ from durable_agent import (
     call,
     reply,
 )
-from durable_agent._util import maybe_await
+from helpers import maybe_await
 
 TURNS = 2
 STALE_AFTER_MS = 1_500
