@@ -426,7 +426,7 @@ async def test_a_checkpoint_save_after_a_refused_load_rewrites_the_damaged_row(d
     """The runtime's load that cannot open a row makes it forget its view of the run: its next commit re-reads
     the rows and rewrites from the damaged one instead of appending after it (as the stores do)."""
     from durable_agent import AgentCheckpoint, Usage
-    from durable_agent._storage.records import RunTransition
+    from durable_agent.backends import RunTransition
 
     def checkpoint(step: int) -> AgentCheckpoint:
         messages: list[Any] = [{"role": "user", "content": f"m{i}"} for i in range(step + 1)]
@@ -461,8 +461,7 @@ async def test_writes_merged_into_one_sqlite_commit_are_sealed_like_the_others(t
     """Step batches and run transitions of many sessions queued together are written by merged statements
     (group commit); every row of them is sealed and loads back."""
     from durable_agent import AgentCheckpoint, Usage
-    from durable_agent._storage.records import DeferredSteps, RunTransition
-    from durable_agent.backends import StepRecord
+    from durable_agent.backends import DeferredSteps, RunTransition, StepRecord
 
     db = SqliteDatabase(tmp_path)
     runtime = db.runtime()

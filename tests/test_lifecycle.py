@@ -40,8 +40,8 @@ from durable_agent import (
     resume_from_checkpoint,
     total_tokens_exceed,
 )
-from durable_agent._storage.records import RunOwner, RunTransition
-from durable_agent._util import maybe_await
+from durable_agent.backends import RunOwner, RunTransition
+from helpers import maybe_await
 from test_agent import Crash, agent_on, runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
 from test_runtime_postgres import conninfo, opened  # noqa: F401
 

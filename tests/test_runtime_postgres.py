@@ -182,7 +182,7 @@ async def test_a_journal_write_and_an_appending_transition_are_one_statement_eac
     import psycopg
 
     from durable_agent import AgentCheckpoint, StaleEpochError, Usage
-    from durable_agent._storage.records import DeferredSteps, RunTransition, StepRecord
+    from durable_agent.backends import DeferredSteps, RunTransition, StepRecord
 
     runtime = opened()
     claim = await runtime.lease.claim(SESSION, stale_at=0)

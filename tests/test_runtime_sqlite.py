@@ -27,8 +27,14 @@ from durable_agent import (
     reply,
     step_key,
 )
-from durable_agent._storage.records import DeferredSteps, RunOwner, RunTransition, StepRecord, StepRequest
-from durable_agent.backends import StepContext
+from durable_agent.backends import (
+    DeferredSteps,
+    RunOwner,
+    RunTransition,
+    StepContext,
+    StepRecord,
+    StepRequest,
+)
 from durable_agent.backends._sql.plan import Query
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
 from store_kit import queued_together

@@ -18,7 +18,8 @@ I/O). Every room stands on the storage core (`durable_agent._storage`) and on no
 docs/layers.md states the rule, tests/test_layers.py checks it.
 
 A backend of your own implements the Protocols below (`CheckpointStore` for checkpoints,
-`DurableRuntime` for the journal) and passes the conformance suites in `durable_agent.testing`.
+`DurableRuntime` for the journal, whose `commit` takes a `RunTransition` carrying `DeferredSteps`)
+and passes the conformance suites in `durable_agent.testing`.
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ from .._storage.protocols import (
 )
 from .._storage.records import (
     AwakeableRecord,
+    DeferredSteps,
     LeaseClaim,
     ResumableRun,
     RunOwner,
+    RunTransition,
     StepCompleted,
     StepErrorRecord,
     StepInterrupted,
@@ -59,6 +62,7 @@ __all__ = [
     "AwakeableOutcome",
     "AwakeableRecord",
     "CheckpointStore",
+    "DeferredSteps",
     "DurableAwakeable",
     "DurableInspector",
     "DurableLease",
@@ -73,6 +77,7 @@ __all__ = [
     "ResumableRun",
     "RunOwner",
     "RunScope",
+    "RunTransition",
     "StepCompleted",
     "StepContext",
     "StepErrorRecord",
