@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from durable_agent import _errors as errors
+import durable_agent
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "codec.json").read_text("utf-8"))
 
@@ -102,9 +102,9 @@ def _ids(vectors: list[dict[str, Any]]) -> list[str]:
 def test_encode_vector(kernels: ModuleType, vector: dict[str, Any]) -> None:
     value = from_tagged(vector["value"])
     if "error" in vector:
-        with pytest.raises(getattr(errors, vector["error"])) as caught:
+        with pytest.raises(getattr(durable_agent, vector["error"])) as caught:
             kernels.encode(value)
-        assert type(caught.value) is getattr(errors, vector["error"])
+        assert type(caught.value) is getattr(durable_agent, vector["error"])
         if "message" in vector:
             assert str(caught.value) == vector["message"]
     else:
@@ -117,9 +117,9 @@ def test_encode_vector(kernels: ModuleType, vector: dict[str, Any]) -> None:
 def test_decode_vector(kernels: ModuleType, vector: dict[str, Any]) -> None:
     text = vector_text(vector)
     if "error" in vector:
-        with pytest.raises(getattr(errors, vector["error"])) as caught:
+        with pytest.raises(getattr(durable_agent, vector["error"])) as caught:
             kernels.decode(text)
-        assert type(caught.value) is getattr(errors, vector["error"])
+        assert type(caught.value) is getattr(durable_agent, vector["error"])
     else:
         assert strict_repr(kernels.decode(text)) == strict_repr(from_tagged(vector["value"]))
 
@@ -135,7 +135,7 @@ def test_the_wasm_decode_path_agrees_with_the_vectors(vector: dict[str, Any]) ->
     if _has_lone_surrogate(text):
         pytest.skip("decode() refuses the text before either path")
     if "error" in vector:
-        with pytest.raises(getattr(errors, vector["error"])):
+        with pytest.raises(getattr(durable_agent, vector["error"])):
             _decode_measured(text)
     else:
         assert strict_repr(_decode_measured(text)) == strict_repr(from_tagged(vector["value"]))
@@ -162,7 +162,7 @@ def _plain_outcome(value: Any, *, isolated: bool) -> str | None:
 
     try:
         return _encode_plain(value, isolated=isolated)
-    except errors.CodecError as exc:
+    except durable_agent.CodecError as exc:
         return f"refused: {exc}"
 
 
@@ -223,7 +223,7 @@ def test_the_wasm_encode_path_refuses_a_lone_surrogate_beside_bytes() -> None:
 def _outcome(decode: Any, text: str) -> str:
     try:
         return strict_repr(decode(text))
-    except errors.CodecError:
+    except durable_agent.CodecError:
         return "refused"
 
 
@@ -365,7 +365,7 @@ def test_bytes_likes(kernels: ModuleType) -> None:
 def test_released_memoryview_is_a_codec_error(kernels: ModuleType) -> None:
     view = memoryview(b"abc")
     view.release()
-    with pytest.raises(errors.CodecError, match="released memoryview"):
+    with pytest.raises(durable_agent.CodecError, match="released memoryview"):
         kernels.encode({"a": [view]})
 
 
@@ -387,7 +387,7 @@ def test_bool_is_not_an_int(kernels: ModuleType) -> None:
 
 def test_decode_refuses_non_str(kernels: ModuleType) -> None:
     for bad in (b"[]", bytearray(b"[]"), None, 1):
-        with pytest.raises(errors.CodecError, match="expected str"):
+        with pytest.raises(durable_agent.CodecError, match="expected str"):
             kernels.decode(bad)
 
 
@@ -398,7 +398,7 @@ def test_decode_accepts_str_subclass(kernels: ModuleType) -> None:
 def test_codec_error_is_a_value_error_with_a_code(kernels: ModuleType) -> None:
     with pytest.raises(ValueError) as caught:
         kernels.encode({1})
-    assert isinstance(caught.value, errors.DurableAgentError)
+    assert isinstance(caught.value, durable_agent.DurableAgentError)
     assert caught.value.code == "codec_error"
 
 
@@ -415,9 +415,9 @@ def test_int_digits_capped_even_when_the_interpreter_allows_more(kernels: Module
     sys.set_int_max_str_digits(limit)
     try:
         assert kernels.decode("9" * 4300) == int("9" * 4300)
-        with pytest.raises(errors.CodecError):
+        with pytest.raises(durable_agent.CodecError):
             kernels.decode("9" * 4301)
-        with pytest.raises(errors.CodecError):
+        with pytest.raises(durable_agent.CodecError):
             kernels.encode(10**4300)
     finally:
         sys.set_int_max_str_digits(old)
@@ -427,9 +427,9 @@ def test_int_digits_follow_a_lowered_interpreter_limit(kernels: ModuleType) -> N
     old = sys.get_int_max_str_digits()
     sys.set_int_max_str_digits(1000)
     try:
-        with pytest.raises(errors.CodecError):
+        with pytest.raises(durable_agent.CodecError):
             kernels.decode("9" * 1001)
-        with pytest.raises(errors.CodecError):
+        with pytest.raises(durable_agent.CodecError):
             kernels.encode(10**1001)
         assert kernels.encode(10**999) == "1" + "0" * 999
     finally:
@@ -569,5 +569,5 @@ def test_bytes_accepted_exactly_when_their_base64_is_canonical(kernels: ModuleTy
     if _canonical(encoded):
         assert kernels.encode(kernels.decode(text)) == text
     else:
-        with pytest.raises(errors.CodecError):
+        with pytest.raises(durable_agent.CodecError):
             kernels.decode(text)

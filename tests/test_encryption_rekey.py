@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from durable_agent import ConfigurationError, InMemoryCheckpointStore
-from durable_agent._checkpoint import AgentCheckpoint
+from durable_agent import AgentCheckpoint, ConfigurationError, InMemoryCheckpointStore
 from durable_agent.encryption import (
     DecryptionError,
     Keyring,

@@ -26,12 +26,12 @@ import agent_service  # noqa: E402
 
 from durable_agent import (  # noqa: E402
     ApprovalSigner,
+    ConfigurationError,
     ScriptedModel,
     call,
+    content_parts,
     reply,
 )
-from durable_agent._errors import ConfigurationError  # noqa: E402
-from durable_agent._messages import content_parts  # noqa: E402
 from durable_agent.backends.durable_object import DurableObjectCheckpointStore  # noqa: E402
 from durable_object_fake import FakeDurableObjectStorage  # noqa: E402
 
