@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from durable_agent import CheckpointCorruptError, ConfigurationError
-from durable_agent._codec_pure import decode
+from durable_agent.backends import decode
 from durable_agent.backends.jsonl import JsonlCheckpointStore
 from durable_agent.testing import CheckpointStoreConformance, conversation, make_checkpoint, message
 

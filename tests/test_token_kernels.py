@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from durable_agent import CodecError
-from durable_agent._codec_pure import decode
+from durable_agent.backends import decode
 
 VECTORS: dict[str, Any] = decode((Path(__file__).parent / "vectors" / "tokens.json").read_text("utf-8"))
 B64URL_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"

@@ -19,11 +19,15 @@ docs/layers.md states the rule, tests/test_layers.py checks it.
 
 A backend of your own implements the Protocols below (`CheckpointStore` for checkpoints,
 `DurableRuntime` for the journal, whose `commit` takes a `RunTransition` carrying `DeferredSteps`)
-and passes the conformance suites in `durable_agent.testing`.
+and passes the conformance suites in `durable_agent.testing`. It stores what `encode` gives (the
+codec of docs/codec.md: JSON-compatible data and bytes as text, losslessly) and reads it with `decode`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from .._kernels import kernels
 from .._storage.keys import MODEL_CALL, StepKeyParts, nested_call, parse_step_key, step_key
 from .._storage.leases import RUN_OWNER_HOLD_MS, is_run_owner_dead, is_run_owner_holding
 from .._storage.protocols import (
@@ -88,6 +92,8 @@ __all__ = [
     "StepRequest",
     "StepRun",
     "StreamPartialRecord",
+    "decode",
+    "encode",
     "is_run_owner_dead",
     "is_run_owner_holding",
     "nested_call",
@@ -95,3 +101,17 @@ __all__ = [
     "parse_step_key",
     "step_key",
 ]
+
+
+def encode(value: Any) -> str:
+    """`value` (JSON-compatible data, bytes anywhere in it) as codec text: compact JSON, bytes as ``{"$bytes": ...}``.
+
+    The codec every backend stores (docs/codec.md), run by the active kernels (`durable_agent.NATIVE`).
+    Raises `CodecError` for a value it cannot write (a set, a non-`str` key, NaN, an object).
+    """
+    return kernels.encode(value)
+
+
+def decode(text: str) -> Any:
+    """The value `encode` wrote as `text` (tuples come back as lists); `CodecError` for text it cannot read."""
+    return kernels.decode(text)
