@@ -230,11 +230,15 @@ def test_prune_keeps_suspended_runs_unless_asked(store_url: str) -> None:
 
 
 def event_log_runs(url: str, register: tuple[str, ...] = ()) -> list[str]:
-    """Register `register` (one event each) in the endpoint event log at `url`; the ids of those the log holds."""
-    from durable_agent.cli._backends import open_event_log
+    """Register `register` (one event each) in the endpoint event log at `url`; the ids of those the log holds.
+
+    The log is opened the way the endpoint opens it: a SQLite file (`url` is ``sqlite:////abs/path``) or Postgres.
+    """
+    from durable_agent.http import PostgresEventLog, SqliteEventLog
 
     async def go() -> list[str]:
-        log = open_event_log(url)
+        log: SqliteEventLog | PostgresEventLog = SqliteEventLog(url.removeprefix("sqlite:///")) if url.startswith("sqlite:") \
+            else PostgresEventLog(url)
         try:
             for run_id in register:
                 await log.create_run(run_id, "s", {})
@@ -552,8 +556,11 @@ def test_a_fork_made_on_the_runtime_is_approved_and_denied_with_the_runtime_alon
     """`runs fork --runtime` parks the fork on awakeables of its own, in its original's session: `runs approve`
     (or `deny`) with `--runtime` alone stores the verdict there, never on the original's, and any resume of that
     session (`runs resume --agent`, which is `Agent.resume`) settles it."""
-    from durable_agent._durable_session import approval_key
+    from durable_agent import step_key
     from durable_agent.backends.sqlite import SqliteRuntime
+
+    def approval_key(run: str, step_index: int, approval_id: str) -> str:  # the stored key a run parks on
+        return step_key(run, step_index, f"approval/{approval_id}")
 
     run_id, original, runtime, env = journal_run(tmp_path)
     agent = ("--agent", "cli_agent:journal_agent")

@@ -153,8 +153,7 @@ def test_server_calls_of_a_parked_step_wait_for_nothing_when_the_tools_are_known
 def test_a_fork_gets_fresh_approval_ids_and_tokens_signed_for_it_or_none() -> None:
     """No two runs share an approval id (`resolve_approval` finds an awakeable by that id alone); a token binds its
     run and approval id, so the fork's are signed anew with a signer and dropped without one (no secret to re-sign)."""
-    from durable_agent import ApprovalSigner, ConfigurationError
-    from durable_agent._transcript import unresolved_calls
+    from durable_agent import ApprovalSigner, ConfigurationError, content_parts
 
     signer = ApprovalSigner("fork-test-secret-0123456789abcdefghij")
 
@@ -168,7 +167,10 @@ def test_a_fork_gets_fresh_approval_ids_and_tokens_signed_for_it_or_none() -> No
                                 generate_id=lambda: next(ids))
         (mine,) = signed.pending_approvals or ()
         assert mine.approval_id == "fresh-1" and mine.tool_call_id == request.tool_call_id
-        assert unresolved_calls(signed.messages)[1] == {request.tool_call_id: "fresh-1"}  # the marker renamed too
+        asked = next(m for m in reversed(signed.messages) if m["role"] == "assistant")
+        marked = {p["tool_call_id"]: p.get("approval_id") for p in content_parts(asked)
+                  if p["type"] == "tool-approval-request"}
+        assert marked == {request.tool_call_id: "fresh-1"}  # the marker in the transcript renamed too
         payload = signer.verify(mine.token)
         assert payload is not None and (payload["run_id"], payload["approval_id"]) == ("signed", "fresh-1")
         unsigned = await fork_run(store, "run", new_run_id="unsigned", generate_id=lambda: next(ids))

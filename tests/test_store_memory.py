@@ -19,22 +19,26 @@ class TestInMemoryStore(CheckpointStoreConformance):
         return lambda: store
 
 
-def test_the_step_log_header_keeps_every_field_but_the_messages() -> None:
-    """The header the store logs per step is built field by field: a field added later must not be dropped."""
+def test_an_earlier_step_loads_with_every_field_it_was_saved_with() -> None:
+    """The store logs a header per step (the checkpoint without its messages), built field by field: a field added
+    later must not be dropped. `load_step` of a step the run has moved past gives back the whole checkpoint."""
     import dataclasses
 
     from durable_agent import AgentCheckpoint, ToolApprovalRequest, Usage
-    from durable_agent.backends.memory._store import _header
 
     checkpoint = AgentCheckpoint(
         run_id="r", step_index=4, status="suspended", messages=[{"role": "user", "content": "hi"}],
         usage=Usage(1, 2, 3), created_at=7, pending_approvals=(ToolApprovalRequest("a", "c", "t", {}),),
         agent_path=("child",), step_id="custom", trace_context={"traceparent": "00-1-2-01"},
     )
-    assert _header(checkpoint) == dataclasses.replace(checkpoint, messages=())
     unset = {f.name for f in dataclasses.fields(AgentCheckpoint)} - {"messages", "version"}
     assert all(getattr(checkpoint, name) != getattr(AgentCheckpoint("x", 0, "running", (), Usage(), 0), name)
                for name in unset), "every field is set to a non-default value above"
+    store = InMemoryCheckpointStore()
+    store.save(checkpoint)
+    store.save(AgentCheckpoint("r", 5, "completed", [*checkpoint.messages, {"role": "assistant", "content": "yo"}],
+                               Usage(2, 3, 5), 8))
+    assert store.load_step("r", 4) == checkpoint
 
 
 class TestAsyncInMemoryStore(CheckpointStoreConformance):
