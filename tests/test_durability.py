@@ -229,15 +229,15 @@ def test_checkpoints_round_trip_through_the_codec_with_bytes() -> None:
 def test_a_checkpoint_from_a_newer_schema_is_refused_clearly() -> None:
     data = AgentCheckpoint(run_id="r", step_index=0, status="running", messages=[], usage=Usage(), created_at=0).to_dict()
     data["version"] = CHECKPOINT_VERSION + 1
-    from durable_agent._kernels import kernels
+    from durable_agent.backends import encode
 
     with pytest.raises(CheckpointVersionError, match="newer"):
-        deserialize_checkpoint(kernels.encode(data))
+        deserialize_checkpoint(encode(data))
 
 
 def test_the_trace_context_is_stored_only_when_set_and_checked_when_read() -> None:
     """Checkpoints written before it existed (no ``trace_context`` key) load with None; a bad one is corruption."""
-    from durable_agent._kernels import kernels
+    from durable_agent.backends import encode
 
     plain = AgentCheckpoint(run_id="r", step_index=0, status="running", messages=[], usage=Usage(), created_at=0)
     assert "trace_context" not in plain.to_dict() and deserialize_checkpoint(serialize_checkpoint(plain)) == plain
@@ -245,7 +245,7 @@ def test_the_trace_context_is_stored_only_when_set_and_checked_when_read() -> No
     assert deserialize_checkpoint(serialize_checkpoint(traced)) == traced
     for bad in ("00-…", {"traceparent": 7}, ["00-…"]):
         with pytest.raises(CheckpointCorruptError, match="trace_context"):
-            deserialize_checkpoint(kernels.encode({**plain.to_dict(), "trace_context": bad}), run_id="r")
+            deserialize_checkpoint(encode({**plain.to_dict(), "trace_context": bad}), run_id="r")
 
 
 @pytest.mark.parametrize(

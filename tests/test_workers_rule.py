@@ -182,8 +182,7 @@ def test_every_module_of_the_package_imports_without_entropy(rule: WorkersEntrop
 def test_module_scope_code_of_a_worker_runs_without_entropy(rule: WorkersEntropyRule, fresh_package: None) -> None:
     """What a Worker's module does at top level: import, build the store, signer, model, agent."""
     import durable_agent as da
-    from durable_agent._kernels import kernels
-    from durable_agent.backends import open_store
+    from durable_agent.backends import decode, encode, open_store
 
     store = da.InMemoryCheckpointStore()
     assert isinstance(open_store("memory://"), da.InMemoryCheckpointStore)
@@ -197,7 +196,7 @@ def test_module_scope_code_of_a_worker_runs_without_entropy(rule: WorkersEntropy
     )
     text = da.serialize_checkpoint(checkpoint)
     assert da.deserialize_checkpoint(text) == checkpoint
-    assert kernels.decode(kernels.encode({"$bytes": b"\x01"})) == {"$bytes": b"\x01"}
+    assert decode(encode({"$bytes": b"\x01"})) == {"$bytes": b"\x01"}
     store.save(checkpoint)
     assert store.load("r-1") == checkpoint
     assert (signer, agent) and rule.denied == []
