@@ -1,5 +1,5 @@
 """Shared test setup: an `async def` test runner that works on CPython and under Pyodide, and
-the `kernels` fixture that runs a test once per kernel implementation (pure, native)."""
+the `kernels` fixture: the public codec, run by the kernels DURABLE_AGENT_NATIVE selected (pure or native)."""
 
 from __future__ import annotations
 
@@ -154,28 +154,14 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
             item.add_marker(pytest.mark.skip(reason=SQLITE_MISSING))
 
 
-def _kernel_params() -> list[Any]:
-    params: list[Any] = [pytest.param("pure", id="pure")]
-    if not ON_PYODIDE:
-        params.append(pytest.param("native", id="native"))
-    return params
+@pytest.fixture
+def kernels() -> ModuleType:
+    """The codec under test: `durable_agent.backends`, whose `encode` and `decode` run the kernels this run selected.
 
-
-@pytest.fixture(params=_kernel_params())
-def kernels(request: Any) -> ModuleType:
-    """The kernel module under test: `durable_agent._pure`, or the native extension.
-
-    The native case fails (it does not skip) when the extension is missing, unless the
-    suite runs with DURABLE_AGENT_NATIVE=0 (the pure-only run).
+    DURABLE_AGENT_NATIVE selects them, so each kernel meets every test through the public codec:
+    scripts/test runs the suite with 1 (the native extension) and with 0 (the pure reference), and
+    Pyodide runs the pure ones. The parity tests (test_codec_parity.py) hold the two to each other.
     """
-    import os
+    import durable_agent.backends
 
-    if request.param == "pure":
-        from durable_agent import _pure
-
-        return _pure
-    if os.environ.get("DURABLE_AGENT_NATIVE", "auto") == "0":
-        pytest.skip("native kernels disabled by DURABLE_AGENT_NATIVE=0")
-    import durable_agent_native
-
-    return durable_agent_native
+    return durable_agent.backends

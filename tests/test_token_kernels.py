@@ -1,7 +1,8 @@
-"""The token kernels (`b64url_*`, `hmac_sha256`, `token_sign`, `token_verify`), once per implementation.
+"""The native extension's token kernels (`b64url_*`, `hmac_sha256`, `token_sign`, `token_verify`, `token_open`).
 
-Every test takes the `kernels` fixture, so the native extension is held to exactly the same
-vectors and properties as the pure reference.
+`durable_agent_native` is a package of its own, so its kernels are tested here directly, against
+the vectors. The pure kernels are private: they meet the same vectors through `ApprovalSigner`
+(tests/test_signing.py, run with each kernel), and test_codec_parity.py holds the two to each other.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import os
+import sys
+
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -25,6 +29,21 @@ B64URL_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_
 KEY = b"k" * 32
 # The `kernels` fixture returns a module: sharing it across the examples of one test is safe.
 FIXTURE_OK = [HealthCheck.function_scoped_fixture]
+
+pytestmark = pytest.mark.host_only("needs the native extension")
+
+if sys.platform == "emscripten":
+    pytest.skip("host only: the native extension does not exist under Pyodide", allow_module_level=True)
+
+
+@pytest.fixture
+def kernels() -> ModuleType:
+    """The extension; in the pure-only run (DURABLE_AGENT_NATIVE=0) these tests skip."""
+    if os.environ.get("DURABLE_AGENT_NATIVE", "auto") == "0":
+        pytest.skip("native kernels disabled by DURABLE_AGENT_NATIVE=0")
+    import durable_agent_native
+
+    return durable_agent_native
 
 
 def as_key(secret: str | bytes) -> bytes:
