@@ -1,4 +1,9 @@
-"""Loading decodes stored messages a batch at a time (`_history.decode_batched`): same values, same errors."""
+"""Loading decodes stored messages a batch at a time (one codec call per ~64K characters): same values, same errors.
+
+Checked through the stores that batch: the SQL stores decode a run's message rows in batches, the JSONL
+store its lines. Filler messages of a chosen size set how many texts a batch joins (every text in one
+batch, about ten per batch, or one per batch), as the batch size is about 64K characters.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from durable_agent import CheckpointCorruptError
-from durable_agent._kernels import kernels
-from durable_agent._storage import history as _history
+from durable_agent import AgentCheckpoint, CheckpointCorruptError
+from durable_agent.backends import encode
 from durable_agent.backends.jsonl import JsonlCheckpointStore
 from durable_agent.backends.sqlite import SqliteCheckpointStore
 from durable_agent.testing.conformance import conversation, make_checkpoint
@@ -36,6 +40,7 @@ TRICKY: list[Any] = [
     True,
     [[[{"deep": [1, 2, {"x": b""}]}]]],
 ]
+FILLERS = {"one-batch": 0, "ten-per-batch": 6_000, "one-per-batch": 70_000}
 
 
 def nested(depth: int) -> Any:
@@ -45,25 +50,51 @@ def nested(depth: int) -> Any:
     return value
 
 
-def decode_alone(index: int, text: Any) -> Any:
-    return _history.decode_message(text, "r", index)
+def tool_result(index: int, output: Any) -> dict[str, Any]:
+    return {"role": "tool", "content": [{"type": "tool-result", "tool_call_id": f"c{index}", "tool_name": "t",
+                                         "output": output}]}
 
 
-@pytest.mark.parametrize("batch_chars", [1, 40, 1 << 16])
-def test_batches_give_what_one_by_one_decoding_gives(monkeypatch: pytest.MonkeyPatch, batch_chars: int) -> None:
-    monkeypatch.setattr(_history, "BATCH_CHARS", batch_chars)
-    texts = [kernels.encode(value) for value in TRICKY * 3]
-    assert _history.decode_batched(texts, decode_alone) == [kernels.decode(t) for t in texts] == TRICKY * 3
-    assert _history.decode_batched([], decode_alone) == []
+def with_fillers(messages: list[Any], filler: int) -> list[Any]:
+    """`messages`, each followed by a text message of `filler` characters (none when 0)."""
+    pad = [{"role": "user", "content": "f" * filler}] if filler else []
+    return [m for message in messages for m in (message, *pad)]
 
 
-def test_a_text_nested_as_deep_as_the_codec_allows_still_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+def saved_and_loaded(path: Path, checkpoint: AgentCheckpoint) -> AgentCheckpoint | None:
+    with SqliteCheckpointStore(path) as store:
+        store.save(checkpoint)
+    with SqliteCheckpointStore(path) as store:
+        return store.load(checkpoint.run_id)
+
+
+@pytest.mark.requires_sqlite
+@pytest.mark.parametrize("filler", FILLERS.values(), ids=FILLERS.keys())
+def test_batches_give_what_one_by_one_decoding_gives(tmp_path: Path, filler: int) -> None:
+    messages = with_fillers([tool_result(i, value) for i, value in enumerate(TRICKY * 3)], filler)
+    checkpoint = make_checkpoint("r", 1, messages)
+    assert saved_and_loaded(tmp_path / "s.db", checkpoint) == checkpoint
+
+
+@pytest.mark.requires_sqlite
+def test_a_text_nested_as_deep_as_the_codec_allows_still_loads(tmp_path: Path) -> None:
     # Inside the joined list it is one level too deep: that batch falls back to decoding one by one.
-    monkeypatch.setattr(_history, "BATCH_CHARS", 1 << 20)
-    texts = [kernels.encode(v) for v in ("a", nested(256), "b")]
-    assert _history.decode_batched(texts, decode_alone) == ["a", nested(256), "b"]
+    deepest = max(d for d in range(240, 262) if encodable(tool_result(0, nested(d))))
+    with pytest.raises(Exception, match="deep"):
+        encode(tool_result(0, nested(deepest + 1)))
+    checkpoint = make_checkpoint("r", 1, [tool_result(0, "a"), tool_result(1, nested(deepest)), tool_result(2, "b")])
+    assert saved_and_loaded(tmp_path / "s.db", checkpoint) == checkpoint
 
 
+def encodable(value: Any) -> bool:
+    try:
+        encode(value)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.requires_sqlite
 @pytest.mark.parametrize(
     ("bad", "match"),
     [
@@ -72,27 +103,28 @@ def test_a_text_nested_as_deep_as_the_codec_allows_still_loads(monkeypatch: pyte
         ('{"role":"us', "message 7 cannot be decoded"),
         ('"a"]', "message 7 cannot be decoded"),
         (b'{"role":"user","content":"a"}', "message 7 is not text"),
-        (7, "message 7 is not text"),
+        (7, "every message must be an object"),  # the column's text affinity stores the text "7"
     ],
 )
-@pytest.mark.parametrize("batch_chars", [1, 100, 1 << 16])
-def test_a_bad_text_is_named_by_its_own_index(
-    monkeypatch: pytest.MonkeyPatch, bad: Any, match: str, batch_chars: int
-) -> None:
-    monkeypatch.setattr(_history, "BATCH_CHARS", batch_chars)
-    bodies: list[Any] = [kernels.encode(m) for m in conversation(12)]
-    bodies[7] = bad
-    with pytest.raises(CheckpointCorruptError, match=match) as caught:
-        _history.decode_messages(bodies, "r")
+@pytest.mark.parametrize("filler", [70_000, 600, 0], ids=["one-per-batch", "a-few-per-batch", "one-batch"])
+def test_a_bad_text_is_named_by_its_own_index(tmp_path: Path, bad: Any, match: str, filler: int) -> None:
+    """The messages are rows 0-11 (with a filler in each, so a batch joins as many as the filler allows)."""
+    messages = [{**m, "content": f"{m['content']} {'f' * filler}"} for m in conversation(12)]
+    db = tmp_path / "s.db"
+    with SqliteCheckpointStore(db) as store:
+        store.save(make_checkpoint("r", 1, messages))
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("UPDATE durable_agent_messages SET body = ? WHERE seq = 7", (bad,)).rowcount == 1
+        with pytest.raises(CheckpointCorruptError, match=match) as caught:
+            store.load("r")
     assert caught.value.run_id == "r"
 
 
 @pytest.mark.requires_sqlite
-def test_sqlite_names_a_damaged_row_past_the_first_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_history, "BATCH_CHARS", 200)  # several batches for a 40-message run
+def test_sqlite_names_a_damaged_row_past_the_first_batch(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with SqliteCheckpointStore(db) as store:
-        saved = make_checkpoint("r", 3, conversation(40))
+        saved = make_checkpoint("r", 3, with_fillers(conversation(20), 6_000))  # about 10 rows per batch
         store.save(saved)
         assert store.load("r") == saved
         with sqlite3.connect(db) as conn:
@@ -105,15 +137,13 @@ def test_sqlite_names_a_damaged_row_past_the_first_batch(tmp_path: Path, monkeyp
         assert caught.value.run_id == "r"
 
 
-def test_jsonl_names_the_offset_of_a_damaged_line_past_the_first_batch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_history, "BATCH_CHARS", 300)
+def test_jsonl_names_the_offset_of_a_damaged_line_past_the_first_batch(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
+    history = [{**m, "content": f"{m['content']} {'f' * 6_000}"} for m in conversation(31)]  # ~10 lines per batch
     with JsonlCheckpointStore(path, fsync=False) as store:
         for step in range(30):
-            store.save(make_checkpoint("r", step, conversation(step + 2)))
-        assert store.load("r") == make_checkpoint("r", 29, conversation(31))
+            store.save(make_checkpoint("r", step, history[: step + 2]))
+        assert store.load("r") == make_checkpoint("r", 29, history)
     lines = path.read_bytes().split(b"\n")
     offset = sum(len(line) + 1 for line in lines[:21])
     with JsonlCheckpointStore(path, fsync=False) as store:
