@@ -9,14 +9,7 @@ import pytest
 
 from agent_kit import NUMBERS, recording, user
 from durable_agent import ConfigurationError, ScriptedModel, Tool, call, generate_text, reply
-from durable_agent._schema import compile_schema
-
-
-def problems(schema: Any, value: Any) -> list[str]:
-    """The messages the model would get (empty when `value` is valid), from the validator a Tool
-    compiles; here any schema may be the root, not only the objects a Tool takes."""
-    return compile_schema(schema)(value)
-
+from schema_kit import problems
 
 TREE = {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#"}}}}
 
@@ -247,8 +240,9 @@ def test_deep_input_on_a_recursive_schema_is_an_error_not_a_crash() -> None:
     nested: list[Any] = []
     for _ in range(1000):
         nested = [nested]
-    for schema in ({"enum": [1]}, {"const": [1]}, {"uniqueItems": True}):
-        assert problems(schema, [nested, 1]) == ["input: nested too deeply to validate"], schema
+    for schema in ({"enum": [1]}, {"const": [1]}, {"uniqueItems": True}):  # under an object root: a Tool's input
+        wrapped = {"type": "object", "properties": {"v": schema}}
+        assert problems(wrapped, {"v": [nested, 1]}) == ["input: nested too deeply to validate"], schema
     assert problems({"const": 1}, [[[[[["x" * 500]]]]]]) == ["input: must be 1"]
 
 
