@@ -7,6 +7,7 @@ runtime, this one included, in test_agent.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import subprocess
@@ -95,16 +96,18 @@ async def test_a_stray_message_row_fails_one_checkpoint_commit_and_the_run_compl
 ) -> None:
     """A row nobody saved where the step's messages go: that step's commit fails as corruption of the run
     (it was a raw sqlite3.IntegrityError), the loop logs it and goes on, and the next commit heals the run."""
-    from durable_agent.backends._sql.plan import Plan, Query
+    import sqlite3
+
     from durable_agent.backends.sqlite import SqliteRuntime
 
-    def stray_row() -> Plan[None]:
-        yield Query("INSERT INTO durable_agent_messages (run_id, seq, body) VALUES (?, ?, ?)", ("r", 1, '"stray"'))
+    def stray_row() -> None:  # another connection to the file (a foreign writer, or damage)
+        with contextlib.closing(sqlite3.connect(tmp_path / "agent.db", timeout=10)) as conn, conn:
+            conn.execute("INSERT INTO durable_agent_messages (run_id, seq, body) VALUES (?, ?, ?)", ("r", 1, '"stray"'))
 
     with SqliteRuntime(tmp_path / "agent.db") as runtime:
 
         async def lookup(args: object) -> str:
-            await runtime.backend.write(stray_row())  # seq 1: where this step's assistant message goes
+            stray_row()  # seq 1: where this step's assistant message goes
             return "found"
 
         model = ScriptedModel([reply("", call("lookup", {"id": 1})), "Done."])
