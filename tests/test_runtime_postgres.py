@@ -70,6 +70,17 @@ class TestPostgresRuntime(DurableRuntimeConformance, SqlJournalChecks):
     def make_runtime(self, opened: Callable[..., Any]) -> Any:
         return lambda clock: opened(clock)
 
+    @pytest.fixture
+    def stray_row(self, conninfo: str) -> Callable[[str, int], None]:
+        import psycopg
+
+        def insert(run_id: str, seq: int) -> None:
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                conn.execute("INSERT INTO durable_agent_messages (run_id, seq, body) VALUES (%s, %s, %s)",
+                             (run_id, seq, '"stray"'))
+
+        return insert
+
 
 async def test_racing_claims_of_one_session_have_one_winner_named_to_the_others(
     opened: Callable[..., Any],

@@ -35,7 +35,6 @@ from durable_agent.backends import (
     StepRecord,
     StepRequest,
 )
-from durable_agent.backends._sql.plan import Query
 from durable_agent.testing.runtime_conformance import Clock, DurableRuntimeConformance
 from store_kit import queued_together
 
@@ -102,11 +101,6 @@ def _watch(plan: Any, rereads: list[str]) -> Any:
         return stop.value
 
 
-def _stray_row(run_id: str, seq: int) -> Any:
-    """A plan that writes a message row no save wrote (damage, or a foreign writer)."""
-    yield Query("INSERT INTO durable_agent_messages (run_id, seq, body) VALUES (?, ?, ?)", (run_id, seq, '"stray"'))
-
-
 def _req(key: str, replay: str = "unsafe") -> StepRequest:
     return StepRequest(key=key, kind="tool", replay=replay, payload=None)  # type: ignore[arg-type]
 
@@ -114,7 +108,8 @@ def _req(key: str, replay: str = "unsafe") -> StepRequest:
 class SqlJournalChecks:
     """What the SQL runtimes (SQLite, Postgres) add to the conformance suite: one transaction per write.
 
-    Needs the `make_runtime` fixture of `DurableRuntimeConformance`.
+    Needs the `make_runtime` fixture of `DurableRuntimeConformance`, and `stray_row(run_id, seq)`: writes a
+    message row no save wrote (damage, or a foreign writer) through a connection of its own.
     """
 
     async def test_a_done_record_and_its_tool_state_commit_together(self, make_runtime: Any) -> None:
@@ -204,7 +199,7 @@ class SqlJournalChecks:
         assert await other.stores.checkpoints.load(RUN) == latest
 
     async def test_a_stray_message_row_fails_the_next_commit_as_corruption_and_the_commit_after_heals(
-        self, make_runtime: Any
+        self, make_runtime: Any, stray_row: Callable[[str, int], None]
     ) -> None:
         """A row at seq = message_count, behind the back of a process whose cache trusts the stored rows: the
         next commit (on Postgres the one-statement append) raised the driver's unique-key error."""
@@ -212,7 +207,7 @@ class SqlJournalChecks:
         runtime = make_runtime(clock)
         claim = await runtime.lease.claim(SESSION, stale_at=0)
         await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=_checkpoint(["a", "b"], 0)))
-        await runtime.backend.write(_stray_row(RUN, 2))
+        stray_row(RUN, 2)
         record = StepRecord(SESSION, RUN, step_key(RUN, 1, "t1"), "tool", "unsafe", "pending")
         with pytest.raises(CheckpointCorruptError, match="stored already where this save appends message 2") as caught:
             await runtime.commit(RunTransition(SESSION, claim.epoch, checkpoint=_checkpoint(["a", "b", "c"], 1),
@@ -277,6 +272,18 @@ class TestSqliteRuntime(DurableRuntimeConformance, SqlJournalChecks):
     @pytest.fixture
     def make_runtime(self, opened: Callable[..., Any]) -> Any:
         return lambda clock: opened(clock)
+
+    @pytest.fixture
+    def stray_row(self, db: Path) -> Callable[[str, int], None]:
+        import contextlib
+        import sqlite3
+
+        def insert(run_id: str, seq: int) -> None:
+            with contextlib.closing(sqlite3.connect(db, timeout=10)) as conn, conn:
+                conn.execute("INSERT INTO durable_agent_messages (run_id, seq, body) VALUES (?, ?, ?)",
+                             (run_id, seq, '"stray"'))
+
+        return insert
 
 
 async def test_a_step_and_its_checkpoint_read_no_fence_row_and_delete_nothing_they_did_not_write(
