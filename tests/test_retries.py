@@ -23,7 +23,6 @@ from durable_agent import (
     step_key,
     stream_chat,
 )
-from durable_agent._model_call import decide
 from test_agent import runtime_on  # noqa: F401  # fixtures: memory, SQLite, Postgres
 from test_runtime_postgres import conninfo, opened  # noqa: F401
 
@@ -86,13 +85,26 @@ async def test_a_fallback_model_takes_over_when_the_first_keeps_failing() -> Non
     assert result.text == "from the backup" and len(primary.requests) == 2 and len(backup.requests) == 1
 
 
-def test_the_decision_honours_retry_after_and_gives_up_on_an_unreasonable_one() -> None:
-    policy = RetryPolicy(attempts=4, initial_delay_ms=100, jitter=False, max_retry_after_ms=5_000)
-    assert decide(policy, 1, overloaded(), 1_000, lambda: 0.5) == {"action": "retry", "delay_ms": 100,
-                                                                   "retry_at": 1_100}
-    assert decide(policy, 2, overloaded(2_000), 0, lambda: 0.5)["retry_at"] == 2_000
-    assert decide(policy, 1, overloaded(60_000), 0, lambda: 0.5) == {"action": "next-model"}
-    assert decide(policy, 4, overloaded(), 0, lambda: 0.5) == {"action": "next-model"}
+async def test_the_decision_honours_retry_after_and_gives_up_on_an_unreasonable_one() -> None:
+    waits: list[int] = []
+
+    async def sleep(ms: int) -> None:
+        waits.append(ms)
+
+    policy = RetryPolicy(attempts=4, initial_delay_ms=100, jitter=False, max_retry_after_ms=5_000, sleep=sleep)
+    ask: Any = {"messages": [{"role": "user", "content": "hi"}], "retry": policy, "clock": lambda: 1_000}
+    errors = iter([overloaded(), overloaded(2_000)])
+    result = stream_chat(model=Flaky(2, error=lambda: next(errors)), **ask)
+    retries = [p for p in [p async for p in result.full_stream] if isinstance(p, StreamStepRetry)]
+    assert [r.delay_ms for r in retries] == waits == [100, 2_000]  # the backoff, then the server's retry-after
+    unreasonable = Flaky(5, error=lambda: overloaded(60_000))  # beyond max_retry_after_ms: give up at once
+    with pytest.raises(ModelCallError):
+        await generate_text(model=unreasonable, **ask)
+    assert len(unreasonable.requests) == 1 and waits == [100, 2_000]
+    busy = Flaky(10)
+    with pytest.raises(ModelCallError):
+        await generate_text(model=busy, **ask)
+    assert len(busy.requests) == 4  # the policy's attempts, then the next model (none here)
 
 
 def sleeps_recorded(runtime: Any, waits: list[int], *, then_stop: bool) -> None:
@@ -154,18 +166,31 @@ async def test_on_a_journal_each_attempt_is_a_step_and_a_resume_takes_the_stored
     assert statuses[step_key(run_id, 1, MODEL_CALL, 1)] == "done"
 
 
-def test_healing_takes_the_answer_of_whichever_attempt_finished() -> None:
-    from durable_agent import AgentCheckpoint
-    from durable_agent._durable_session import healed_history
-    from durable_agent.backends import StepRecord
+async def test_healing_takes_the_answer_of_whichever_attempt_finished() -> None:
+    """A process stopped with its run's model call failed at attempt 0 and done at attempt 1 (its records
+    committed, its checkpoint not): the session's next run heals it with attempt 1's answer."""
+    from durable_agent import Agent, AgentCheckpoint, DurableOptions, ScriptedModel
+    from durable_agent.backends import DeferredSteps, RunTransition, StepRecord
+    from durable_agent.backends.memory import MemoryRuntime
 
+    runtime = MemoryRuntime()
+    epoch = (await runtime.lease.claim("s", stale_at=0)).epoch
+    assert epoch is not None
     checkpoint = AgentCheckpoint(run_id="r", step_index=0, status="running", usage=Usage(), created_at=1,
                                  messages=[{"role": "user", "content": "hi"}])
     answer = {"text": "from attempt 1", "tool_calls": [], "usage": Usage().to_dict(), "finish_reason": "stop"}
-    records = [StepRecord("s", "r", step_key("r", 1, MODEL_CALL, 0), "model", "safe", "failed", None),
-               StepRecord("s", "r", step_key("r", 1, MODEL_CALL, 1), "model", "safe", "done", None, answer)]
-    healed = healed_history(checkpoint, records)
-    assert healed is not None and healed[-1]["content"] == [{"type": "text", "text": "from attempt 1"}]
+    records = (StepRecord("s", "r", step_key("r", 1, MODEL_CALL, 0), "model", "safe", "failed", None),
+               StepRecord("s", "r", step_key("r", 1, MODEL_CALL, 1), "model", "safe", "done", None, answer))
+    await runtime.commit(RunTransition("s", epoch, checkpoint=checkpoint, last_run="r", mark="r",
+                                       deferred=DeferredSteps(records)))
+    await runtime.lease.release("s", epoch)  # the process stopped: its run stays marked in progress
+    model = ScriptedModel(lambda request: "next")
+    agent = Agent(model=model, durable=DurableOptions(runtime, on_interrupted="heal"), session_id="s")
+    await agent.run("go on")
+    healed = runtime.stores.checkpoints.load("r")
+    assert healed is not None and healed.status == "completed"
+    assert healed.messages[-1]["content"] == [{"type": "text", "text": "from attempt 1"}]
+    assert len(model.requests) == 1  # the new run's call only: the healed one was not asked again
 
 
 async def test_an_injected_sleep_takes_the_backoff_wait_so_a_429_test_does_not_wait_in_real_time() -> None:
