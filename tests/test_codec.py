@@ -12,6 +12,7 @@ import collections
 import enum
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -124,21 +125,118 @@ def test_decode_vector(kernels: ModuleType, vector: dict[str, Any]) -> None:
         assert strict_repr(kernels.decode(text)) == strict_repr(from_tagged(vector["value"]))
 
 
-@pytest.mark.parametrize("vector", VECTORS["decode"], ids=lambda v: v["name"])
-def test_the_wasm_decode_path_agrees_with_the_vectors(vector: dict[str, Any]) -> None:
-    """Under WebAssembly the pure decoder measures the text first and counts its pairs to
-    parse it through json's object_hook (duplicate keys found by the count); run that path
-    here too, not only under Pyodide."""
-    from durable_agent._codec_pure import _decode_measured, _has_lone_surrogate
+# --- an independent statement of the codec (docs/codec.md), for generated input ----------------------
+#
+# The pure codec takes other paths under WebAssembly (Pyodide, Workers): it encodes a plain value by
+# letting json read it directly and splicing large bytes' base64 into holes, and it decodes by cutting
+# the bytes out of the text and measuring its depth before parsing. The public codec runs those paths
+# in the Pyodide runs of this file (and the vectors above pin them too); everywhere, these tests hold
+# whichever path runs to a reference written from the documented rules with the json module alone.
 
-    text = vector_text(vector)
-    if _has_lone_surrogate(text):
-        pytest.skip("decode() refuses the text before either path")
-    if "error" in vector:
-        with pytest.raises(getattr(durable_agent, vector["error"])):
-            _decode_measured(text)
-    else:
-        assert strict_repr(_decode_measured(text)) == strict_repr(from_tagged(vector["value"]))
+MAX_DEPTH = 256  # docs/codec.md, Limits
+RESERVED = ("$bytes", "$esc")
+
+
+class Refused(Exception):
+    pass
+
+
+def _lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def reference_encode(value: Any) -> str:
+    """The text of a shallow value as docs/codec.md writes it; `Refused` where the codec refuses."""
+
+    def tagged(v: Any) -> Any:
+        if v is None or isinstance(v, (bool, int)):
+            return v
+        if isinstance(v, float):
+            if v != v or v in (float("inf"), float("-inf")):
+                raise Refused
+            return v
+        if isinstance(v, str):
+            if _lone_surrogate(v):
+                raise Refused
+            return v
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            return {"$bytes": base64.b64encode(bytes(v)).decode("ascii")}
+        if isinstance(v, (list, tuple)):
+            return [tagged(x) for x in v]
+        if isinstance(v, dict):
+            if not all(isinstance(k, str) and not _lone_surrogate(k) for k in v):
+                raise Refused
+            out = {k: tagged(x) for k, x in v.items()}
+            return {"$esc": out} if len(out) == 1 and next(iter(out)) in RESERVED else out
+        raise Refused
+
+    return json.dumps(tagged(value), ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass
+class _Object:
+    pairs: list[tuple[str, Any]]
+
+
+def reference_decode(text: str) -> Any:
+    """The value docs/codec.md reads from `text`; `Refused` where the codec refuses."""
+    if _lone_surrogate(text) or _reference_depth(text) > MAX_DEPTH:
+        raise Refused
+
+    def constant(name: str) -> Any:
+        raise Refused
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, list):
+            return [resolve(x) for x in node]
+        if isinstance(node, float) and node in (float("inf"), float("-inf")):
+            raise Refused
+        if isinstance(node, str) and _lone_surrogate(node):
+            raise Refused
+        if not isinstance(node, _Object):
+            return node
+        keys = [k for k, _ in node.pairs]
+        if len(set(keys)) != len(keys) or any(_lone_surrogate(k) for k in keys):
+            raise Refused
+        if keys == ["$bytes"]:
+            encoded = node.pairs[0][1]
+            try:
+                raw = base64.b64decode(encoded, validate=True) if isinstance(encoded, str) else None
+            except ValueError:
+                raw = None
+            if raw is None or base64.b64encode(raw).decode("ascii") != encoded:
+                raise Refused
+            return raw
+        if keys == ["$esc"]:
+            inner = node.pairs[0][1]
+            if not (isinstance(inner, _Object) and len(inner.pairs) == 1 and inner.pairs[0][0] in RESERVED):
+                raise Refused
+            return {inner.pairs[0][0]: resolve(inner.pairs[0][1])}
+        return {k: resolve(v) for k, v in node.pairs}
+
+    try:
+        parsed = json.loads(text, object_pairs_hook=_Object, parse_constant=constant)
+    except ValueError:  # not JSON, or an int beyond 4300 digits
+        raise Refused from None
+    return resolve(parsed)
+
+
+def _decoded(decode: Any, text: str) -> str:
+    try:
+        return strict_repr(decode(text))
+    except (durable_agent.CodecError, Refused):
+        return "refused"
+
+
+def _encoded(encode: Any, value: Any) -> str:
+    try:
+        return str(encode(value))
+    except (durable_agent.CodecError, Refused):
+        return "refused"
 
 
 _PLAINISH = st.recursive(
@@ -156,35 +254,14 @@ _PLAINISH = st.recursive(
 )
 
 
-def _plain_outcome(value: Any, *, isolated: bool) -> str | None:
-    """`_encode_plain`'s text (None: left to the exact path), or its refusal."""
-    from durable_agent._codec_pure import _encode_plain
-
-    try:
-        return _encode_plain(value, isolated=isolated)
-    except durable_agent.CodecError as exc:
-        return f"refused: {exc}"
-
-
-@pytest.mark.parametrize("vector", VECTORS["encode"], ids=_ids(VECTORS["encode"]))
-def test_the_wasm_encode_path_agrees_with_the_vectors(vector: dict[str, Any]) -> None:
-    """Under WebAssembly, where no other thread runs, the pure encoder checks a plain value and
-    lets json's encoder read it directly instead of a copy; run that path here too. None means
-    the value is left to the exact path (which the vectors check through `encode`)."""
-    value = from_tagged(vector["value"])
-    outcome = _plain_outcome(value, isolated=True)
-    assert outcome == _plain_outcome(value, isolated=False)
-    if "error" not in vector and outcome is not None:
-        assert outcome == vector["text"]
-
-
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_PLAINISH)
-def test_the_wasm_encode_path_agrees_with_the_copying_one(value: Any) -> None:
-    assert _plain_outcome(value, isolated=True) == _plain_outcome(value, isolated=False)
+def test_encode_agrees_with_the_reference_on_plain_values(kernels: ModuleType, value: Any) -> None:
+    assert _encoded(kernels.encode, value) == _encoded(reference_encode, value)
 
 
-_BIG = bytes(range(256)) * 2  # written through a hole (its base64 is `_HOLE_MIN` or longer)
+_BIG = bytes(range(256)) * 2  # under WebAssembly, written through a hole (its base64 is 684 characters)
+_HUGE = bytes(range(256)) * 300  # 100 KB of base64
 
 
 @pytest.mark.parametrize(
@@ -197,45 +274,26 @@ _BIG = bytes(range(256)) * 2  # written through a hole (its base64 is `_HOLE_MIN
         ['{"$bytes":"-"}', {'{"$bytes":"-"}': _BIG}, b"", "x", b"\x01\x02", '{"$bytes":""}', _BIG[3:]],
         [bytes(range(n % 256)) * (n // 40 + 1) for n in range(0, 1200, 30)],
         {"only": _BIG},
+        [_HUGE, {"k": _HUGE[1:]}, _BIG],
     ],
-    ids=["beside-a-user-$bytes-key", "hole-text-in-strings", "small-and-large", "one"],
+    ids=["beside-a-user-$bytes-key", "hole-text-in-strings", "small-and-large", "one", "huge"],
 )
-def test_the_wasm_encode_path_fills_each_bytes_hole_with_its_own_base64(value: Any) -> None:
+def test_each_bytes_object_is_written_with_its_own_base64(kernels: ModuleType, value: Any) -> None:
     """Under WebAssembly json writes each large bytes object as `{"$bytes":"-"}` and the base64
     is spliced in afterwards: each payload must land in its own object, whatever the strings,
     the other dicts and the smaller bytes objects hold."""
-    from durable_agent._codec_pure import _HOLE_MIN, _dumps, _encode_plain, _prepare
+    text = kernels.encode(value)
+    assert text == reference_encode(value)
+    assert strict_repr(kernels.decode(text)) == strict_repr(reference_decode(text))
 
-    assert len(base64.b64encode(_BIG)) >= _HOLE_MIN
-    assert _encode_plain(value, isolated=True) == _dumps(_prepare(value, 1))
 
-
-def test_the_wasm_encode_path_refuses_a_lone_surrogate_beside_bytes() -> None:
-    """The lone-surrogate check runs before the base64 is spliced in (base64 is ASCII): a lone
-    surrogate anywhere else is still refused."""
+def test_a_lone_surrogate_beside_bytes_is_refused(kernels: ModuleType) -> None:
+    """Under WebAssembly the lone-surrogate check runs before the base64 is spliced in (base64 is
+    ASCII): a lone surrogate anywhere else is still refused."""
     for value in (["\ud800", _BIG], [_BIG, {"k\udfff": b"y"}]):
-        assert _plain_outcome(value, isolated=True) == _plain_outcome(value, isolated=False)
-        assert _plain_outcome(value, isolated=True) == (
-            "refused: a string contains a lone surrogate, which is not valid Unicode"
-        )
-
-
-def _outcome(decode: Any, text: str) -> str:
-    try:
-        return strict_repr(decode(text))
-    except durable_agent.CodecError:
-        return "refused"
-
-
-def _general_outcome(text: str) -> str:
-    """What the measured path gives without cutting bytes out (and, off WebAssembly, where
-    depth is checked after parsing, what the general path gives too: they must agree)."""
-    from durable_agent._codec_pure import _decode, _measure_and_decode
-
-    outcome = _outcome(lambda text: _measure_and_decode(text, None), text)
-    if sys.platform != "emscripten":
-        assert _outcome(_decode, text) == outcome
-    return outcome
+        with pytest.raises(durable_agent.CodecError) as caught:
+            kernels.encode(value)
+        assert str(caught.value) == "a string contains a lone surrogate, which is not valid Unicode"
 
 
 _TAG_SOUP = st.lists(
@@ -269,7 +327,7 @@ _TAG_SOUP = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_TAG_SOUP)
 @example('["{"$bytes":"AA=="}"]')  # a tag inside a string: no JSON, refused, not ["\nNaN"]
 @example('["a:{"$bytes":"AA=="}"]')
@@ -281,14 +339,11 @@ _TAG_SOUP = st.lists(
 @example('{"a":{"$bytes":"AA=="},"a":1}')  # a duplicate key beside a tag
 @example("[" * 255 + '{"$bytes":"AA=="}' + "]" * 255)  # bytes at depth 256
 @example("[" * 256 + '{"$bytes":"AA=="}' + "]" * 256)  # bytes at depth 257: refused
-def test_the_wasm_decode_path_agrees_with_the_general_one_around_bytes(text: str) -> None:
-    """Under WebAssembly the pure decoder cuts `{"$bytes":"..."}` objects out of the text
-    before it measures and parses it (see `_cut_bytes`): on any text, with tags anywhere
-    (inside strings, escaped, beside NaN, too deep), it must decode or refuse as the general
-    path does."""
-    from durable_agent._codec_pure import _decode_measured
-
-    assert _outcome(_decode_measured, text) == _general_outcome(text)
+def test_decode_agrees_with_the_reference_around_bytes(kernels: ModuleType, text: str) -> None:
+    """Under WebAssembly the pure decoder cuts `{"$bytes":"..."}` objects out of the text before it
+    measures and parses it: on any text, with tags anywhere (inside strings, escaped, beside NaN, too
+    deep), it must decode or refuse as the documented rules do."""
+    assert _decoded(kernels.decode, text) == _decoded(reference_decode, text)
 
 
 def test_vectors_cover_the_documented_edge_cases() -> None:
@@ -477,20 +532,6 @@ def test_realistic_checkpoint_round_trips(kernels: ModuleType) -> None:
     assert kernels.encode(kernels.decode(text)) == text
 
 
-def test_the_wasm_depth_precheck_measures_text_depth() -> None:
-    """Under WebAssembly the pure decoder measures bracket depth before parsing (the C stack
-    can run out before CPython's recursion guard); it must agree with the nesting vectors."""
-    from durable_agent._codec_pure import MAX_DEPTH, _text_depth
-
-    for vector in VECTORS["decode"]:
-        text = vector_text(vector)
-        if _text_depth(text) > MAX_DEPTH:
-            assert "error" in vector, vector["name"]
-        if "depth" in vector["name"]:
-            assert (_text_depth(text) > MAX_DEPTH) == ("error" in vector), vector["name"]
-    assert _text_depth('["[[[[",{"a":"\\"[[{"}]') == 2
-
-
 def _reference_depth(text: str) -> int:
     """Bracket depth outside strings, one character at a time (what json's parser sees)."""
     depth = deepest = 0
@@ -521,31 +562,31 @@ _JSONISH = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_JSONISH, st.booleans())
-@example("]][[[[", False)  # a cut text that starts inside a string, then closes brackets: never below 0
-def test_text_depth_is_exact_on_json_with_brackets_and_escapes_in_strings(value: Any, spaced: bool) -> None:
-    """The depth pre-check strips strings with str.split/replace; escaped quotes and
-    backslashes inside strings must not fool it."""
-    from durable_agent._codec_pure import _text_depth
-
+@example("]][[[[", False)
+@example(["[[[[", {"a": '"[[{'}], False)
+def test_the_depth_limit_counts_brackets_outside_strings_only(kernels: ModuleType, value: Any, spaced: bool) -> None:
+    """Under WebAssembly the depth is measured on the text before parsing, stripping its strings with
+    str.split/replace: escaped quotes and backslashes inside strings must not fool it. A text nested
+    exactly 256 deep decodes, one level more is refused."""
     text = json.dumps(value, ensure_ascii=False, indent=1 if spaced else None)
-    assert _text_depth(text) == _reference_depth(text)
-    for cut in (len(text) // 3, len(text) // 2):  # not JSON: at least the depth the parser reaches
-        assert _text_depth(text[:cut]) >= _reference_depth(text[:cut])
+    room = MAX_DEPTH - _reference_depth(text)
+    assert room >= 0
+    deepest = "[" * room + text + "]" * room
+    assert _decoded(kernels.decode, deepest) == _decoded(reference_decode, deepest) != "refused"
+    with pytest.raises(durable_agent.CodecError):
+        kernels.decode("[" + deepest + "]")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_JSONISH | st.binary(max_size=6), st.booleans())
-def test_the_wasm_decode_path_agrees_with_the_general_one_on_json(value: Any, spaced: bool) -> None:
-    """Strings full of quotes, brackets, colons and escapes, spaced or compact, with bytes cut
-    out: the measured path decodes what the general one does."""
-    from durable_agent._codec_pure import _decode_measured, encode
-
-    text = encode(value)
+def test_decode_agrees_with_the_reference_on_json(kernels: ModuleType, value: Any, spaced: bool) -> None:
+    """Strings full of quotes, brackets, colons and escapes, spaced or compact, with bytes among them."""
+    text = kernels.encode(value)
     if spaced:
         text = json.dumps(json.loads(text), ensure_ascii=False, indent=1)
-    assert _outcome(_decode_measured, text) == _general_outcome(text)
+    assert _decoded(kernels.decode, text) == _decoded(reference_decode, text)
 
 
 def _canonical(encoded: str) -> bool:

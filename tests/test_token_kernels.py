@@ -10,13 +10,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import os
 import re
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-
-import os
-import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
