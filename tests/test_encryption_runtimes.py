@@ -13,6 +13,7 @@ Postgres runs under `scripts/services` (it skips without it, as its runtime suit
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import secrets
 import subprocess
@@ -538,21 +539,42 @@ async def test_a_run_sigkilled_on_an_encrypted_runtime_resumes_in_another_proces
 # -- the whole runtime surface, encrypted ----------------------------------------------------------------------
 
 
+def write_stray_row(db: Database, run_id: str, seq: int) -> None:
+    """A message row no save wrote (damage, or a foreign writer), through a connection of its own."""
+    db.sql("INSERT INTO durable_agent_messages (run_id, seq, body) VALUES (?, ?, ?)", (run_id, seq, '"stray"'))
+
+
 class TestEncryptedSqliteRuntime(DurableRuntimeConformance, SqlJournalChecks):
     @pytest.fixture
-    def make_runtime(self, tmp_path: Path) -> Iterator[Callable[[Callable[[], int]], Any]]:
+    def journal_db(self, tmp_path: Path) -> Iterator[Database]:
         db = SqliteDatabase(tmp_path)
-        yield lambda clock: db.runtime(RING, clock)
+        yield db
         asyncio.run(db.close())
+
+    @pytest.fixture
+    def make_runtime(self, journal_db: Database) -> Callable[[Callable[[], int]], Any]:
+        return lambda clock: journal_db.runtime(RING, clock)
+
+    @pytest.fixture
+    def stray_row(self, journal_db: Database) -> Callable[[str, int], None]:
+        return functools.partial(write_stray_row, journal_db)
 
 
 @pytest.mark.host_only("needs a Postgres server")
 class TestEncryptedPostgresRuntime(DurableRuntimeConformance, SqlJournalChecks):
     @pytest.fixture
-    def make_runtime(self) -> Iterator[Callable[[Callable[[], int]], Any]]:
+    def journal_db(self) -> Iterator[Database]:
         from durable_agent.testing.services import postgres_schema
 
         with postgres_schema("er") as conninfo:
             db = PostgresDatabase(conninfo)
-            yield lambda clock: db.runtime(RING, clock)
+            yield db
             asyncio.run(db.close())
+
+    @pytest.fixture
+    def make_runtime(self, journal_db: Database) -> Callable[[Callable[[], int]], Any]:
+        return lambda clock: journal_db.runtime(RING, clock)
+
+    @pytest.fixture
+    def stray_row(self, journal_db: Database) -> Callable[[str, int], None]:
+        return functools.partial(write_stray_row, journal_db)
