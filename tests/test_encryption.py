@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+import secrets
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,7 +21,15 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import durable_agent
-from durable_agent import CodecError, ConfigurationError, DecryptionError, FeatureUnavailableError
+from durable_agent import (
+    AgentCheckpoint,
+    CodecError,
+    ConfigurationError,
+    DecryptionError,
+    FeatureUnavailableError,
+    ToolApprovalRequest,
+    Usage,
+)
 from durable_agent.encryption import Keyring, associated_data, envelope_key_id, is_envelope
 
 Implementation = Literal["cryptography", "webcrypto"]  # Keyring's `implementation=` (besides "auto")
@@ -37,6 +46,29 @@ PROBLEMS = {
     "unknown_key": "not in this keyring",
     "not_authentic": "not authentic",
 }
+MARK = "zq" + secrets.token_hex(8)  # unique per session: only what a test stored can hold it
+
+
+def marked(run_id: str, step_index: int) -> AgentCheckpoint:
+    """A checkpoint whose every kind of stored data holds `MARK` (the stores' and runtimes' encryption tests):
+    user text, a tool call's input, a tool result's output, assistant text, a pending approval's input and
+    token, the agent path, the trace context."""
+    messages: list[Any] = [
+        {"role": "user", "content": f"user {MARK}"},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": f"reply {MARK}"},
+            {"type": "tool-call", "tool_call_id": "c1", "tool_name": "lookup", "input": {"q": f"in {MARK}"}},
+        ]},
+        {"role": "tool", "content": [
+            {"type": "tool-result", "tool_call_id": "c1", "tool_name": "lookup", "output": {"v": f"out {MARK}"}},
+        ]},
+    ][: 2 + step_index]
+    approval = ToolApprovalRequest("a1", "c2", "pay", {"to": f"payee {MARK}"}, ("outer", f"agent{MARK}"),
+                                   token=f"v1.{MARK}")
+    return AgentCheckpoint(run_id, step_index, "suspended", messages, Usage(1, 2, 3), 1_000, (approval,),
+                           trace_context={"traceparent": f"00-{MARK}"})
+
+
 CRYPTOGRAPHY_MISSING = (
     "cryptography is not importable: Pyodide ships its wheel only from its CDN (not in the npm package), "
     "and this run is offline"
@@ -67,13 +99,21 @@ def unusable(implementation: Implementation) -> str | None:
     return None if webcrypto_available() else "this runtime has no crypto.subtle"
 
 
-@pytest.fixture(params=["cryptography", "webcrypto"])
-def implementation(request: Any) -> Implementation:
-    """Each AES-GCM implementation, through the keyring's async pair (which both have)."""
+IMPLEMENTATIONS = ["cryptography", "webcrypto"]
+
+
+def usable(request: Any) -> Implementation:
+    """The implementation a fixture parametrized by `IMPLEMENTATIONS` asks for; the test skips where it cannot run."""
     reason = unusable(request.param)
     if reason is not None:
         pytest.skip(reason)
     return cast(Implementation, request.param)
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def implementation(request: Any) -> Implementation:
+    """Each AES-GCM implementation, through the keyring's async pair (which both have)."""
+    return usable(request)
 
 
 NO_SYNC_PAIR = unusable("cryptography")

@@ -13,37 +13,41 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-from durable_agent import AgentCheckpoint, CheckpointConflictError, ToolApprovalRequest, Usage
+from durable_agent import AgentCheckpoint, CheckpointConflictError
 from durable_agent.backends.durable_object import (
     AsyncDurableObjectCheckpointStore,
     DurableObjectCheckpointStore,
 )
 from durable_agent.encryption import DecryptionError, Keyring, envelope_key_id, rekey_async
-from durable_agent.encryption._keyring import Implementation
 from durable_agent.testing import CheckpointStoreConformance, conversation, make_checkpoint, message
 from durable_object_fake import FakeDurableObjectStorage
-from test_encryption import K1, K2, needs_sync_pair, unusable
+from test_encryption import (
+    IMPLEMENTATIONS,
+    K1,
+    K2,
+    MARK,
+    Implementation,
+    marked,
+    needs_sync_pair,
+    unusable,
+    usable,
+)
 
 VECTOR_FILE = Path(__file__).parent / "vectors" / "durable_object_store.json"
-MARK = "zq" + secrets.token_hex(8)  # unique per session: only what this test stored can hold it
 PREFIX = "checkpoint:"
 
 
-@pytest.fixture(params=["cryptography", "webcrypto"])
+@pytest.fixture(params=IMPLEMENTATIONS)
 def implementation(request: Any) -> Implementation:
     """Each AES-GCM implementation the async face can use here (WebCrypto: under Pyodide only)."""
-    reason = unusable(request.param)
-    if reason is not None:
-        pytest.skip(reason)
-    return cast(Implementation, request.param)
+    return usable(request)
 
 
 def ring(implementation: Implementation, *, ids: tuple[str, ...] = ("k1",), primary: str = "k1", **kw: Any) -> Keyring:
@@ -55,25 +59,6 @@ def counting_nonces() -> Callable[[], bytes]:
     """Nonces 1, 2, 3... (for the vectors only: a fixed nonce sequence makes the envelopes reproducible)."""
     counter = itertools.count(1)
     return lambda: next(counter).to_bytes(12, "big")
-
-
-def marked(run_id: str, step_index: int) -> AgentCheckpoint:
-    """A checkpoint whose every kind of stored data holds `MARK` (messages, tool input and output, a pending
-    approval's input and token, the agent path, the trace context)."""
-    messages: list[Any] = [
-        {"role": "user", "content": f"user {MARK}"},
-        {"role": "assistant", "content": [
-            {"type": "text", "text": f"reply {MARK}"},
-            {"type": "tool-call", "tool_call_id": "c1", "tool_name": "lookup", "input": {"q": f"in {MARK}"}},
-        ]},
-        {"role": "tool", "content": [
-            {"type": "tool-result", "tool_call_id": "c1", "tool_name": "lookup", "output": {"v": f"out {MARK}"}},
-        ]},
-    ][: 2 + step_index]
-    approval = ToolApprovalRequest("a1", "c2", "pay", {"to": f"payee {MARK}"}, ("outer", f"agent{MARK}"),
-                                   token=f"v1.{MARK}")
-    return AgentCheckpoint(run_id, step_index, "suspended", messages, Usage(1, 2, 3), 1_000, (approval,),
-                           trace_context={"traceparent": f"00-{MARK}"})
 
 
 def entry_key(run_id: str, row: int | str) -> str:

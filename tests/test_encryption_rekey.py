@@ -28,11 +28,11 @@ from durable_agent.encryption import (
     rekey_async,
 )
 from durable_agent.testing import conversation, make_checkpoint
+from test_encryption import MARK, marked
 from test_encryption_stores import (
     HEADER,
     K1,
     K2,
-    MARK,
     RING,
     Backend,
     DurableObject,
@@ -40,7 +40,6 @@ from test_encryption_stores import (
     Postgres,
     Sqlite,
     load,
-    marked,
     redis_backend,
     saved,
 )

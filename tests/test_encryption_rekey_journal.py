@@ -200,7 +200,8 @@ def test_the_cli_opens_and_rekeys_an_encrypted_postgres_runtime_and_its_event_lo
 @pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
 def test_the_cli_on_an_encrypted_store_needs_durable_agent_keys(tmp_path: Path, kind: str) -> None:
     from cli_kit import cli
-    from test_encryption_stores import Jsonl, Sqlite, marked, saved
+    from test_encryption import marked
+    from test_encryption_stores import Jsonl, Sqlite, saved
 
     backend = Sqlite(tmp_path) if kind == "sqlite" else Jsonl(tmp_path)
     saved(backend, marked("run-m", 1))

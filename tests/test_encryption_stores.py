@@ -20,37 +20,18 @@ from typing import Any
 
 import pytest
 
-from durable_agent import AgentCheckpoint, ConfigurationError, ToolApprovalRequest, Usage
+from durable_agent import AgentCheckpoint, ConfigurationError
 from durable_agent.encryption import DecryptionError, Keyring, envelope_key_id
 from durable_agent.testing import CheckpointStoreConformance, conversation, make_checkpoint
 from durable_object_fake import FakeDurableObjectStorage
+from test_encryption import MARK, marked
 
 pytestmark = pytest.mark.host_only("opens SQLite files, service connections and needs cryptography")
 pytest.importorskip("cryptography")
 
 K1, K2 = bytes(range(32)), bytes(range(1, 33))
 RING = Keyring({"k1": K1}, primary="k1")
-MARK = "zq" + secrets.token_hex(8)  # unique per session: only what this test stored can hold it
 HEADER = "header"  # the row name of a run's header in the backends' get/put
-
-
-def marked(run_id: str, step_index: int) -> AgentCheckpoint:
-    """A checkpoint whose every kind of stored data holds `MARK`: user text, a tool call's input, a tool
-    result's output, assistant text, a pending approval's input and token, the agent path, the trace context."""
-    messages: list[Any] = [
-        {"role": "user", "content": f"user {MARK}"},
-        {"role": "assistant", "content": [
-            {"type": "text", "text": f"reply {MARK}"},
-            {"type": "tool-call", "tool_call_id": "c1", "tool_name": "lookup", "input": {"q": f"in {MARK}"}},
-        ]},
-        {"role": "tool", "content": [
-            {"type": "tool-result", "tool_call_id": "c1", "tool_name": "lookup", "output": {"v": f"out {MARK}"}},
-        ]},
-    ][: 2 + step_index]
-    approval = ToolApprovalRequest("a1", "c2", "pay", {"to": f"payee {MARK}"}, ("outer", f"agent{MARK}"),
-                                   token=f"v1.{MARK}")
-    return AgentCheckpoint(run_id, step_index, "suspended", messages, Usage(1, 2, 3), 1_000, (approval,),
-                           trace_context={"traceparent": f"00-{MARK}"})
 
 
 # -- the backends, each with its raw access --------------------------------------------------------------------
