@@ -272,3 +272,20 @@ fn envelope_refused_vectors() {
     }
     assert!(refused >= 20, "the file holds refused values of both forms");
 }
+
+/// The AES-256-GCM the kernel opens envelopes with (ring's) against the GCM specification's own test cases.
+#[test]
+fn aead_vectors() {
+    use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+    let vectors = load("encryption.json");
+    for vector in vectors["aead"].as_array().expect("aead") {
+        let field = |name: &str| hex(vector[name].as_str().expect("hex"));
+        let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &field("key")).expect("a 32-byte key"));
+        let nonce = || Nonce::try_assume_unique_for_key(&field("nonce")).expect("a 12-byte nonce");
+        let mut sealed = field("plaintext");
+        key.seal_in_place_append_tag(nonce(), Aad::from(field("aad")), &mut sealed).expect("seal");
+        assert_eq!(sealed, field("sealed"), "{}", vector["name"]);
+        let opened = key.open_in_place(nonce(), Aad::from(field("aad")), &mut sealed).expect("open");
+        assert_eq!(opened, &field("plaintext")[..], "{}", vector["name"]);
+    }
+}
