@@ -156,6 +156,17 @@ def test_an_envelope_is_aes_256_gcm_of_its_place_as_documented(vector: Vector) -
     assert opened == (plaintext.encode() if isinstance(plaintext, str) else plaintext)
 
 
+@pytest.mark.skipif(NO_SYNC_PAIR is not None, reason=str(NO_SYNC_PAIR))
+@pytest.mark.parametrize("vector", VECTORS["aead"], ids=lambda v: v["name"])
+def test_the_aes_gcm_that_checks_the_envelopes_meets_the_gcm_specification(vector: Vector) -> None:
+    """The `aead` vectors (the GCM specification's test cases 13-16) through the `cryptography` package's AESGCM,
+    which the envelope test above checks the envelopes with: so they rest on an outside reference."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    field = {name: bytes.fromhex(vector[name]) for name in ("key", "nonce", "aad", "plaintext", "sealed")}
+    assert AESGCM(field["key"]).encrypt(field["nonce"], field["plaintext"], field["aad"]) == field["sealed"]
+
+
 @pytest.mark.parametrize("vector", VECTORS["associated_data"], ids=lambda v: repr(v["place"]))
 def test_associated_data_vectors(vector: Vector) -> None:
     assert associated_data(vector["place"]) == bytes.fromhex(vector["hex"])
