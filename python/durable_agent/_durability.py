@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import types
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._storage.records import StepCompleted, StepOutcome, StepRecord, StepRequest
@@ -43,7 +43,7 @@ class StreamedResult(Protocol):
     def replay(self, stored: Any) -> list[StreamPart]: ...
 
 
-StreamRun = Callable[[StepContext], AsyncIterator["StreamPart"]]
+StreamRun = Callable[[StepContext], AsyncGenerator["StreamPart", None]]
 """A streamed step's work: its parts, as they come (filling its `StreamedResult` meanwhile)."""
 
 
@@ -70,7 +70,7 @@ class Durability:
         return StepCompleted(value, replayed=False, tool_state=tuple(context.staged))
 
     def streamed_step(self, request: StepRequest, stream: StreamRun, result: StreamedResult,
-                      live: StepLive | None = None) -> AsyncIterator[StreamPart]:
+                      live: StepLive | None = None) -> AsyncGenerator[StreamPart, None]:
         """The parts of `stream`, each as it comes."""
         return stream(StepContext(request, live.signal if live is not None else None))
 
@@ -109,7 +109,7 @@ class JournaledDurability(Durability):
         return await self.scope.step(request, run, live)
 
     def streamed_step(self, request: StepRequest, stream: StreamRun, result: StreamedResult,
-                      live: StepLive | None = None) -> AsyncIterator[StreamPart]:
+                      live: StepLive | None = None) -> AsyncGenerator[StreamPart, None]:
         """The parts of `stream` as the journaled step puts them (`drain`); a replayed step's, from its record."""
         parts: deque[StreamPart] = deque()
 

@@ -7,6 +7,7 @@ streaming faces hand out.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from typing import Any, Unpack
 
 from ._checkpoint import ToolApprovalRequest, Usage
@@ -42,11 +43,12 @@ PartSink = Callable[[str | None, StreamPart], Awaitable[None]]
 
 async def _consume(loop: AgentLoop, on_part: PartSink | None = None) -> GenerateTextResult:
     """Drive `loop` to its end; an ``error`` part is raised (never handed to `on_part`)."""
-    async for part in loop.parts():
-        if isinstance(part, StreamError):
-            raise part.error
-        if on_part is not None:
-            await on_part(loop.run_id, part)
+    async with aclosing(loop.parts()) as parts:  # on_part may raise: the model's stream closes at once
+        async for part in parts:
+            if isinstance(part, StreamError):
+                raise part.error
+            if on_part is not None:
+                await on_part(loop.run_id, part)
     return _result_of(loop)
 
 

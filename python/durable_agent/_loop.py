@@ -22,7 +22,7 @@ escape hatch appends to it); any other history is other work under a taken id, r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -145,7 +145,7 @@ class AgentLoop:
 
     # ----------------------------------------------------------------- driving
 
-    async def parts(self) -> AsyncIterator[StreamPart]:
+    async def parts(self) -> AsyncGenerator[StreamPart, None]:
         """Run the loop, yielding stream parts. Failures become one final ``error`` part."""
         self.finished = asyncio.Event()
         if not self.trace.started:
@@ -155,8 +155,13 @@ class AgentLoop:
                 if self.options.mcp_servers:
                     self._bind(replace(self.options, tools=tools.tools))
                 self._tool_set = tools
-                async for part in self._drive():
-                    yield part
+                driving = self._drive()
+                try:
+                    async for part in driving:
+                        yield part
+                except BaseException:
+                    await driving.aclose()  # stopped early: close the steps, and the model's stream, now (`_step`)
+                    raise
         except Exception as exc:  # noqa: BLE001 - every failure is reported as an error part
             self.error = exc
             self.log.debug("run %s failed: %r", self.run_id, exc)
@@ -166,7 +171,7 @@ class AgentLoop:
             self.trace.end_run(self.run_id, self.finish_reason, self.usage, self.total_usage, self.error)
             self.finished.set()
 
-    async def _drive(self) -> AsyncIterator[StreamPart]:
+    async def _drive(self) -> AsyncGenerator[StreamPart, None]:
         await self._start_from_store()
         calls, approval_ids = unresolved_calls(self.messages)
         if calls:
@@ -175,8 +180,13 @@ class AgentLoop:
             if self.finish_reason is not None:
                 return
         while self.finish_reason is None:
-            async for part in self._step():
-                yield part
+            step = self._step()
+            try:
+                async for part in step:
+                    yield part
+            except BaseException:
+                await step.aclose()  # as in `parts`
+                raise
 
     async def _start_from_store(self) -> None:
         store = self.durability.checkpoints
@@ -213,7 +223,7 @@ class AgentLoop:
 
     # ------------------------------------------------------------------ steps
 
-    async def _step(self) -> AsyncIterator[StreamPart]:
+    async def _step(self) -> AsyncGenerator[StreamPart, None]:
         self._check_abort()
         step_index = self._next_index
         if self._tool_set is not None and (tools := await self._tool_set.at_step(step_index)) is not None:
@@ -234,8 +244,16 @@ class AgentLoop:
             settings=self.options.model_settings,
         )
         turn = self._turn = ModelTurn(step_index=step_index)
-        async for part in self._models.call(model, request, step_index, turn):
-            yield part
+        call = self._models.call(model, request, step_index, turn)
+        try:
+            async for part in call:
+                yield part
+        except BaseException:
+            # Stopped while the model streams (a listener raised, the run was cancelled or closed): each level
+            # closes the one it reads, down to the model's own stream (an HTTP response), now rather than
+            # whenever the collector finalizes the generators, one event-loop turn per level.
+            await call.aclose()
+            raise
         self._check_abort()
         usage, model_finish, text = turn.usage, turn.finish_reason, turn.text
         self.raw_finish_reason = turn.raw_finish_reason

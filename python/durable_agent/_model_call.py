@@ -20,7 +20,7 @@ attempt 1. Without a journal a resumed run simply makes the step's attempts agai
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,18 +104,22 @@ class ModelCaller:
         self.check_abort = check_abort
 
     async def call(self, model: LanguageModel, request: ModelRequest, step_index: int,
-                   turn: ModelTurn) -> AsyncIterator[StreamPart]:
+                   turn: ModelTurn) -> AsyncGenerator[StreamPart, None]:
         """Stream the step's model call into `turn`, retrying and falling back as the policy decides."""
         models: Sequence[LanguageModel] = [model, *self.options.fallback]
         which, tries, attempt = 0, 0, 0  # the model in use, its attempts so far, the step's attempts so far
         while True:
             tries += 1
             turn.step_index, turn.attempt = step_index, attempt
+            attempting = self._attempt(models[which], request, step_index, attempt, turn, tries)
             try:
-                async for part in self._attempt(models[which], request, step_index, attempt, turn, tries):
+                async for part in attempting:
                     yield part
                 return
-            except Exception as error:  # judged below; what is not retried is raised again
+            except BaseException as error:  # judged below; what is not retried is raised again
+                if not isinstance(error, Exception):  # stopped early: close the attempt now (`AgentLoop._step`)
+                    await attempting.aclose()
+                    raise
                 if is_control_error(error):
                     raise
                 decision = self._decision_of(error, tries)
@@ -149,16 +153,20 @@ class ModelCaller:
         self.check_abort()
 
     async def _attempt(self, model: LanguageModel, request: ModelRequest, step_index: int, attempt: int,
-                       turn: ModelTurn, tries: int) -> AsyncIterator[StreamPart]:
+                       turn: ModelTurn, tries: int) -> AsyncGenerator[StreamPart, None]:
         """One attempt: a step of the run's durability (on a journal, replayed from its record when it has one)."""
         self.trace.start_model(model)
         called = []
 
-        async def live(context: StepContext) -> AsyncIterator[StreamPart]:
+        async def live(context: StepContext) -> AsyncGenerator[StreamPart, None]:
             called.append(True)
+            streaming = self._stream(model, request, turn, context)
             try:
-                async for part in self._stream(model, request, turn, context):
+                async for part in streaming:
                     yield part
+            except GeneratorExit:
+                await streaming.aclose()  # stopped early (`AgentLoop._step`)
+                raise
             except Exception as error:
                 # The decision is stored with the failed attempt, so a replay decides the same way (an
                 # attribute set on whatever exception it is: hence the ignore); `call` takes it from there.
@@ -168,36 +176,47 @@ class ModelCaller:
 
         step_request = StepRequest(step_key(self.run_id or "run", step_index, MODEL_CALL, attempt), "model", "safe",
                                    {"model": model.model_id})
+        stepping = self.durability.streamed_step(step_request, live, turn, DEFER_DONE)
         try:
-            async for part in self.durability.streamed_step(step_request, live, turn, DEFER_DONE):
+            async for part in stepping:
                 yield part
-        except Exception as error:
+        except BaseException as error:
+            if not isinstance(error, Exception):  # stopped early (`AgentLoop._step`)
+                await stepping.aclose()
+                raise
             self.trace.end_model(None, None, error=error)
             raise
         self.trace.end_model(turn.usage, turn.finish_reason, replayed=not called, response=turn.response)
 
     async def _stream(self, model: Any, request: ModelRequest, turn: ModelTurn,
-                      context: StepContext) -> AsyncIterator[StreamPart]:
+                      context: StepContext) -> AsyncGenerator[StreamPart, None]:
         """The model's events as stream parts, collected into `turn` (`context`: the step's, progress to its journal)."""
-        async for event in model.stream(request):
-            self.check_abort()
-            if event["type"] == "text-delta":
-                turn.text += event["text"]
-                if context.on_progress is not None:
-                    await context.on_progress({"type": "text", "delta": event["text"]})
-                yield StreamTextDelta(step_index=turn.step_index, attempt=turn.attempt, text=event["text"])
-            elif event["type"] == "tool-call":
-                call = {"tool_call_id": event["tool_call_id"], "tool_name": event["tool_name"], "input": event["input"]}
-                turn.tool_calls.append(call)
-                yield StreamToolCall(step_index=turn.step_index, attempt=turn.attempt, tool_call_id=event["tool_call_id"],
-                                     tool_name=event["tool_name"], input=event["input"])
-            elif event["type"] == "finish":
-                turn.usage, turn.finish_reason = event["usage"], event["finish_reason"]
-                turn.raw_finish_reason = event.get("raw_finish_reason")
-            elif event["type"] == "response-metadata":
-                turn.response = {k: event[k] for k in ("id", "model") if isinstance(event.get(k), str)}
-            elif event["type"] == "refusal":
-                turn.refusal += event["text"]
-                yield StreamRefusal(step_index=turn.step_index, attempt=turn.attempt, text=event["text"])
-            elif event["type"] == "reasoning":
-                turn.reasoning.append({"type": "reasoning", **{k: event[k] for k in ("text", "provider", "metadata")}})
+        events = model.stream(request)
+        try:
+            async for event in events:
+                self.check_abort()
+                if event["type"] == "text-delta":
+                    turn.text += event["text"]
+                    if context.on_progress is not None:
+                        await context.on_progress({"type": "text", "delta": event["text"]})
+                    yield StreamTextDelta(step_index=turn.step_index, attempt=turn.attempt, text=event["text"])
+                elif event["type"] == "tool-call":
+                    call = {"tool_call_id": event["tool_call_id"], "tool_name": event["tool_name"], "input": event["input"]}
+                    turn.tool_calls.append(call)
+                    yield StreamToolCall(step_index=turn.step_index, attempt=turn.attempt, tool_call_id=event["tool_call_id"],
+                                         tool_name=event["tool_name"], input=event["input"])
+                elif event["type"] == "finish":
+                    turn.usage, turn.finish_reason = event["usage"], event["finish_reason"]
+                    turn.raw_finish_reason = event.get("raw_finish_reason")
+                elif event["type"] == "response-metadata":
+                    turn.response = {k: event[k] for k in ("id", "model") if isinstance(event.get(k), str)}
+                elif event["type"] == "refusal":
+                    turn.refusal += event["text"]
+                    yield StreamRefusal(step_index=turn.step_index, attempt=turn.attempt, text=event["text"])
+                elif event["type"] == "reasoning":
+                    turn.reasoning.append({"type": "reasoning", **{k: event[k] for k in ("text", "provider", "metadata")}})
+        except BaseException:
+            close = getattr(events, "aclose", None)  # a model's stream (an HTTP response): closed now we stop early
+            if close is not None:
+                await close()
+            raise

@@ -1,0 +1,93 @@
+"""A model's stream is closed as soon as the run stops reading it, not whenever the garbage collector gets to it.
+
+With a real adapter the stream is an HTTP response: left open, it holds a connection (and the provider keeps
+generating, billed) until the process ends. So when the run ends early while a step streams (an `on_part`
+listener that raises, a consumer of `stream_chat`'s stream that stops, the run's task cancelled), the model's stream has
+run its `finally` by the time the run has returned or raised: plain runs and durable ones (whose step streams
+through the journal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from durable_agent import Agent, DurableOptions, ModelRequest, StreamPart, StreamTextDelta, Usage, stream_chat
+from durable_agent.backends.memory import MemoryRuntime
+
+FINISH = {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 2, 3)}
+
+
+class Streaming:
+    """A model streaming three text deltas (the second after a pause) then a finish; `closed` counts the streams
+    that ran their `finally`, `opened` those started."""
+
+    model_id = "test"
+
+    def __init__(self) -> None:
+        self.opened = 0
+        self.closed = 0
+        self.paused = asyncio.Event()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        self.opened += 1
+        try:
+            yield {"type": "text-delta", "text": "a"}
+            self.paused.set()
+            await asyncio.sleep(0.05)
+            yield {"type": "text-delta", "text": "b"}
+            yield {"type": "text-delta", "text": "c"}
+            yield FINISH
+        finally:
+            self.closed += 1
+
+
+Runs = Callable[[Streaming], Agent]
+AGENTS: dict[str, Runs] = {
+    "plain": lambda model: Agent(model=model),
+    "durable": lambda model: Agent(model=model, durable=DurableOptions(MemoryRuntime()), session_id="s"),
+}
+
+
+def failing_on_second_delta() -> Callable[[str | None, StreamPart], Any]:
+    seen: list[str] = []
+
+    async def on_part(run_id: str | None, part: StreamPart) -> None:
+        if isinstance(part, StreamTextDelta):
+            seen.append(part.text)
+            if len(seen) == 2:
+                raise LookupError("the listener went away")
+
+    return on_part
+
+
+@pytest.mark.parametrize("make", list(AGENTS.values()), ids=list(AGENTS))
+async def test_a_listener_that_raises_closes_the_model_stream(make: Runs) -> None:
+    model = Streaming()
+    with pytest.raises(LookupError):
+        await make(model).run("hi", on_part=failing_on_second_delta())
+    assert (model.opened, model.closed) == (1, 1)
+
+
+async def test_a_consumer_that_stops_reading_closes_the_model_stream() -> None:
+    model = Streaming()
+    stream = stream_chat(model=model, messages=[{"role": "user", "content": "hi"}]).full_stream
+    async for part in stream:
+        if isinstance(part, StreamTextDelta):
+            break
+    await stream.aclose()  # type: ignore[attr-defined]  # what an `async with aclosing(...)` does
+    assert (model.opened, model.closed) == (1, 1)
+
+
+@pytest.mark.parametrize("make", list(AGENTS.values()), ids=list(AGENTS))
+async def test_a_cancelled_run_closes_the_model_stream(make: Runs) -> None:
+    model = Streaming()
+    task = asyncio.ensure_future(make(model).run("hi"))
+    await model.paused.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (model.opened, model.closed) == (1, 1)
