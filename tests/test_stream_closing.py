@@ -23,14 +23,16 @@ FINISH = {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 2, 3)}
 
 class Streaming:
     """A model streaming three text deltas (the second after a pause) then a finish; `closed` counts the streams
-    that ran their `finally`, `opened` those started."""
+    that ran their `finally`, `opened` those started. `cleanup_awaits`: its `finally` awaits (as an adapter's
+    closing of its HTTP response may) before it counts."""
 
     model_id = "test"
 
-    def __init__(self) -> None:
+    def __init__(self, *, cleanup_awaits: bool = False) -> None:
         self.opened = 0
         self.closed = 0
         self.paused = asyncio.Event()
+        self.cleanup_awaits = cleanup_awaits
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
         self.opened += 1
@@ -42,6 +44,8 @@ class Streaming:
             yield {"type": "text-delta", "text": "c"}
             yield FINISH
         finally:
+            if self.cleanup_awaits:
+                await asyncio.sleep(0)
             self.closed += 1
 
 
@@ -52,23 +56,33 @@ AGENTS: dict[str, Runs] = {
 }
 
 
-def failing_on_second_delta() -> Callable[[str | None, StreamPart], Any]:
+def failing_on_delta(n: int) -> Callable[[str | None, StreamPart], Any]:
     seen: list[str] = []
 
     async def on_part(run_id: str | None, part: StreamPart) -> None:
         if isinstance(part, StreamTextDelta):
             seen.append(part.text)
-            if len(seen) == 2:
+            if len(seen) == n:
                 raise LookupError("the listener went away")
 
     return on_part
 
 
+@pytest.mark.parametrize("cleanup_awaits", [False, True], ids=["cleanup", "cleanup-that-awaits"])
+@pytest.mark.parametrize("delta", [1, 2], ids=["while-the-model-waits", "after-its-pause"])
 @pytest.mark.parametrize("make", list(AGENTS.values()), ids=list(AGENTS))
-async def test_a_listener_that_raises_closes_the_model_stream(make: Runs) -> None:
-    model = Streaming()
+async def test_a_listener_that_raises_closes_the_model_stream(
+    make: Runs, delta: int, cleanup_awaits: bool, request: pytest.FixtureRequest
+) -> None:
+    """The listener's own error comes out, whatever the model's stream was doing (on the first delta it is
+    waiting in its pause) and whatever its cleanup awaits."""
+    if make is AGENTS["durable"] and delta == 2 and cleanup_awaits:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "known: a journaled step stopped while the model's stream is suspended at a yield, whose cleanup "
+            "awaits, leaves that cleanup unfinished (session 29's note)")))
+    model = Streaming(cleanup_awaits=cleanup_awaits)
     with pytest.raises(LookupError):
-        await make(model).run("hi", on_part=failing_on_second_delta())
+        await make(model).run("hi", on_part=failing_on_delta(delta))
     assert (model.opened, model.closed) == (1, 1)
 
 

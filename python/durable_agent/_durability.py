@@ -133,6 +133,22 @@ def _forward(awaited: Any) -> Generator[Any, None, None]:
     yield awaited
 
 
+async def _close(driven: Generator[Any, None, Any]) -> None:
+    """Stop a step `drain` drives that has not ended, as a cancellation does: CancelledError is thrown in where
+    it waits, and what its cleanup awaits (an adapter closing its HTTP response) is forwarded as the step's own
+    awaits are. Not ``close()``: GeneratorExit thrown through the async generators the step is inside (the model's
+    stream) skips their cleanup, and an await in a cleanup makes ``close()`` raise."""
+    try:
+        awaited = driven.throw(asyncio.CancelledError())
+        while True:
+            await _forward(awaited)
+            awaited = driven.send(None)
+    except (asyncio.CancelledError, StopIteration):
+        pass
+    finally:
+        driven.close()  # a no-op once it ended
+
+
 async def drain(parts: deque[StreamPart], step: Awaitable[StepOutcome], result: StreamedResult) -> AsyncGenerator[StreamPart, None]:
     """Yield the parts a journaled step streams while it runs; for a replayed step, its stored ones.
 
@@ -145,15 +161,17 @@ async def drain(parts: deque[StreamPart], step: Awaitable[StepOutcome], result: 
     driven = step.__await__()
     thrown: BaseException | None = None
     failure: BaseException | None = None
+    ended = False
     try:
         while True:
             try:
                 awaited = driven.send(None) if thrown is None else driven.throw(thrown)
             except StopIteration as stop:
                 outcome: StepOutcome = stop.value
+                ended = True
                 break
             except BaseException as exc:  # noqa: BLE001 - the step's own failure, raised once the parts before it are out
-                failure = exc
+                failure, ended = exc, True
                 break
             thrown = None
             while parts:
@@ -163,7 +181,8 @@ async def drain(parts: deque[StreamPart], step: Awaitable[StepOutcome], result: 
             except BaseException as exc:  # noqa: BLE001 - the caller's cancellation, for the step to meet
                 thrown = exc
     finally:
-        driven.close()  # a no-op once the step ended
+        if not ended:  # the caller stopped iterating
+            await _close(driven)
     while parts:
         yield parts.popleft()
     if failure is not None:
