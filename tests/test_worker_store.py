@@ -10,6 +10,7 @@ Pure Python: runs under CPython and under Pyodide (the project's Pyodide runner)
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -32,7 +33,8 @@ from durable_agent import (  # noqa: E402
     content_parts,
     reply,
 )
-from durable_agent.backends.durable_object import DurableObjectCheckpointStore  # noqa: E402
+from durable_agent.backends.durable_object import AsyncDurableObjectCheckpointStore  # noqa: E402
+from durable_agent.encryption import DecryptionError, Keyring  # noqa: E402
 from durable_object_fake import FakeDurableObjectStorage  # noqa: E402
 
 SECRET = "a-test-secret-of-at-least-32-bytes!!"
@@ -74,14 +76,14 @@ async def test_a_verdict_without_a_valid_token_is_a_denial(token: str | None) ->
     (pending,) = started["pending"]
     if token == "wrong-secret":
         forged = ApprovalSigner("another-secret-of-at-least-32-bytes!")
-        parked = DurableObjectCheckpointStore(storage).load("r2")
+        parked = await AsyncDurableObjectCheckpointStore(storage).load("r2")
         assert parked is not None and parked.pending_approvals
         token = forged.sign(parked.pending_approvals[0], run_id="r2")
     verdict = {"approvals": [{"approval_id": pending["approval_id"], "approved": True, "token": token}]}
     status, done = await service(storage).handle("POST", "/runs/r2/approvals", json.dumps(verdict))
     assert status == 200 and done["status"] == "completed"
     assert storage.kv.get("refund:A-1001") is None  # the refund never ran
-    stored = service(storage).store.load("r2")
+    stored = await service(storage).store.load("r2")
     assert stored is not None
     results = [p for m in stored.messages if m["role"] == "tool" for p in content_parts(m)
                if p["type"] == "tool-result" and p["tool_name"] == "refund"]
@@ -103,14 +105,14 @@ async def test_the_alarm_resumes_a_run_that_died_between_steps() -> None:
 
     with pytest.raises(Exception, match="evicted"):
         await service(storage, model_factory=flaky_model).start("r3", "Refund A-1001")
-    stored = service(storage).store.load("r3")
+    stored = await service(storage).store.load("r3")
     assert stored is not None and stored.status == "running" and stored.step_index == 0  # step 1 is stored, step 2 was lost
     assert storage.alarm == 1_000_000 + agent_service.HEAL_AFTER_MS  # the safety net is armed
 
     healed = await service(storage, model_factory=flaky_model).heal()
     assert [h["status"] for h in healed] == ["suspended"]
     assert storage.alarm is None
-    lookups = [m for m in service(storage).store.load("r3").messages if m["role"] == "tool"]
+    lookups = [m for m in (await service(storage).store.load("r3")).messages if m["role"] == "tool"]
     assert len(lookups) == 1  # the finished lookup step was not run again
 
 
@@ -248,8 +250,67 @@ async def test_the_alarm_handler_heals_through_the_entry_point(entry: Any) -> No
     storage = FakeDurableObjectStorage()
     storage.kv.put("prompt:r6", "Refund A-1001")
     await entry.AgentRun(types.SimpleNamespace(storage=storage), env).alarm()
-    stored = DurableObjectCheckpointStore(storage).load("r6")
+    stored = await AsyncDurableObjectCheckpointStore(storage).load("r6")
     assert stored is not None and stored.status == "suspended"
+
+
+KEYS_SECRET = "k1:" + base64.b64encode(bytes(range(32))).decode()  # the DURABLE_AGENT_KEYS secret
+CRUSHED = "crushed-zq7"  # in the prompt only: found nowhere in storage when the object seals
+
+
+def no_aes_gcm() -> str | None:
+    """Why no AES-GCM runs here (None: one does): `cryptography`, or WebCrypto under Pyodide."""
+    from test_encryption import unusable
+
+    reasons = [unusable("cryptography"), unusable("webcrypto")]
+    return None if None in reasons else "; ".join(str(r) for r in reasons)
+
+
+async def test_with_durable_agent_keys_the_worker_keeps_its_runs_sealed(entry: Any) -> None:
+    """With the DURABLE_AGENT_KEYS secret the object keeps its checkpoints and the prompt it may restart from
+    sealed (WebCrypto in a Worker, `cryptography` here on CPython); the run goes on as without it."""
+    if (reason := no_aes_gcm()) is not None:
+        pytest.skip(reason)
+    env = types.SimpleNamespace(APPROVAL_SECRET=SECRET, DURABLE_AGENT_KEYS=KEYS_SECRET)
+    env.AGENT_RUN = FakeNamespace(entry.AgentRun, env)
+    worker = entry.Default(None, env)
+    started = await worker.fetch(FakeRequest("POST", "https://w.example/runs",
+                                             json.dumps({"prompt": f"Refund A-1001, the parcel arrived {CRUSHED}"})))
+    body = json.loads(started.body)
+    assert started.status == 200 and body["status"] == "suspended", body
+    run_id, (pending,) = body["run_id"], body["pending"]
+    verdict = {"approvals": [{"approval_id": pending["approval_id"], "approved": True, "token": pending["token"]}]}
+    done = await worker.fetch(FakeRequest("POST", f"https://w.example/runs/{run_id}/approvals", json.dumps(verdict)))
+    assert json.loads(done.body)["text"] == "Done: 42.00 EUR refunded on order A-1001."
+
+    (storage,) = env.AGENT_RUN.storages.values()
+    values = [str(value) for _, value in storage.kv.list(prefix="")]
+    assert values and not any(CRUSHED in value or pending["token"] in value for value in values)
+    with pytest.raises(DecryptionError):  # what the object stored opens with the keyring only
+        await AsyncDurableObjectCheckpointStore(storage).load(run_id)
+    keyring = agent_service.keyring_from(env)
+    assert keyring is not None and (await AsyncDurableObjectCheckpointStore(storage, encryption=keyring).load(run_id))
+
+
+async def test_the_alarm_restarts_a_run_from_its_sealed_prompt(entry: Any) -> None:
+    if (reason := no_aes_gcm()) is not None:
+        pytest.skip(reason)
+    env = types.SimpleNamespace(APPROVAL_SECRET=SECRET, DURABLE_AGENT_KEYS=KEYS_SECRET)
+    keyring = agent_service.keyring_from(env)
+    assert keyring is not None
+    storage = FakeDurableObjectStorage()
+    storage.kv.put("prompt:r7", await keyring.seal_async("Refund A-1001", ("worker-prompt", "r7")))
+    await entry.AgentRun(types.SimpleNamespace(storage=storage), env).alarm()
+    stored = await AsyncDurableObjectCheckpointStore(storage, encryption=keyring).load("r7")
+    assert stored is not None and stored.status == "suspended"
+
+
+def test_without_the_secret_the_worker_stores_in_plaintext() -> None:
+    assert agent_service.keyring_from(types.SimpleNamespace()) is None
+    k2 = base64.b64encode(bytes(range(1, 33))).decode()
+    primary = agent_service.keyring_from(types.SimpleNamespace(DURABLE_AGENT_KEYS=f"k2:{k2},{KEYS_SECRET}",
+                                                               DURABLE_AGENT_PRIMARY_KEY="k1"))
+    assert isinstance(primary, Keyring) and primary.primary == "k1" and primary.key_ids == ("k2", "k1")
 
 
 def test_the_scripted_model_is_deterministic() -> None:

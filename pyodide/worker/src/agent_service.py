@@ -44,7 +44,8 @@ from durable_agent import (
     reply,
     resume_from_checkpoint,
 )
-from durable_agent.backends.durable_object import DurableObjectCheckpointStore
+from durable_agent.backends.durable_object import AsyncDurableObjectCheckpointStore
+from durable_agent.encryption import Keyring
 from durable_agent.providers import FetchTransport, OpenAIChatModel
 
 MAX_STEPS = 10
@@ -83,6 +84,18 @@ def model_factory_from(env: Any) -> Callable[[], LanguageModel]:
                                transport=FetchTransport())
 
     return openai_model
+
+
+def keyring_from(env: Any) -> Keyring | None:
+    """The keyring of this Worker's checkpoints: the ``DURABLE_AGENT_KEYS`` secret (``"k1:<base64 32-byte key>"``,
+    rotation as in the library's README, ``DURABLE_AGENT_PRIMARY_KEY`` optional), sealed through WebCrypto; None
+    (checkpoints in plaintext) when the secret is not set."""
+    keys = getattr(env, "DURABLE_AGENT_KEYS", None)
+    if not keys:
+        return None
+    primary = getattr(env, "DURABLE_AGENT_PRIMARY_KEY", None)
+    variables = {"DURABLE_AGENT_KEYS": str(keys), "DURABLE_AGENT_PRIMARY_KEY": str(primary) if primary else ""}
+    return Keyring.from_env(variables)
 
 
 def support_tools(storage: Any) -> dict[str, Tool]:
@@ -140,6 +153,7 @@ class RunService:
         secret: str | bytes | None,
         model_factory: Callable[[], LanguageModel] = scripted_support_model,
         clock: Callable[[], int] | None = None,
+        encryption: Keyring | None = None,
     ) -> None:
         if not secret:
             raise ConfigurationError(
@@ -147,7 +161,9 @@ class RunService:
                 "bytes (python -c 'import secrets; print(secrets.token_urlsafe(32))')"
             )
         self.storage = storage
-        self.store = DurableObjectCheckpointStore(storage)
+        # The async face: with a keyring it seals through WebCrypto, which a Worker has (no cryptography needed).
+        self.store = AsyncDurableObjectCheckpointStore(storage, encryption=encryption)
+        self.encryption = encryption
         self.signer = ApprovalSigner(secret)
         self.model_factory = model_factory
         self.clock = clock or (lambda: int(time.time() * 1000))
@@ -161,22 +177,23 @@ class RunService:
         await self.storage.setAlarm(self.clock() + HEAL_AFTER_MS)
         await run()
         await self.storage.deleteAlarm()
-        checkpoint = self.store.load(run_id)
+        checkpoint = await self.store.load(run_id)
         if checkpoint is None:  # a run without tools calls does not checkpoint; ours always has tools
             raise HttpError(500, f"run {run_id} stored no checkpoint")
         return _summary(checkpoint)
 
     async def start(self, run_id: str, prompt: str) -> dict[str, Any]:
-        if self.store.load(run_id) is not None or self.storage.kv.get(f"prompt:{run_id}") is not None:
+        if await self.store.load(run_id) is not None or self.storage.kv.get(f"prompt:{run_id}") is not None:
             raise HttpError(409, f"run {run_id} already exists")
-        self.storage.kv.put(f"prompt:{run_id}", prompt)  # lets the alarm restart a run lost in its first step
+        # lets the alarm restart a run lost in its first step (sealed like the checkpoints when they are)
+        self.storage.kv.put(f"prompt:{run_id}", await self._stored_prompt(run_id, prompt))
         return await self._leg(lambda: generate_text(messages=[{"role": "user", "content": prompt}],
                                                      store=self.store, run_id=run_id, **self._options()), run_id)
 
     async def resume(self, run_id: str, approvals: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        checkpoint = self.store.load(run_id)
+        checkpoint = await self.store.load(run_id)
         if checkpoint is None:
-            prompt = self.storage.kv.get(f"prompt:{run_id}")
+            prompt = await self._prompt(run_id)
             if prompt is None:
                 raise HttpError(404, f"no run {run_id}")
             return await self._leg(lambda: generate_text(messages=[{"role": "user", "content": prompt}],
@@ -192,12 +209,23 @@ class RunService:
         return await self._leg(lambda: resume_from_checkpoint(self.store, run_id, approval_responses=responses,
                                                               **self._options()), run_id)
 
+    async def _stored_prompt(self, run_id: str, prompt: str) -> str:
+        if self.encryption is None:
+            return prompt
+        return await self.encryption.seal_async(prompt, ("worker-prompt", run_id))
+
+    async def _prompt(self, run_id: str) -> str | None:
+        stored = self.storage.kv.get(f"prompt:{run_id}")
+        if stored is None or self.encryption is None:
+            return None if stored is None else str(stored)
+        return str(await self.encryption.open_async(stored, ("worker-prompt", run_id)))
+
     async def heal(self) -> list[dict[str, Any]]:
         """The alarm: continue every run of this object that stopped mid-way (status running)."""
-        healed = [await self.resume(run_id) for run_id in self.store.list(status="running")]
+        healed = [await self.resume(run_id) for run_id in await self.store.list(status="running")]
         for key, _ in self.storage.kv.list(prefix="prompt:"):
             run_id = key[len("prompt:"):]
-            if self.store.load(run_id) is None:
+            if await self.store.load(run_id) is None:
                 healed.append(await self.resume(run_id))
         return healed
 
@@ -212,7 +240,7 @@ class RunService:
             if not isinstance(data, dict):
                 raise HttpError(400, "the body must be a JSON object")
             if method == "GET" and action is None:
-                checkpoint = self.store.load(run_id)
+                checkpoint = await self.store.load(run_id)
                 if checkpoint is None:
                     raise HttpError(404, f"no run {run_id}")
                 return 200, _summary(checkpoint)

@@ -20,7 +20,7 @@ import json
 import uuid
 from urllib.parse import urlparse
 
-from agent_service import RunService, model_factory_from
+from agent_service import RunService, keyring_from, model_factory_from
 from workers import DurableObject, Response, WorkerEntrypoint
 
 JSON_HEADERS = {"content-type": "application/json"}
@@ -43,7 +43,8 @@ class AgentRun(DurableObject):
     """
 
     def _service(self) -> RunService:
-        return RunService(self.ctx.storage, secret=_secret(self.env), model_factory=model_factory_from(self.env))
+        return RunService(self.ctx.storage, secret=_secret(self.env), model_factory=model_factory_from(self.env),
+                          encryption=keyring_from(self.env))
 
     async def handle(self, method: str, path: str, body: str) -> str:
         try:
