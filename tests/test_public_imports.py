@@ -68,7 +68,6 @@ def found() -> list[str]:
 NOT_YET: dict[str, int] = {
     "tests/test_group_commit.py": 2, "tests/test_history.py": 4,
     "tests/test_http_core.py": 3, "tests/test_model_call.py": 2,
-    "tests/test_runtime_postgres.py": 1,
 }
 
 

@@ -303,12 +303,20 @@ async def test_the_default_pool_serves_concurrent_runs_without_queueing_on_one_c
 
 
 async def test_a_checkpoint_load_sees_one_state_while_another_process_appends(
-        conninfo: str, opened: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+        conninfo: str, opened: Callable[..., Any]) -> None:
     """A load reads the run's header, then its message rows: a save committed between the two (another server
     appending the run's next step) must not make the stored checkpoint look corrupt ("header counts 1 messages, rows
-    hold 2": a 500 on an endpoint's view, seen with two servers on one database). The load runs in one snapshot."""
+    hold 2": a 500 on an endpoint's view, seen with two servers on one database). The load runs in one snapshot.
+
+    The save is timed with Postgres' own locks, from connections of the test: `held` inserts the row the save will
+    write and keeps it uncommitted, so the save waits on it; `blocker` then asks for the messages table outright and
+    queues behind the waiting save; the load reads the header and queues behind `blocker` for the rows. Rolling
+    `held` back lets the save commit, then `blocker` take and drop its lock, and only then the load read the rows."""
+    import threading
+
+    import psycopg
+
     from durable_agent import AgentCheckpoint, Usage
-    from durable_agent.backends._sql.checkpoints import load_plan
     from durable_agent.backends.postgres import PostgresCheckpointStore
 
     runtime = opened()
@@ -316,24 +324,46 @@ async def test_a_checkpoint_load_sees_one_state_while_another_process_appends(
     await runtime.stores.checkpoints.save(first)
     later = AgentCheckpoint("r", 1, "running", (*first.messages, {"role": "assistant", "content": "yo"}), Usage(), 2)
     other = PostgresCheckpointStore(conninfo)  # another process's connection
+    stored = other.load("r")  # its schema is checked before the test's locks are taken
+    assert stored is not None and stored.step_index == 0
 
-    def header_then_a_save(run_id: str, sealer: Any) -> Any:
-        plan = load_plan(run_id, sealer)
-        answer = yield next(plan)  # the header, as stored before the save
-        other.save(later)  # committed by another connection before the rows are read
-        query = plan.send(answer)
-        while True:
-            try:
-                query = plan.send((yield query))
-            except StopIteration as stop:
-                return stop.value
+    def waits(mode: str) -> bool:
+        """Whether a statement waits for a lock of `mode` (`transactionid`: a row another transaction wrote)."""
+        kind = "locktype = 'transactionid'" if mode == "transactionid" else (
+            f"relation = 'durable_agent_messages'::regclass AND mode = '{mode}'")
+        with psycopg.connect(conninfo, autocommit=True) as probe:
+            row = probe.execute(f"SELECT count(*) FROM pg_locks WHERE NOT granted AND {kind}").fetchone()
+            return row is not None and row[0] > 0
 
-    monkeypatch.setattr("durable_agent.backends._sql.runtime.load_plan", header_then_a_save)
+    async def until(mode: str) -> None:
+        for _ in range(1000):
+            if waits(mode):
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"nothing waits for {mode}")
+
+    def take_and_drop_the_table() -> None:
+        with psycopg.connect(conninfo) as blocker:
+            blocker.execute("LOCK TABLE durable_agent_messages IN ACCESS EXCLUSIVE MODE")
+            blocker.rollback()
+
+    held = psycopg.connect(conninfo)
+    threads = [threading.Thread(target=other.save, args=(later,)), threading.Thread(target=take_and_drop_the_table)]
     try:
-        got = await runtime.stores.checkpoints.load("r")  # the state the header belongs to
+        held.execute("INSERT INTO durable_agent_messages (run_id, seq, body) VALUES ('r', 1, '\"held\"')")
+        threads[0].start()
+        await until("transactionid")  # the save waits for the held row
+        threads[1].start()
+        await until("AccessExclusiveLock")  # the blocker waits for the save
+        load = asyncio.ensure_future(runtime.stores.checkpoints.load("r"))
+        await until("AccessShareLock")  # the load has read the header and waits for the blocker
+        held.rollback()
+        for thread in threads:
+            await asyncio.to_thread(thread.join, 10)
+        got = await load  # the state the header belongs to
         assert (got.step_index, list(got.messages)) == (0, list(first.messages))
     finally:
+        held.close()
         other.close()
-    monkeypatch.undo()
     got = await runtime.stores.checkpoints.load("r")
     assert (got.step_index, list(got.messages)) == (1, list(later.messages))
