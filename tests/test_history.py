@@ -167,11 +167,24 @@ def test_a_stores_header_is_every_field_of_the_checkpoint_but_its_messages() -> 
     assert AgentCheckpoint.from_dict({**header, "messages": list(full.messages)}) == full
 
 
-def test_revisions_draw_entropy_once_per_process_and_again_after_a_fork(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.requires_sqlite
+def test_revisions_draw_entropy_once_per_process_and_again_after_a_fork(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every save writes a fresh revision token into the run's header row (read back here from the file)."""
     import os
+    import sqlite3
     import sys
 
-    from durable_agent._storage import history as _history
+    from durable_agent.backends.sqlite import SqliteCheckpointStore
+
+    def revisions(path: Path) -> list[int]:
+        with sqlite3.connect(path) as conn:
+            return [row[0] for row in conn.execute("SELECT revision FROM durable_agent_runs ORDER BY run_id")]
+
+    def save_a_run(path: Path) -> None:
+        store = SqliteCheckpointStore(str(path))
+        store.save(checkpoint([{"role": "user", "content": "hi"}], 0))
+        store.close()
 
     draws: list[int] = []
     urandom = os.urandom
@@ -181,17 +194,22 @@ def test_revisions_draw_entropy_once_per_process_and_again_after_a_fork(monkeypa
         return urandom(n)
 
     monkeypatch.setattr(os, "urandom", counted)
-    revisions = {_history.new_revision() for _ in range(1_000)}
-    assert len(draws) <= 1 and len(revisions) == 1_000 and all(0 < r < 2**63 for r in revisions)
+    store = SqliteCheckpointStore(str(tmp_path / "many.db"))
+    for i in range(200):
+        store.save(AgentCheckpoint(run_id=f"r{i:04}", step_index=0, status="running", messages=[], usage=Usage(),
+                                   created_at=0))
+    store.close()
+    tokens = revisions(tmp_path / "many.db")
+    assert len(draws) <= 1 and len(set(tokens)) == 200 and all(0 < r < 2**63 for r in tokens)
     if sys.platform == "emscripten" or not hasattr(os, "fork"):
         return
-    read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: its next revision, to the parent
-        os.write(write, str(_history.new_revision()).encode())
-        os._exit(0)
-    os.close(write)
+    if pid == 0:  # the child saves a run of its own
+        try:
+            save_a_run(tmp_path / "child.db")
+        finally:
+            os._exit(0)
     os.waitpid(pid, 0)
-    child = int(os.read(read, 64))
-    os.close(read)
-    assert child != _history.new_revision()  # the same sequence in both would make their tokens collide
+    save_a_run(tmp_path / "parent.db")
+    assert revisions(tmp_path / "child.db") != revisions(tmp_path / "parent.db")  # the same sequence in both would
+    # make their tokens collide
