@@ -108,23 +108,58 @@ def test_the_prefix_cache_holds_leased_runs_past_its_capacity_until_their_sessio
     cache.release("s-1")  # nothing held any more: a no-op
 
 
-def test_the_prefix_cache_keeps_running_runs_past_its_capacity_until_a_save_ends_their_leg() -> None:
-    from durable_agent._storage.history import LIVE_PER_CAPACITY, PrefixCache
+@pytest.mark.requires_sqlite
+def test_a_store_keeps_running_runs_past_its_cache_capacity_until_a_save_ends_their_leg(tmp_path: Path) -> None:
+    """What the store's cache vouches for is appended to without reading the stored rows; what it forgot is read
+    back and compared. So a row changed behind the store's back (the header left alone) shows which: a save the
+    cache vouched for leaves it, a save that read the rows back puts the saved message there again."""
+    import sqlite3
 
-    cache = PrefixCache(2)
-    history: list[Message] = [{"role": "user", "content": "hi"}]
-    for i in range(5):
-        cache.remember(f"run-{i}", i + 1, history, live=True)
-    assert [cache.revision(f"run-{i}") for i in range(5)] == [1, 2, 3, 4, 5]  # none evicted while running
-    for i in range(5):
-        cache.remember(f"run-{i}", 10 + i, history)  # the leg ended: the LRU part (2) keeps the latest
-    assert [cache.revision(f"run-{i}") for i in range(5)] == [None, None, None, 13, 14]
-    cache.remember("run-3", 20, history, live=True)  # running again: out of the LRU part
-    cache.forget("run-3")
-    assert cache.revision("run-3") is None and cache.revision("run-4") == 14
-    for i in range(LIVE_PER_CAPACITY * 2 + 1):  # abandoned legs: the oldest go past the bound
-        cache.remember(f"abandoned-{i}", 1, history, live=True)
-    assert cache.revision("abandoned-0") is None and cache.revision("abandoned-1") == 1
+    from durable_agent.backends.sqlite import SqliteCheckpointStore
+
+    path = tmp_path / "h.db"
+    store = SqliteCheckpointStore(str(path), cache_runs=2)
+    histories: dict[str, list[Message]] = {}
+
+    def save(run_id: str, status: Any) -> None:
+        messages = histories.setdefault(run_id, [{"role": "user", "content": run_id}])
+        messages = histories[run_id] = [*messages, {"role": "assistant", "content": str(len(messages))}]
+        store.save(AgentCheckpoint(run_id=run_id, step_index=len(messages), status=status, messages=messages,
+                                   usage=Usage(), created_at=0))
+
+    def tamper(*run_ids: str) -> None:
+        with sqlite3.connect(path) as conn:
+            conn.executemany("UPDATE durable_agent_messages SET body = ? WHERE run_id = ? AND seq = 0",
+                             [('{"role":"user","content":"changed"}', run_id) for run_id in run_ids])
+
+    def read_back(*run_ids: str) -> list[bool]:
+        """Per run: whether its last save read the stored rows back (a store of its own: this one's cache stays)."""
+        reader = SqliteCheckpointStore(str(path))
+        try:
+            loaded = [reader.load(run_id) for run_id in run_ids]
+            return [got is not None and got.messages[0]["content"] != "changed" for got in loaded]
+        finally:
+            reader.close()
+
+    runs = [f"run-{i}" for i in range(5)]
+    for run_id in runs:
+        save(run_id, "running")
+    tamper(*runs)
+    for run_id in runs:
+        save(run_id, "suspended")  # the leg ends
+    assert read_back(*runs) == [False] * 5  # none was forgotten while running
+    tamper(*runs)
+    for run_id in ("run-4", "run-3", "run-0", "run-1", "run-2"):  # the two it kept first: the others evict them
+        save(run_id, "suspended")
+    assert read_back(*runs) == [True, True, True, False, False]  # past the leg, the LRU part (2) kept the latest
+    abandoned = [f"abandoned-{i}" for i in range(64 * 2 + 1)]  # LIVE_PER_CAPACITY legs per run of capacity, and one
+    for run_id in abandoned:
+        save(run_id, "running")  # a leg no save ends
+    tamper(*abandoned[:2])
+    save(abandoned[1], "running")  # first: saving the evicted one evicts the next oldest
+    save(abandoned[0], "running")
+    assert read_back(*abandoned[:2]) == [True, False]  # the oldest went past the bound
+    store.close()
 
 
 @pytest.mark.requires_sqlite
