@@ -47,7 +47,6 @@ from durable_agent.http import (
     SqliteEventLog,
     UiMessageStream,
 )
-from durable_agent.http._asgi import sse_frame
 from durable_agent.http._progress import ProgressKeys, missing_events
 from ui_message_stream_schema import check_chunk
 
@@ -239,7 +238,23 @@ def test_the_ui_message_stream_matches_the_recorded_frames() -> None:
     for _, chunk in got:
         if chunk != "[DONE]":
             check_chunk(chunk)
-    assert sse_frame("1.0", '{"type":"start"}') == b'id: 1.0\ndata: {"type":"start"}\n\n'
+
+
+async def test_each_chunk_is_one_server_sent_event_with_its_id() -> None:
+    """After the reconnection delay, the body is nothing but ``id: <event>.<chunk>`` + ``data: <json>`` events,
+    each ended by a blank line, then ``data: [DONE]``."""
+    import re
+
+    runtime = MemoryRuntime()
+    app = ChatEndpoint(agent=lambda s: Agent(model=ScriptedModel(["hi"]), session_id=s,
+                                             durable=DurableOptions(runtime)), runtime=runtime, events=MemoryEventLog())
+    run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
+    status, body = await asgi(app, "GET", f"/runs/{run_id}/events?format=ui-message-stream")
+    frames = re.findall(rb"(id: \d+\.\d+\n)?data: ([^\n]+)\n\n", body)
+    assert status == 200 and body == b"retry: 1000\n\n" + b"".join(head + b"data: " + data + b"\n\n"
+                                                                 for head, data in frames)
+    assert frames[0] == (b"id: 1.0\n", json.dumps({"type": "start", "messageId": run_id}, separators=(",", ":")).encode())
+    assert all(head for head, _ in frames[:-1]) and frames[-1] == (b"", b"[DONE]")
 
 
 def test_a_retried_attempts_text_gets_its_own_block_and_the_failed_one_is_named() -> None:
@@ -739,20 +754,38 @@ async def test_results_for_a_run_this_process_drives_do_not_fence_it_out() -> No
     assert leg2[-1]["finish_reason"] == "stop" and len(parked.requests) == 2
 
 
-def test_the_tool_outputs_of_a_ui_message_are_read_as_use_chat_writes_them() -> None:
-    from durable_agent.http._client_tools import ClientResult, ui_tool_results
+async def test_the_tool_outputs_of_a_ui_message_are_read_as_use_chat_writes_them() -> None:
+    """``addToolResult`` posts the whole assistant message: of its tool parts, those with an output are results
+    (``tool-<name>`` or ``dynamic-tool``; ``output-error`` an error), the first part of a call counts, and parts
+    still waiting for their output or naming no call are not results."""
+    from durable_agent import Tool, call
 
-    message = {"role": "assistant", "parts": [
+    model = ScriptedModel([reply("", call("pick_file", {}, "c1"), call("ask", {}, "c2"), call("pick_file", {}, "c3")),
+                           "thanks"])
+    app, _ = client_tool_app(model, ask=Tool(description="Ask the user.", parameters={"type": "object"}))
+    user = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "go"}]}
+    run_id = data_lines((await asgi(app, "POST", "/chat", {"id": "s", "messages": [user]}))[1])[0]["messageId"]
+    message: dict[str, Any] = {"role": "assistant", "parts": [
         {"type": "text", "text": "hi"},
         {"type": "tool-pick_file", "toolCallId": "c1", "state": "output-available", "input": {}, "output": {"f": 1}},
         {"type": "tool-pick_file", "toolCallId": "c1", "state": "output-available", "input": {}, "output": "again"},
         {"type": "dynamic-tool", "toolName": "ask", "toolCallId": "c2", "state": "output-error", "errorText": "no"},
         {"type": "tool-pick_file", "toolCallId": "c3", "state": "input-available", "input": {}},
-        {"type": "dynamic-tool", "toolCallId": "c4", "state": "output-available", "output": 1},  # no tool name
-        {"type": "tool-x", "state": "output-available", "output": 1},  # no call id
+        {"type": "dynamic-tool", "toolCallId": "c3", "state": "output-available", "output": 1},  # no tool name
+        {"type": "tool-pick_file", "state": "output-available", "output": 1},  # no call id
     ]}
-    assert ui_tool_results(message) == [("pick_file", ClientResult("c1", {"f": 1})),
-                                        ("ask", ClientResult("c2", "no", is_error=True))]
+    status, body = await asgi(app, "POST", "/chat", {"id": "s", "messages": [user, message]}, disconnect_after=3)
+    assert status == 200 and [(c["type"], c["toolCallId"]) for c in data_lines(body)[1:]] == [
+        ("tool-output-available", "c1"), ("tool-output-error", "c2")]  # after "start": the two results
+    view = json.loads((await asgi(app, "GET", f"/runs/{run_id}"))[1])
+    assert [c["tool_call_id"] for c in view["pending_tool_calls"]] == ["c3"] and len(model.requests) == 1
+    last = {"role": "assistant", "parts": [*message["parts"][:4], {**message["parts"][4], "output": "c.txt",
+                                                                    "state": "output-available"}]}
+    body = (await asgi(app, "POST", "/chat", {"id": "s", "messages": [user, last]}))[1]
+    assert data_lines(body)[-1]["messageMetadata"]["finishReason"] == "stop"
+    answers = [p for m in model.requests[1].messages if m["role"] == "tool" for p in tool_results(m)]
+    assert [(p["tool_call_id"], p["output"], p["is_error"]) for p in answers] == [
+        ("c1", {"f": 1}, False), ("c2", "no", True), ("c3", "c.txt", False)]
 
 
 class _AgentOnlyStores:
