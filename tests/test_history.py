@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from durable_agent import AgentCheckpoint, Usage
-from durable_agent._messages import History, Message, extended
+from durable_agent import AgentCheckpoint, Message, Usage
+from durable_agent._messages import History, extended
 
 
 def test_extended_names_its_base_weakly() -> None:
@@ -87,25 +87,73 @@ def test_the_memory_store_appends_an_extended_history_without_comparing_it() -> 
     assert store.load_step("r", 1) is None  # its messages are not a prefix of the rewritten history
 
 
-def test_the_prefix_cache_holds_leased_runs_past_its_capacity_until_their_session_is_released() -> None:
-    from durable_agent._storage.history import PrefixCache
+@pytest.mark.requires_sqlite
+async def test_a_runtime_keeps_the_runs_saved_under_a_lease_past_its_cache_until_the_lease_is_released(
+        tmp_path: Path) -> None:
+    """A runtime's cache keeps 256 runs it saved or loaded, and besides them every run saved under a session's lease
+    until that lease is released. Seen as in the next test: a row changed behind the runtime's back survives a save
+    its cache vouched for, and a save that read the rows back puts the saved message there again."""
+    import sqlite3
 
-    cache = PrefixCache(2)
-    history: list[Message] = [{"role": "user", "content": "hi"}]
-    for i in range(5):
-        cache.remember(f"held-{i}", i + 1, history, holder=f"s-{i % 2}")
-        cache.remember(f"loaded-{i}", i + 1, history)
-    assert [cache.revision(f"held-{i}") for i in range(5)] == [1, 2, 3, 4, 5]  # none evicted
-    assert [cache.revision(f"loaded-{i}") for i in range(5)] == [None, None, None, 4, 5]  # the LRU part: 2
-    cache.remember("loaded-4", 9, history, holder="s-0")  # a loaded run saved under a lease is held now
-    cache.remember("held-1", 7, history)  # a held run saved without a holder stays held
-    cache.release("s-0")
-    assert [cache.revision(f"held-{i}") for i in range(5)] == [None, 7, None, 4, None]
-    assert cache.revision("loaded-4") is None and cache.revision("loaded-3") == 4
-    cache.forget("held-1")
-    cache.release("s-1")
-    assert cache.revision("held-1") is None and cache.revision("held-3") is None
-    cache.release("s-1")  # nothing held any more: a no-op
+    from durable_agent.backends import RunTransition
+    from durable_agent.backends.sqlite import SqliteRuntime
+
+    path = tmp_path / "rt.db"
+    runtime = SqliteRuntime(path, synchronous="NORMAL")
+    histories: dict[str, list[Message]] = {}
+
+    def next_checkpoint(run_id: str) -> AgentCheckpoint:
+        messages = histories.setdefault(run_id, [{"role": "user", "content": run_id}])
+        messages = histories[run_id] = [*messages, {"role": "assistant", "content": str(len(messages))}]
+        return AgentCheckpoint(run_id=run_id, step_index=len(messages), status="running", messages=messages,
+                               usage=Usage(), created_at=0)
+
+    async def save(run_id: str, epoch: int | None = None) -> None:
+        if epoch is None:
+            await runtime.stores.checkpoints.save(next_checkpoint(run_id))
+        else:
+            await runtime.commit(RunTransition("s", epoch, checkpoint=next_checkpoint(run_id)))
+
+    async def churn() -> None:  # more other runs than the cache keeps
+        for i in range(300):
+            await save(f"other-{i}")
+
+    def tamper(*run_ids: str) -> None:
+        with sqlite3.connect(path) as conn:
+            conn.executemany("UPDATE durable_agent_messages SET body = ? WHERE run_id = ? AND seq = 0",
+                             [('{"role":"user","content":"changed"}', run_id) for run_id in run_ids])
+
+    def read_back(*run_ids: str) -> list[bool]:
+        """Per run: whether its last save read the stored rows back."""
+        with sqlite3.connect(path) as conn:
+            return [conn.execute("SELECT body FROM durable_agent_messages WHERE run_id = ? AND seq = 0",
+                                 (run_id,)).fetchone()[0].find("changed") < 0 for run_id in run_ids]
+
+    try:
+        epoch = (await runtime.lease.claim("s", stale_at=0)).epoch
+        assert epoch is not None
+        await save("held", epoch)
+        await save("loaded")
+        await churn()
+        tamper("held", "loaded")
+        await save("held", epoch)
+        await save("loaded")
+        assert read_back("held", "loaded") == [False, True]  # the held run was kept, the other evicted
+        assert await runtime.stores.checkpoints.load("loaded") is not None  # a loaded run ...
+        await save("loaded", epoch)  # ... saved under the lease is held now
+        await save("held")  # a held run saved without the lease stays held
+        await churn()
+        tamper("held", "loaded")
+        await save("held")
+        await save("loaded")
+        assert read_back("held", "loaded") == [False, False]
+        await runtime.lease.release("s", epoch)
+        tamper("held", "loaded")
+        await save("held")
+        await save("loaded")
+        assert read_back("held", "loaded") == [True, True]  # released: both forgotten
+    finally:
+        runtime.close()
 
 
 @pytest.mark.requires_sqlite

@@ -66,7 +66,7 @@ def found() -> list[str]:
 # White-box tests not yet rewritten through public entry points (issue 22): each file's count may only
 # fall; a file that reaches no private part any more must leave this table.
 NOT_YET: dict[str, int] = {
-    "tests/test_group_commit.py": 2, "tests/test_history.py": 2,
+    "tests/test_group_commit.py": 2, "tests/test_history.py": 1,
     "tests/test_http_core.py": 1, "tests/test_model_call.py": 2,
 }
 
