@@ -66,8 +66,10 @@ def found() -> list[str]:
 # White-box tests not yet rewritten through public entry points (issue 22): each file's count may only
 # fall; a file that reaches no private part any more must leave this table.
 NOT_YET: dict[str, int] = {
-    "tests/test_group_commit.py": 2, "tests/test_history.py": 1,
-    "tests/test_http_core.py": 1, "tests/test_model_call.py": 2,
+    "tests/test_group_commit.py": 2,  # the engine's batches, merge rounds and chunk sizes: no public timing or count
+    "tests/test_history.py": 1,  # History/extended: the O(1) proof is speed only, which benches measure
+    "tests/test_http_core.py": 1,  # ProgressKeys/missing_events: each case would be a crash scenario of its own
+    "tests/test_model_call.py": 2,  # drain closing its step: the loop never closes it early (a leak to fix first)
 }
 
 
