@@ -198,32 +198,3 @@ async def test_cancelling_the_caller_reaches_the_step_where_it_waits() -> None:
     with pytest.raises(asyncio.CancelledError):
         await caller
     assert cleaned.is_set()
-
-
-async def test_a_caller_that_stops_iterating_closes_the_step() -> None:
-    """White-box, still (issue 22, NOT_YET in test_public_imports.py): the loop never closes the iterator of a
-    model step early, so no public entry point reaches this; a run whose `on_part` raises leaves the model's
-    stream suspended mid-await instead (see the report of session 29)."""
-    from collections import deque
-
-    from durable_agent._durability import drain
-    from durable_agent._model_call import ModelTurn
-    from durable_agent.backends import StepCompleted
-
-    parts: deque[Any] = deque()
-    closed = []
-
-    async def step() -> StepCompleted:
-        try:
-            parts.append("a")
-            await asyncio.sleep(0)
-            parts.append("b")
-            await asyncio.sleep(0)
-            return StepCompleted(None, replayed=False)
-        finally:
-            closed.append(True)
-
-    stream: Any = drain(parts, step(), ModelTurn())
-    assert await stream.__anext__() == "a"
-    await stream.aclose()
-    assert closed == [True]
