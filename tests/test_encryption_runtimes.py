@@ -544,12 +544,9 @@ def write_stray_row(db: Database, run_id: str, seq: int) -> None:
     db.sql("INSERT INTO durable_agent_messages (run_id, seq, body) VALUES (?, ?, ?)", (run_id, seq, '"stray"'))
 
 
-class TestEncryptedSqliteRuntime(DurableRuntimeConformance, SqlJournalChecks):
-    @pytest.fixture
-    def journal_db(self, tmp_path: Path) -> Iterator[Database]:
-        db = SqliteDatabase(tmp_path)
-        yield db
-        asyncio.run(db.close())
+class EncryptedRuntimeChecks(DurableRuntimeConformance, SqlJournalChecks):
+    """The conformance suite and the SQL journal checks on the runtime of `journal_db` (a subclass's fixture),
+    encrypted with `RING`."""
 
     @pytest.fixture
     def make_runtime(self, journal_db: Database) -> Callable[[Callable[[], int]], Any]:
@@ -560,8 +557,16 @@ class TestEncryptedSqliteRuntime(DurableRuntimeConformance, SqlJournalChecks):
         return functools.partial(write_stray_row, journal_db)
 
 
+class TestEncryptedSqliteRuntime(EncryptedRuntimeChecks):
+    @pytest.fixture
+    def journal_db(self, tmp_path: Path) -> Iterator[Database]:
+        db = SqliteDatabase(tmp_path)
+        yield db
+        asyncio.run(db.close())
+
+
 @pytest.mark.host_only("needs a Postgres server")
-class TestEncryptedPostgresRuntime(DurableRuntimeConformance, SqlJournalChecks):
+class TestEncryptedPostgresRuntime(EncryptedRuntimeChecks):
     @pytest.fixture
     def journal_db(self) -> Iterator[Database]:
         from durable_agent.testing.services import postgres_schema
@@ -570,11 +575,3 @@ class TestEncryptedPostgresRuntime(DurableRuntimeConformance, SqlJournalChecks):
             db = PostgresDatabase(conninfo)
             yield db
             asyncio.run(db.close())
-
-    @pytest.fixture
-    def make_runtime(self, journal_db: Database) -> Callable[[Callable[[], int]], Any]:
-        return lambda clock: journal_db.runtime(RING, clock)
-
-    @pytest.fixture
-    def stray_row(self, journal_db: Database) -> Callable[[str, int], None]:
-        return functools.partial(write_stray_row, journal_db)
