@@ -192,6 +192,14 @@ async def test_prepare_step_can_swap_the_model_and_limit_tools() -> None:
     assert other.requests[0].tools == ()
 
 
+def test_usage_adds_count_by_count_and_adding_nothing_changes_nothing() -> None:
+    spent = Usage(10, 5, 15, reasoning_tokens=2, cache_read_tokens=3, cache_write_tokens=4)
+    assert spent + Usage(1, 2, 3, 4, 5, 6) == Usage(11, 7, 18, 6, 8, 10)
+    assert spent + Usage() == spent and Usage() + spent == spent
+    assert Usage() + Usage() == Usage()
+    assert spent + Usage(cache_write_tokens=1) == Usage(10, 5, 15, 2, 3, 5)  # one count alone is not nothing
+
+
 async def test_runaway_guard_stops_identical_repeated_tool_calls() -> None:
     ledger = Ledger()
     model = ScriptedModel([reply("", call("poll", {"q": 1})) for _ in range(10)])

@@ -38,6 +38,8 @@ class Usage:
     cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
+        if not any(_usage_values(other)):  # adding nothing (a phase without sub-agents): no new object
+            return self
         return Usage(*map(operator.add, _usage_values(self), _usage_values(other)))  # C-speed: a few per step
 
     def to_dict(self) -> dict[str, int]:
@@ -58,6 +60,10 @@ class Usage:
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "reasoning_tokens", "cache_read_tokens",
                  "cache_write_tokens")
 _usage_values = operator.attrgetter(*_USAGE_FIELDS)
+
+NO_USAGE = Usage()
+"""Zero usage, shared: the default of what has spent nothing yet (a `Usage` is immutable; building one costs a
+frozen dataclass's field-by-field init, several a step)."""
 
 
 @dataclass(frozen=True, slots=True)

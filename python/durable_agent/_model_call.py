@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._checkpoint import Usage
+from ._checkpoint import NO_USAGE, Usage
 from ._durability import Durability
 from ._errors import StepFailedError, is_control_error
 from ._models import LanguageModel, ModelRequest
@@ -45,7 +45,7 @@ class ModelTurn:
 
     text: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = NO_USAGE
     finish_reason: str = "stop"
     reasoning: list[dict[str, Any]] = field(default_factory=list)  # reasoning parts, kept in the history
     response: dict[str, str] = field(default_factory=dict)  # the provider's id and model of it (traced, not stored)
@@ -74,7 +74,7 @@ class ModelTurn:
 
     def reset(self) -> None:
         """Forget a failed attempt's output."""
-        self.text, self.tool_calls, self.usage, self.finish_reason, self.reasoning = "", [], Usage(), "stop", []
+        self.text, self.tool_calls, self.usage, self.finish_reason, self.reasoning = "", [], NO_USAGE, "stop", []
         self.response = {}
         self.refusal, self.raw_finish_reason = "", None
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._checkpoint import ToolApprovalRequest, ToolApprovalResponse, Usage, check_verdict
+from ._checkpoint import NO_USAGE, ToolApprovalRequest, ToolApprovalResponse, Usage, check_verdict
 from ._durability import Durability
 from ._errors import ConfigurationError, is_control_error
 from ._options import RunOptions
@@ -143,7 +143,7 @@ class ToolPhase:
     approvals: list[ToolApprovalRequest] = field(default_factory=list)
     client_calls: list[dict[str, Any]] = field(default_factory=list)
     child_suspended: bool = False  # a sub-agent suspended (maybe on a client tool, with no approvals)
-    usage: Usage = field(default_factory=Usage)  # what sub-agents of the phase spent
+    usage: Usage = NO_USAGE  # what sub-agents of the phase spent
 
     @property
     def suspends(self) -> bool:
