@@ -192,6 +192,19 @@ async def test_prepare_step_can_swap_the_model_and_limit_tools() -> None:
     assert other.requests[0].tools == ()
 
 
+async def test_active_tools_offer_a_subset_in_the_tools_order_for_that_step_only() -> None:
+    tools = {name: Tool(description=name, execute=lambda _input: "ok") for name in ("a", "b", "c")}
+
+    def prepare(ctx: Any) -> StepOverrides | None:
+        return StepOverrides(active_tools=["c", "a"]) if ctx.step_index == 1 else None
+
+    model = ScriptedModel([reply("", call("b", {})), reply("", call("a", {})), "done"])
+    await generate_text(model=model, messages=[user("x")], tools=tools, prepare_step=prepare)
+    offered = [[spec.name for spec in request.tools] for request in model.requests]
+    assert offered == [["a", "b", "c"], ["a", "c"], ["a", "b", "c"]]
+    assert [spec.description for spec in model.requests[1].tools] == ["a", "c"]
+
+
 def test_usage_adds_count_by_count_and_adding_nothing_changes_nothing() -> None:
     spent = Usage(10, 5, 15, reasoning_tokens=2, cache_read_tokens=3, cache_write_tokens=4)
     assert spent + Usage(1, 2, 3, 4, 5, 6) == Usage(11, 7, 18, 6, 8, 10)

@@ -90,6 +90,8 @@ def _begins_with(messages: Sequence[Message], stored: Sequence[Message]) -> bool
 # A model's finish reasons that are also the run's (any other ends the run as "stop").
 _ENDING_REASONS: dict[str, FinishReason] = {"length": "length", "refusal": "refusal", "content-filter": "content-filter"}
 
+_NO_OVERRIDES = StepOverrides()  # a step without prepare_step (frozen: one serves every step)
+
 
 class AgentLoop:
     """One call of the loop. Create, iterate `parts()` once, then read the outcome attributes.
@@ -139,6 +141,7 @@ class AgentLoop:
     def _bind(self, options: RunOptions) -> None:
         """Use `options` from now on (a run with tool sources rebinds once their tools are known)."""
         self.options = options
+        self._specs = tuple(tool.spec(name) for name, tool in options.tools.items())  # what the model is offered
         self._models = ModelCaller(options, self.durability, self.run_id, self.trace, self._check_abort)
         self._decider = ToolDecider(options, self.run_id)
         self._runner = ToolRunner(options, self.durability, self.run_id, self.trace, self.log, self._check_abort)
@@ -152,9 +155,9 @@ class AgentLoop:
             self.trace.start_run(self.run_id, self.options.model, self.options.agent_name, self.options.agent_path)
         try:
             async with run_tools(self.options, self.durability, self.run_id) as tools:
-                if self.options.mcp_servers:
+                if self.options.mcp_servers:  # only a run with tool sources has tools that may change
                     self._bind(replace(self.options, tools=tools.tools))
-                self._tool_set = tools
+                    self._tool_set = tools
                 driving = self._drive()
                 try:
                     async for part in driving:
@@ -234,10 +237,8 @@ class AgentLoop:
         yield StreamStepStart(step_index=step_index)
         request = ModelRequest(
             messages=tuple(overrides.messages if overrides.messages is not None else self.messages),
-            tools=tuple(
-                tool.spec(name)
-                for name, tool in self.options.tools.items()
-                if overrides.active_tools is None or name in overrides.active_tools
+            tools=self._specs if overrides.active_tools is None else tuple(
+                spec for spec in self._specs if spec.name in overrides.active_tools
             ),
             output_schema=self._output.schema if self._output is not None else None,
             output_name=self._output.name if self._output is not None else "output",
@@ -298,11 +299,11 @@ class AgentLoop:
 
     async def _prepare(self, step_index: int) -> StepOverrides:
         if self.options.prepare_step is None:
-            return StepOverrides()
+            return _NO_OVERRIDES
         context = PrepareStepContext(step_index, len(self.steps), tuple(self.messages), self.total_usage, self.usage)
         overrides = await maybe_await(self.options.prepare_step(context))
         if overrides is None:
-            return StepOverrides()
+            return _NO_OVERRIDES
         if not isinstance(overrides, StepOverrides):
             raise ConfigurationError("prepare_step must return a StepOverrides or None")
         return overrides
@@ -314,9 +315,10 @@ class AgentLoop:
             return _ENDING_REASONS.get(model_finish, "stop")
         if len(self.steps) >= self.options.max_steps:
             return "max-steps"
-        context = StopContext(len(self.steps), self.total_usage, self.usage, self.options.model.model_id)
-        if any(condition(context) for condition in self.options.stop_when):
-            return "stop-condition"
+        if self.options.stop_when:  # a StopContext only for a run that has conditions
+            context = StopContext(len(self.steps), self.total_usage, self.usage, self.options.model.model_id)
+            if any(condition(context) for condition in self.options.stop_when):
+                return "stop-condition"
         if self._is_runaway(calls):
             self.log.warning("run %s repeated the same tool calls %d times; stopping it", self.run_id, self.options.runaway_limit)
             return "runaway"
