@@ -67,6 +67,14 @@ def test_step_key_refuses_bad_parts(args: Any) -> None:
         step_key(*args)
 
 
+@pytest.mark.parametrize(("args", "named"), [(("r", -1, "c", 0), "turn -1"), (("r", 0, "c", -2), "attempt -2"),
+                                             (("r", "1", "c", 0), "turn '1'"), (("r", 1, "c", False), "attempt False")])
+def test_a_bad_index_is_named_with_its_value(args: Any, named: str) -> None:
+    what, value = named.split(" ")
+    with pytest.raises(StepKeyError, match=f"step key {what} must be a non-negative int, got {value}"):
+        step_key(*args)
+
+
 def test_nested_call_positions_start_at_one() -> None:
     assert nested_call("cm1", 1) == "cm1/1"
     with pytest.raises(StepKeyError):

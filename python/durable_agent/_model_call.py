@@ -30,7 +30,7 @@ from ._errors import StepFailedError, is_control_error
 from ._models import LanguageModel, ModelRequest
 from ._options import RunOptions
 from ._retry import RetryPolicy
-from ._storage.keys import MODEL_CALL, step_key
+from ._storage.keys import MODEL_CALL, RunKeys
 from ._storage.records import StepRequest
 from ._storage.scope import DEFER_DONE, StepContext
 from .stream_parts import StreamPart, StreamRefusal, StreamStepRetry, StreamTextDelta, StreamToolCall
@@ -100,6 +100,7 @@ class ModelCaller:
         self.options = options
         self.durability = durability
         self.run_id = run_id
+        self.keys = RunKeys(run_id or "run")
         self.trace = trace
         self.check_abort = check_abort
 
@@ -174,7 +175,7 @@ class ModelCaller:
                     error.durable_decision = self._decision_of(error, tries)  # type: ignore[attr-defined]
                 raise
 
-        step_request = StepRequest(step_key(self.run_id or "run", step_index, MODEL_CALL, attempt), "model", "safe",
+        step_request = StepRequest(self.keys.key(step_index, MODEL_CALL, attempt), "model", "safe",
                                    {"model": model.model_id})
         stepping = self.durability.streamed_step(step_request, live, turn, DEFER_DONE)
         try:

@@ -21,7 +21,7 @@ from ._durability import Durability
 from ._errors import ConfigurationError, is_control_error
 from ._options import RunOptions
 from ._signing import APPROVAL_TOKEN_DENIED_REASON
-from ._storage.keys import step_key
+from ._storage.keys import RunKeys
 from ._storage.records import StepRequest, apply_tool_state
 from ._storage.scope import DEFER_DONE, StepContext
 from ._tools import Tool, ToolResult
@@ -245,6 +245,7 @@ class ToolRunner:
         self.options = options
         self.durability = durability
         self.run_id = run_id
+        self.keys = RunKeys(run_id or "run")
         self.trace = trace
         self.log = log
         self.check_abort = check_abort
@@ -297,7 +298,7 @@ class ToolRunner:
 
     def _tool_request(self, call: ToolCall, step_index: int) -> StepRequest:
         assert call.tool is not None
-        return StepRequest(step_key(self.run_id or "run", step_index, call.tool_call_id), "tool",
+        return StepRequest(self.keys.key(step_index, call.tool_call_id), "tool",
                            call.tool.replay, {"tool_name": call.tool_name, "tool_call_id": call.tool_call_id})
 
     async def _run_tool(self, call: ToolCall, request: StepRequest, lone: bool) -> dict[str, Any]:

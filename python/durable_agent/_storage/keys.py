@@ -28,6 +28,8 @@ class StepKeyParts(NamedTuple):
 
 
 def _escape(text: str) -> str:
+    if "%" not in text and ":" not in text:  # most runs and calls: nothing to escape
+        return text
     return text.replace("%", "%25").replace(":", "%3A")
 
 
@@ -38,24 +40,38 @@ def _unescape(text: str, what: str, key: str) -> str:
     return plain
 
 
-def _index(value: object, what: str) -> int:
-    if type(value) is not int or value < 0:
-        raise StepKeyError(f"step key {what} must be a non-negative int, got {value!r}")
-    return value
+def _bad_index(turn: object, attempt: object) -> StepKeyError:
+    what, value = ("turn", turn) if type(turn) is not int or turn < 0 else ("attempt", attempt)
+    return StepKeyError(f"step key {what} must be a non-negative int, got {value!r}")
+
+
+class RunKeys:
+    """The step keys of one run: its id checked and escaped once, not at every key (a loop makes a few a step)."""
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, run: str) -> None:
+        if not isinstance(run, str) or not run:
+            raise StepKeyError("step key run must be a non-empty str")
+        self.prefix = f"{_escape(run)}:"  # what every key of the run starts with, and no other run's key does
+
+    def key(self, turn: int, call: str, attempt: int = 0) -> str:
+        """The key of step `call` of turn `turn` (`step_key`)."""
+        if not isinstance(call, str) or not call:
+            raise StepKeyError("step key call must be a non-empty str")
+        if type(turn) is not int or turn < 0 or type(attempt) is not int or attempt < 0:
+            raise _bad_index(turn, attempt)
+        return f"{self.prefix}{turn}:{_escape(call)}:{attempt}"
 
 
 def step_key(run: str, turn: int, call: str, attempt: int = 0) -> str:
     """The escaped key of one step. Raises `StepKeyError` on an empty run or call, or a bad index."""
-    if not isinstance(run, str) or not run:
-        raise StepKeyError("step key run must be a non-empty str")
-    if not isinstance(call, str) or not call:
-        raise StepKeyError("step key call must be a non-empty str")
-    return f"{_escape(run)}:{_index(turn, 'turn')}:{_escape(call)}:{_index(attempt, 'attempt')}"
+    return RunKeys(run).key(turn, call, attempt)
 
 
 def run_key_prefix(run: str) -> str:
     """What every step key of `run` starts with (and no other run's key does: ':' is escaped in a run)."""
-    return f"{_escape(run)}:"
+    return RunKeys(run).prefix
 
 
 def parse_step_key(key: str) -> StepKeyParts:
