@@ -67,7 +67,7 @@ class Durability:
         """Run `run` for `request` and return its value, with the tool-state ops it staged."""
         context = StepContext(request, live.signal if live is not None else None)
         value = await run(context)
-        return StepCompleted(value, replayed=False, tool_state=tuple(context.staged))
+        return StepCompleted(value, False, tuple(context.staged))
 
     def streamed_step(self, request: StepRequest, stream: StreamRun, result: StreamedResult,
                       live: StepLive | None = None) -> AsyncGenerator[StreamPart, None]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -168,17 +168,17 @@ class RunTransition:
 class StepCompleted:
     """A step that has a value: it ran now (`replayed=False`), or its done record answered."""
 
+    status: ClassVar[Literal["completed"]] = "completed"  # a class attribute: not a field each outcome writes
     value: Any
     replayed: bool
     tool_state: tuple[ToolStateOp, ...] = ()
-    status: Literal["completed"] = "completed"
 
 
 @dataclass(frozen=True, slots=True)
 class StepInterrupted:
     """An unsafe step that started before a restart and never finished, or a fingerprint mismatch."""
 
-    status: Literal["interrupted"] = "interrupted"
+    status: ClassVar[Literal["interrupted"]] = "interrupted"
 
 
 StepOutcome = StepCompleted | StepInterrupted
