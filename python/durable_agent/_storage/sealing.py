@@ -47,7 +47,7 @@ from .._errors import CheckpointCorruptError, CodecError, ConfigurationError, De
 from .._kernels import kernels
 from .._messages import Message
 from ..encryption import Keyring, Place
-from ..encryption._envelope import MARKER
+from ..encryption._envelope import marked
 from ..encryption._rekey import PLAINTEXT_REFUSED
 from .history import (
     decode_header,
@@ -62,7 +62,6 @@ from .history import (
 HEADER = "checkpoint-header"
 MESSAGE = "checkpoint-message"
 NO_KEYRING = "it is encrypted, and was read without a keyring (open it with encryption=Keyring(...))"
-_BINARY_MARKER = MARKER.encode("ascii")
 SEALED = "sealed"  # the key of a value-form header's envelope (`KeyringSealer.header_value`)
 
 
@@ -163,11 +162,7 @@ class RowSealer:
 PLAINTEXT = RowSealer()
 
 
-def _sealed(value: object) -> bool:
-    """Whether `value` is an envelope by its marker: text, or bytes (the binary form)."""
-    if isinstance(value, str):
-        return value.startswith(MARKER)
-    return isinstance(value, (bytes, bytearray, memoryview)) and bytes(value[:4]) == _BINARY_MARKER
+_sealed = marked  # a value with the marker is read as an envelope; one without, as plaintext (module docs)
 
 
 class KeyringSealer(RowSealer):

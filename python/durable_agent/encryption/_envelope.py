@@ -25,6 +25,7 @@ from typing import NamedTuple
 from .._errors import CodecError, ConfigurationError, DecryptionError
 
 MARKER = "enc1"
+_BINARY_MARKER = MARKER.encode("ascii")
 NONCE_BYTES = 12
 TAG_BYTES = 16
 KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -132,13 +133,21 @@ def parse(value: object) -> Envelope | None:
     return None
 
 
+def marked(value: object) -> bool:
+    """Whether `value` starts with the envelope marker: text, or bytes (the binary form). What a store takes for
+    sealed (anything else is plaintext, or damage); it says nothing of whether the rest is a well-formed envelope."""
+    if isinstance(value, str):
+        return value.startswith(MARKER)
+    return isinstance(value, (bytes, bytearray, memoryview)) and bytes(value[:4]) == _BINARY_MARKER
+
+
 def parse_or_raise(value: object, place: Place) -> Envelope:
     envelope = parse(value)
     if envelope is not None:
         return envelope
     if not isinstance(value, (str, bytes, bytearray, memoryview)):
         problem = f"it is of type {type(value).__name__}, not an envelope (text or bytes)"
-    elif (value.startswith(MARKER) if isinstance(value, str) else bytes(value[:4]) == MARKER.encode()):
+    elif marked(value):
         problem = "the envelope is malformed (truncated or altered)"
     else:
         problem = f"it is not an envelope (no {MARKER!r} marker: plaintext, or another format)"

@@ -28,13 +28,12 @@ from typing import Any, Protocol
 
 from .._errors import ConfigurationError, DecryptionError
 from .._util import run_now
-from ._envelope import MARKER, Place, envelope_key_id
+from ._envelope import Place, envelope_key_id, marked
 from ._keyring import Keyring
 
 DEFAULT_BATCH_SIZE = 500
 PLAINTEXT_REFUSED = "it is stored in plaintext, and the keyring is strict (Keyring(..., strict=True))"
 REFUSALS_SHOWN = 20  # problems a report names; `refused` counts them all
-_BINARY_MARKER = MARKER.encode("ascii")
 _FORMS = {False: "text (damaged, or not UTF-8)", True: "envelopes"}
 
 
@@ -122,9 +121,9 @@ class Rekeyer:
             value = bytes(value)
         if (isinstance(value, bytes) and not binary) or not isinstance(value, (str, bytes)):
             raise DecryptionError(tuple(place), f"it is {type(value).__name__}, in a column of {_FORMS[binary]}")
-        if isinstance(value, bytes) and not value.startswith(_BINARY_MARKER):  # plaintext rows are text
+        sealed = marked(value)
+        if isinstance(value, bytes) and not sealed:  # plaintext rows are text
             raise DecryptionError(tuple(place), "it is bytes without the envelope marker (damaged, or text not UTF-8)")
-        sealed = value.startswith(_BINARY_MARKER) if isinstance(value, bytes) else value.startswith(MARKER)
         if not sealed and self.strict:
             raise DecryptionError(tuple(place), PLAINTEXT_REFUSED)
         return value, sealed
