@@ -222,6 +222,33 @@ async def test_runaway_guard_stops_identical_repeated_tool_calls() -> None:
     assert len(ledger.entries) == 3
 
 
+@pytest.mark.parametrize(("batches", "tool_runs", "finish"), [
+    ([{"q": 1}, {"q": 2}] * 3, 6, "stop"),  # alternating inputs are not a repeat
+    ([{"q": 1}, {"q": 1}, {"q": 2}, {"q": 1}, {"q": 1}], 5, "stop"),  # a different batch restarts the count
+    ([{"q": 1}, {"q": 2}, {"q": 2}, {"q": 2}, {"q": 3}], 4, "runaway"),  # three in a row, wherever they start
+    ([{"a": 1, "b": [1, 2]}, {"b": [1, 2], "a": 1}, {"a": 1, "b": [1, 2]}], 3, "runaway"),  # key order is not a difference
+    ([{"q": [1, 2]}, {"q": [2, 1]}, {"q": [1, 2]}], 3, "stop"),  # list order is
+])
+async def test_the_runaway_guard_counts_only_the_same_batch_in_a_row(
+    batches: list[dict[str, Any]], tool_runs: int, finish: str,
+) -> None:
+    ledger = Ledger()
+    model = ScriptedModel([*(reply("", call("poll", args)) for args in batches), "done"])
+    result = await generate_text(model=model, messages=[user("x")], tools={"poll": ledger.tool("poll")},
+                                 runaway_limit=3)
+    assert (result.finish_reason, len(ledger.entries)) == (finish, tool_runs)
+
+
+async def test_the_runaway_guard_compares_whole_batches() -> None:
+    """Two calls a step: the same pair three times stops the run; the same first call with another second does not."""
+    ledger = Ledger()
+    pairs = [(1, 2), (1, 3), (1, 2), (1, 2), (1, 2)]
+    model = ScriptedModel([reply("", call("poll", {"q": a}), call("poll", {"q": b})) for a, b in pairs])
+    result = await generate_text(model=model, messages=[user("x")], tools={"poll": ledger.tool("poll")},
+                                 runaway_limit=3)
+    assert (result.finish_reason, len(ledger.entries)) == ("runaway", 10)
+
+
 async def test_parallel_tools_respect_max_tool_concurrency() -> None:
     active, peak = 0, 0
 

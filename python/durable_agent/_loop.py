@@ -129,7 +129,8 @@ class AgentLoop:
         self.finished: asyncio.Event | None = None
         self._next_index = 0
         self._turn = ModelTurn(step_index=-1)  # the model call of the step in progress: places an error part
-        self._recent_batches: list[str] = []
+        self._last_batch: list[tuple[str, Any]] = []  # the runaway guard's: the last step's tool calls,
+        self._repeats = 0  # and how many steps in a row made them
         self.trace = trace if trace is not None else RunTrace()  # `trace`: a leg whose span started before its loop (`DurableSession.run`)
         self.log = RunLogger(logger, lambda: (self.run_id, self._next_index, self.durability.session_id))
         self._output = OutputSpec.build(options.output) if options.output is not None else None
@@ -339,15 +340,16 @@ class AgentLoop:
         return None
 
     def _is_runaway(self, calls: list[ToolCall]) -> bool:
-        """The runaway guard: the same batch of tool calls (names and inputs) `runaway_limit` times in a row."""
-        from ._kernels import kernels
+        """The runaway guard: the same batch of tool calls (names and inputs) `runaway_limit` times in a row.
 
-        try:
-            signature = kernels.encode([[c.tool_name, c.input] for c in calls])
-        except ValueError:
-            signature = repr([[c.tool_name, c.input] for c in calls])
-        self._recent_batches = [*self._recent_batches[-(self.options.runaway_limit - 1) :], signature]
-        return len(self._recent_batches) >= self.options.runaway_limit and len(set(self._recent_batches)) == 1
+        Batches compare as values (`==`: an input's key order is no difference, a list's order is), which
+        costs a step far less than encoding each batch to compare its text."""
+        batch = [(c.tool_name, c.input) for c in calls]
+        if batch == self._last_batch:
+            self._repeats += 1
+        else:
+            self._last_batch, self._repeats = batch, 1
+        return self._repeats >= self.options.runaway_limit
 
     def _finish(self, reason: FinishReason, step_index: int, attempt: int) -> StreamFinish:
         self.finish_reason = reason
