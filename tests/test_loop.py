@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any
 
 import pytest
@@ -222,6 +223,9 @@ async def test_runaway_guard_stops_identical_repeated_tool_calls() -> None:
     assert len(ledger.entries) == 3
 
 
+TAG: contextvars.ContextVar[str] = contextvars.ContextVar("tag")
+
+
 @pytest.mark.parametrize(("batches", "tool_runs", "finish"), [
     ([{"q": 1}, {"q": 2}] * 3, 6, "stop"),  # alternating inputs are not a repeat
     ([{"q": 1}, {"q": 1}, {"q": 2}, {"q": 1}, {"q": 1}], 5, "stop"),  # a different batch restarts the count
@@ -291,9 +295,14 @@ async def test_task_cancellation_propagates_and_saves_nothing_mid_step() -> None
     store = InMemoryCheckpointStore()
     started = asyncio.Event()
 
+    stopped = asyncio.Event()
+
     async def hang(_: Any) -> None:
         started.set()
-        await asyncio.sleep(3600)
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            stopped.set()
 
     model = ScriptedModel([reply("", call("hang", {}))])
     task = asyncio.ensure_future(generate_text(model=model, messages=[user("x")], tools={"hang": Tool(execute=hang)},
@@ -302,7 +311,27 @@ async def test_task_cancellation_propagates_and_saves_nothing_mid_step() -> None
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert stopped.is_set()  # the tool was cancelled with its run, not left running
     assert store.load("c") is None
+
+
+@pytest.mark.parametrize("calls", [1, 3])
+async def test_a_tool_sets_context_variables_in_a_context_of_its_own(calls: int) -> None:
+    """A tool runs in a copy of the caller's context: it sees what the caller set, and what it sets stays its own."""
+    seen: list[str] = []
+
+    async def tagged(args: Any) -> str:
+        seen.append(TAG.get())
+        TAG.set(f"tool {args['n']}")
+        await asyncio.sleep(0)
+        return TAG.get()
+
+    TAG.set("caller")
+    model = ScriptedModel([reply("", *(call("tag", {"n": n}) for n in range(calls))), "done"])
+    result = await generate_text(model=model, messages=[user("x")], tools={"tag": Tool(execute=tagged)})
+    assert seen == ["caller"] * calls
+    assert [part["output"] for part in tool_results(result.messages[2])] == [f"tool {n}" for n in range(calls)]
+    assert TAG.get() == "caller"
 
 
 async def test_stream_chat_streams_the_same_run_generate_text_returns() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,6 +237,20 @@ class ToolDecider:
         return phase
 
 
+async def _each(runs: Iterable[Awaitable[dict[str, Any]]]) -> list[dict[str, Any] | BaseException]:
+    """Await `runs` at once, each in its own task (its own copy of the context), outcomes or errors in order.
+
+    A lone run is awaited as its task: what `asyncio.gather` adds for it (a gathering future and its
+    callbacks) is most of a plain step's scheduling cost."""
+    tasks = [asyncio.ensure_future(run) for run in runs]
+    if len(tasks) != 1:
+        return await asyncio.gather(*tasks, return_exceptions=True)
+    try:
+        return [await tasks[0]]
+    except Exception as error:  # noqa: BLE001 - an outcome, as gather(return_exceptions=True) gives it
+        return [error]
+
+
 class ToolRunner:
     """Runs the calls a `ToolDecider` let through, and collects their phase."""
 
@@ -276,8 +290,7 @@ class ToolRunner:
             async with gate:
                 return await self._run_tool(call, request, lone)
 
-        outcomes = await asyncio.gather(*(run(c, r) for c, r in zip(calls, requests, strict=True)),
-                                        return_exceptions=True)
+        outcomes = await _each(run(c, r) for c, r in zip(calls, requests, strict=True))
         phase = ToolPhase()
         for outcome in outcomes:
             if isinstance(outcome, SubAgentSuspended):
