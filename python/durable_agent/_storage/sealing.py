@@ -202,11 +202,11 @@ class KeyringSealer(RowSealer):
         return [seal(text, (MESSAGE, run_id, seq), binary=binary)
                 for seq, text in enumerate(encode_messages(messages, start), start)]
 
-    def _decode_series(self, values: Sequence[Any], place: Place) -> list[Any]:
-        """The messages of the checkpoint rows `values`, row ``seq`` at ``(*place, seq)``: opened and decoded in one
-        native call when the keyring has one (`Keyring._decode_fast`), with `_open` and `decode_message` left to
-        the rows that call does not take (so the same messages, plaintext rows and errors as one by one)."""
-        run_id = str(place[-1])
+    def _decode_series(self, values: Sequence[Any], run_id: str) -> list[Any]:
+        """The messages of run `run_id`'s rows `values`, row ``seq`` at ``(MESSAGE, run_id, seq)``: opened and decoded
+        in one native call when the keyring has one (`Keyring._decode_fast`), with `_open` and `decode_message` left
+        to the rows that call does not take (so the same messages, plaintext rows and errors as one by one)."""
+        place: Place = (MESSAGE, run_id)
         fast = self.keyring._decode_fast(values, place, 0)
         if fast is None:
             return decode_messages([self._open(value, (*place, seq)) for seq, value in enumerate(values)], run_id)
@@ -217,7 +217,7 @@ class KeyringSealer(RowSealer):
 
     def rebuild(self, run_id: str, step_index: object, header: Any, bodies: Sequence[Any]) -> AgentCheckpoint:
         data = decode_header(self._open_header(run_id, step_index, header), run_id)
-        return rebuild_decoded(run_id, data, self._decode_series(bodies, (MESSAGE, run_id)))
+        return rebuild_decoded(run_id, data, self._decode_series(bodies, run_id))
 
     def comparable(self, run_id: str, bodies: Sequence[Any]) -> Sequence[Any]:
         texts: list[Any] = []
@@ -288,7 +288,7 @@ class KeyringSealer(RowSealer):
         if not sealed:
             return values
         if len(sealed) == len(values):
-            return self._decode_series(values, (MESSAGE, run_id))
+            return self._decode_series(values, run_id)
         texts = [self.keyring.open(values[seq], (MESSAGE, run_id, seq)) for seq in sealed]
         opened = list(values)
         for seq, message in zip(sealed, decode_messages(texts, run_id), strict=True):
