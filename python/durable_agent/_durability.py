@@ -38,6 +38,9 @@ class StreamedResult(Protocol):
     """What a streamed step fills as it streams (a model step's `ModelTurn`): stored as `to_json()`, and
     filled again from that stored form on a replay (`replay` returns the parts a live call would have streamed)."""
 
+    finished: bool
+    """True once the stream has put its last part: what its step still awaits is cleanup and its record's commit."""
+
     def to_json(self) -> Any: ...
 
     def replay(self, stored: Any) -> list[StreamPart]: ...
@@ -133,18 +136,31 @@ def _forward(awaited: Any) -> Generator[Any, None, None]:
     yield awaited
 
 
-async def _close(driven: Generator[Any, None, Any]) -> None:
-    """Stop a step `drain` drives that has not ended, as a cancellation does: CancelledError is thrown in where
-    it waits, and what its cleanup awaits (an adapter closing its HTTP response) is forwarded as the step's own
-    awaits are. Not ``close()``: GeneratorExit thrown through the async generators the step is inside (the model's
-    stream) skips their cleanup, and an await in a cleanup makes ``close()`` raise."""
+async def _close(driven: Generator[Any, None, Any], awaited: Any, *, finished: bool) -> None:
+    """End a step `drain` drives whose caller stopped reading; `awaited` is what the step waits on now.
+
+    A step whose stream has put its last part (`finished`) runs to its end: what it has left is the stream's
+    cleanup (an adapter closing its HTTP response) and the commit of its record, so the model call it paid for is
+    kept. Any other is stopped as a cancellation does: CancelledError is thrown in where it waits. Either way
+    what the step awaits is forwarded as its own awaits are, and a cancellation of the caller meanwhile is
+    thrown in where the step waits. Not ``close()``: GeneratorExit thrown through the async generators the step is
+    inside (the model's stream) skips their cleanup, and an await in a cleanup makes ``close()`` raise."""
+    stop = None if finished else asyncio.CancelledError()
     try:
-        awaited = driven.throw(asyncio.CancelledError())
+        if stop is not None:
+            awaited = driven.throw(stop)
         while True:
-            await _forward(awaited)
-            awaited = driven.send(None)
-    except (asyncio.CancelledError, StopIteration):
+            try:
+                await _forward(awaited)
+            except BaseException as exc:  # noqa: BLE001 - the caller's cancellation, for the step to meet
+                awaited = driven.throw(exc)
+            else:
+                awaited = driven.send(None)
+    except StopIteration:
         pass
+    except asyncio.CancelledError as cancelled:
+        if cancelled is not stop:
+            raise
     finally:
         driven.close()  # a no-op once it ended
 
@@ -182,7 +198,7 @@ async def drain(parts: deque[StreamPart], step: Awaitable[StepOutcome], result: 
                 thrown = exc
     finally:
         if not ended:  # the caller stopped iterating
-            await _close(driven)
+            await _close(driven, awaited, finished=result.finished)
     while parts:
         yield parts.popleft()
     if failure is not None:

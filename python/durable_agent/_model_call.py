@@ -51,6 +51,7 @@ class ModelTurn:
     response: dict[str, str] = field(default_factory=dict)  # the provider's id and model of it (traced, not stored)
     refusal: str = ""  # the model declined: its explanation (a ``refusal`` part of the history)
     raw_finish_reason: str | None = None  # the provider's own finish reason
+    finished: bool = False  # the model's stream has put its finish event (not stored)
     step_index: int = 0
     attempt: int = 0
 
@@ -76,7 +77,7 @@ class ModelTurn:
         """Forget a failed attempt's output."""
         self.text, self.tool_calls, self.usage, self.finish_reason, self.reasoning = "", [], NO_USAGE, "stop", []
         self.response = {}
-        self.refusal, self.raw_finish_reason = "", None
+        self.refusal, self.raw_finish_reason, self.finished = "", None, False
 
 
 def decide(policy: RetryPolicy, attempt: int, error: BaseException, now: int,
@@ -208,7 +209,7 @@ class ModelCaller:
                                          tool_name=event["tool_name"], input=event["input"])
                 elif event["type"] == "finish":
                     turn.usage, turn.finish_reason = event["usage"], event["finish_reason"]
-                    turn.raw_finish_reason = event.get("raw_finish_reason")
+                    turn.raw_finish_reason, turn.finished = event.get("raw_finish_reason"), True
                 elif event["type"] == "response-metadata":
                     turn.response = {k: event[k] for k in ("id", "model") if isinstance(event.get(k), str)}
                 elif event["type"] == "refusal":
