@@ -1,193 +1,422 @@
-"""The endpoint's pure core: progress keys, rebuilding missed events from stored records, the UI
-message stream mapping (against frames recorded from the protocol's documentation), the event
-logs, and the ASGI app in process (mounting, disconnects)."""
+"""The endpoint in process: the events a reader is sent (keyed by the run's progress, and what a process that
+died never logged rebuilt from the run's stored records), the UI message stream mapping (against frames
+recorded from the protocol's documentation), the event logs, and the ASGI app (mounting, disconnects)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
-from agent_kit import tool_results
+from agent_kit import Ledger, tool_results
 from durable_agent import (
-    MODEL_CALL,
     Agent,
-    AgentCheckpoint,
+    ApprovalSigner,
     ConfigurationError,
     DurableOptions,
+    ModelCallError,
+    ModelRequest,
+    RetryPolicy,
     ScriptedModel,
-    StreamFinish,
+    ScriptedResponse,
     StreamPart,
-    StreamRefusal,
-    StreamStepFinish,
-    StreamStepRetry,
-    StreamStepStart,
-    StreamTextDelta,
-    StreamToolApprovalRequest,
-    StreamToolCall,
-    StreamToolProgress,
-    StreamToolResult,
-    ToolApprovalRequest,
+    Tool,
     Usage,
+    call,
+    current_tool_call,
     reply,
-    step_key,
 )
-from durable_agent.backends import StepRecord, StreamPartialRecord
-from durable_agent.backends.memory import MemoryRuntime
+from durable_agent.backends import EndpointRuntime
+from durable_agent.backends.memory import MemoryDurableState, MemoryRuntime
 from durable_agent.http import (
     ChatEndpoint,
     CorsSettings,
+    EventLog,
     MemoryEventLog,
     PostgresEventLog,
     RunEvent,
     SqliteEventLog,
     UiMessageStream,
 )
-from durable_agent.http._progress import ProgressKeys, missing_events
+from helpers import wall_clock_ms
 from ui_message_stream_schema import check_chunk
 
 VECTORS = Path(__file__).parent / "vectors"
 
 
-def logged(*pairs: tuple[str, dict[str, Any]]) -> list[RunEvent]:
-    return [RunEvent(i + 1, key, data) for i, (key, data) in enumerate(pairs)]
+# ------------------------------------------------ events keyed by progress, rebuilt after a process died
+#
+# A reader is sent the run's event log. Each event's key says where in the run it happened (`RunEvent.key`),
+# so what a process that took a run over emits again is stored once; and what the run's stored records
+# prove but the dead process never logged is rebuilt from them before the run goes on. Below, process A
+# dies at a point the test picks, and process B, an hour later (A's lease long lapsed), serves a reader
+# on what A left: a clone of A's memory runtime state and a copy of its event log.
+
+HOUR_MS = 3_600_000
 
 
-def text(step: int, offset: int, value: str, attempt: int = 0) -> tuple[str, dict[str, Any]]:
-    key = f"step/{step}/text/{offset}" if attempt == 0 else f"step/{step}/text/{attempt}/{offset}"
-    return key, {"type": "text-delta", "step_index": step, "attempt": attempt, "offset": offset, "text": value}
+class Died(Exception):
+    """Raised where process A dies: nothing A does after it reaches what A left (`DyingLog.left`)."""
 
 
-START1 = ("step/1/start", {"type": "step-start", "step_index": 1})
+class DyingLog(MemoryEventLog):
+    """Process A's event log, beside A's runtime `state`. `die()` keeps both as they are now for process B (`left`:
+    a clone of the state, a copy of this log) and raises `Died`; this log calls it as it is about to store the
+    event keyed `at` (or a key under ``at/``), and A's model or tool may call it themselves."""
 
-# ------------------------------------------------------------- progress keys
+    def __init__(self, state: MemoryDurableState, at: str = "") -> None:
+        super().__init__()
+        self.state, self.at = state, at
+        self.runs: list[str] = []
+        self.left: tuple[MemoryDurableState, MemoryEventLog] | None = None
+        self.dead = asyncio.Event()
 
+    async def create_run(self, run_id: str, session_id: str, meta: Mapping[str, Any]) -> bool:
+        created = await super().create_run(run_id, session_id, meta)
+        if created:
+            self.runs.append(run_id)
+        return created
 
-def test_a_replayed_model_answer_is_cut_to_what_the_log_lacks() -> None:
-    keys = ProgressKeys(logged(START1, text(1, 0, "Hello "), text(1, 6, "wor")))
-    assert keys.events(StreamStepStart(step_index=1)) == [START1]
-    assert keys.events(StreamTextDelta(step_index=1, text="Hello world")) == [text(1, 9, "ld")]
-    assert keys.events(StreamTextDelta(step_index=1, text="!")) == [text(1, 11, "!")]
+    async def append(self, run_id: str, events: Sequence[tuple[str, dict[str, Any]]]) -> list[RunEvent]:
+        if self.left is None and self.at and any(k == self.at or k.startswith(f"{self.at}/") for k, _ in events):
+            await self.die()
+        return await super().append(run_id, events)
 
-
-def test_live_deltas_the_log_holds_are_dropped() -> None:
-    keys = ProgressKeys(logged(START1, text(1, 0, "Hello "), text(1, 6, "world")))
-    keys.events(StreamStepStart(step_index=1))
-    assert keys.events(StreamTextDelta(step_index=1, text="Hello ")) == []
-    assert keys.events(StreamTextDelta(step_index=1, text="world")) == []
-    assert keys.events(StreamTextDelta(step_index=1, text=".")) == [text(1, 11, ".")]
-
-
-def test_every_part_is_keyed_by_progress() -> None:
-    keys = ProgressKeys([])
-    keys.events(StreamStepStart(step_index=2))
-    call = StreamToolCall(step_index=2, tool_call_id="c1", tool_name="t", input={})
-    result = StreamToolResult(step_index=2, tool_call_id="c1", tool_name="t", output=1, is_error=False)
-    approval = StreamToolApprovalRequest(step_index=2, approval_id="a1", tool_call_id="c1", tool_name="t", input={})
-    finish = StreamFinish(step_index=2, finish_reason="stop", usage=Usage(1, 2, 3), total_usage=Usage(1, 2, 3))
-    step_finish = StreamStepFinish(step_index=2, usage=Usage(), finish_reason="stop")
-    assert [k for part in (call, result, approval, step_finish) for k, _ in keys.events(part)] == [
-        "call/c1", "result/c1", "approval/a1", "step/2/finish"]
-    assert keys.events(approval) == [("approval/a1", {
-        "type": "tool-approval-request", "approval_id": "a1", "tool_call_id": "c1", "tool_name": "t", "input": {},
-        "agent_path": None, "token": None})]
-    assert keys.events(finish, leg_step=4)[0][0] == "finish/4"
-    assert keys.events(finish)[0][0] == "finish/2"
-    assert keys.events(StreamRefusal(step_index=2, text="no")) == []
-    assert keys.events(StreamToolProgress(step_index=2, tool_call_id="c1", tool_name="t", progress=1)) == []
+    async def die(self) -> NoReturn:
+        copy = MemoryEventLog()
+        for run_id in self.runs:
+            info = await self.run_info(run_id)
+            assert info is not None
+            await copy.create_run(run_id, info.session_id, info.meta)
+            await copy.append(run_id, [(e.key, e.data) for e in await self.read(run_id)])
+        self.left = (self.state.clone(), copy)
+        self.dead.set()
+        raise Died
 
 
-def test_a_part_is_keyed_by_its_own_step_and_attempt_not_by_the_parts_before_it() -> None:
-    keys = ProgressKeys([])  # a process that sees the run from the middle of step 3's second attempt
-    assert keys.events(StreamTextDelta(step_index=3, attempt=1, text="Hi")) == [text(3, 0, "Hi", attempt=1)]
-    assert keys.events(StreamToolCall(step_index=3, attempt=1, tool_call_id="c1", tool_name="t", input={})) == [
-        ("call/c1", {"type": "tool-call", "step_index": 3, "tool_call_id": "c1", "tool_name": "t", "input": {}})]
-    assert keys.events(StreamStepFinish(step_index=3, attempt=1, usage=Usage(), finish_reason="stop"))[0][0] == (
-        "step/3/finish")
+def endpoint(runtime: EndpointRuntime, events: EventLog, model: Any, tools: Mapping[str, Tool] | None = None,
+             **options: Any) -> ChatEndpoint:
+    """An endpoint serving session agents of `model` and `tools` on `runtime` (`options`: the agents' own)."""
+    return ChatEndpoint(agent=lambda s: Agent(model=model, tools=dict(tools or {}), session_id=s,
+                                              durable=DurableOptions(runtime), **options),
+                        runtime=runtime, events=events)
 
 
-def test_a_retried_model_call_keys_its_next_attempt_apart() -> None:
-    keys = ProgressKeys(logged(START1, text(1, 0, "Hel")))
-    keys.events(StreamStepStart(step_index=1))
-    assert keys.events(StreamTextDelta(step_index=1, text="Hel")) == []
-    retry = keys.events(StreamStepRetry(step_index=1, attempt=0, error=TimeoutError("slow"), delay_ms=250))
-    assert retry == [("step/1/retry/0", {"type": "step-retry", "step_index": 1, "attempt": 0,
-                                         "error": "TimeoutError: slow", "delay_ms": 250})]
-    assert keys.events(StreamTextDelta(step_index=1, attempt=1, text="Hello")) == [text(1, 0, "Hello", attempt=1)]
+async def started(app: ChatEndpoint, prompt: str = "x") -> str:
+    """The id of the run of session ``s`` on `prompt` that `app` started."""
+    status, body = await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": prompt})
+    assert status == 201, body
+    return str(json.loads(body)["run_id"])
 
 
-# ------------------------------------------------------- missed events rebuilt
+async def died_in_run(log: DyingLog, model: Any, tools: Mapping[str, Tool] | None = None, **options: Any) -> str:
+    """Process A starts a run and dies in it; the run's id."""
+    run_id = await started(endpoint(MemoryRuntime(log.state), log, model, tools, **options))
+    await asyncio.wait_for(log.dead.wait(), 10)
+    return run_id
 
 
-def record(run: str, step: int, name: str, result: Any) -> StepRecord:
-    return StepRecord("s", run, step_key(run, step, name), "model", "safe", "done", result=result)
+def later() -> int:
+    """Process B's clock: an hour after A died (A's lease lapsed long ago)."""
+    return wall_clock_ms() + HOUR_MS
 
 
-def partial(run: str, step: int, seq: int, value: str) -> StreamPartialRecord:
-    return StreamPartialRecord("s", run, step_key(run, step, MODEL_CALL), seq, value)
+def left_by(log: DyingLog) -> tuple[MemoryRuntime, MemoryEventLog]:
+    """What A left, as process B sees it: the runtime on A's state, and A's event log."""
+    assert log.left is not None
+    state, events = log.left
+    return MemoryRuntime(state, clock=later), events
 
 
-def checkpoint(step: int, status: str, messages: list[Any], pending: tuple[ToolApprovalRequest, ...] | None = None
-               ) -> AgentCheckpoint:
-    return AgentCheckpoint(run_id="r", step_index=step, status=status, messages=messages,  # type: ignore[arg-type]
-                           usage=Usage(3, 4, 7), pending_approvals=pending, created_at=0)
+def taken_over(log: DyingLog, model: Any, tools: Mapping[str, Tool] | None = None,
+               **options: Any) -> tuple[ChatEndpoint, MemoryEventLog]:
+    """Process B's endpoint on what A left, and its event log."""
+    runtime, events = left_by(log)
+    return endpoint(runtime, events, model, tools, clock=later, **options), events
 
 
-MODEL = {"text": "Hi there", "tool_calls": [{"tool_call_id": "c1", "tool_name": "t", "input": {}}],
-         "usage": {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}, "finish_reason": "tool-calls"}
+async def reconnected(app: ChatEndpoint, events: EventLog, run_id: str, after: int | None = None) -> list[RunEvent]:
+    """What a reader that saw `after` events (default: all the log holds) gets from `app` to the end of the leg:
+    exactly the log's events after them, returned with their keys."""
+    after = len(await events.read(run_id)) if after is None else after
+    status, body = await asgi(app, "GET", f"/runs/{run_id}/events?after={after}")
+    logged = await events.read(run_id, after)
+    assert status == 200 and data_lines(body) == [{**e.data, "seq": e.seq} for e in logged]
+    return logged
 
 
-def test_a_step_the_resumed_run_replays_gets_only_its_unlogged_text_and_calls() -> None:
-    events = missing_events("r", logged(START1, text(1, 0, "Hi ")), checkpoint(0, "running", []),
-                            [record("r", 1, MODEL_CALL, MODEL)], [])
-    assert [k for k, _ in events] == ["step/1/text/3", "call/c1"]
-    assert events[0][1]["text"] == "there"
+def said(events: Sequence[RunEvent]) -> list[tuple[str, Any]]:
+    """Each event's key and what it says: the text of a delta, the reason of a finish, the output of a result."""
+    return [(e.key, e.data.get("text", e.data.get("finish_reason", e.data.get("output")))) for e in events]
 
 
-def test_text_streamed_by_a_model_call_that_never_finished_closes_as_aborted() -> None:
-    events = missing_events("r", logged(START1, text(1, 0, "Hi ")), checkpoint(0, "running", []), [],
-                            [partial("r", 1, 1, "there"), partial("r", 1, 0, "Hi ")])
-    assert [(k, d.get("text", d.get("finish_reason"))) for k, d in events] == [
-        ("step/1/text/3", "there"), ("step/1/finish", "aborted")]
-    assert missing_events("r", logged(START1), checkpoint(0, "running", []), [], []) == []  # it runs again
+class EventModel:
+    """A model whose n-th call streams the n-th list of `calls`; an exception in the list is raised there."""
+
+    model_id = "events"
+
+    def __init__(self, *calls: Sequence[dict[str, Any] | Exception]) -> None:
+        self.calls = calls
+        self.requests: list[ModelRequest] = []
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        self.requests.append(request)
+        for event in self.calls[len(self.requests) - 1]:
+            if isinstance(event, Exception):
+                raise event
+            yield event
 
 
-def test_a_failed_attempt_is_rebuilt_as_a_retry_and_the_next_attempts_text_follows() -> None:
-    from durable_agent.backends import StepErrorRecord
-
-    failed = StepRecord("s", "r", step_key("r", 1, MODEL_CALL, 0), "model", "safe", "failed",
-                        error=StepErrorRecord("ModelCallError", "overloaded", decision={"action": "retry",
-                                                                                        "delay_ms": 100}))
-    second = StreamPartialRecord("s", "r", step_key("r", 1, MODEL_CALL, 1), 0, "Second try")
-    events = missing_events("r", logged(START1, text(1, 0, "First")), checkpoint(0, "running", []), [failed],
-                            [partial("r", 1, 0, "First"), second])
-    assert [(k, d.get("text") or d.get("error") or d.get("finish_reason")) for k, d in events] == [
-        ("step/1/retry/0", "ModelCallError: overloaded"), ("step/1/text/1/0", "Second try"),
-        ("step/1/finish", "aborted")]
+def delta(text: str) -> dict[str, Any]:
+    return {"type": "text-delta", "text": text}
 
 
-def test_a_finished_run_gets_its_results_step_finish_and_finish() -> None:
-    messages = [{"role": "user", "content": "x"},
-                {"role": "tool", "content": [{"type": "tool-result", "tool_call_id": "c1", "tool_name": "t",
-                                              "output": "ok", "is_error": False}]}]
-    done = logged(START1, text(1, 0, "Hi there"), ("call/c1", {"type": "tool-call"}))
-    events = missing_events("r", done, checkpoint(1, "completed", messages), [record("r", 1, MODEL_CALL, MODEL)], [])
-    assert [k for k, _ in events] == ["result/c1", "step/1/finish", "finish/1"]
-    assert events[-1][1]["finish_reason"] == "stop" and events[-1][1]["total_usage"]["total_tokens"] == 7
-    assert missing_events("r", logged(*[(e.key, e.data) for e in done], *events),
-                          checkpoint(1, "completed", messages), [record("r", 1, MODEL_CALL, MODEL)], []) == []
+PICK_FILE = Tool(description="Ask the user for a file.", parameters={"type": "object"})
+"""A client tool: the user's browser answers its calls."""
+
+STOP = {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 1, 2)}
+RETRY_FAST = RetryPolicy(initial_delay_ms=1, jitter=False)
 
 
-def test_a_parked_run_gets_its_approval_requests_and_a_suspended_finish() -> None:
-    request = ToolApprovalRequest("a1", "c1", "t", {}, None, "tok")
-    events = missing_events("r", logged(START1, text(1, 0, "Hi there"), ("call/c1", {"type": "tool-call"})),
-                            checkpoint(1, "suspended", [], (request,)), [record("r", 1, MODEL_CALL, MODEL)], [])
-    assert [k for k, _ in events] == ["approval/a1", "step/1/finish", "finish/1"]
-    assert events[0][1]["token"] == "tok" and events[-1][1]["finish_reason"] == "suspended"
+def flaky() -> list[dict[str, Any] | Exception]:
+    """A model call that streams a word, then fails as overloaded (a retry's reason)."""
+    return [delta("Hel"), ModelCallError("busy", provider="test", kind="overloaded", retryable=True)]
+
+
+FLAKY_RETRY = {"type": "step-retry", "step_index": 1, "attempt": 0, "error": "ModelCallError: busy", "delay_ms": 1}
+"""The event of the retry after step 1's first attempt failed as `flaky` fails (with `RETRY_FAST`)."""
+
+
+class ProgressSource:
+    """A tool source (what an MCP server is to a run) whose one tool, ``scan``, reports its progress as it runs."""
+
+    name = "scanner"
+    changed = False
+
+    async def __aenter__(self) -> ProgressSource:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    async def refresh(self) -> None:
+        return None
+
+    def listing(self) -> list[dict[str, Any]]:
+        return [{"name": "scan"}]
+
+    def bind(self, listing: Sequence[Mapping[str, Any]]) -> dict[str, Tool]:
+        return {"scan": Tool(execute=self.scan)}
+
+    def scan(self, args: Any) -> str:
+        context = current_tool_call()
+        assert context is not None and context.progress_sink is not None  # the report is streamed, not dropped
+        context.report_progress(1, 2)
+        return "scanned"
+
+
+async def test_every_logged_event_is_keyed_by_where_in_the_run_it_happened() -> None:
+    """A text delta by its step and the characters of that step's text before it, a call, result or approval by
+    its id, a step's finish by its step, a leg's finish by the step its checkpoint ended at. A refusal and a tool's
+    progress report are sent to no reader: they are no point of the run's progress."""
+    runtime, log = MemoryRuntime(), MemoryEventLog()
+    model = EventModel(
+        [delta("Let "), delta("me "), delta("see."), {"type": "tool-call", "tool_call_id": "c1", "tool_name": "scan",
+                                                       "input": {}},
+         {"type": "tool-call", "tool_call_id": "c2", "tool_name": "rm", "input": {"path": "x"}},
+         {"type": "finish", "finish_reason": "tool-calls", "usage": Usage(1, 1, 2)}],
+        [{"type": "refusal", "text": "I would rather not."}, {**STOP, "finish_reason": "refusal"}])
+    app = endpoint(runtime, log, model, {"rm": Ledger().tool("rm", needs_approval=True)},
+                   mcp_servers=[ProgressSource()])
+    run_id = await started(app)
+    leg1 = await reconnected(app, log, run_id, 0)
+    approval = next(e for e in leg1 if e.key.startswith("approval/"))
+    assert [e.key for e in leg1] == ["step/1/start", "step/1/text/0", "step/1/text/4", "step/1/text/7", "call/c1",
+                                     "call/c2", approval.key, "step/1/finish", "finish/1"]
+    assert approval.data == {"type": "tool-approval-request", "approval_id": approval.key.removeprefix("approval/"),
+                             "tool_call_id": "c2", "tool_name": "rm", "input": {"path": "x"}, "agent_path": None,
+                             "token": None}
+    assert leg1[4].data == {"type": "tool-call", "step_index": 1, "tool_call_id": "c1", "tool_name": "scan",
+                            "input": {}}
+    verdict = {"approval_id": approval.data["approval_id"], "approved": True}
+    assert (await asgi(app, "POST", f"/runs/{run_id}/approvals", verdict))[0] == 202
+    leg2 = await reconnected(app, log, run_id, leg1[-1].seq)
+    assert said(leg2) == [("result/c1", "scanned"), ("result/c2", "ok"), ("step/3/start", None),
+                          ("step/3/finish", "refusal"), ("finish/3", "refusal")]
+
+
+async def test_text_streamed_before_the_process_died_but_never_logged_is_sent_and_its_step_closes_as_aborted() -> None:
+    """A's model call streamed its three words (each a stored partial) and A died logging the second: the reader
+    gets the text A never logged, keyed after the logged text, then the step's finish as ``aborted``; B joins
+    the text as an aborted turn and goes on with the next step (it never asks for step 1's answer again)."""
+    script: list[ScriptedResponse | str] = ["Hi there friend", "Sorry, cut off."]
+    log = DyingLog(MemoryDurableState(), at="step/1/text/3")
+    run_id = await died_in_run(log, ScriptedModel(script))
+    app, events = taken_over(log, model := ScriptedModel(script))
+    got = await reconnected(app, events, run_id)
+    assert got[0].data == {"type": "text-delta", "step_index": 1, "attempt": 0, "offset": 3, "text": "there friend"}
+    assert said(got) == [("step/1/text/3", "there friend"), ("step/1/finish", "aborted"), ("step/2/start", None),
+                         ("step/2/text/0", "Sorry, "), ("step/2/text/7", "cut "), ("step/2/text/11", "off."),
+                         ("step/2/finish", "stop"), ("finish/2", "stop")]
+    assert len(model.requests) == 1 and model.requests[0].messages[-1] == {
+        "role": "assistant", "content": [{"type": "text", "text": "Hi there friend"}]}
+
+
+async def test_a_model_call_that_died_before_it_streamed_text_is_asked_again_and_nothing_is_rebuilt() -> None:
+    """A died logging the call its model streamed (no text: no partial stored, no answer recorded): nothing
+    proves the call, so nothing is rebuilt; B asks the model for step 1 again, and its call is the one sent."""
+    script: list[ScriptedResponse | str] = [reply("", call("t", {}, "c1")), "done"]
+    log = DyingLog(MemoryDurableState(), at="call/c1")
+    ledger = Ledger()
+    run_id = await died_in_run(log, ScriptedModel(script), {"t": ledger.tool("t")})
+    app, events = taken_over(log, model := ScriptedModel(script), {"t": ledger.tool("t")})
+    assert [e.key for e in await events.read(run_id)] == ["step/1/start"]
+    got = await reconnected(app, events, run_id)
+    assert [e.key for e in got] == ["call/c1", "result/c1", "step/1/finish", "step/2/start", "step/2/text/0",
+                                    "step/2/finish", "finish/2"]
+    assert len(model.requests) == 2 and ledger.entries == [("t", {})]  # step 1 asked again; the tool ran once, in B
+
+
+async def test_a_failed_attempt_the_process_died_before_logging_is_sent_as_a_retry_then_the_next_attempt() -> None:
+    """A's first model call attempt streamed a word and failed (the failure recorded with its retry decision, the
+    word dropped with it); A died logging the word. The reader gets the retry as A would have sent it (B replays
+    the failed attempt from its record, without the model), then the next attempt's text, keyed by the attempt
+    from its character 0."""
+    log = DyingLog(MemoryDurableState(), at="step/1/text/0")
+    run_id = await died_in_run(log, EventModel(flaky()), retry=RETRY_FAST)
+    app, events = taken_over(log, model := EventModel([delta("Hel"), delta("lo"), STOP]), retry=RETRY_FAST)
+    got = await reconnected(app, events, run_id)
+    assert got[0].data == FLAKY_RETRY
+    assert said(got[1:]) == [("step/1/text/1/0", "Hel"), ("step/1/text/1/3", "lo"), ("step/1/finish", "stop"),
+                             ("finish/1", "stop")]
+    assert len(model.requests) == 1
+
+
+async def test_the_next_attempts_text_the_process_died_before_logging_is_sent_keyed_by_its_attempt() -> None:
+    """A logged the first attempt's word and its retry, and died logging the second attempt's: the reader gets
+    that attempt's text (its partials), keyed by the attempt, and the step's finish as ``aborted``."""
+    log = DyingLog(MemoryDurableState(), at="step/1/text/1/0")
+    run_id = await died_in_run(log, EventModel(flaky(), [delta("Hel"), delta("lo"), STOP]), retry=RETRY_FAST)
+    app, events = taken_over(log, EventModel([delta("Sorry."), STOP]), retry=RETRY_FAST)
+    assert [e.key for e in await events.read(run_id)] == ["step/1/start", "step/1/text/0", "step/1/retry/0"]
+    got = await reconnected(app, events, run_id)
+    assert said(got) == [("step/1/text/1/0", "Hello"), ("step/1/finish", "aborted"), ("step/2/start", None),
+                         ("step/2/text/0", "Sorry."), ("step/2/finish", "stop"), ("finish/2", "stop")]
+
+
+async def test_a_step_whose_checkpoint_committed_gets_its_results_and_finish_and_is_not_sent_twice() -> None:
+    """A died logging the tool's result, its step checkpointed: the reader gets the result and the step's finish
+    from the checkpoint and the recorded model answer, then B's next step; B replays step 1 from its records
+    (the tool does not run again, the model is not asked again) and sends none of it twice."""
+    script: list[ScriptedResponse | str] = [reply("Hi there", call("t", {}, "c1"), usage=Usage(5, 6, 11)),
+                                            reply("done", usage=Usage(7, 1, 8))]
+    log = DyingLog(MemoryDurableState(), at="result/c1")
+    ledger = Ledger()
+    run_id = await died_in_run(log, ScriptedModel(script), {"t": ledger.tool("t", result={"n": 1})})
+    app, events = taken_over(log, model := ScriptedModel(script), {"t": ledger.tool("t")})
+    assert [e.key for e in await events.read(run_id)] == ["step/1/start", "step/1/text/0", "step/1/text/3", "call/c1"]
+    got = await reconnected(app, events, run_id)
+    assert said(got) == [("result/c1", {"n": 1}), ("step/1/finish", "tool-calls"), ("step/2/start", None),
+                         ("step/2/text/0", "done"), ("step/2/finish", "stop"), ("finish/2", "stop")]
+    assert got[0].data == {"type": "tool-result", "tool_call_id": "c1", "tool_name": "t", "output": {"n": 1},
+                           "is_error": False}
+    assert got[1].data["usage"] == Usage(5, 6, 11).to_dict() and got[-1].data["total_usage"]["total_tokens"] == 19
+    assert ledger.entries == [("t", {})] and len(model.requests) == 1  # the tool ran in A; B asked for step 2 only
+
+
+async def test_the_answer_another_process_recorded_for_the_open_step_is_sent_with_its_retries() -> None:
+    """A died logging its model's tool call (no text: nothing of the call stored). An operator then finished the run
+    from the command line (``durable-agent runs resume``: `Agent.resume`, which logs no events), where the model
+    failed once and then answered with text. A reader gets what the records prove of the step the log shows open:
+    the failed attempt's retry, the answer's text keyed by its attempt, its call and result, the step's finish;
+    then the run's finish."""
+    log = DyingLog(MemoryDurableState(), at="call/c1")
+    ledger = Ledger()
+    run_id = await died_in_run(log, ScriptedModel([reply("", call("t", {}, "c1"))]), {"t": ledger.tool("t")})
+    runtime, events = left_by(log)
+    answer = [delta("Let me "), delta("see."),
+              {"type": "tool-call", "tool_call_id": "c1", "tool_name": "t", "input": {}},
+              {"type": "finish", "finish_reason": "tool-calls", "usage": Usage(1, 1, 2)}]
+    model = EventModel(flaky(), answer, [delta("Done."), STOP])
+    worker = Agent(model=model, tools={"t": ledger.tool("t")}, session_id="s", durable=DurableOptions(runtime),
+                   retry=RETRY_FAST, clock=later)
+    result = await worker.resume(run_id=run_id)
+    assert result is not None and result.text == "Done."
+    app = endpoint(runtime, events, model, {"t": ledger.tool("t")}, clock=later)
+    got = await reconnected(app, events, run_id)
+    assert said(got) == [("step/1/retry/0", None), ("step/1/text/1/0", "Let me see."), ("call/c1", None),
+                         ("result/c1", "ok"), ("step/1/finish", "tool-calls"), ("finish/2", "stop")]
+    assert got[0].data == FLAKY_RETRY and got[2].data == {
+        "type": "tool-call", "step_index": 1, "tool_call_id": "c1", "tool_name": "t", "input": {}}
+    assert len(model.requests) == 3 and ledger.entries == [("t", {})]  # the reader's process asks nothing again
+
+
+async def test_a_run_another_process_ended_gets_its_results_step_finish_and_finish_rebuilt_once() -> None:
+    """A died in the step's tool; B's next run of the session healed A's run (its open call answered as
+    interrupted, the run ended). A reader of A's run gets what the run's checkpoint proves: the call's result,
+    the step's finish and the run's finish with the run's usage; a reader at the end then gets nothing more."""
+    log = DyingLog(MemoryDurableState())
+
+    async def doomed(args: Any) -> str:
+        await log.die()
+
+    script: list[ScriptedResponse | str] = [reply("Hi there", call("t", {}, "c1"), usage=Usage(5, 6, 11))]
+    run_id = await died_in_run(log, ScriptedModel(script), {"t": Tool(execute=doomed)})
+    app, events = taken_over(log, ScriptedModel(lambda request: "Next run."), {"t": Tool(execute=doomed)})
+    seen = len(await events.read(run_id))
+    await reconnected(app, events, await started(app, "y"), 0)  # B's next run, to its end
+    got = await reconnected(app, events, run_id, seen)
+    assert [(e.key, e.data.get("is_error", e.data.get("finish_reason"))) for e in got] == [
+        ("result/c1", True), ("step/1/finish", "tool-calls"), ("finish/1", "stop")]
+    assert got[1].data["usage"] == Usage(5, 6, 11).to_dict()  # the recorded model answer's
+    view = json.loads((await asgi(app, "GET", f"/runs/{run_id}"))[1])
+    assert view["status"] == "completed" and got[-1].data["total_usage"] == view["usage"]
+    assert await asgi(app, "GET", f"/runs/{run_id}/events?after={got[-1].seq}") == (204, b"")
+    assert len(await events.read(run_id)) == got[-1].seq
+
+
+async def test_a_run_that_parked_as_the_process_died_gets_its_approval_request_and_a_suspended_finish() -> None:
+    """A's run parked on an approval (the checkpoint committed) and A died logging the request: the reader gets
+    the request, signed as A would have sent it, the step's finish and the leg's suspended finish; its token
+    approves the run."""
+    signer, ledger = ApprovalSigner("s" * 40), Ledger()
+    script: list[ScriptedResponse | str] = [reply("", call("rm", {"path": "x"}, "c1")), "removed"]
+    tools = {"rm": ledger.tool("rm", needs_approval=True)}
+    log = DyingLog(MemoryDurableState(), at="approval")
+    run_id = await died_in_run(log, ScriptedModel(script), tools, approval_signer=signer)
+    app, events = taken_over(log, ScriptedModel(script), tools, approval_signer=signer)
+    got = await reconnected(app, events, run_id)
+    request = got[0].data
+    assert [e.key for e in got] == [f"approval/{request['approval_id']}", "step/1/finish", "finish/1"]
+    assert (request["tool_call_id"], got[-1].data["finish_reason"]) == ("c1", "suspended") and ledger.entries == []
+    verdict = {"approval_id": request["approval_id"], "approved": True, "token": request["token"]}
+    assert (await asgi(app, "POST", f"/runs/{run_id}/approvals", verdict))[0] == 202
+    assert (await reconnected(app, events, run_id))[-1].data["finish_reason"] == "stop"
+    assert ledger.entries == [("rm", {"path": "x"})]
+
+
+async def test_a_client_result_recorded_as_the_process_died_is_sent_before_the_run_goes_on() -> None:
+    """A recorded the result of the client tool call its run was parked on, and died before logging it: the
+    reader gets the result (from the parked checkpoint that holds it), then the rest of the run, which B drives."""
+    script: list[ScriptedResponse | str] = [reply("", call("pick_file", {}, "c1")), "thanks"]
+    tools = {"pick_file": PICK_FILE}
+    log = DyingLog(MemoryDurableState(), at="result/c1")
+    app = endpoint(MemoryRuntime(log.state), log, ScriptedModel(script), tools)
+    run_id = await started(app)
+    leg1 = await reconnected(app, log, run_id, 0)
+    assert leg1[-1].data["finish_reason"] == "suspended"
+    status, _ = await asgi(app, "POST", f"/runs/{run_id}/tool-results", {"tool_call_id": "c1", "output": "f"})
+    assert status == 500 and log.left is not None  # A died between its commit and its log
+    app, events = taken_over(log, model := ScriptedModel(script), tools)
+    got = await reconnected(app, events, run_id)
+    assert got[0].data == {"type": "tool-result", "tool_call_id": "c1", "tool_name": "pick_file", "output": "f",
+                           "is_error": False}
+    assert said(got)[-1] == ("finish/2", "stop")
+    assert [p["output"] for p in tool_results(model.requests[0].messages[-1])] == ["f"]  # what the model was given
 
 
 # ---------------------------------------------------------- UI message stream
@@ -387,7 +616,6 @@ async def test_a_reader_at_or_past_the_end_of_a_run_gets_an_answer_not_an_endles
     """At the end of a leg nothing follows: 204 (an EventSource stops reconnecting on it, as on /chat/{id}/stream).
     An id the run never sent (past its last event, a chunk its event never had) is a 422, never a stream that
     keeps the reader waiting on keep-alives, nor one that skips the events up to the made-up id."""
-    from durable_agent import Tool, call
 
     runtime, log, gate = MemoryRuntime(), MemoryEventLog(), asyncio.Event()
 
@@ -560,8 +788,7 @@ async def test_the_same_run_asked_twice_at_once_starts_once() -> None:
 
 
 async def test_a_sub_agents_signed_approval_is_accepted() -> None:
-    from agent_kit import Ledger
-    from durable_agent import ApprovalSigner, agent_tool, call
+    from durable_agent import agent_tool
 
     runtime, ledger, signer = MemoryRuntime(), Ledger(), ApprovalSigner("s" * 40)
     child = agent_tool(name="coder", model=ScriptedModel([reply("", call("shell", {"cmd": "ls"})), "listed"]),
@@ -583,13 +810,8 @@ async def test_a_sub_agents_signed_approval_is_accepted() -> None:
 
 
 async def test_a_run_parked_on_a_client_tool_is_not_resumed_by_a_reader() -> None:
-    from durable_agent import Tool, call
-
-    runtime = MemoryRuntime()
     model = ScriptedModel([reply("", call("pick_file", {})), "thanks"])
-    tools = {"pick_file": Tool(description="Ask the user for a file.", parameters={"type": "object"})}
-    app = ChatEndpoint(agent=lambda s: Agent(model=model, tools=tools, session_id=s, durable=DurableOptions(runtime)),
-                       runtime=runtime, events=MemoryEventLog())
+    app, _ = client_tool_app(model)
     run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
     first = (await asgi(app, "GET", f"/runs/{run_id}/events"))[1]
     assert b'"finish_reason":"suspended"' in first
@@ -600,45 +822,20 @@ async def test_a_run_parked_on_a_client_tool_is_not_resumed_by_a_reader() -> Non
 
 
 async def test_a_retried_model_call_streams_its_failed_attempt_then_the_next() -> None:
-    from durable_agent import ModelCallError, RetryPolicy
-
-    class FlakyModel:
-        """Streams a word, then fails once (overloaded); the second attempt answers."""
-
-        model_id = "flaky"
-
-        def __init__(self) -> None:
-            self.calls = 0
-
-        async def stream(self, request: Any) -> Any:
-            self.calls += 1
-            yield {"type": "text-delta", "text": "Hel"}
-            if self.calls == 1:
-                raise ModelCallError("busy", provider="test", kind="overloaded", retryable=True)
-            yield {"type": "text-delta", "text": "lo"}
-            yield {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 1, 2)}
-
-    runtime = MemoryRuntime()
-    model = FlakyModel()
-    app = ChatEndpoint(agent=lambda s: Agent(model=model, session_id=s, durable=DurableOptions(runtime),
-                                             retry=RetryPolicy(initial_delay_ms=1, jitter=False)),
-                       runtime=runtime, events=MemoryEventLog())
+    app = endpoint(MemoryRuntime(), MemoryEventLog(), EventModel(flaky(), [delta("Hel"), delta("lo"), STOP]),
+                   retry=RETRY_FAST)
     run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
     body = (await asgi(app, "GET", f"/runs/{run_id}/events"))[1].decode()
     events = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: ")]
     assert [(e["type"], e.get("attempt"), e.get("text")) for e in events if e["type"] in ("text-delta", "step-retry")] == [
         ("text-delta", 0, "Hel"), ("step-retry", 0, None), ("text-delta", 1, "Hel"), ("text-delta", 1, "lo")]
     assert events[-1]["type"] == "finish" and [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert {**FLAKY_RETRY, "seq": 3} in events  # as the retry is rebuilt from its record when it was never logged
 
 
 def client_tool_app(model: ScriptedModel, runtime: Any = None, **tools: Any) -> tuple[ChatEndpoint, Any]:
-    from durable_agent import Tool
-
     runtime = runtime or MemoryRuntime()
-    tools = {"pick_file": Tool(description="Ask the user for a file.", parameters={"type": "object"}), **tools}
-    app = ChatEndpoint(agent=lambda s: Agent(model=model, tools=tools, session_id=s, durable=DurableOptions(runtime)),
-                       runtime=runtime, events=MemoryEventLog())
-    return app, runtime
+    return endpoint(runtime, MemoryEventLog(), model, {"pick_file": PICK_FILE, **tools}), runtime
 
 
 def data_lines(body: bytes) -> list[dict[str, Any]]:
@@ -646,8 +843,6 @@ def data_lines(body: bytes) -> list[dict[str, Any]]:
 
 
 async def test_client_tool_results_resume_the_run_once_every_call_has_one() -> None:
-    from durable_agent import call
-
     model = ScriptedModel([reply("", call("pick_file", {"n": 1}, "c1"), call("pick_file", {"n": 2}, "c2")), "thanks"])
     app, _ = client_tool_app(model)
     run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
@@ -676,9 +871,6 @@ async def test_client_tool_results_resume_the_run_once_every_call_has_one() -> N
 
 
 async def test_an_approval_does_not_resume_a_run_whose_client_tool_call_waits() -> None:
-    from agent_kit import Ledger
-    from durable_agent import call
-
     ledger = Ledger()
     model = ScriptedModel([reply("", call("pick_file", {}, "c1"), call("rm", {"path": "x"}, "c2")), "done"])
     app, _ = client_tool_app(model, rm=ledger.tool("rm", needs_approval=True))
@@ -697,23 +889,9 @@ async def test_an_approval_does_not_resume_a_run_whose_client_tool_call_waits() 
                                                                                            [("c2", False)]]
 
 
-def test_client_results_recorded_after_a_parked_leg_are_rebuilt() -> None:
-    parked = [{"role": "user", "content": "x"},
-              {"role": "assistant", "content": [{"type": "tool-call", "tool_call_id": "c1", "tool_name": "t",
-                                                 "input": {}}]},
-              {"role": "tool", "content": [{"type": "tool-result", "tool_call_id": "c1", "tool_name": "t",
-                                            "output": "f", "is_error": False}]}]
-    finish = ("finish/1", {"type": "finish", "step_index": 1, "finish_reason": "suspended"})
-    events = missing_events("r", logged(START1, ("step/1/finish", {"type": "step-finish"}), finish),
-                            checkpoint(1, "suspended", parked), [], [])
-    assert events == [("result/c1", {"type": "tool-result", "tool_call_id": "c1", "tool_name": "t", "output": "f",
-                                     "is_error": False})]
-
-
 async def test_a_resumed_chat_stream_replays_the_whole_run_as_one_message() -> None:
     """ai 7's default transport takes a resumed stream for the whole message (``resumeStreamIsReplay``): the
     resume replays every leg of the run, the first leg's end not ending the stream, then the leg in flight."""
-    from durable_agent import call
 
     model = ScriptedModel([reply("Let me see.", call("pick_file", {}, "c1")), "You picked a file, and so on."],
                           delay=0.05)
@@ -734,8 +912,6 @@ async def test_a_resumed_chat_stream_replays_the_whole_run_as_one_message() -> N
 
 
 async def test_results_for_a_run_this_process_drives_do_not_fence_it_out() -> None:
-    from durable_agent import call
-
     model = ScriptedModel([reply("one two three four five six seven eight nine ten")], delay=0.02)
     app, _ = client_tool_app(model)
     run_id = json.loads((await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "x"}))[1])["run_id"]
@@ -758,7 +934,6 @@ async def test_the_tool_outputs_of_a_ui_message_are_read_as_use_chat_writes_them
     """``addToolResult`` posts the whole assistant message: of its tool parts, those with an output are results
     (``tool-<name>`` or ``dynamic-tool``; ``output-error`` an error), the first part of a call counts, and parts
     still waiting for their output or naming no call are not results."""
-    from durable_agent import Tool, call
 
     model = ScriptedModel([reply("", call("pick_file", {}, "c1"), call("ask", {}, "c2"), call("pick_file", {}, "c3")),
                            "thanks"])
@@ -807,7 +982,7 @@ class _AgentOnlyRuntime:
 
 
 def test_the_endpoint_needs_a_runtime_with_submissions_an_agent_does_not() -> None:
-    from durable_agent.backends import DurableRuntime, EndpointRuntime, EndpointStores
+    from durable_agent.backends import DurableRuntime, EndpointStores
 
     bundled = MemoryRuntime()
     assert isinstance(bundled, EndpointRuntime) and isinstance(bundled.stores, EndpointStores)
@@ -829,7 +1004,6 @@ async def test_an_agent_runs_on_a_runtime_with_only_what_its_protocol_declares()
 async def test_concurrent_client_results_of_one_run_are_all_recorded(kind: str, tmp_path: Path) -> None:
     """Two requests answering different calls of one parked run at once, in one process: each claims the session's
     lease for its commit, so they take turns (a claim while the other holds it would be refused)."""
-    from durable_agent import call
 
     if kind == "sqlite":  # its I/O runs on a thread: the two requests interleave
         from durable_agent.backends.sqlite import SqliteRuntime
@@ -854,8 +1028,6 @@ async def test_concurrent_client_results_of_one_run_are_all_recorded(kind: str, 
 
 async def test_a_verdict_for_a_parked_run_is_refused_unrecorded_while_another_run_of_its_session_runs_here() -> None:
     """The driver's per-session guard: the lease alone would refuse only the resume, after the verdict was stored."""
-    from agent_kit import Ledger
-    from durable_agent import call
 
     ledger = Ledger()
     model = ScriptedModel([reply("", call("rm", {"path": "x"}, "c1")),
@@ -877,7 +1049,6 @@ async def test_a_verdict_for_a_parked_run_is_refused_unrecorded_while_another_ru
 async def test_a_new_run_right_after_a_leg_logged_its_finish_waits_for_that_leg_to_end() -> None:
     """A client that read a leg's finish and starts the session's next run at once is not refused as busy while
     the finished leg's task is still releasing its lease (seen under Pyodide, where that takes longer)."""
-    from durable_agent import call
 
     model = ScriptedModel([reply("", call("pick_file", {}, "c1")), "second run"])
     runtime = MemoryRuntime()
@@ -901,8 +1072,6 @@ async def test_a_new_run_right_after_a_leg_logged_its_finish_waits_for_that_leg_
 async def test_a_stopped_parked_run_takes_no_verdict_and_its_session_starts_the_next_run() -> None:
     """A run parked on an approval is driven by no process: its stop is the log's ``run_aborted`` error, written under
     the session's lease; a verdict after it is refused unrecorded, and the tool never runs."""
-    from agent_kit import Ledger
-    from durable_agent import call
 
     ledger = Ledger()
     model = ScriptedModel([reply("", call("rm", {"path": "x"}, "c1")), "hello"])

@@ -68,7 +68,6 @@ def found() -> list[str]:
 NOT_YET: dict[str, int] = {
     "tests/test_group_commit.py": 2,  # the engine's batches, merge rounds and chunk sizes: no public timing or count
     "tests/test_history.py": 1,  # History/extended: the O(1) proof is speed only, which benches measure
-    "tests/test_http_core.py": 1,  # ProgressKeys/missing_events: each case would be a crash scenario of its own
 }
 
 
