@@ -1,27 +1,65 @@
-"""`History`: the O(1) proof a store uses to append only what a step added, without keeping old lists alive."""
+"""How a store saves a run's history: each step's save appends what the step added, a rewritten history is
+caught and replaced, and a run does not keep its earlier steps' histories alive.
+
+The loop builds each history by appending to the one before and names that one (weakly); a store that saved
+that very list appends without comparing the two, else it compares them (pointers at C speed while the
+messages are the same objects, then message by message). How much that costs a save is speed:
+benches/bench_stores.py measures the save cost at steps 10 to 10,000 of a run."""
 
 from __future__ import annotations
 
 import gc
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from durable_agent import AgentCheckpoint, Message, Usage
-from durable_agent._messages import History, extended
+from agent_kit import user
+from durable_agent import (
+    AgentCheckpoint,
+    InMemoryCheckpointStore,
+    Message,
+    PrepareStepContext,
+    ScriptedModel,
+    Tool,
+    Usage,
+    call,
+    generate_text,
+    reply,
+)
+from durable_agent.backends.sqlite import SqliteCheckpointStore
+
+COUNT = Tool(description="count", parameters={"type": "object"}, execute=lambda args: args["i"])
 
 
-def test_extended_names_its_base_weakly() -> None:
-    base = History([{"role": "user", "content": "a"}])
-    longer = extended(base, {"role": "assistant", "content": "b"})
-    assert longer == [*base, {"role": "assistant", "content": "b"}] and longer.extends is base
-    probe = weakref.ref(base)
-    del base
+def counting(steps: int, answer: str = "done") -> ScriptedModel:
+    """A model that calls the tool at each of `steps` steps (each call its own input), then answers."""
+    return ScriptedModel([*(reply("", call("count", {"i": i})) for i in range(steps)), answer])
+
+
+class WatchedStore(InMemoryCheckpointStore):
+    """The reference store, noting (weakly) each history it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.histories: list[weakref.ref[Any]] = []
+
+    def save(self, checkpoint: AgentCheckpoint, *, expected_step_index: int | None = None) -> None:
+        self.histories.append(weakref.ref(checkpoint.messages))
+        super().save(checkpoint, expected_step_index=expected_step_index)
+
+
+async def test_a_run_keeps_no_earlier_steps_history_alive() -> None:
+    """Each step's history is built from the last; what it keeps of the last (the proof a store appends on)
+    is a weak reference, so a long run holds one history, not every step's."""
+    store = WatchedStore()
+    result = await generate_text(model=counting(5), messages=[user("go")], tools={"count": COUNT}, store=store,
+                                 run_id="r")
+    assert len(result.steps) == 6
     gc.collect()
-    assert probe() is None and longer.extends is None  # a run does not keep every step's list alive
-    assert extended([{"role": "user", "content": "x"}]).extends is None  # a plain list gives no proof
+    assert [history() is not None for history in store.histories] == [False] * 5 + [True]  # the store holds the last
 
 
 def checkpoint(messages: Any, step: int) -> AgentCheckpoint:
@@ -29,62 +67,56 @@ def checkpoint(messages: Any, step: int) -> AgentCheckpoint:
                            created_at=0)
 
 
-class WatchedHistory(History):
-    """Records every slice taken of it: the message-by-message comparison slices the new history."""
-
-    __slots__ = ("slices",)
-    slices: list[slice]
-
-    def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, slice):
-            self.slices.append(key)
-        return super().__getitem__(key)
+Store = InMemoryCheckpointStore | SqliteCheckpointStore
 
 
-@pytest.mark.requires_sqlite
-def test_a_store_skips_the_scan_for_an_extended_history_and_still_catches_a_rewrite(tmp_path: Path) -> None:
-    from durable_agent.backends.sqlite import SqliteCheckpointStore
-
-    store = SqliteCheckpointStore(str(tmp_path / "h.db"))
-    messages = History([{"role": "user", "content": str(i)} for i in range(200)])
-    store.save(checkpoint(messages, 0))
-
-    proven = WatchedHistory([*messages, {"role": "assistant", "content": "new"}])
-    proven.slices = []
-    proven._base = weakref.ref(messages)  # what `extended` records
-    store.save(checkpoint(proven, 1))
-    assert proven.slices == []  # appended in O(1): the 200 stored messages were not compared again
-
-    unproven = WatchedHistory([*proven, {"role": "assistant", "content": "more"}])  # no base named
-    unproven.slices = []
-    store.save(checkpoint(unproven, 2))
-    assert unproven.slices  # without the proof the store compares, as before
-
-    rewritten = [{"role": "user", "content": "summary"}, *unproven[1:]]  # the caller rewrote the prefix
-    store.save(checkpoint(rewritten, 3))
-    loaded = SqliteCheckpointStore(str(tmp_path / "h.db")).load("r")
-    assert loaded is not None and list(loaded.messages) == rewritten
+@pytest.fixture(params=["memory", pytest.param("sqlite", marks=pytest.mark.requires_sqlite)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "memory":
+        yield InMemoryCheckpointStore()
+        return
+    with SqliteCheckpointStore(str(tmp_path / "h.db")) as opened:
+        yield opened
 
 
-def test_the_memory_store_appends_an_extended_history_without_comparing_it() -> None:
-    from durable_agent import InMemoryCheckpointStore
-
-    store = InMemoryCheckpointStore()
-    messages = History([{"role": "user", "content": str(i)} for i in range(200)])
-    store.save(checkpoint(messages, 0))
-    proven = WatchedHistory([*messages, {"role": "assistant", "content": "new"}])
-    proven.slices = []
-    proven._base = weakref.ref(messages)
-    store.save(checkpoint(proven, 1))
-    assert proven.slices == []  # O(1): the 200 messages were not sliced and compared
-    rewritten = WatchedHistory([{"role": "user", "content": "summary"}, *proven[1:]])
-    rewritten.slices = []
-    rewritten._base = weakref.ref(messages)  # a wrong proof: the boundary message is not the same
-    store.save(checkpoint(rewritten, 2))
-    assert rewritten.slices  # no proof that it extends the saved list: compared, and the rewrite is seen
+async def test_a_store_saves_each_steps_appended_history_and_catches_a_rewrite_of_it(store: Store) -> None:
+    """A run's saves append a step's messages to the last save's; then the caller rewrites the history (a
+    summary in place of the steps), which the store must see, not take for an append; the run goes on from
+    the summary."""
+    first = await generate_text(model=counting(3), messages=[user("go")], tools={"count": COUNT}, store=store,
+                                run_id="r")
+    lengths = [3, 5, 7, 8]  # the prompt, then each step's call and result, and the answer
+    for step, length in enumerate(lengths):
+        saved = store.load_step("r", step)
+        assert saved is not None and list(saved.messages) == list(first.messages[:length]), step
+    summary: list[Message] = [user("go"), {"role": "assistant", "content": "counted 0, 1 and 2"}]
+    store.save(checkpoint(summary, 4))
     latest = store.load("r")
-    assert latest is not None and list(latest.messages) == rewritten
-    assert store.load_step("r", 1) is None  # its messages are not a prefix of the rewritten history
+    assert latest is not None and list(latest.messages) == summary
+    assert [store.load_step("r", step) for step in range(4)] == [None] * 4  # none is a prefix of the summary
+    more = await generate_text(model=ScriptedModel(lambda request: "counted"), messages=[*summary, user("again")],
+                               tools={"count": COUNT}, store=store, run_id="r")
+    latest, rewritten = store.load("r"), store.load_step("r", 4)
+    answered = [*summary, user("again"), {"role": "assistant", "content": [{"type": "text", "text": "counted"}]}]
+    assert latest is not None and latest.step_index == 5 and list(latest.messages) == list(more.messages) == answered
+    assert rewritten is not None and list(rewritten.messages) == summary
+
+
+async def test_a_rewrite_saved_between_two_of_the_loops_saves_is_not_taken_for_an_append(store: Store) -> None:
+    """Before the answer's step, a hook saves the run again with a summary in place of its first message (the
+    other message objects kept). The loop's last history is built by appending to the one it saved before,
+    not to what the store saved last: the store compares the two and stores the loop's history whole, and
+    the step the hook saved, not a prefix of it, is gone."""
+
+    def summarise(context: PrepareStepContext) -> None:
+        if context.step_index == 3:
+            store.save(checkpoint([user("summary"), *context.messages[1:]], 2))
+
+    result = await generate_text(model=counting(3), messages=[user("go")], tools={"count": COUNT}, store=store,
+                                 run_id="r", prepare_step=summarise)
+    saved = store.load("r")
+    assert saved is not None and saved.step_index == 3 and list(saved.messages) == list(result.messages)
+    assert store.load_step("r", 2) is None
 
 
 @pytest.mark.requires_sqlite
@@ -163,8 +195,6 @@ def test_a_store_keeps_running_runs_past_its_cache_capacity_until_a_save_ends_th
     cache vouched for leaves it, a save that read the rows back puts the saved message there again."""
     import sqlite3
 
-    from durable_agent.backends.sqlite import SqliteCheckpointStore
-
     path = tmp_path / "h.db"
     store = SqliteCheckpointStore(str(path), cache_runs=2)
     histories: dict[str, list[Message]] = {}
@@ -214,15 +244,13 @@ def test_a_store_keeps_running_runs_past_its_cache_capacity_until_a_save_ends_th
 def test_a_store_running_more_runs_than_its_cache_holds_never_reads_their_histories_back(tmp_path: Path) -> None:
     """The rows of a running run are re-read only when the cache cannot vouch for them; with more runs in flight
     than `cache_runs` an LRU evicted each before its next save, and every save read and re-encoded its history."""
-    from durable_agent.backends.sqlite import SqliteCheckpointStore
-
     store = SqliteCheckpointStore(str(tmp_path / "h.db"), cache_runs=2)
     reads: list[str] = []
     store._runner._conn.set_trace_callback(lambda sql: reads.append(sql) if sql.startswith("SELECT") else None)
-    histories = {f"r{i}": History([{"role": "user", "content": f"go {i}"}]) for i in range(6)}
+    histories: dict[str, list[Message]] = {f"r{i}": [{"role": "user", "content": f"go {i}"}] for i in range(6)}
     for step in range(3):
         for run_id, messages in list(histories.items()):  # interleaved, as concurrent runs save
-            messages = histories[run_id] = extended(messages, {"role": "assistant", "content": f"{run_id} {step}"})
+            messages = histories[run_id] = [*messages, {"role": "assistant", "content": f"{run_id} {step}"}]
             store.save(AgentCheckpoint(run_id=run_id, step_index=step, status="running", messages=messages,
                                        usage=Usage(), created_at=0))
     # only each run's first save reads its head; later ones append, their header update checking the head itself
@@ -257,8 +285,6 @@ def test_revisions_draw_entropy_once_per_process_and_again_after_a_fork(
     import os
     import sqlite3
     import sys
-
-    from durable_agent.backends.sqlite import SqliteCheckpointStore
 
     def revisions(path: Path) -> list[int]:
         with sqlite3.connect(path) as conn:

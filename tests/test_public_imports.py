@@ -63,20 +63,8 @@ def found() -> list[str]:
             for line, what in private_imports(ast.parse(path.read_text(encoding="utf-8"), str(path)))]
 
 
-# White-box tests not yet rewritten through public entry points (issue 22): each file's count may only
-# fall; a file that reaches no private part any more must leave this table.
-NOT_YET: dict[str, int] = {
-    "tests/test_group_commit.py": 2,  # the engine's batches, merge rounds and chunk sizes: no public timing or count
-    "tests/test_history.py": 1,  # History/extended: the O(1) proof is speed only, which benches measure
-}
-
-
 def test_the_tests_import_no_private_part_of_durable_agent() -> None:
-    counts: dict[str, int] = {}
-    for hit in found():
-        counts[hit.split(":", 1)[0]] = counts.get(hit.split(":", 1)[0], 0) + 1
-    assert [hit for hit in found() if hit.split(":", 1)[0] not in NOT_YET] == []
-    assert {path: n for path, n in counts.items() if path in NOT_YET} == NOT_YET
+    assert found() == []
 
 
 @pytest.mark.parametrize("source", [
