@@ -27,7 +27,9 @@ A variant whose package is missing prints a one-line skip naming it.
 Loop lag: a ticker sleeping 5 ms measures how late it wakes (p50 / p99 / max). Commits: the
 transactions a runtime or store wrote, per step. Statements: the SQL statements the SQLite
 runtime's connection ran, per step (BEGIN and COMMIT included; each one is a GIL hand-off between
-its thread and the event loop's). CPU: the process's CPU time (every thread) per step.
+its thread and the event loop's). Wakes: the times another thread handed the event loop work
+(`call_soon_threadsafe`, each a wake-up of its selector), per step: a group-commit writer settles a whole
+batch's waiters in one. CPU: the process's CPU time (every thread) per step.
 
 With ``sqlite`` among the variants, a last line prices one run alone: the SQLite runtime's
 per-step overhead over no durability (N=1, median of 5 runs each) as a multiple of the measured
@@ -112,13 +114,26 @@ async def ticker(lags: list[float], stop: asyncio.Event) -> None:
 
 
 async def measure(n: int, one: Callable[[int], Awaitable[None]]) -> dict[str, Any]:
-    """Run `one(0)` .. `one(n - 1)` at once beside the lag ticker: wall, throughput, loop lag, CPU, peak RSS."""
+    """Run `one(0)` .. `one(n - 1)` at once beside the lag ticker: wall, throughput, loop lag, the loop's wake-ups
+    from other threads, CPU, peak RSS."""
+    loop = asyncio.get_running_loop()
+    wakes = [0]
+    threadsafe = loop.call_soon_threadsafe
+
+    def woken(*args: Any, **kwargs: Any) -> Any:  # another thread hands the loop work: one wake-up of its selector
+        wakes[0] += 1
+        return threadsafe(*args, **kwargs)
+
     lags: list[float] = []
     stop = asyncio.Event()
     tick = asyncio.ensure_future(ticker(lags, stop))
-    start, cpu = time.perf_counter(), time.process_time()
-    await asyncio.gather(*(one(i) for i in range(n)))
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    loop.call_soon_threadsafe = woken  # type: ignore[method-assign]
+    try:
+        start, cpu = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(one(i) for i in range(n)))
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    finally:
+        del loop.call_soon_threadsafe
     stop.set()
     await tick
     lags.sort()
@@ -128,6 +143,7 @@ async def measure(n: int, one: Callable[[int], Awaitable[None]]) -> dict[str, An
         "lag_p99": lags[int(len(lags) * 0.99) - 1] if lags else 0.0,
         "lag_max": lags[-1] if lags else 0.0,
         "commits_per_step": float("nan"), "statements_per_step": float("nan"),
+        "wakes_per_step": wakes[0] / (n * STEPS),
         "cpu_us_per_step": cpu / (n * STEPS) * 1e6,
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
@@ -422,7 +438,7 @@ def main() -> None:
         return
     wanted = [name for name in args.variants.split(",") if runnable(name)]
     print(f"{'N':>5} {'variant':<18} {'steps/s':>9} {'wall vs none':>13} {'lag p50':>9} {'p99':>9} {'max':>9}"
-          f" {'commits/step':>13} {'stmts/step':>11} {'CPU/step':>10} {'peak RSS':>9}")
+          f" {'commits/step':>13} {'stmts/step':>11} {'wakes/step':>11} {'CPU/step':>10} {'peak RSS':>9}")
     for n in (int(x) for x in args.n.split(",")):
         base = run_child("none", n)
         runs = [(name, None) for name in wanted]
@@ -437,7 +453,7 @@ def main() -> None:
             label = f"{name}@other" if tree else name
             print(f"{n:>5} {label:<18} {row['steps_per_s']:9.0f} {row['wall'] / base['wall']:12.2f}x"
                   f" {row['lag_p50'] * 1000:7.1f}ms {row['lag_p99'] * 1000:7.1f}ms {row['lag_max'] * 1000:7.1f}ms"
-                  f" {row['commits_per_step']:13.3f} {row['statements_per_step']:11.2f}"
+                  f" {row['commits_per_step']:13.3f} {row['statements_per_step']:11.2f} {row['wakes_per_step']:11.3f}"
                   f" {row['cpu_us_per_step']:8.0f}µs {row['rss_mb']:7.0f}MB", flush=True)
     if "sqlite" in wanted:
         single_run_multiple()
