@@ -186,7 +186,8 @@ class Runs:
 
     def grow(self, run_id: str, step: int) -> list[dict[str, Any]]:
         history = self.histories.get(run_id) or History([{"role": "user", "content": "start the long task"}])
-        history = extended(history, *step_messages(step))  # as the agent loop builds each step's history
+        for message in step_messages(step):  # as the agent loop builds a tool step's history: one append each
+            history = extended(history, message)
         self.histories[run_id] = history
         return history
 

@@ -124,30 +124,38 @@ def final_text(messages: Sequence[Message]) -> str:
     return message_text(last) if last is not None else ""
 
 
-class History(list[Message]):
-    """A message list that knows, weakly, the list it was built from by appending (`extends`).
+_BASES = 3
+"""How many appends back a `History` names what it was built from: a tool step appends its assistant message,
+then its tool message, and the store saved the list before both (an output repair adds a third)."""
 
-    The loop builds every step's history this way, so a store that saved that list last time
-    can tell in O(1) that only the new messages need writing; any other list (a caller's
-    rewrite) is compared message by message instead. The reference is weak so a run does not
-    keep every step's list alive. Like every history, never mutate it.
+
+class History(list[Message]):
+    """A message list that knows, weakly, the lists it was built from by appending (`extended`).
+
+    The loop builds every step's history this way, so a store that saved one of those lists last
+    time can tell in O(1) that only the new messages need writing (`built_from`); any other list (a
+    caller's rewrite) is compared message by message instead. The references are weak so a run does
+    not keep every step's list alive. Like every history, never mutate it.
     """
 
-    __slots__ = ("__weakref__", "_base")
-    _base: weakref.ref[Sequence[Message]]
-
-    @property
-    def extends(self) -> Sequence[Message] | None:
-        base = getattr(self, "_base", None)
-        return base() if base is not None else None
+    __slots__ = ("__weakref__", "_bases")
+    _bases: tuple[weakref.ref[Sequence[Message]], ...]  # nearest first, at most `_BASES`
 
 
 def extended(history: Sequence[Message], *new: Message) -> History:
-    """A new `History`: `history` followed by `new`, remembering (weakly) `history` as what it extends."""
+    """A new `History`: `history` followed by `new`, remembering (weakly) `history` and what it was built from."""
     out = History(history)
     out.extend(new)
     try:
-        out._base = weakref.ref(history)
+        nearest = weakref.ref(history)
     except TypeError:  # a plain list cannot be weakly referenced: no proof, stores compare instead
-        pass
+        return out
+    out._bases = (nearest, *getattr(history, "_bases", ())[: _BASES - 1])
     return out
+
+
+def built_from(new: Sequence[Message], old: Sequence[Message]) -> bool:
+    """True when `new` was built from `old` itself by appending (`extended`, up to `_BASES` times over): O(1).
+
+    False proves nothing: the store compares the messages instead."""
+    return any(base() is old for base in getattr(new, "_bases", ()))

@@ -39,7 +39,7 @@ from typing import Any
 from .._checkpoint import AgentCheckpoint
 from .._errors import CheckpointCorruptError, CheckpointVersionError, CodecError, ConfigurationError
 from .._kernels import kernels
-from .._messages import Message
+from .._messages import Message, built_from
 
 _revisions: random.Random | None = None  # seeded from os.urandom at the first save, never at import
 
@@ -333,7 +333,7 @@ class PrefixCache:
         old, n = saved.messages, saved.count
         if n == 0:
             return 0
-        if getattr(new, "extends", None) is old and len(old) == n:
+        if built_from(new, old) and len(old) == n:
             return n  # the loop built `new` by appending to what was saved: O(1), no scan
         if len(new) >= n and new[n - 1] is old[n - 1]:
             head = new if len(new) == n else new[:n]

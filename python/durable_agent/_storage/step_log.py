@@ -21,6 +21,8 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
+from .._messages import built_from
+
 H = TypeVar("H")
 
 
@@ -56,14 +58,14 @@ class StepLog(Generic[H]):
 def common_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:
     """How many leading messages `new` shares with `old` (the same object, or equal).
 
-    When `new` was built by appending to `old` (`messages.History` names it: the loop's case) this
+    When `new` was built by appending to `old` (`_messages.built_from` proves it: the loop's case) this
     is O(1); when it holds the same message objects otherwise, the C-speed list comparison of
     pointers (about 20 µs for 2,000 messages), the same checks the persistent stores make
     (`_history.PrefixCache`). A rewritten history is compared message by message.
     """
     n = len(old)
     if n and len(new) >= n and new[n - 1] is old[n - 1]:
-        if getattr(new, "extends", None) is old:
+        if built_from(new, old):
             return n  # the loop built `new` by appending to `old` (`messages.History`): O(1)
         head = new[:n]
         if head == old if type(head) is type(old) else list(head) == list(old):
