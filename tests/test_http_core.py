@@ -8,7 +8,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import pytest
 
@@ -99,10 +99,11 @@ class DyingLog(MemoryEventLog):
 
 
 def endpoint(runtime: EndpointRuntime, events: EventLog, model: Any, tools: Mapping[str, Tool] | None = None,
-             **options: Any) -> ChatEndpoint:
+             *, on_interrupted: Literal["heal", "resume"] = "heal", **options: Any) -> ChatEndpoint:
     """An endpoint serving session agents of `model` and `tools` on `runtime` (`options`: the agents' own)."""
-    return ChatEndpoint(agent=lambda s: Agent(model=model, tools=dict(tools or {}), session_id=s,
-                                              durable=DurableOptions(runtime), **options),
+    durable = DurableOptions(runtime, on_interrupted=on_interrupted)
+    return ChatEndpoint(agent=lambda s: Agent(model=model, tools=dict(tools or {}), session_id=s, durable=durable,
+                                              **options),
                         runtime=runtime, events=events)
 
 
@@ -353,6 +354,23 @@ async def test_the_answer_another_process_recorded_for_the_open_step_is_sent_wit
     assert got[0].data == FLAKY_RETRY and got[2].data == {
         "type": "tool-call", "step_index": 1, "tool_call_id": "c1", "tool_name": "t", "input": {}}
     assert len(model.requests) == 3 and ledger.entries == [("t", {})]  # the reader's process asks nothing again
+
+
+async def test_a_run_the_next_post_resumes_first_gets_what_the_process_died_before_logging_then_its_new_steps() -> None:
+    """As in the test above, A died logging its model's second word; then B (``on_interrupted="resume"``) is asked
+    for the session's next run, whose `Agent.run` drives A's run on first. A's reader gets what a reader that came
+    before that POST would have got: the text A never logged and the step's aborted finish, then B's steps."""
+    script: list[ScriptedResponse | str] = ["Hi there friend", "Sorry, cut off.", "Next run."]
+    log = DyingLog(MemoryDurableState(), at="step/1/text/3")
+    run_id = await died_in_run(log, ScriptedModel(script))
+    app, events = taken_over(log, model := ScriptedModel(script), on_interrupted="resume")
+    after = len(await events.read(run_id))
+    assert said(await reconnected(app, events, await started(app, "y"), 0))[-1] == ("finish/1", "stop")
+    got = await reconnected(app, events, run_id, after)
+    assert said(got) == [("step/1/text/3", "there friend"), ("step/1/finish", "aborted"), ("step/2/start", None),
+                         ("step/2/text/0", "Sorry, "), ("step/2/text/7", "cut "), ("step/2/text/11", "off."),
+                         ("step/2/finish", "stop"), ("finish/2", "stop")]
+    assert model.requests[0].messages[-1] == {"role": "assistant", "content": [{"type": "text", "text": "Hi there friend"}]}
 
 
 async def test_a_run_another_process_ended_gets_its_results_step_finish_and_finish_rebuilt_once() -> None:

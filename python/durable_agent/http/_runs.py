@@ -27,7 +27,8 @@ of a run that no live process drives any more (its server was killed) makes this
 it over (`ensure_driven`): first the events the stored run proves but the log lacks are
 appended (`missing_events`), then the run is resumed from its journal and its new events
 follow. Two processes that race for it are decided by the lease: one resumes, the other's claim
-is refused and it only reads.
+is refused and it only reads. A new run of a session whose run was interrupted does the same
+rebuild first (`_reconcile_interrupted`): its `Agent.run` recovers that run before it starts.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ class RunDriver:
         agent = self.agent(session_id)
         await self._await_ending_leg(session_id, run_id)
         self._check_free(session_id, run_id)
+        await self._reconcile_interrupted(session_id, run_id)
         agent = self._abortable(agent, run_id)
         started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._starting[run_id] = started
@@ -180,10 +182,8 @@ class RunDriver:
                 await self.reconcile(info.run_id)  # parked or finished: only its leg's end can be missing
             await self._note_parked(info.run_id)
             return
-        try:  # the lease, then handed to Agent.resume's own claim; a process that takes it in between drives the run
-            async with self.session(info.session_id).leased():
-                await self.reconcile(info.run_id)
-        except RunLeaseHeldError:
+        # the lease, then handed to Agent.resume's own claim; a process that takes it in between drives the run
+        if not await self._reconcile_leased(info.session_id, info.run_id):
             return  # a live process drives it (or this one checks it already): its events arrive through the log
         logger.info("run %s: no live process drives it; taking it over", info.run_id)
         self.resume(info)
@@ -270,6 +270,33 @@ class RunDriver:
         if info is not None:
             self._parked[run_id] = (info.session_id, [approval_key(run_id, checkpoint.step_index, r.approval_id)
                                                       for r in checkpoint.pending_approvals])
+
+    async def _reconcile_leased(self, session_id: str, run_id: str) -> bool:
+        """`reconcile` the run holding the session's lease (released after); False, nothing done, when a live
+        process holds it."""
+        try:
+            async with self.session(session_id).leased():
+                await self.reconcile(run_id)
+        except RunLeaseHeldError:
+            return False
+        return True
+
+    async def _reconcile_interrupted(self, session_id: str, run_id: str) -> None:
+        """Before `run_id` starts: rebuild the missed events of the session's interrupted run, as a reader's takeover
+        would (`ensure_driven`).
+
+        The new run's `Agent.run` recovers that run first: it drives it on (``on_interrupted="resume"``),
+        its parts logged from the log's end on (`_sink`), or heals it. So the events its dead process
+        never logged are appended now, from what that process left, before anything of the run changes;
+        a run another live process drives is left to it (its claim refuses this one's run as well), a
+        failed run's log is left as it ended, and a run this endpoint never served has no log.
+        """
+        marked = await self.runtime.lease.resumable_run(session_id)
+        if marked is None or marked == run_id or await self.log.run_info(marked) is None:
+            return
+        logged = await self.log.read(marked)
+        if not logged or logged[-1].data.get("type") != "error":
+            await self._reconcile_leased(session_id, marked)
 
     async def reconcile(self, run_id: str) -> None:
         """Append the events the stored run proves but the log lacks (see `missing_events`)."""
