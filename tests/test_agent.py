@@ -30,6 +30,7 @@ from durable_agent import (
     StreamToolResult,
     Tool,
     Usage,
+    agent_tool,
     call,
     parse_step_key,
     reply,
@@ -231,6 +232,37 @@ async def test_heal_answers_the_interrupted_calls_and_starts_the_new_run(agent_o
     assert tool_results(history[2])[0]["is_error"] and "interrupted" in tool_results(history[2])[0]["output"]
     assert history[3] == {"role": "user", "content": "second"}
     assert result.text == "New run answer."
+
+
+async def test_a_healed_run_counts_the_tokens_of_the_step_it_closes(runtime_on: Callable[[], Any]) -> None:
+    """The run's model answer was recorded (its call paid for), and a sub-agent call of its step finished, when the
+    process died in the step's other tool: healing closes the step from those records, and the run's usage counts
+    the answer's tokens and the sub-agent's, as the step's own checkpoint would have."""
+    helper = agent_tool(name="helper", model=ScriptedModel([reply("found", usage=Usage(2, 3, 5))]), tools={})
+
+    def dies(args: Any) -> None:
+        raise Crash()
+
+    model = ScriptedModel([reply("", call("helper", {"prompt": "look"}, "c1"), call("dies", {}, "c2"),
+                                 usage=Usage(5, 6, 11)), reply("Next run.", usage=Usage(1, 1, 2))])
+    tools = {"helper": helper, "dies": Tool(execute=dies)}
+
+    def agent(runtime: Any) -> Agent:  # one call at a time: the sub-agent's call ends before the process dies
+        return Agent(model=model, tools=tools, durable=DurableOptions(runtime, stale_after_ms=1), session_id="chat-1",
+                     max_tool_concurrency=1)
+
+    first = runtime_on()
+    with pytest.raises(Crash):
+        await agent(first).run("first")
+    run_id = await first.stores.runs.last("chat-1")
+    await asyncio.sleep(0.01)  # let the dead run's lease go stale
+    second = runtime_on()
+    result = await agent(second).run("second")
+    healed = await maybe_await(second.stores.checkpoints.load(run_id))
+    assert healed.status == "completed" and [(r["output"], r["is_error"]) for r in tool_results(healed.messages[-1])] \
+        == [("found", False), (healed.messages[-1]["content"][1]["output"], True)]
+    assert healed.usage == Usage(7, 9, 16)  # the answer's 5/6/11 and the sub-agent's 2/3/5
+    assert result.usage == Usage(1, 1, 2) and len(model.requests) == 2  # the new run's own; nothing asked again
 
 
 async def test_on_interrupted_resume_continues_the_run_before_the_prompt(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:

@@ -376,7 +376,8 @@ async def test_a_run_the_next_post_resumes_first_gets_what_the_process_died_befo
 async def test_a_run_another_process_ended_gets_its_results_step_finish_and_finish_rebuilt_once() -> None:
     """A died in the step's tool; B's next run of the session healed A's run (its open call answered as
     interrupted, the run ended). A reader of A's run gets what the run's checkpoint proves: the call's result,
-    the step's finish and the run's finish with the run's usage; a reader at the end then gets nothing more."""
+    the step's finish and the run's finish with the run's usage (the recorded answer's tokens, which the healed run
+    counts); a reader at the end then gets nothing more."""
     log = DyingLog(MemoryDurableState())
 
     async def doomed(args: Any) -> str:
@@ -392,7 +393,7 @@ async def test_a_run_another_process_ended_gets_its_results_step_finish_and_fini
         ("result/c1", True), ("step/1/finish", "tool-calls"), ("finish/1", "stop")]
     assert got[1].data["usage"] == Usage(5, 6, 11).to_dict()  # the recorded model answer's
     view = json.loads((await asgi(app, "GET", f"/runs/{run_id}"))[1])
-    assert view["status"] == "completed" and got[-1].data["total_usage"] == view["usage"]
+    assert view["status"] == "completed" and got[-1].data["total_usage"] == view["usage"] == Usage(5, 6, 11).to_dict()
     assert await asgi(app, "GET", f"/runs/{run_id}/events?after={got[-1].seq}") == (204, b"")
     assert len(await events.read(run_id)) == got[-1].seq
 

@@ -264,15 +264,19 @@ def is_model_call(key: str, run_id: str, turn: int) -> bool:
     return parts.run == run_id and parts.turn == turn and parts.call == MODEL_CALL
 
 
-def healed_history(checkpoint: AgentCheckpoint, records: Sequence[StepRecord]) -> list[Message] | None:
-    """The history of an interrupted run with its step in flight closed from its records; None if nothing changes."""
+def healed_step(checkpoint: AgentCheckpoint, records: Sequence[StepRecord]) -> tuple[list[Message], Usage] | None:
+    """The history and usage of an interrupted run with its step in flight closed from its records; None if nothing
+    changes. The usage counts what the records the history takes were paid: the model answer's tokens, and those a
+    tool result carries (a sub-agent's, `durable_agent._tool_calls`), as the loop counts them."""
     messages = list(checkpoint.messages)
+    usage = checkpoint.usage
     turn = checkpoint.step_index + 1
     done = {r.key: r.result for r in records if r.status == "done"}
     model_answer = next((r.result for r in records if r.status == "done"
                          and is_model_call(r.key, checkpoint.run_id, turn)), None)
     if model_answer is not None:
         messages.append(assistant_message(model_answer["text"], model_answer["tool_calls"]))
+        usage += Usage.from_dict(model_answer["usage"])
     calls, _ = unresolved_calls(messages)
     if not calls and model_answer is None:
         return None
@@ -284,7 +288,10 @@ def healed_history(checkpoint: AgentCheckpoint, records: Sequence[StepRecord]) -
             for c in calls
         ]
         messages.append(tool_message(answers))
-    return messages
+        for answer in answers:
+            if "usage" in answer:
+                usage += Usage.from_dict(answer["usage"])
+    return messages, usage
 
 
 class RunCheckpoints:
@@ -505,17 +512,18 @@ class DurableSession:
         """Close an interrupted run without running anything: its step in flight finished from its records.
 
         The model answer of that step (if its call finished) joins the history; each of its
-        tool calls gets its recorded result, or an interrupted marker when it never finished.
-        The healed checkpoint and the unmark are one commit.
+        tool calls gets its recorded result, or an interrupted marker when it never finished. The
+        run's usage counts the tokens those records were paid (`healed_step`). The healed
+        checkpoint and the unmark are one commit.
         """
         scope = await self.runtime.open_run(session_id=self.session_id, run_id=checkpoint.run_id, epoch=epoch)
         try:
-            healed = healed_history(checkpoint, await scope.stored_steps())
+            healed = healed_step(checkpoint, await scope.stored_steps())
         finally:
             await scope.close()
         closed = None if healed is None else AgentCheckpoint(
             run_id=checkpoint.run_id, step_index=checkpoint.step_index + 1, status="completed",
-            usage=checkpoint.usage, messages=healed, created_at=self._now(spec), trace_context=checkpoint.trace_context,
+            usage=healed[1], messages=healed[0], created_at=self._now(spec), trace_context=checkpoint.trace_context,
         )
         await self.runtime.commit(RunTransition(self.session_id, epoch, checkpoint=closed, unmark=True))
 
