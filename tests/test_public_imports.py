@@ -6,7 +6,8 @@ counted (inside functions too), and so is the code a test hands a fresh interpre
 (`durable_agent._util`, `durable_agent.providers._sse`) or of a `_`-prefixed name from one of its modules
 (`from durable_agent import _pure`) fails the test, naming the file and line. Dunder names
 (`__version__`, `durable_agent.cli.__main__`) are public. The test helpers are the tests' own modules
-(tests/helpers.py, the *_kit.py files) and the documented `durable_agent.testing`.
+(tests/helpers.py, the *_kit.py files) and the documented `durable_agent.testing`. The examples in the public
+modules' docstrings are held to what a user can write: absolute imports of public parts.
 """
 
 from __future__ import annotations
@@ -61,6 +62,37 @@ def found() -> list[str]:
             for path in sorted(TESTS.rglob("*.py"))
             if "node_modules" not in path.parts and path.name != Path(__file__).name  # this file's samples
             for line, what in private_imports(ast.parse(path.read_text(encoding="utf-8"), str(path)))]
+
+
+PACKAGE = TESTS.parent / "python" / "durable_agent"
+
+
+def public_modules() -> Iterator[Path]:
+    """The modules of durable_agent a user imports: no `_`-prefixed part in their path (``__init__.py`` is its package)."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if not any(map(is_private, parts)):
+            yield path
+
+
+def unwritable_example_imports(path: Path) -> Iterator[str]:
+    """Each import line in `path`'s module docstring a user could not write: relative, or of a private part."""
+    docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""
+    for line in docstring.splitlines():
+        if not line.strip().startswith(("from ", "import ")):
+            continue
+        try:
+            code = ast.parse(line.strip())
+        except SyntaxError:
+            continue  # prose, not code
+        relative = any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(code))
+        if relative or any(private_imports(code)):
+            yield f"{path.relative_to(TESTS.parent)}: {line.strip()}"
+
+
+def test_the_public_modules_examples_import_what_a_user_can() -> None:
+    """A public module's docstring shows imports a user can copy: absolute, of public parts only."""
+    assert [hit for path in public_modules() for hit in unwritable_example_imports(path)] == []
 
 
 def test_the_tests_import_no_private_part_of_durable_agent() -> None:

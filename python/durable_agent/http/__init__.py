@@ -4,7 +4,7 @@
 
     from durable_agent import Agent, DurableOptions
     from durable_agent.http import ChatEndpoint, SqliteEventLog
-    from ..backends.sqlite._runtime import SqliteRuntime   # or PostgresRuntime + PostgresEventLog
+    from durable_agent.backends.sqlite import SqliteRuntime   # or PostgresRuntime + PostgresEventLog
 
     runtime = SqliteRuntime("agent.db")
     app = ChatEndpoint(
