@@ -265,6 +265,50 @@ async def test_a_healed_run_counts_the_tokens_of_the_step_it_closes(runtime_on: 
     assert result.usage == Usage(1, 1, 2) and len(model.requests) == 2  # the new run's own; nothing asked again
 
 
+class DiesAnswering:
+    """A model whose first call streams `words` and then its process dies; later calls answer "Next run."."""
+
+    model_id = "dies-answering"
+
+    def __init__(self, words: list[str]) -> None:
+        self.words, self.requests = words, list[ModelRequest]()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        self.requests.append(request)
+        if len(self.requests) == 1:
+            for word in self.words:
+                yield {"type": "text-delta", "text": word}
+            raise Crash()
+        yield {"type": "text-delta", "text": "Next run."}
+        yield {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 1, 2)}
+
+
+@pytest.mark.parametrize("words", [[], ["Hi ", "there"]], ids=["before-it-streamed", "mid-answer"])
+async def test_a_run_healed_in_its_model_call_ends_there_with_what_it_streamed(
+        runtime_on: Callable[[], Any], words: list[str]) -> None:
+    """The process died in the run's model call (no answer recorded): healing ends the run there, its streamed
+    text (if any) an aborted turn of its history, as a resumed run would have joined it. The run is completed, so
+    nothing continues it later, and the session's next run goes on from its history."""
+    model = DiesAnswering(words)
+
+    def agent(runtime: Any) -> Agent:
+        return Agent(model=model, durable=DurableOptions(runtime, stale_after_ms=1), session_id="chat-1")
+
+    first = runtime_on()
+    with pytest.raises(Crash):
+        await agent(first).run("first")
+    run_id = await first.stores.runs.last("chat-1")
+    await asyncio.sleep(0.01)  # let the dead run's lease go stale
+    second = runtime_on()
+    assert (await agent(second).run("second")).text == "Next run."
+    healed = await maybe_await(second.stores.checkpoints.load(run_id))
+    aborted = [{"role": "assistant", "content": [{"type": "text", "text": "Hi there"}]}] if words else []
+    assert (healed.status, healed.step_index, healed.messages) == (
+        "completed", 1, [{"role": "user", "content": "first"}, *aborted])
+    assert await agent(runtime_on()).resume(run_id=run_id) is None and len(model.requests) == 2
+    assert list(model.requests[1].messages) == [*healed.messages, {"role": "user", "content": "second"}]
+
+
 async def test_on_interrupted_resume_continues_the_run_before_the_prompt(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
     attempts: list[int] = []
 

@@ -373,6 +373,23 @@ async def test_a_run_the_next_post_resumes_first_gets_what_the_process_died_befo
     assert model.requests[0].messages[-1] == {"role": "assistant", "content": [{"type": "text", "text": "Hi there friend"}]}
 
 
+async def test_a_run_the_next_post_heals_gets_what_the_process_died_before_logging_and_ends_there() -> None:
+    """As above, but B heals (the default): the session's next run ends A's run where A left it, its streamed text
+    an aborted turn of its history. A's reader gets the text A never logged, the step's aborted finish and the run's
+    finish; nothing drives A's run on (the model is asked for the new run only, which sees the aborted turn)."""
+    script: list[ScriptedResponse | str] = ["Hi there friend", "Next run."]
+    log = DyingLog(MemoryDurableState(), at="step/1/text/3")
+    run_id = await died_in_run(log, ScriptedModel(script))
+    app, events = taken_over(log, model := ScriptedModel(script))
+    after = len(await events.read(run_id))
+    assert said(await reconnected(app, events, await started(app, "y"), 0))[-1] == ("finish/1", "stop")
+    got = await reconnected(app, events, run_id, after)
+    assert said(got) == [("step/1/text/3", "there friend"), ("step/1/finish", "aborted"), ("finish/1", "stop")]
+    assert json.loads((await asgi(app, "GET", f"/runs/{run_id}"))[1])["status"] == "completed"
+    assert len(model.requests) == 1 and list(model.requests[0].messages[1:]) == [
+        {"role": "assistant", "content": [{"type": "text", "text": "Hi there friend"}]}, {"role": "user", "content": "y"}]
+
+
 async def test_a_run_another_process_ended_gets_its_results_step_finish_and_finish_rebuilt_once() -> None:
     """A died in the step's tool; B's next run of the session healed A's run (its open call answered as
     interrupted, the run ended). A reader of A's run gets what the run's checkpoint proves: the call's result,

@@ -59,7 +59,7 @@ from ._parked import parked_result, unanswered_approvals, waits_for_calls
 from ._results import GenerateTextResult
 from ._storage.keys import MODEL_CALL, parse_step_key, run_key_prefix, step_key
 from ._storage.protocols import DurableRuntime, RunScope
-from ._storage.records import NO_DEFERRED, DeferredSteps, RunTransition, StepRecord
+from ._storage.records import NO_DEFERRED, DeferredSteps, RunTransition, StepRecord, StreamPartialRecord
 from ._tool_calls import TOOL_INTERRUPTED_MESSAGE
 from ._tools import Tool
 from ._transcript import assistant_message, tool_message, unresolved_calls
@@ -74,10 +74,11 @@ STALE_AFTER_MS = 30_000
 class DurableOptions:
     """The runtime every run of an agent goes through, and what `run()` does with an interrupted run.
 
-    ``on_interrupted="heal"`` (default): `run()` answers the interrupted run's open tool
-    calls as interrupted and starts the new run (call `resume()` first to continue it
-    instead). ``"resume"``: `run()` first continues the interrupted run when its process is
-    gone, then runs the prompt unless the resumed run suspended.
+    ``on_interrupted="heal"`` (default): `run()` ends the interrupted run where it stopped
+    (`DurableSession.heal`: its open tool calls answered as interrupted) and starts the new
+    run (call `resume()` first to continue it instead). ``"resume"``: `run()` first continues
+    the interrupted run when its process is gone, then runs the prompt unless the resumed run
+    suspended.
     `stale_after_ms`: a lease not renewed for this long counts as lapsed. The run renews it every
     third of that; a step about to run after the run's process stalled for half of it (a blocked
     event loop, a GC pause, SIGSTOP) renews it first, and stops with `StaleEpochError` when another
@@ -264,10 +265,29 @@ def is_model_call(key: str, run_id: str, turn: int) -> bool:
     return parts.run == run_id and parts.turn == turn and parts.call == MODEL_CALL
 
 
-def healed_step(checkpoint: AgentCheckpoint, records: Sequence[StepRecord]) -> tuple[list[Message], Usage] | None:
-    """The history and usage of an interrupted run with its step in flight closed from its records; None if nothing
-    changes. The usage counts what the records the history takes were paid: the model answer's tokens, and those a
-    tool result carries (a sub-agent's, `durable_agent._tool_calls`), as the loop counts them."""
+def aborted_turn(run_id: str, turn: int, partials: Sequence[StreamPartialRecord],
+                 records: Sequence[StepRecord]) -> Message | None:
+    """The assistant turn the model call of `turn` leaves when it never finished: the text its latest attempt
+    streamed before the process stopped (an earlier attempt failed: its own text was dropped with it). None when
+    it streamed nothing, or an attempt finished (its answer is recorded)."""
+    streamed = [p for p in partials if is_model_call(p.step_key, run_id, turn)]
+    if not streamed or any(r.status == "done" and is_model_call(r.key, run_id, turn) for r in records):
+        return None
+    latest = max(parse_step_key(p.step_key).attempt for p in streamed)
+    text = "".join(p.text for p in sorted(streamed, key=lambda p: p.seq) if parse_step_key(p.step_key).attempt == latest)
+    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
+
+
+def healed_step(checkpoint: AgentCheckpoint, records: Sequence[StepRecord],
+                partials: Sequence[StreamPartialRecord]) -> tuple[list[Message], Usage]:
+    """The history and usage of an interrupted run with its step in flight closed from its records.
+
+    The step's model answer, when its call finished, else the text the call streamed as an aborted
+    turn (`aborted_turn`); then a result for each call the history leaves unanswered: its recorded
+    one, or an interrupted marker. The usage counts what the records the history takes were paid:
+    the model answer's tokens, and those a tool result carries (a sub-agent's,
+    `durable_agent._tool_calls`), as the loop counts them.
+    """
     messages = list(checkpoint.messages)
     usage = checkpoint.usage
     turn = checkpoint.step_index + 1
@@ -277,9 +297,9 @@ def healed_step(checkpoint: AgentCheckpoint, records: Sequence[StepRecord]) -> t
     if model_answer is not None:
         messages.append(assistant_message(model_answer["text"], model_answer["tool_calls"]))
         usage += Usage.from_dict(model_answer["usage"])
+    elif (aborted := aborted_turn(checkpoint.run_id, turn, partials, records)) is not None:
+        messages.append(aborted)
     calls, _ = unresolved_calls(messages)
-    if not calls and model_answer is None:
-        return None
     if calls:
         answers = [
             done.get(step_key(checkpoint.run_id, turn, c["tool_call_id"]))
@@ -511,19 +531,21 @@ class DurableSession:
     async def heal(self, epoch: int, checkpoint: AgentCheckpoint, spec: AgentSpec) -> None:
         """Close an interrupted run without running anything: its step in flight finished from its records.
 
-        The model answer of that step (if its call finished) joins the history; each of its
-        tool calls gets its recorded result, or an interrupted marker when it never finished. The
-        run's usage counts the tokens those records were paid (`healed_step`). The healed
-        checkpoint and the unmark are one commit.
+        The model answer of that step (if its call finished) joins the history, or else the text
+        the call streamed, as an aborted turn (as a resumed run joins it); each of its tool calls
+        gets its recorded result, or an interrupted marker when it never finished. The run's usage
+        counts the tokens those records were paid (`healed_step`). The run is completed even when
+        nothing of the step was recorded: nothing continues a healed run later (a reader of the
+        endpoint would otherwise take it over). The healed checkpoint and the unmark are one commit.
         """
         scope = await self.runtime.open_run(session_id=self.session_id, run_id=checkpoint.run_id, epoch=epoch)
         try:
-            healed = healed_step(checkpoint, await scope.stored_steps())
+            messages, usage = healed_step(checkpoint, await scope.stored_steps(), await scope.stored_partials())
         finally:
             await scope.close()
-        closed = None if healed is None else AgentCheckpoint(
-            run_id=checkpoint.run_id, step_index=checkpoint.step_index + 1, status="completed",
-            usage=healed[1], messages=healed[0], created_at=self._now(spec), trace_context=checkpoint.trace_context,
+        closed = AgentCheckpoint(
+            run_id=checkpoint.run_id, step_index=checkpoint.step_index + 1, status="completed", usage=usage,
+            messages=messages, created_at=self._now(spec), trace_context=checkpoint.trace_context,
         )
         await self.runtime.commit(RunTransition(self.session_id, epoch, checkpoint=closed, unmark=True))
 
@@ -606,15 +628,12 @@ class DurableSession:
         if checkpoint is None:
             return
         turn = checkpoint.step_index + 1
-        partials = [p for p in await scope.stored_partials() if is_model_call(p.step_key, run_id, turn)]
-        if partials:  # only the latest attempt's text: an earlier attempt failed (its own text was dropped)
-            latest = max(parse_step_key(p.step_key).attempt for p in partials)
-            partials = [p for p in partials if parse_step_key(p.step_key).attempt == latest]
-        if not partials or any(r.status == "done" and is_model_call(r.key, run_id, turn)
-                               for r in await scope.stored_steps()):
+        partials = await scope.stored_partials()
+        if not any(is_model_call(p.step_key, run_id, turn) for p in partials):
+            return  # the call streamed nothing (the usual resume): its records need no read
+        aborted = aborted_turn(run_id, turn, partials, await scope.stored_steps())
+        if aborted is None:
             return
-        text = "".join(p.text for p in sorted(partials, key=lambda p: p.seq))
-        aborted: Message = {"role": "assistant", "content": [{"type": "text", "text": text}]}
         await checkpoints.save(AgentCheckpoint(
             run_id=run_id, step_index=checkpoint.step_index + 1, status="running", usage=checkpoint.usage,
             messages=[*checkpoint.messages, aborted], created_at=self._now(spec), trace_context=checkpoint.trace_context,
