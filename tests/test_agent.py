@@ -328,6 +328,39 @@ async def test_on_interrupted_resume_continues_the_run_before_the_prompt(agent_o
     assert [m["content"] for m in model.requests[-1].messages if m["role"] == "user"] == ["first", "second"]
 
 
+async def test_a_parked_run_whose_resumed_leg_died_is_recovered_with_its_verdict_not_denied(
+        runtime_on: Callable[[], Any]) -> None:
+    """A parked run got its verdict (`resolve_approval`) and its resumed leg died in the approved tool, so the run is
+    marked again. The session's next run in ``"resume"`` mode drives it on with the verdict its approval's
+    awakeable holds, as `resume` does: the tool runs again (it is ``safe`` to), approved, not denied by default."""
+    ran: list[Any] = []
+
+    def pay(args: Any) -> str:
+        ran.append(args)
+        if len(ran) == 1:
+            raise Crash()
+        return "paid"
+
+    tools = {"pay": Tool(execute=pay, needs_approval=True, replay="safe")}
+    model = ScriptedModel([reply("", call("pay", {"id": "inv-7"}, "c1")), "Paid.", "Next run."])
+
+    def agent(runtime: Any, mode: Any = "heal") -> Agent:
+        return Agent(model=model, tools=tools, session_id="chat-1",
+                     durable=DurableOptions(runtime, on_interrupted=mode, stale_after_ms=1))
+
+    first = runtime_on()
+    parked = await agent(first).run("Pay inv-7.")
+    await resolve_approval(first, parked.pending_approvals[0].approval_id, approved=True)
+    with pytest.raises(Crash):
+        await agent(first).resume()
+    await asyncio.sleep(0.01)  # let the dead leg's lease go stale
+    second = runtime_on()
+    result = await agent(second, "resume").run("Next.")
+    recovered = await maybe_await(second.stores.checkpoints.load(parked.run_id))
+    assert [(r["output"], r["is_error"]) for r in tool_results(recovered.messages[2])] == [("paid", False)]
+    assert (recovered.status, result.text, len(ran)) == ("completed", "Next run.", 2)
+
+
 async def test_suspend_stops_the_run_and_resume_continues_it(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
     holder: list[Agent] = []
 

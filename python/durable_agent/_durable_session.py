@@ -514,7 +514,12 @@ class DurableSession:
         on_part: PartSink | None = None,
     ) -> GenerateTextResult | None:
         """Deal with the run an earlier process left marked (`interrupted`, as the claim found it): drive it on
-        (`resume`, when listed) or heal it."""
+        (`resume`, when listed) or heal it.
+
+        A parked run marked again (its resumed leg died before it settled) is driven on with the
+        verdicts its approvals' awakeables hold, as `resume` would (one still waiting for a verdict
+        is not listed resumable: `durable_agent._storage.leases`; it is healed).
+        """
         if interrupted is None:
             return None
         checkpoint = await self._load(interrupted)
@@ -524,7 +529,8 @@ class DurableSession:
             await self.runtime.commit(RunTransition(self.session_id, epoch, unmark=True))
             return None
         if resume and interrupted in resumable:
-            return await self.drive(interrupted, epoch, (), spec, on_part=on_part)
+            verdicts = await self.verdicts_from_awakeables(checkpoint)
+            return await self.drive(interrupted, epoch, verdicts, spec, on_part=on_part)
         await self.heal(epoch, checkpoint, spec)
         return None
 
