@@ -435,6 +435,28 @@ async def test_a_run_that_parked_as_the_process_died_gets_its_approval_request_a
     assert ledger.entries == [("rm", {"path": "x"})]
 
 
+async def test_a_verdict_for_a_run_that_parked_as_the_process_died_is_sent_after_the_request_it_answers() -> None:
+    """As above, but the verdict reaches B before any reader does (its approval id read from GET /runs/{id}): the
+    request, the step's finish and the suspended finish A never logged come first, then the approved run."""
+    ledger = Ledger()
+    script: list[ScriptedResponse | str] = [reply("", call("rm", {"path": "x"}, "c1")), "removed"]
+    tools = {"rm": ledger.tool("rm", needs_approval=True)}
+    log = DyingLog(MemoryDurableState(), at="approval")
+    run_id = await died_in_run(log, ScriptedModel(script), tools)
+    app, events = taken_over(log, ScriptedModel(script), tools)
+    after = len(await events.read(run_id))
+    [pending] = json.loads((await asgi(app, "GET", f"/runs/{run_id}"))[1])["pending_approvals"]
+    verdict = {"approval_id": pending["approval_id"], "approved": True}
+    assert (await asgi(app, "POST", f"/runs/{run_id}/approvals", verdict))[0] == 202
+    went_on = await reconnected(app, events, run_id, after + 3)  # the approved leg, to its end
+    parked = (await events.read(run_id, after))[:3]
+    assert [(e.key, e.data.get("finish_reason")) for e in parked] == [
+        (f"approval/{pending['approval_id']}", None), ("step/1/finish", "tool-calls"), ("finish/1", "suspended")]
+    assert said(went_on) == [("result/c1", "ok"), ("step/3/start", None), ("step/3/text/0", "removed"),
+                             ("step/3/finish", "stop"), ("finish/3", "stop")]
+    assert ledger.entries == [("rm", {"path": "x"})]
+
+
 async def test_a_client_result_recorded_as_the_process_died_is_sent_before_the_run_goes_on() -> None:
     """A recorded the result of the client tool call its run was parked on, and died before logging it: the
     reader gets the result (from the parked checkpoint that holds it), then the rest of the run, which B drives."""

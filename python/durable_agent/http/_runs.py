@@ -312,6 +312,9 @@ class RunDriver:
                       reason: str | None, token: str | None) -> bool:
         """Record a verdict; resume the run once every pending approval has one. False: already answered.
 
+        Before it resumes, what the stored run proves but the log lacks is appended, as a reader's takeover
+        does (`ensure_driven`): a process that parked the run may have died before logging its requests.
+
         Raises `RunLeaseHeldError` (nothing recorded) while this process drives another run of the session.
         """
         await self._await_ending_leg(info.session_id, info.run_id)
@@ -328,6 +331,7 @@ class RunDriver:
         checkpoint = await self.checkpoint(info.run_id)
         session = self.session(info.session_id)
         if checkpoint is not None and checkpoint.status == "suspended" and await session.all_answered(checkpoint):
+            await self._reconcile_leased(info.session_id, info.run_id)  # a dead process's unlogged park comes first
             self.resume(info)
         return True
 
