@@ -457,6 +457,27 @@ async def test_a_verdict_for_a_run_that_parked_as_the_process_died_is_sent_after
     assert ledger.entries == [("rm", {"path": "x"})]
 
 
+async def test_a_result_settled_after_a_verdict_as_the_process_died_is_sent_before_the_run_goes_on() -> None:
+    """A's run parked on an approval; the verdict posted to A resumed it, the approved tool ran and its result was
+    checkpointed (the settle step), and A died logging it: the reader gets the result (from the checkpoint), then
+    the rest of the run, which B drives; the tool ran once, in A."""
+    ledger = Ledger()
+    script: list[ScriptedResponse | str] = [reply("", call("rm", {"path": "x"}, "c1")), "removed"]
+    tools = {"rm": ledger.tool("rm", needs_approval=True)}
+    log = DyingLog(MemoryDurableState(), at="result/c1")
+    app = endpoint(MemoryRuntime(log.state), log, ScriptedModel(script), tools)
+    run_id = await started(app)
+    leg1 = await reconnected(app, log, run_id, 0)
+    verdict = {"approval_id": leg1[-3].data["approval_id"], "approved": True}
+    assert (await asgi(app, "POST", f"/runs/{run_id}/approvals", verdict))[0] == 202
+    await asyncio.wait_for(log.dead.wait(), 10)
+    app, events = taken_over(log, ScriptedModel(script), tools)
+    got = await reconnected(app, events, run_id, leg1[-1].seq)
+    assert said(got) == [("result/c1", "ok"), ("step/3/start", None), ("step/3/text/0", "removed"),
+                         ("step/3/finish", "stop"), ("finish/3", "stop")]
+    assert ledger.entries == [("rm", {"path": "x"})]
+
+
 async def test_a_client_result_recorded_as_the_process_died_is_sent_before_the_run_goes_on() -> None:
     """A recorded the result of the client tool call its run was parked on, and died before logging it: the
     reader gets the result (from the parked checkpoint that holds it), then the rest of the run, which B drives."""

@@ -193,6 +193,12 @@ def _open_step(events: Sequence[RunEvent]) -> int | None:
     return None
 
 
+def _parked_last(events: Sequence[RunEvent]) -> bool:
+    """Whether the log's last leg ended parked (its last finish is ``suspended``)."""
+    finish = next((e for e in reversed(events) if e.data.get("type") == "finish"), None)
+    return finish is not None and finish.data.get("finish_reason") == "suspended"
+
+
 def _results_in(messages: Sequence[Any], call_ids: set[str]) -> list[dict[str, Any]]:
     return [dict(p) for m in messages if m["role"] == "tool" for p in content_parts(m)
             if p["type"] == "tool-result" and p["tool_call_id"] in call_ids]
@@ -242,9 +248,11 @@ def missing_events(
     logged text, its tool calls, and, once the run's
     checkpoint is past that step, its tool results and its step-finish (``aborted`` when the
     model call never finished: the resumed run joins that text as an aborted turn and goes
-    on with the next step); then, when the checkpoint parked or finished the run, its
-    approval requests and the leg's ``finish``, and the client tool results recorded since it
-    parked. The events a resumed run will produce itself (a step it replays) are left to it.
+    on with the next step); when the log's last leg ended parked, the results the checkpoint
+    holds for the calls it logged unanswered (settled by the leg that resumed it, or client
+    results); then, when the checkpoint parked or finished the run, its approval requests and
+    the leg's ``finish``, and the client tool results recorded since it parked. The events a
+    resumed run will produce itself (a step it replays) are left to it.
     """
     keys = {e.key for e in logged}
     out: list[Keyed] = []
@@ -264,6 +272,10 @@ def missing_events(
         if past >= step or (model is None and _streamed(run_id, step, partials)):
             usage = model["usage"] if model is not None else Usage()
             out.append(_step_finish_event(step, usage, model["finish_reason"] if model is not None else "aborted"))
+    if checkpoint is not None and _parked_last(logged):  # results its calls got since: settled, or a client's
+        unanswered = {e.data["tool_call_id"] for e in logged
+                      if e.data.get("type") == "tool-call" and f"result/{e.data['tool_call_id']}" not in keys}
+        out.extend(_result_event(r) for r in _results_in(checkpoint.messages, unanswered))
     if ended and checkpoint is not None and f"finish/{checkpoint.step_index}" not in keys:
         if checkpoint.status == "suspended":
             out.extend(_approval_event(approval_part(r)) for r in checkpoint.pending_approvals or ())
