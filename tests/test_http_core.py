@@ -373,6 +373,29 @@ async def test_a_run_the_next_post_resumes_first_gets_what_the_process_died_befo
     assert model.requests[0].messages[-1] == {"role": "assistant", "content": [{"type": "text", "text": "Hi there friend"}]}
 
 
+async def test_a_post_whose_resumed_interrupted_run_parks_is_a_clear_409_and_starts_nothing() -> None:
+    """In ``"resume"`` mode the session's next run first drives A's run on, which parks on an approval: the new
+    run does not start (`Agent.run` returns the parked run). The POST says so (409 ``session_parked``, not a 500),
+    and starts the run once the parked one is answered."""
+    ledger = Ledger()
+    script: list[ScriptedResponse | str] = ["Hi there friend", reply("", call("rm", {"path": "x"}, "c1")),
+                                            "removed", "Next run."]
+    tools = {"rm": ledger.tool("rm", needs_approval=True)}
+    log = DyingLog(MemoryDurableState(), at="step/1/text/3")
+    run_id = await died_in_run(log, ScriptedModel(script), tools)
+    app, events = taken_over(log, ScriptedModel(script), tools, on_interrupted="resume")
+    status, body = await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "y", "request_id": "r1"})
+    assert (status, json.loads(body)["error"]["code"]) == (409, "session_parked")
+    logged = await events.read(run_id)
+    assert said(logged[-3:]) == [(logged[-3].key, None), ("step/2/finish", "tool-calls"), ("finish/2", "suspended")]
+    verdict = {"approval_id": logged[-3].data["approval_id"], "approved": True}
+    assert (await asgi(app, "POST", f"/runs/{run_id}/approvals", verdict))[0] == 202
+    assert said(await reconnected(app, events, run_id))[-1] == ("finish/4", "stop")
+    status, body = await asgi(app, "POST", "/runs", {"session_id": "s", "prompt": "y", "request_id": "r1"})
+    assert status == 201, body
+    assert said(await reconnected(app, events, json.loads(body)["run_id"], 0))[-1] == ("finish/1", "stop")
+
+
 async def test_a_run_the_next_post_heals_gets_what_the_process_died_before_logging_and_ends_there() -> None:
     """As above, but B heals (the default): the session's next run ends A's run where A left it, its streamed text
     an aborted turn of its history. A's reader gets the text A never logged, the step's aborted finish and the run's

@@ -62,8 +62,9 @@ Routes (JSON bodies; errors are ``{"error": {"code", "message"}}``, never a trac
   ``EventLog.parked()`` lists the runs whose log ends parked, for every server's verdict watch.
 
 Statuses: 404 unknown (or pruned) run or route, 405 wrong method, 409 conflict (the session runs
-another run, an idempotency key reused with another prompt, an approval or client tool call not
-pending or answered, a run stopped or with nothing left to stop),
+another run, or its interrupted run went on first and parked: ``session_parked``, with
+``on_interrupted="resume"``; an idempotency key reused with another prompt, an approval or client
+tool call not pending or answered, a run stopped or with nothing left to stop),
 413 body too large, 422 bad body or event id, 403 refused by the auth hook (`authorize`), by
 CORS (a preflight from an origin not in `CorsSettings`), or a bad approval token.
 

@@ -249,9 +249,11 @@ class ChatEndpoint:
                 return run_id, False
         try:
             await self.driver.start(run_id, session_id, prompt, {})
-        except (RunLeaseHeldError, SessionStateError) as exc:
+        except (RunLeaseHeldError, SessionStateError, HttpError) as exc:
             if key is not None:
                 await self.runtime.stores.submissions.complete(session_id, key, None)  # a retry may start it
+            if isinstance(exc, HttpError):
+                raise
             if isinstance(exc, SessionStateError):
                 raise HttpError(409, "session_state", str(exc)) from exc
             raise HttpError(409, "session_busy", f"session {session_id!r} is running another run") from exc

@@ -118,7 +118,9 @@ class RunDriver:
     async def start(self, run_id: str, session_id: str, prompt: str, meta: Mapping[str, Any]) -> None:
         """Start `run_id` on `prompt` in the background; return once its start is committed.
 
-        Raises what stopped it before that (`RunLeaseHeldError`: the session runs another run).
+        Raises what stopped it before that (`RunLeaseHeldError`: the session runs another run; `HttpError` 409
+        ``session_parked``: in ``on_interrupted="resume"`` mode, the session's interrupted run went on first and
+        parked, and `Agent.run` returned it without starting this one).
         """
         starting = self._starting.get(run_id)
         if starting is not None:  # the same run asked twice at once (a retried request): one start
@@ -136,8 +138,10 @@ class RunDriver:
             task = self._spawn(run_id, session_id, agent.run(prompt, run_id=run_id, on_part=sink))
             waiting: set[asyncio.Future[Any]] = {started, task}
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if not started.done():
-                error = task.result() or RuntimeError(f"run {run_id!r} ended before it streamed")
+            if not started.done():  # no failure: Agent.run went on with an interrupted run, which parked
+                error = task.result() or HttpError(
+                    409, "session_parked", f"session {session_id!r} first continued its interrupted run, which "
+                    "parked on approvals: nothing was started; answer them, then start this run again")
                 started.set_exception(error)  # a duplicate waiting on this start gets it too
                 started.exception()  # retrieved: nobody waiting is not an unhandled exception
                 raise error  # what ended the run before its start committed
