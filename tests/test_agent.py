@@ -265,6 +265,50 @@ async def test_a_healed_run_counts_the_tokens_of_the_step_it_closes(runtime_on: 
     assert result.usage == Usage(1, 1, 2) and len(model.requests) == 2  # the new run's own; nothing asked again
 
 
+REASONING = {"type": "reasoning", "text": "The file must go.", "provider": "anthropic", "metadata": {"signature": "sig-1"}}
+"""A signed reasoning block: a provider wants it sent back with the call it led to."""
+
+
+class ReasonsThenCalls:
+    """A model that reasons before it calls ``dies``; then "Next run."."""
+
+    model_id = "reasons"
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        self.requests.append(request)
+        if len(self.requests) == 1:
+            yield REASONING
+            yield {"type": "tool-call", "tool_call_id": "c1", "tool_name": "dies", "input": {}}
+            yield {"type": "finish", "finish_reason": "tool-calls", "usage": Usage(1, 1, 2)}
+        else:
+            yield {"type": "text-delta", "text": "Next run."}
+            yield {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 1, 2)}
+
+
+async def test_a_healed_step_keeps_its_answers_reasoning_as_the_loop_does(runtime_on: Callable[[], Any]) -> None:
+    """The recorded answer a heal closes the step with is the assistant message the loop would have written: its
+    reasoning block too (a provider refuses a tool call's continuation without its signed reasoning)."""
+    model = ReasonsThenCalls()
+
+    def dies(args: Any) -> None:
+        raise Crash()
+
+    def agent(runtime: Any) -> Agent:
+        return Agent(model=model, tools={"dies": Tool(execute=dies)}, session_id="chat-1",
+                     durable=DurableOptions(runtime, stale_after_ms=1))
+
+    first = runtime_on()
+    with pytest.raises(Crash):
+        await agent(first).run("first")
+    await asyncio.sleep(0.01)  # let the dead run's lease go stale
+    await agent(runtime_on()).run("second")
+    assert model.requests[1].messages[1] == {"role": "assistant", "content": [
+        REASONING, {"type": "tool-call", "tool_call_id": "c1", "tool_name": "dies", "input": {}}]}
+
+
 class DiesAnswering:
     """A model whose first call streams `words` and then its process dies; later calls answer "Next run."."""
 

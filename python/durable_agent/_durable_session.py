@@ -294,8 +294,9 @@ def healed_step(checkpoint: AgentCheckpoint, records: Sequence[StepRecord],
     done = {r.key: r.result for r in records if r.status == "done"}
     model_answer = next((r.result for r in records if r.status == "done"
                          and is_model_call(r.key, checkpoint.run_id, turn)), None)
-    if model_answer is not None:
-        messages.append(assistant_message(model_answer["text"], model_answer["tool_calls"]))
+    if model_answer is not None:  # the message the loop writes of it, reasoning and refusal included
+        messages.append(assistant_message(model_answer["text"], model_answer["tool_calls"], (),
+                                          model_answer.get("reasoning", ()), model_answer.get("refusal", "")))
         usage += Usage.from_dict(model_answer["usage"])
     elif (aborted := aborted_turn(checkpoint.run_id, turn, partials, records)) is not None:
         messages.append(aborted)
