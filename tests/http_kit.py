@@ -119,11 +119,19 @@ class EventStream:
         self.response_headers = {k.lower(): v for k, v in self._response.getheaders()}
 
     def frames(self) -> Iterator[Frame]:
-        """Every frame until the server ends the stream (comments skipped)."""
+        """Every frame until the server ends the stream, or the connection drops (comments skipped).
+
+        Read through the response, which decodes the chunked body: its end is the stream's end. (Reading
+        the socket under it would also take the chunk sizes for lines, and wait past the end until the
+        server closes the kept-alive connection: uvicorn's 5 s.)
+        """
         event_id: str | None = None
         data: list[str] = []
         while True:
-            line = self._response.fp.readline()
+            try:
+                line = self._response.readline()
+            except http.client.IncompleteRead:  # the server died mid-stream
+                return
             if not line:
                 return
             text = line.decode("utf-8").rstrip("\r\n")
