@@ -22,7 +22,10 @@ from cli_kit import ROOT, cli, cli_on_terminal
 from durable_agent import generate_text, open_store
 from helpers import maybe_await
 
-pytestmark = pytest.mark.host_only("runs the CLI in subprocesses")
+pytestmark = [
+    pytest.mark.host_only("runs the CLI in subprocesses"),
+    pytest.mark.kernel_independent,  # its subject: the CLI: arguments, output, exit codes (the rule: pyproject.toml)
+]
 
 
 def one_line_error(done: subprocess.CompletedProcess[str], code: int) -> str:

@@ -25,7 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torture_supervisor
 import torture_worker
 
-pytestmark = pytest.mark.host_only("spawns and SIGKILLs worker processes")
+pytestmark = [
+    pytest.mark.host_only("spawns and SIGKILLs worker processes"),
+    pytest.mark.kernel_independent,  # its subject: the commit windows SIGKILLs land in, and leases (the rule: pyproject.toml)
+]
 
 SESSIONS = [f"account-{i}" for i in range(10)]
 PROMPTS = 16  # enough work that the ~50 kills land before the sessions finish, four at a time per worker

@@ -21,7 +21,10 @@ from durable_agent.backends.sqlite import SqliteCheckpointStore
 from http_kit import Frame, Server, free_port
 from http_server_app import LONG_ANSWER, RECOVERED, SECRET
 
-pytestmark = pytest.mark.host_only("starts uvicorn server processes and kills them")
+pytestmark = [
+    pytest.mark.host_only("starts uvicorn server processes and kills them"),
+    pytest.mark.kernel_independent,  # its subject: the server processes and the HTTP protocol (the rule: pyproject.toml)
+]
 
 
 @pytest.fixture

@@ -33,7 +33,10 @@ from durable_agent import (
 from durable_agent.mcp import HttpServer, MCPServerError, StdioServer
 from mcp_kit import effects, http_server, ledger_entries, processes_naming, stdio_args, wait_until
 
-pytestmark = pytest.mark.host_only("starts MCP servers (the mcp SDK) as subprocesses")
+pytestmark = [
+    pytest.mark.host_only("starts MCP servers (the mcp SDK) as subprocesses"),
+    pytest.mark.kernel_independent,  # its subject: the MCP protocol and its servers (the rule: pyproject.toml)
+]
 
 USER: list[Message] = [{"role": "user", "content": "go"}]
 SECRET = "s" * 32
@@ -432,7 +435,6 @@ def test_the_readme_mcp_example_runs(tmp_path: Path) -> None:
     assert processes_naming(str(tmp_path)) == []
 
 
-@pytest.mark.kernel_independent  # durable_agent runs in Pyodide (pure kernels only); the server is the SDK's
 def test_the_plain_http_client_runs_inside_pyodide(tmp_path: Path) -> None:
     """The Pyodide claim, checked: the run above inside Pyodide in Node (fetch, no SDK), against uvicorn."""
     import json

@@ -20,7 +20,10 @@ from durable_agent import TOOL_INTERRUPTED_MESSAGE
 from mcp_kit import effects, http_server, processes_naming, wait_until
 from torture_worker import journal_spec
 
-pytestmark = pytest.mark.host_only("SIGKILLs worker processes that run MCP servers")
+pytestmark = [
+    pytest.mark.host_only("SIGKILLs worker processes that run MCP servers"),
+    pytest.mark.kernel_independent,  # its subject: SIGKILLs mid MCP call (the rule: pyproject.toml)
+]
 
 WORKER = str(Path(__file__).resolve().parent / "mcp_crash_worker.py")
 PAUSE = "1.5"

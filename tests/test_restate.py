@@ -30,7 +30,10 @@ from durable_agent.testing.restate import (
 from durable_agent.testing.runtime_conformance import CHECKPOINT_ONLY, DurableRuntimeConformance
 
 SERVICE = Path(__file__).resolve().parent / "restate_service.py"
-pytestmark = pytest.mark.host_only("a real restate-server and a service process")
+pytestmark = [
+    pytest.mark.host_only("a real restate-server and a service process"),
+    pytest.mark.kernel_independent,  # its subject: the Restate server and service processes (the rule: pyproject.toml)
+]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,10 @@ import pytest
 
 from shared_file_soak import ROUNDS, Soak
 
-pytestmark = pytest.mark.host_only("starts uvicorn servers, CLI and worker processes and kills them")
+pytestmark = [
+    pytest.mark.host_only("starts uvicorn servers, CLI and worker processes and kills them"),
+    pytest.mark.kernel_independent,  # its subject: processes and SIGKILLs on one file (the rule: pyproject.toml)
+]
 
 
 def test_nothing_acknowledged_is_lost_on_one_shared_sqlite_file(tmp_path: Path) -> None:
