@@ -334,7 +334,7 @@ async def test_the_answer_another_process_recorded_for_the_open_step_is_sent_wit
     from the command line (``durable-agent runs resume``: `Agent.resume`, which logs no events), where the model
     failed once and then answered with text. A reader gets what the records prove of the step the log shows open:
     the failed attempt's retry, the answer's text keyed by its attempt, its call and result, the step's finish;
-    then the run's finish."""
+    then the step the operator's process ran after it, and the run's finish."""
     log = DyingLog(MemoryDurableState(), at="call/c1")
     ledger = Ledger()
     run_id = await died_in_run(log, ScriptedModel([reply("", call("t", {}, "c1"))]), {"t": ledger.tool("t")})
@@ -350,10 +350,92 @@ async def test_the_answer_another_process_recorded_for_the_open_step_is_sent_wit
     app = endpoint(runtime, events, model, {"t": ledger.tool("t")}, clock=later)
     got = await reconnected(app, events, run_id)
     assert said(got) == [("step/1/retry/0", None), ("step/1/text/1/0", "Let me see."), ("call/c1", None),
-                         ("result/c1", "ok"), ("step/1/finish", "tool-calls"), ("finish/2", "stop")]
+                         ("result/c1", "ok"), ("step/1/finish", "tool-calls"), ("step/2/start", None),
+                         ("step/2/text/0", "Done."), ("step/2/finish", "stop"), ("finish/2", "stop")]
     assert got[0].data == FLAKY_RETRY and got[2].data == {
         "type": "tool-call", "step_index": 1, "tool_call_id": "c1", "tool_name": "t", "input": {}}
     assert len(model.requests) == 3 and ledger.entries == [("t", {})]  # the reader's process asks nothing again
+
+
+TOOL_STEPS: list[ScriptedResponse | str] = [
+    reply("Let me see", call("t", {"a": 1}, "c1"), usage=Usage(1, 2, 3)),
+    reply("", call("t", {"a": 2}, "c2"), call("u", {}, "c3"), usage=Usage(4, 5, 9)),
+    reply("More", call("u", {}, "c4"), usage=Usage(2, 2, 4)),
+    reply("Done.", usage=Usage(3, 3, 6))]
+"""A run of three tool steps and an answer (each later step's text one word: one delta, live or rebuilt)."""
+
+
+async def sent_after_death(script: Sequence[ScriptedResponse | str], tools: Mapping[str, Tool], at: str, *,
+                           elsewhere: bool, **options: Any) -> tuple[ChatEndpoint, MemoryEventLog, str, list[RunEvent]]:
+    """A dies as it is about to log `at`; then B's endpoint drives the run on for its reader, or (`elsewhere`)
+    another process finishes it first with no event log (`Agent.resume`, what ``durable-agent runs resume`` runs)
+    and B only serves the reader. B's endpoint, its log, the run's id, and what the reader got."""
+    log = DyingLog(MemoryDurableState(), at=at)
+    run_id = await died_in_run(log, ScriptedModel(script), tools, **options)
+    if elsewhere:
+        runtime, events = left_by(log)
+        worker = Agent(model=ScriptedModel(script), tools=dict(tools), session_id="s", durable=DurableOptions(runtime),
+                       clock=later, **options)
+        await worker.resume(run_id=run_id)
+        app = endpoint(runtime, events, model := ScriptedModel(script), tools, clock=later, **options)
+    else:
+        app, events = taken_over(log, model := ScriptedModel(script), tools, **options)
+    got = await reconnected(app, events, run_id)
+    assert not elsewhere or model.requests == []  # B asks the model nothing of a run another process ended
+    return app, events, run_id, got
+
+
+async def test_the_steps_another_process_ran_are_sent_as_the_endpoint_would_have_sent_them_and_once() -> None:
+    """A died logging step 1's result (the step checkpointed); an operator finished the run from the command line
+    (`Agent.resume`, no event log): steps 2 to 4, two of them with tool calls. A reader gets the same events, keys
+    and data, that it gets when B's endpoint drives those steps itself: each step's start, text, calls, results
+    and finish with its recorded usage, then the run's finish; a reader at the end then gets nothing more."""
+    ledger = Ledger()
+    tools = {"t": ledger.tool("t"), "u": ledger.tool("u", result={"n": 2})}
+    _, _, _, driven = await sent_after_death(TOOL_STEPS, tools, "result/c1", elsewhere=False)
+    app, events, run_id, got = await sent_after_death(TOOL_STEPS, tools, "result/c1", elsewhere=True)
+    assert [(e.key, e.data) for e in got] == [(e.key, e.data) for e in driven]
+    assert said(got) == [
+        ("result/c1", "ok"), ("step/1/finish", "tool-calls"),
+        ("step/2/start", None), ("call/c2", None), ("call/c3", None), ("result/c2", "ok"), ("result/c3", {"n": 2}),
+        ("step/2/finish", "tool-calls"),
+        ("step/3/start", None), ("step/3/text/0", "More"), ("call/c4", None), ("result/c4", {"n": 2}),
+        ("step/3/finish", "tool-calls"),
+        ("step/4/start", None), ("step/4/text/0", "Done."), ("step/4/finish", "stop"), ("finish/4", "stop")]
+    assert got[-2].data["usage"] == Usage(3, 3, 6).to_dict()
+    assert (got[-1].data["usage"], got[-1].data["total_usage"]) == (Usage(9, 10, 19).to_dict(), Usage(10, 12, 22).to_dict())
+    assert await asgi(app, "GET", f"/runs/{run_id}/events?after={got[-1].seq}") == (204, b"")
+    assert len(await events.read(run_id)) == got[-1].seq
+
+
+async def test_the_steps_another_process_ran_up_to_its_park_are_sent_with_the_request_and_the_run_goes_on() -> None:
+    """As above, but the run the operator resumed parked on an approval in step 2: the reader gets step 2 as B's
+    endpoint would have sent it, with the signed request and the leg's suspended finish; its verdict, posted to
+    B, runs the approved tool and the run to its end."""
+    signer, ledger = ApprovalSigner("s" * 40), Ledger()
+    script: list[ScriptedResponse | str] = [reply("Let me see", call("t", {}, "c1"), usage=Usage(1, 2, 3)),
+                                            reply("", call("rm", {"path": "x"}, "c2"), usage=Usage(4, 5, 9)),
+                                            reply("Removed.", usage=Usage(3, 3, 6))]
+    tools = {"t": ledger.tool("t"), "rm": ledger.tool("rm", needs_approval=True)}
+    _, _, _, driven = await sent_after_death(script, tools, "result/c1", elsewhere=False, approval_signer=signer)
+    app, events, run_id, got = await sent_after_death(script, tools, "result/c1", elsewhere=True,
+                                                      approval_signer=signer)
+    request = got[-3].data
+
+    def unsigned(events: Sequence[RunEvent]) -> list[tuple[str, Any]]:  # each request's id and token are its own
+        return [("approval", {**e.data, "approval_id": None, "token": None}) if e.key.startswith("approval/")
+                else (e.key, e.data) for e in events]
+
+    assert unsigned(got) == unsigned(driven)
+    assert said(got) == [("result/c1", "ok"), ("step/1/finish", "tool-calls"), ("step/2/start", None),
+                         ("call/c2", None), (f"approval/{request['approval_id']}", None), ("step/2/finish", "tool-calls"),
+                         ("finish/2", "suspended")]
+    assert request["tool_call_id"] == "c2" and signer.verify(request["token"]) is not None
+    verdict = {"approval_id": request["approval_id"], "approved": True, "token": request["token"]}
+    assert (await asgi(app, "POST", f"/runs/{run_id}/approvals", verdict))[0] == 202
+    assert said(await reconnected(app, events, run_id)) == [
+        ("result/c2", "ok"), ("step/4/start", None), ("step/4/text/0", "Removed."), ("step/4/finish", "stop"),
+        ("finish/4", "stop")]
 
 
 async def test_a_run_the_next_post_resumes_first_gets_what_the_process_died_before_logging_then_its_new_steps() -> None:

@@ -24,7 +24,8 @@ a ``done`` step record, a suspension a checkpoint), so a process that resumes a 
 crash re-emits the step in flight with the same keys: what the log holds is dropped, and a
 replayed model answer (one text delta with the whole text) is cut to the characters the log
 lacks. What a process died before logging, though the runtime had committed it, is rebuilt
-from the stored records by `missing_events` before the run goes on.
+from the stored records by `missing_events` before the run goes on; so are the steps another
+process ran with no event log (``durable-agent runs resume`` on the endpoint's database).
 """
 
 from __future__ import annotations
@@ -193,12 +194,6 @@ def _open_step(events: Sequence[RunEvent]) -> int | None:
     return None
 
 
-def _parked_last(events: Sequence[RunEvent]) -> bool:
-    """Whether the log's last leg ended parked (its last finish is ``suspended``)."""
-    finish = next((e for e in reversed(events) if e.data.get("type") == "finish"), None)
-    return finish is not None and finish.data.get("finish_reason") == "suspended"
-
-
 def _results_in(messages: Sequence[Any], call_ids: set[str]) -> list[dict[str, Any]]:
     return [dict(p) for m in messages if m["role"] == "tool" for p in content_parts(m)
             if p["type"] == "tool-result" and p["tool_call_id"] in call_ids]
@@ -229,9 +224,76 @@ def _model_call(run_id: str, step: int, logged: Sequence[RunEvent], steps: Seque
     return out, done.result if done is not None else None
 
 
+def _asked(run_id: str, step: int, steps: Sequence[StepRecord], partials: Sequence[StreamPartialRecord]) -> bool:
+    """Whether the step's model call left any record or partial (a step with none is a settle phase, or a call
+    that died before it streamed: nothing proves it)."""
+    return any(is_model_call(r.key, run_id, step) for r in steps) or _streamed(run_id, step, partials)
+
+
 def _streamed(run_id: str, step: int, partials: Sequence[StreamPartialRecord]) -> bool:
     """Whether the step's model call streamed before it stopped: the resumed run joins that as an aborted turn."""
     return any(is_model_call(p.step_key, run_id, step) for p in partials)
+
+
+def _step_events(run_id: str, step: int, logged: Sequence[RunEvent], checkpoint: AgentCheckpoint | None,
+                 steps: Sequence[StepRecord], partials: Sequence[StreamPartialRecord]) -> tuple[list[Keyed], Usage]:
+    """A step's events after its start, beyond what the log holds, as its records prove them; and what the step
+    cost (its answer's tokens and those its results carry: a sub-agent's).
+
+    Its model call (`_model_call`), the calls of its answer, and, once the checkpoint is past the
+    step, their results, the approval requests it parked on (the checkpoint's own step only) and
+    its finish (``aborted`` when the call never finished but streamed: the resumed run joins that
+    text as an aborted turn and goes on with the next step).
+    """
+    out, model = _model_call(run_id, step, logged, steps, partials)
+    calls = list(model["tool_calls"]) if model is not None else []
+    out.extend(_call_event(step, c) for c in calls)
+    usage = Usage.from_dict(model["usage"]) if model is not None else Usage()
+    past = checkpoint is not None and checkpoint.step_index >= step
+    if past:
+        assert checkpoint is not None
+        results = _results_in(checkpoint.messages, {c["tool_call_id"] for c in calls})
+        out.extend(_result_event(r) for r in results)
+        usage = sum((Usage.from_dict(r["usage"]) for r in results if "usage" in r), usage)
+        if checkpoint.status == "suspended" and checkpoint.step_index == step:
+            out.extend(_approval_event(approval_part(r)) for r in checkpoint.pending_approvals or ())
+    if past or (model is None and _streamed(run_id, step, partials)):
+        out.append(_step_finish_event(step, model["usage"] if model is not None else Usage(),
+                                      model["finish_reason"] if model is not None else "aborted"))
+    return out, usage
+
+
+def _last_step(events: Sequence[RunEvent]) -> int:
+    """The last step the log shows anything of (0: none; a run's first step is 1)."""
+    return max((int(e.data["step_index"]) for e in events if "step_index" in e.data), default=0)
+
+
+def _unanswered(events: Iterable[Keyed]) -> set[str]:
+    """The calls `events` show made and not answered."""
+    keys = {key for key, _ in events}
+    return {data["tool_call_id"] for key, data in events
+            if data.get("type") == "tool-call" and f"result/{data['tool_call_id']}" not in keys}
+
+
+def _unlogged_steps(run_id: str, logged: Sequence[RunEvent], rebuilt: Sequence[Keyed], checkpoint: AgentCheckpoint,
+                    steps: Sequence[StepRecord], partials: Sequence[StreamPartialRecord]) -> tuple[list[Keyed], Usage]:
+    """The steps after the last one the log shows, up to the checkpoint's: another process ran them and logged
+    nothing (`Agent.resume`, what ``durable-agent runs resume`` runs). Each as the loop streams it: its start,
+    then `_step_events`; a step whose model call left nothing is a settle phase: the results of the calls left
+    unanswered (those the log and `rebuilt` show). And what those steps cost: the usage of their leg."""
+    out: list[Keyed] = []
+    usage = Usage()
+    for step in range(_last_step(logged) + 1, checkpoint.step_index + 1):
+        if _asked(run_id, step, steps, partials):
+            events, cost = _step_events(run_id, step, (), checkpoint, steps, partials)
+            out += [(f"step/{step}/start", {"type": "step-start", "step_index": step}), *events]
+        else:
+            so_far = [*((e.key, e.data) for e in logged), *rebuilt, *out]
+            results = _results_in(checkpoint.messages, _unanswered(so_far))
+            out.extend(_result_event(r) for r in results)
+            cost = sum((Usage.from_dict(r["usage"]) for r in results if "usage" in r), Usage())
+        usage += cost
+    return out, usage
 
 
 def missing_events(
@@ -243,44 +305,31 @@ def missing_events(
 ) -> list[Keyed]:
     """What the stored run proves happened but the log lacks; call it only while no process drives the run.
 
-    In loop order: for the step the log shows open, a ``step-retry`` per failed model call
-    attempt, the text its last attempt's partials (or its finished answer) hold beyond the
-    logged text, its tool calls, and, once the run's
-    checkpoint is past that step, its tool results and its step-finish (``aborted`` when the
-    model call never finished: the resumed run joins that text as an aborted turn and goes
-    on with the next step); when the log's last leg ended parked, the results the checkpoint
-    holds for the calls it logged unanswered (settled by the leg that resumed it, or client
-    results); then, when the checkpoint parked or finished the run, its approval requests and
-    the leg's ``finish``, and the client tool results recorded since it parked. The events a
-    resumed run will produce itself (a step it replays) are left to it.
+    In loop order: for the step the log shows open, the rest of it (`_step_events`): a
+    ``step-retry`` per failed model call attempt, the text its last attempt's partials (or its
+    finished answer) hold beyond the logged text, its tool calls, and, once the run's
+    checkpoint is past that step, its tool results and its step-finish; then every step after
+    the last one the log shows, up to the checkpoint's (`_unlogged_steps`: run by a leg that
+    resumed a parked run, or by another process that logs nothing); then, when the checkpoint
+    parked or finished the run, its approval requests and the leg's ``finish`` (its usage:
+    that of the steps rebuilt whole), and the client tool results recorded since it parked.
+    The events a resumed run will produce itself (a step it replays) are left to it.
     """
     keys = {e.key for e in logged}
     out: list[Keyed] = []
     step = _open_step(logged)
-    past = checkpoint.step_index if checkpoint is not None else -1
     ended = checkpoint is not None and checkpoint.status in ("suspended", "completed")
     if step is not None:
-        retries_and_text, model = _model_call(run_id, step, logged, steps, partials)
-        out.extend(retries_and_text)
-        calls = list(model["tool_calls"]) if model is not None else []
-        out.extend(_call_event(step, c) for c in calls)
-        if past >= step:
-            assert checkpoint is not None
-            out.extend(_result_event(r) for r in _results_in(checkpoint.messages, {c["tool_call_id"] for c in calls}))
-        if past >= step and checkpoint is not None and checkpoint.status == "suspended":
-            out.extend(_approval_event(approval_part(r)) for r in checkpoint.pending_approvals or ())
-        if past >= step or (model is None and _streamed(run_id, step, partials)):
-            usage = model["usage"] if model is not None else Usage()
-            out.append(_step_finish_event(step, usage, model["finish_reason"] if model is not None else "aborted"))
-    if checkpoint is not None and _parked_last(logged):  # results its calls got since: settled, or a client's
-        unanswered = {e.data["tool_call_id"] for e in logged
-                      if e.data.get("type") == "tool-call" and f"result/{e.data['tool_call_id']}" not in keys}
-        out.extend(_result_event(r) for r in _results_in(checkpoint.messages, unanswered))
+        out.extend(_step_events(run_id, step, logged, checkpoint, steps, partials)[0])
+    leg_usage = Usage()
+    if checkpoint is not None:
+        unlogged, leg_usage = _unlogged_steps(run_id, logged, out, checkpoint, steps, partials)
+        out.extend(unlogged)
     if ended and checkpoint is not None and f"finish/{checkpoint.step_index}" not in keys:
         if checkpoint.status == "suspended":
             out.extend(_approval_event(approval_part(r)) for r in checkpoint.pending_approvals or ())
         reason = "suspended" if checkpoint.status == "suspended" else "stop"
-        out.append(_finish_event(checkpoint.step_index, reason, Usage(), checkpoint.usage))
+        out.append(_finish_event(checkpoint.step_index, reason, leg_usage, checkpoint.usage))
     if checkpoint is not None and checkpoint.status == "suspended":  # results handed over for its client tools
         out.extend(_result_event(r) for r in client_results_of(checkpoint.messages))
     seen = set(keys)
