@@ -407,6 +407,44 @@ async def test_a_stop_request_from_another_process_ends_the_run_for_good(
     assert await runtime.lease.resumable_run("chat-1") == "r2"  # the caller's own abort: resumable as before
 
 
+async def test_a_run_stopped_after_its_model_answered_and_before_its_tools_counts_that_answers_tokens(
+    agent_on: Callable[..., Agent],  # noqa: F811
+) -> None:
+    """A stop asked once the step's model call answered (its tokens paid) ends the run before the step's tools
+    run: the run stays at its last checkpoint (its history, its step), unmarked, and its usage counts the
+    answer's tokens, which no later leg would count (nothing continues a stopped run)."""
+    from durable_agent import RunAbortedError
+
+    ran: list[Any] = []
+    own = asyncio.Event()
+    answer = ScriptedModel([reply("Let me look", call("t", {}, "c1"), usage=Usage(5, 6, 11))])
+    asks: list[Callable[[str], Awaitable[bool]]] = []  # another process's `request_stop`
+
+    class StoppedOnceAnswered:
+        """The answer, then a stop asked from another process, which the leg notices at its next check."""
+
+        model_id = "stopped"
+
+        async def stream(self, request: ModelRequest) -> Any:
+            async for event in answer.stream(request):
+                yield event
+            assert await asks[0]("r") is True
+            own.set()  # the leg's check sees the stop now, not a quarter second later
+
+    agent = agent_on(StoppedOnceAnswered(), {"t": Tool(execute=recording(ran, "ok"))}, stop_requests=True)
+    other = agent_on(ScriptedModel([]), {})
+    assert agent.durable is not None and other.session is not None
+    asks.append(other.session.request_stop)
+    with pytest.raises(RunAbortedError):
+        await agent.durable_copy(agent.durable, "chat-1", signal=own).run("x", run_id="r")
+    runtime = agent.durable.runtime
+    checkpoint = await maybe_await(runtime.stores.checkpoints.load("r"))
+    assert (checkpoint.step_index, checkpoint.status, [m["role"] for m in checkpoint.messages]) == (0, "running",
+                                                                                                   ["user"])
+    assert checkpoint.usage == Usage(5, 6, 11) and ran == []
+    assert await runtime.lease.resumable_run("chat-1") is None
+
+
 def test_stop_requests_need_a_checkpoint_mode_runtime() -> None:
     class Replay:
         mode = "replay"

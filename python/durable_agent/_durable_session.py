@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ._checkpoint import AgentCheckpoint, ToolApprovalResponse, Usage, check_verdict
@@ -278,18 +278,29 @@ def aborted_turn(run_id: str, turn: int, partials: Sequence[StreamPartialRecord]
     return {"role": "assistant", "content": [{"type": "text", "text": text}]}
 
 
+def paid_in_step(run_id: str, turn: int, records: Sequence[StepRecord]) -> Usage:
+    """What the recorded steps of `turn` were paid: its model answer's tokens and those its tool results carry (a
+    sub-agent's, `durable_agent._tool_calls`), as the loop counts them once the step is checkpointed."""
+    usage = Usage()
+    for record in records:
+        parts, result = parse_step_key(record.key), record.result
+        if record.status != "done" or parts.run != run_id or parts.turn != turn or not isinstance(result, dict):
+            continue
+        if parts.call == MODEL_CALL or (result.get("type") == "tool-result" and result.get("tool_call_id") == parts.call):
+            usage += Usage.from_dict(result.get("usage") or {})
+    return usage
+
+
 def healed_step(checkpoint: AgentCheckpoint, records: Sequence[StepRecord],
                 partials: Sequence[StreamPartialRecord]) -> tuple[list[Message], Usage]:
     """The history and usage of an interrupted run with its step in flight closed from its records.
 
     The step's model answer, when its call finished, else the text the call streamed as an aborted
     turn (`aborted_turn`); then a result for each call the history leaves unanswered: its recorded
-    one, or an interrupted marker. The usage counts what the records the history takes were paid:
-    the model answer's tokens, and those a tool result carries (a sub-agent's,
-    `durable_agent._tool_calls`), as the loop counts them.
+    one, or an interrupted marker. The usage counts what the step's records were paid (`paid_in_step`).
     """
     messages = list(checkpoint.messages)
-    usage = checkpoint.usage
+    usage = checkpoint.usage + paid_in_step(checkpoint.run_id, checkpoint.step_index + 1, records)
     turn = checkpoint.step_index + 1
     done = {r.key: r.result for r in records if r.status == "done"}
     model_answer = next((r.result for r in records if r.status == "done"
@@ -297,7 +308,6 @@ def healed_step(checkpoint: AgentCheckpoint, records: Sequence[StepRecord],
     if model_answer is not None:  # the message the loop writes of it, reasoning and refusal included
         messages.append(assistant_message(model_answer["text"], model_answer["tool_calls"], (),
                                           model_answer.get("reasoning", ()), model_answer.get("refusal", "")))
-        usage += Usage.from_dict(model_answer["usage"])
     elif (aborted := aborted_turn(checkpoint.run_id, turn, partials, records)) is not None:
         messages.append(aborted)
     calls, _ = unresolved_calls(messages)
@@ -309,9 +319,6 @@ def healed_step(checkpoint: AgentCheckpoint, records: Sequence[StepRecord],
             for c in calls
         ]
         messages.append(tool_message(answers))
-        for answer in answers:
-            if "usage" in answer:
-                usage += Usage.from_dict(answer["usage"])
     return messages, usage
 
 
@@ -614,7 +621,7 @@ class DurableSession:
             raise
         except RunAbortedError:
             if stops is not None and await stops.confirmed():  # stopped for good: unmarked, at its last checkpoint
-                await runtime.commit(RunTransition(self.session_id, epoch, unmark=True))
+                await self._stop_for_good(scope, run_id, epoch, spec)
                 logger.info("run %s stopped on request", run_id)
             raise
         finally:
@@ -627,6 +634,25 @@ class DurableSession:
             await scope.close()
 
     # ----------------------------------------------------------------- helpers
+
+    async def _stop_for_good(self, scope: RunScope, run_id: str, epoch: int, spec: AgentSpec) -> None:
+        """Unmark a run stopped for good. It stays at its last checkpoint's step and history; its usage counts
+        what the step it stopped in was paid (`paid_in_step`: a model answer whose tools never ran), which no
+        later leg counts. One commit, carrying the step records the scope deferred (that answer's)."""
+        checkpoint = await self._load(run_id)
+
+        async def commit(deferred: DeferredSteps) -> None:
+            counted = None
+            if checkpoint is not None:
+                records = {r.key: r for r in [*await scope.stored_steps(), *deferred.records]}
+                paid = paid_in_step(run_id, checkpoint.step_index + 1, list(records.values()))
+                if paid != Usage():
+                    counted = replace(checkpoint, usage=checkpoint.usage + paid, step_id="",
+                                      created_at=self._now(spec))
+            await self.runtime.commit(RunTransition(self.session_id, epoch, checkpoint=counted, unmark=True,
+                                                    deferred=deferred))
+
+        await scope.commit_deferred(commit)
 
     async def _join_partials(self, scope: RunScope, checkpoints: RunCheckpoints, run_id: str,
                              spec: AgentSpec) -> None:
