@@ -445,6 +445,45 @@ async def test_a_run_stopped_after_its_model_answered_and_before_its_tools_count
     assert await runtime.lease.resumable_run("chat-1") is None
 
 
+@pytest.mark.parametrize("how", ["abort", "suspend"])
+async def test_a_leg_stopped_after_its_model_answered_leaves_the_answer_to_the_resume_which_counts_it(
+    agent_on: Callable[..., Agent], how: str,  # noqa: F811
+) -> None:
+    """The caller's own abort signal, or `Agent.suspend`, once the step's model call answered: the run stays
+    resumable, and its resume replays the recorded answer (the model is not asked again), runs the tools, and
+    counts the answer's tokens with the next step's."""
+    from durable_agent import RunAbortedError, RunSuspendedError
+
+    ran: list[Any] = []
+    own = asyncio.Event()
+    model = ScriptedModel([reply("Let me look", call("t", {}, "c1"), usage=Usage(5, 6, 11)),
+                           reply("Done.", usage=Usage(1, 1, 2))])
+    agents: list[Agent] = []
+
+    class StoppedOnceAnswered:
+        model_id = "stopped"
+
+        async def stream(self, request: ModelRequest) -> Any:
+            async for event in model.stream(request):
+                yield event
+            if how == "abort":
+                own.set()
+            else:
+                agents[0].suspend()
+
+    tools = {"t": Tool(execute=recording(ran, "ok"))}
+    plain = agent_on(StoppedOnceAnswered(), tools)
+    assert plain.durable is not None
+    agents.append(plain.durable_copy(plain.durable, "chat-1", signal=own) if how == "abort" else plain)
+    agent = agents[0]
+    with pytest.raises(RunAbortedError if how == "abort" else RunSuspendedError):
+        await agent.run("x", run_id="r")
+    assert ran == [] and len(model.requests) == 1
+    done = await agent_on(model, tools).resume(run_id="r")
+    assert done is not None and done.text == "Done." and ran == [{}] and len(model.requests) == 2
+    assert done.total_usage == Usage(6, 7, 13)
+
+
 def test_stop_requests_need_a_checkpoint_mode_runtime() -> None:
     class Replay:
         mode = "replay"
