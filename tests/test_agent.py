@@ -152,26 +152,33 @@ async def test_safe_tools_run_again_after_a_crash(agent_on: Callable[..., Agent]
     assert resumed is not None and tool_results(resumed.messages[2])[0]["output"] == "content" and len(runs) == 2
 
 
-class StreamsThenDies:
-    """A model whose first answer dies mid-stream (after some text), then answers normally."""
+class FirstCallThen:
+    """A model whose first call streams `first`'s events (`Crash` among them: the process dies there) and every
+    later call `then`'s; `requests` are what each call was asked."""
 
-    model_id = "flaky"
+    model_id = "first-call-then"
 
-    def __init__(self) -> None:
-        self.requests: list[ModelRequest] = []
+    def __init__(self, first: list[Any], then: list[Any]) -> None:
+        self.first, self.then, self.requests = first, then, list[ModelRequest]()
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
         self.requests.append(request)
-        if len(self.requests) == 1:
-            for delta in ("The answer ", "is "):
-                yield {"type": "text-delta", "text": delta}
-            raise Crash()
-        yield {"type": "text-delta", "text": "42."}
-        yield {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 1, 2)}
+        for event in self.first if len(self.requests) == 1 else self.then:
+            if event is Crash:
+                raise Crash()
+            yield event
+
+
+def text(*deltas: str) -> list[dict[str, Any]]:
+    return [{"type": "text-delta", "text": delta} for delta in deltas]
+
+
+def finish(reason: str = "stop") -> dict[str, Any]:
+    return {"type": "finish", "finish_reason": reason, "usage": Usage(1, 1, 2)}
 
 
 async def test_stream_partials_become_an_aborted_assistant_turn_on_resume(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
-    model = StreamsThenDies()
+    model = FirstCallThen([*text("The answer ", "is "), Crash], [*text("42."), finish()])  # dies mid-stream
     with pytest.raises(Crash):
         await agent_on(model, {"noop": Tool(execute=lambda a: None)}).run("question")
     assert [p.text for p in await runtime_on().inspect.partials()] == ["The answer ", "is "]
@@ -269,29 +276,11 @@ REASONING = {"type": "reasoning", "text": "The file must go.", "provider": "anth
 """A signed reasoning block: a provider wants it sent back with the call it led to."""
 
 
-class ReasonsThenCalls:
-    """A model that reasons before it calls ``dies``; then "Next run."."""
-
-    model_id = "reasons"
-
-    def __init__(self) -> None:
-        self.requests: list[ModelRequest] = []
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
-        self.requests.append(request)
-        if len(self.requests) == 1:
-            yield REASONING
-            yield {"type": "tool-call", "tool_call_id": "c1", "tool_name": "dies", "input": {}}
-            yield {"type": "finish", "finish_reason": "tool-calls", "usage": Usage(1, 1, 2)}
-        else:
-            yield {"type": "text-delta", "text": "Next run."}
-            yield {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 1, 2)}
-
-
 async def test_a_healed_step_keeps_its_answers_reasoning_as_the_loop_does(runtime_on: Callable[[], Any]) -> None:
     """The recorded answer a heal closes the step with is the assistant message the loop would have written: its
     reasoning block too (a provider refuses a tool call's continuation without its signed reasoning)."""
-    model = ReasonsThenCalls()
+    model = FirstCallThen([REASONING, {"type": "tool-call", "tool_call_id": "c1", "tool_name": "dies", "input": {}},
+                           finish("tool-calls")], [*text("Next run."), finish()])
 
     def dies(args: Any) -> None:
         raise Crash()
@@ -309,31 +298,13 @@ async def test_a_healed_step_keeps_its_answers_reasoning_as_the_loop_does(runtim
         REASONING, {"type": "tool-call", "tool_call_id": "c1", "tool_name": "dies", "input": {}}]}
 
 
-class DiesAnswering:
-    """A model whose first call streams `words` and then its process dies; later calls answer "Next run."."""
-
-    model_id = "dies-answering"
-
-    def __init__(self, words: list[str]) -> None:
-        self.words, self.requests = words, list[ModelRequest]()
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
-        self.requests.append(request)
-        if len(self.requests) == 1:
-            for word in self.words:
-                yield {"type": "text-delta", "text": word}
-            raise Crash()
-        yield {"type": "text-delta", "text": "Next run."}
-        yield {"type": "finish", "finish_reason": "stop", "usage": Usage(1, 1, 2)}
-
-
 @pytest.mark.parametrize("words", [[], ["Hi ", "there"]], ids=["before-it-streamed", "mid-answer"])
 async def test_a_run_healed_in_its_model_call_ends_there_with_what_it_streamed(
         runtime_on: Callable[[], Any], words: list[str]) -> None:
     """The process died in the run's model call (no answer recorded): healing ends the run there, its streamed
     text (if any) an aborted turn of its history, as a resumed run would have joined it. The run is completed, so
     nothing continues it later, and the session's next run goes on from its history."""
-    model = DiesAnswering(words)
+    model = FirstCallThen([*text(*words), Crash], [*text("Next run."), finish()])
 
     def agent(runtime: Any) -> Agent:
         return Agent(model=model, durable=DurableOptions(runtime, stale_after_ms=1), session_id="chat-1")
