@@ -177,6 +177,19 @@ def finish(reason: str = "stop") -> dict[str, Any]:
     return {"type": "finish", "finish_reason": reason, "usage": Usage(1, 1, 2)}
 
 
+async def died_then_healed(agent: Callable[[Any], Agent], runtime_on: Callable[[], Any]) -> tuple[Any, Any]:
+    """Session chat-1's first run dies (`Crash`); once its lease is stale, the session's next run, in another
+    process, heals it. That run's result, and the checkpoint the heal left of the first."""
+    first = runtime_on()
+    with pytest.raises(Crash):
+        await agent(first).run("first")
+    run_id = await first.stores.runs.last("chat-1")
+    await asyncio.sleep(0.01)  # let the dead run's lease go stale
+    second = runtime_on()
+    result = await agent(second).run("second")
+    return result, await maybe_await(second.stores.checkpoints.load(run_id))
+
+
 async def test_stream_partials_become_an_aborted_assistant_turn_on_resume(agent_on: Callable[..., Agent], runtime_on: Callable[[], Any]) -> None:
     model = FirstCallThen([*text("The answer ", "is "), Crash], [*text("42."), finish()])  # dies mid-stream
     with pytest.raises(Crash):
@@ -258,14 +271,7 @@ async def test_a_healed_run_counts_the_tokens_of_the_step_it_closes(runtime_on: 
         return Agent(model=model, tools=tools, durable=DurableOptions(runtime, stale_after_ms=1), session_id="chat-1",
                      max_tool_concurrency=1)
 
-    first = runtime_on()
-    with pytest.raises(Crash):
-        await agent(first).run("first")
-    run_id = await first.stores.runs.last("chat-1")
-    await asyncio.sleep(0.01)  # let the dead run's lease go stale
-    second = runtime_on()
-    result = await agent(second).run("second")
-    healed = await maybe_await(second.stores.checkpoints.load(run_id))
+    result, healed = await died_then_healed(agent, runtime_on)
     assert healed.status == "completed" and [(r["output"], r["is_error"]) for r in tool_results(healed.messages[-1])] \
         == [("found", False), (healed.messages[-1]["content"][1]["output"], True)]
     assert healed.usage == Usage(7, 9, 16)  # the answer's 5/6/11 and the sub-agent's 2/3/5
@@ -289,11 +295,7 @@ async def test_a_healed_step_keeps_its_answers_reasoning_as_the_loop_does(runtim
         return Agent(model=model, tools={"dies": Tool(execute=dies)}, session_id="chat-1",
                      durable=DurableOptions(runtime, stale_after_ms=1))
 
-    first = runtime_on()
-    with pytest.raises(Crash):
-        await agent(first).run("first")
-    await asyncio.sleep(0.01)  # let the dead run's lease go stale
-    await agent(runtime_on()).run("second")
+    await died_then_healed(agent, runtime_on)
     assert model.requests[1].messages[1] == {"role": "assistant", "content": [
         REASONING, {"type": "tool-call", "tool_call_id": "c1", "tool_name": "dies", "input": {}}]}
 
@@ -309,18 +311,12 @@ async def test_a_run_healed_in_its_model_call_ends_there_with_what_it_streamed(
     def agent(runtime: Any) -> Agent:
         return Agent(model=model, durable=DurableOptions(runtime, stale_after_ms=1), session_id="chat-1")
 
-    first = runtime_on()
-    with pytest.raises(Crash):
-        await agent(first).run("first")
-    run_id = await first.stores.runs.last("chat-1")
-    await asyncio.sleep(0.01)  # let the dead run's lease go stale
-    second = runtime_on()
-    assert (await agent(second).run("second")).text == "Next run."
-    healed = await maybe_await(second.stores.checkpoints.load(run_id))
+    result, healed = await died_then_healed(agent, runtime_on)
+    assert result.text == "Next run."
     aborted = [{"role": "assistant", "content": [{"type": "text", "text": "Hi there"}]}] if words else []
     assert (healed.status, healed.step_index, healed.messages) == (
         "completed", 1, [{"role": "user", "content": "first"}, *aborted])
-    assert await agent(runtime_on()).resume(run_id=run_id) is None and len(model.requests) == 2
+    assert await agent(runtime_on()).resume(run_id=healed.run_id) is None and len(model.requests) == 2
     assert list(model.requests[1].messages) == [*healed.messages, {"role": "user", "content": "second"}]
 
 
