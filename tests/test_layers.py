@@ -21,7 +21,7 @@ LAYERS: dict[str, int] = {
     "backends": 3,
     **dict.fromkeys(("_models", "_tools", "_tool_functions", "_tool_sources", "_tool_calls", "_model_call", "_loop",
                      "_generate", "_options", "_results", "_retry", "_stop", "stream_parts", "_durability", "_structured_output", "_transcript",
-                     "tracing", "_parked", "_fork", "_subagent", "_durable_session", "_agent"), 4),
+                     "tracing", "_parked", "_fork", "_subagent", "_interrupted", "_durable_session", "_agent"), 4),
     **dict.fromkeys(("providers", "mcp", "http", "cli", "restate", "testing"), 5),
     "__init__": 6,  # the flat public namespace
 }

@@ -51,18 +51,17 @@ from ._errors import (
     SessionStateError,
 )
 from ._generate import PartSink, _consume
+from ._interrupted import aborted_turn, healed_step, is_model_call, paid_in_step
 from ._loop import AgentLoop
 from ._messages import Message
 from ._models import LanguageModel
 from ._options import AnySignal, RunOptions, logger, random_id
 from ._parked import parked_result, unanswered_approvals, waits_for_calls
 from ._results import GenerateTextResult
-from ._storage.keys import MODEL_CALL, parse_step_key, run_key_prefix, step_key
+from ._storage.keys import run_key_prefix, step_key
 from ._storage.protocols import DurableRuntime, RunScope
-from ._storage.records import NO_DEFERRED, DeferredSteps, RunTransition, StepRecord, StreamPartialRecord
-from ._tool_calls import TOOL_INTERRUPTED_MESSAGE
+from ._storage.records import NO_DEFERRED, DeferredSteps, RunTransition, StepRecord
 from ._tools import Tool
-from ._transcript import assistant_message, tool_message, unresolved_calls
 from ._util import maybe_await, wall_clock_ms
 from .tracing import RunTrace
 
@@ -257,69 +256,6 @@ async def release_lease(runtime: DurableRuntime, session_id: str, epoch: int) ->
     """Hand `session_id`'s lease back (a failure is left to the lease's staleness)."""
     with contextlib.suppress(Exception):
         await runtime.lease.release(session_id, epoch)
-
-
-def is_model_call(key: str, run_id: str, turn: int) -> bool:
-    """True when `key` is an attempt (any) of the model call of `turn` in run `run_id`."""
-    parts = parse_step_key(key)
-    return parts.run == run_id and parts.turn == turn and parts.call == MODEL_CALL
-
-
-def aborted_turn(run_id: str, turn: int, partials: Sequence[StreamPartialRecord],
-                 records: Sequence[StepRecord]) -> Message | None:
-    """The assistant turn the model call of `turn` leaves when it never finished: the text its latest attempt
-    streamed before the process stopped (an earlier attempt failed: its own text was dropped with it). None when
-    it streamed nothing, or an attempt finished (its answer is recorded)."""
-    streamed = [p for p in partials if is_model_call(p.step_key, run_id, turn)]
-    if not streamed or any(r.status == "done" and is_model_call(r.key, run_id, turn) for r in records):
-        return None
-    latest = max(parse_step_key(p.step_key).attempt for p in streamed)
-    text = "".join(p.text for p in sorted(streamed, key=lambda p: p.seq) if parse_step_key(p.step_key).attempt == latest)
-    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
-
-
-def paid_in_step(run_id: str, turn: int, records: Sequence[StepRecord]) -> Usage:
-    """What the recorded steps of `turn` were paid: its model answer's tokens and those its tool results carry (a
-    sub-agent's, `durable_agent._tool_calls`), as the loop counts them once the step is checkpointed."""
-    usage = Usage()
-    for record in records:
-        parts, result = parse_step_key(record.key), record.result
-        if record.status != "done" or parts.run != run_id or parts.turn != turn or not isinstance(result, dict):
-            continue
-        if parts.call == MODEL_CALL or (result.get("type") == "tool-result" and result.get("tool_call_id") == parts.call):
-            usage += Usage.from_dict(result.get("usage") or {})
-    return usage
-
-
-def healed_step(checkpoint: AgentCheckpoint, records: Sequence[StepRecord],
-                partials: Sequence[StreamPartialRecord]) -> tuple[list[Message], Usage]:
-    """The history and usage of an interrupted run with its step in flight closed from its records.
-
-    The step's model answer, when its call finished, else the text the call streamed as an aborted
-    turn (`aborted_turn`); then a result for each call the history leaves unanswered: its recorded
-    one, or an interrupted marker. The usage counts what the step's records were paid (`paid_in_step`).
-    """
-    messages = list(checkpoint.messages)
-    usage = checkpoint.usage + paid_in_step(checkpoint.run_id, checkpoint.step_index + 1, records)
-    turn = checkpoint.step_index + 1
-    done = {r.key: r.result for r in records if r.status == "done"}
-    model_answer = next((r.result for r in records if r.status == "done"
-                         and is_model_call(r.key, checkpoint.run_id, turn)), None)
-    if model_answer is not None:  # the message the loop writes of it, reasoning and refusal included
-        messages.append(assistant_message(model_answer["text"], model_answer["tool_calls"], (),
-                                          model_answer.get("reasoning", ()), model_answer.get("refusal", "")))
-    elif (aborted := aborted_turn(checkpoint.run_id, turn, partials, records)) is not None:
-        messages.append(aborted)
-    calls, _ = unresolved_calls(messages)
-    if calls:
-        answers = [
-            done.get(step_key(checkpoint.run_id, turn, c["tool_call_id"]))
-            or {"type": "tool-result", "tool_call_id": c["tool_call_id"], "tool_name": c["tool_name"],
-                "output": TOOL_INTERRUPTED_MESSAGE, "is_error": True}
-            for c in calls
-        ]
-        messages.append(tool_message(answers))
-    return messages, usage
 
 
 class RunCheckpoints:

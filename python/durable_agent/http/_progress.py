@@ -34,8 +34,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .._checkpoint import AgentCheckpoint, Usage
-from .._durable_session import is_model_call
 from .._errors import StepFailedError
+from .._interrupted import is_model_call
 from .._messages import content_parts
 from .._parked import client_results_of
 from .._storage.keys import parse_step_key
