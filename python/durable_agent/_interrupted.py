@@ -59,8 +59,8 @@ def healed_step(checkpoint: AgentCheckpoint, records: Sequence[StepRecord],
     one, or an interrupted marker. The usage counts what the step's records were paid (`paid_in_step`).
     """
     messages = list(checkpoint.messages)
-    usage = checkpoint.usage + paid_in_step(checkpoint.run_id, checkpoint.step_index + 1, records)
     turn = checkpoint.step_index + 1
+    usage = checkpoint.usage + paid_in_step(checkpoint.run_id, turn, records)
     done = {r.key: r.result for r in records if r.status == "done"}
     model_answer = next((r.result for r in records if r.status == "done"
                          and is_model_call(r.key, checkpoint.run_id, turn)), None)

@@ -235,6 +235,11 @@ def _streamed(run_id: str, step: int, partials: Sequence[StreamPartialRecord]) -
     return any(is_model_call(p.step_key, run_id, step) for p in partials)
 
 
+def _carried(results: Iterable[dict[str, Any]]) -> Usage:
+    """The tokens tool results carry (a sub-agent's), as the loop adds them to its step's usage."""
+    return sum((Usage.from_dict(r["usage"]) for r in results if "usage" in r), Usage())
+
+
 def _step_events(run_id: str, step: int, logged: Sequence[RunEvent], checkpoint: AgentCheckpoint | None,
                  steps: Sequence[StepRecord], partials: Sequence[StreamPartialRecord]) -> tuple[list[Keyed], Usage]:
     """A step's events after its start, beyond what the log holds, as its records prove them; and what the step
@@ -254,7 +259,7 @@ def _step_events(run_id: str, step: int, logged: Sequence[RunEvent], checkpoint:
         assert checkpoint is not None
         results = _results_in(checkpoint.messages, {c["tool_call_id"] for c in calls})
         out.extend(_result_event(r) for r in results)
-        usage = sum((Usage.from_dict(r["usage"]) for r in results if "usage" in r), usage)
+        usage += _carried(results)
         if checkpoint.status == "suspended" and checkpoint.step_index == step:
             out.extend(_approval_event(approval_part(r)) for r in checkpoint.pending_approvals or ())
     if past or (model is None and _streamed(run_id, step, partials)):
@@ -291,7 +296,7 @@ def _unlogged_steps(run_id: str, logged: Sequence[RunEvent], rebuilt: Sequence[K
             so_far = [*((e.key, e.data) for e in logged), *rebuilt, *out]
             results = _results_in(checkpoint.messages, _unanswered(so_far))
             out.extend(_result_event(r) for r in results)
-            cost = sum((Usage.from_dict(r["usage"]) for r in results if "usage" in r), Usage())
+            cost = _carried(results)
         usage += cost
     return out, usage
 
